@@ -1,0 +1,272 @@
+//! The seam between the engine and the KV cache managers.
+//!
+//! Both managers — the paged one (`kvbench::cache`) and the contiguous baseline
+//! (`kvbench-baselines`) — implement [`KvCacheManager`]. The engine drives them through this trait
+//! only, so both cache modes see the same calls for the same request list.
+//!
+//! **Architecture invariant:** managers know nothing of time, devices or scheduling. They decide
+//! where tokens live, return the copies a backend must perform, and account for every slot.
+//! Steps are opaque, increasing [`StepId`]s; see [`fence`] for the deferred-release rule.
+
+pub mod fence;
+pub mod sync;
+
+use serde::{Deserialize, Serialize};
+
+/// Engine-assigned sequence id (a request's continuations each get their own).
+pub type SeqId = u64;
+/// Increasing id of a device step; see [`fence`].
+pub type StepId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    Paged,
+    Contiguous,
+}
+
+impl CacheMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Paged => "paged",
+            CacheMode::Contiguous => "contiguous",
+        }
+    }
+}
+
+/// Who may reuse a cached prefix block. A key identifies the exact computation: model identity,
+/// tokenizer identity and reuse scope. `reuse == None` disables lookups and publishing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ScopeKey {
+    pub model: String,
+    pub tokenizer: String,
+    pub reuse: ReuseScope,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReuseScope {
+    Tenant(u32),
+    Global,
+    None,
+}
+
+/// A copy the backend must perform before the step that needs it (copy-on-write, fork of a
+/// contiguous region). Addresses are token slots: slot = block × block_size + offset for paged
+/// caches, an arena offset for contiguous ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOp {
+    pub src_slot: u64,
+    pub dst_slot: u64,
+    pub len_tokens: u32,
+}
+
+/// Where one sequence's tokens live, for the backend's address translation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqLayout<'a> {
+    /// Logical block i lives in physical block `blocks[i]`.
+    Paged { block_size: u32, blocks: &'a [u32] },
+    /// Token i lives in slot `base_slot + i`; `capacity_tokens` are reserved.
+    Contiguous { base_slot: u64, capacity_tokens: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocError {
+    /// Not enough free (or evictable) space; nothing was changed.
+    NoSpace { needed_slots: u64, available_slots: u64 },
+    /// A request larger than the whole cache could ever hold.
+    TooLarge { needed_slots: u64, total_slots: u64 },
+    UnknownSeq(SeqId),
+    DuplicateSeq(SeqId),
+}
+
+impl std::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocError::NoSpace { needed_slots, available_slots } => {
+                write!(f, "no space: need {needed_slots} slots, {available_slots} available")
+            }
+            AllocError::TooLarge { needed_slots, total_slots } => {
+                write!(f, "too large: need {needed_slots} slots, cache holds {total_slots}")
+            }
+            AllocError::UnknownSeq(s) => write!(f, "unknown sequence {s}"),
+            AllocError::DuplicateSeq(s) => write!(f, "sequence {s} already exists"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Why a sequence lets go of its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseReason {
+    Finish,
+    Cancel,
+    Preempt,
+}
+
+/// What the engine asks for when a sequence (re)starts.
+#[derive(Debug, Clone, Copy)]
+pub struct StartRequest<'a> {
+    pub seq: SeqId,
+    /// Token ids whose K/V the sequence will hold after prefill (the prompt; on a recompute
+    /// restart, the prompt followed by the tokens generated before preemption).
+    pub tokens: &'a [u32],
+    /// Prefix-reuse scope; `None` disables prefix lookups for this sequence.
+    pub scope: Option<&'a ScopeKey>,
+    /// Tokens this sequence may reach in total (prompt + max new tokens, capped at max_seq_len).
+    /// The contiguous baseline reserves from this; the paged manager ignores it.
+    pub reserve_tokens: u32,
+}
+
+/// The answer to "could this start now?" — no side effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Probe {
+    /// Prompt tokens that a prefix-cache hit would supply.
+    pub cached_tokens: u32,
+    /// Slots that starting would newly take from the free (or evictable) pool.
+    pub new_slots: u64,
+    /// Whether `start` would succeed right now.
+    pub fits: bool,
+}
+
+/// One reused block, reported so a trace can audit every sharing decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefixHit {
+    pub block: u32,
+    pub tokens: u32,
+    pub scope: ScopeKey,
+    /// The sequence that first published this block.
+    pub publisher: SeqId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Started {
+    /// Leading tokens already in cache (prefill starts after them). For paged caches at most
+    /// `tokens.len() - 1`: the last token is always recomputed to produce logits.
+    pub cached_tokens: u32,
+    pub hits: Vec<PrefixHit>,
+}
+
+/// Slot accounting at one moment, in token slots. For a paged cache a whole block counts as
+/// allocated once mapped; `live` counts only written token slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Accounting {
+    pub total_slots: u64,
+    /// Slots holding a token some live sequence can read.
+    pub live_slots: u64,
+    /// Slots reserved or mapped by live sequences but not (yet) holding a token: tail waste,
+    /// over-reservation.
+    pub allocated_unfilled_slots: u64,
+    /// Slots of released prefix blocks kept for reuse; evictable on demand.
+    pub cached_free_slots: u64,
+    /// Slots released while a step that may touch them is in flight.
+    pub pending_free_slots: u64,
+    /// Slots that can be handed out right now without eviction.
+    pub free_slots: u64,
+}
+
+impl Accounting {
+    /// Every slot is in exactly one bucket.
+    pub fn is_conserved(&self) -> bool {
+        self.live_slots
+            + self.allocated_unfilled_slots
+            + self.cached_free_slots
+            + self.pending_free_slots
+            + self.free_slots
+            == self.total_slots
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PrefixStats {
+    pub lookups: u64,
+    pub lookup_tokens: u64,
+    pub hit_tokens: u64,
+    pub hit_blocks: u64,
+    pub evictions: u64,
+}
+
+/// Deliberate bugs that prove the checks can fail (`kvbench run --inject-fault`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// Write into a shared block without copying it first.
+    SkipCow,
+    /// Release blocks at once instead of waiting for the in-flight step's fence.
+    EarlyReuse,
+    /// Never release one sequence's blocks.
+    Leak,
+    /// Map one logical block to a wrong physical block in the layout handed to the backend.
+    BadBlockTable,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 4] = [Fault::SkipCow, Fault::EarlyReuse, Fault::Leak, Fault::BadBlockTable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::SkipCow => "skip-cow",
+            Fault::EarlyReuse => "early-reuse",
+            Fault::Leak => "leak",
+            Fault::BadBlockTable => "bad-block-table",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+/// A KV cache manager: the paged one or the contiguous baseline.
+///
+/// Call order for one sequence: `start` → (`fill` per prefill chunk) → `append` per decoded token
+/// (→ `fork` for continuations) → `release`. Steps: `begin_step` when a step is submitted to the
+/// device, `retire_step` when it has completed; releases are deferred past in-flight steps.
+/// A failed call (`Err`) changes nothing.
+pub trait KvCacheManager: Send {
+    fn mode(&self) -> CacheMode;
+    /// Tokens per block (paged) or 1 (contiguous).
+    fn block_size(&self) -> u32;
+
+    /// Could `req` start now? No side effects.
+    fn probe_start(&self, req: &StartRequest<'_>) -> Probe;
+    /// Map cached prefix blocks and allocate slots for all of `req.tokens` (contiguous: reserve
+    /// `req.reserve_tokens`). The tokens count as allocated-unfilled until `fill`.
+    fn start(&mut self, req: &StartRequest<'_>) -> Result<Started, AllocError>;
+    /// `n_tokens` more of the started tokens have been written (a prefill chunk was scheduled).
+    /// Full prompt blocks become publishable in the prefix cache.
+    fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError>;
+    /// Grow by one decoded token. Returns the copies (copy-on-write) to perform before writing.
+    fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError>;
+    /// Slots that one more `append` on `seq` would take (0 or block_size for paged; 0 or ... for
+    /// contiguous, 0 inside the reservation).
+    fn append_cost(&self, seq: SeqId) -> u64;
+    /// A new sequence `child` that starts as a copy of `parent` (shares blocks when paged).
+    fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError>;
+    /// Let go of everything `seq` holds; slots return to the pool once in-flight steps retire.
+    fn release(&mut self, seq: SeqId, why: ReleaseReason) -> Result<(), AllocError>;
+
+    /// A step was submitted to the device; it may read or write any block mapped now.
+    fn begin_step(&mut self) -> StepId;
+    /// A step completed; releases fenced on it (and on nothing newer) become allocatable.
+    fn retire_step(&mut self, step: StepId);
+
+    fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>>;
+    /// Tokens currently held (written) for `seq`.
+    fn seq_tokens(&self, seq: SeqId) -> Option<u32>;
+    fn accounting(&self) -> Accounting;
+    fn prefix_stats(&self) -> PrefixStats;
+    /// Largest run of contiguous free slots (external fragmentation; paged: free slots).
+    fn largest_free_extent(&self) -> u64;
+    /// Drop every cached-free prefix block back to the free pool.
+    fn flush_prefix_cache(&mut self);
+
+    /// Structural invariants (conservation, ref counts, no block both free and mapped...).
+    fn check_invariants(&self) -> Result<(), String>;
+    /// After a run: no live sequences, nothing pending, every slot free or cached-free.
+    fn assert_quiescent(&self) -> Result<(), String>;
+    /// Arm a planted bug.
+    fn inject_fault(&mut self, fault: Fault);
+}

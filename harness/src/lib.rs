@@ -1,0 +1,16 @@
+//! kvbench: benchmarks and verifies KV-cache management for LLM serving.
+//!
+//! Start at `ARCHITECTURE.md`. Data flows one way: scenario → workload (request list) → engine
+//! (admission, policy, cache manager, backend) → events → metrics → reports.
+
+pub mod backend;
+pub mod cache;
+pub mod cli;
+pub mod engine;
+pub mod metrics;
+pub mod model;
+pub mod plan;
+pub mod results;
+pub mod scenario;
+pub mod units;
+pub mod workload;

@@ -1,0 +1,184 @@
+//! Model shapes and the one formula everything else prices memory with.
+//!
+//! The KV cache holds keys and values for every layer and KV head, so its size per token is
+//! `2 × layers × kv_heads × head_dim × bytes_per_element`. Query heads do not enter: grouped-query
+//! attention shares each KV head among several query heads. Tensor parallelism splits KV heads
+//! across devices, so the per-device figure divides `kv_heads` by the TP degree.
+
+use serde::{Deserialize, Serialize};
+
+/// Element type of a tensor (weights or KV cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F32,
+    F16,
+    Bf16,
+    Fp8,
+}
+
+impl Dtype {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::Fp8 => 1,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dtype> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Some(Dtype::F32),
+            "f16" | "fp16" | "float16" => Some(Dtype::F16),
+            "bf16" | "bfloat16" => Some(Dtype::Bf16),
+            "fp8" | "f8" | "e4m3" => Some(Dtype::Fp8),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp8 => "fp8",
+        }
+    }
+}
+
+/// A decoder-only transformer's shape: all that memory accounting and the cost model need.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelShape {
+    /// Identity of the computation (part of every prefix-cache key).
+    pub name: String,
+    pub layers: u32,
+    pub q_heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub d_model: u32,
+    pub ffn_dim: u32,
+    pub vocab: u32,
+    pub weight_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    /// Tensor-parallel degree: KV heads (and weights) are split across this many devices.
+    pub tp: u32,
+}
+
+impl ModelShape {
+    /// Llama-3-8B-like: 32 layers, 32 query heads, 8 KV heads, head dim 128, bf16.
+    pub fn llama3_8b() -> ModelShape {
+        ModelShape {
+            name: "llama3-8b".into(),
+            layers: 32,
+            q_heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            d_model: 4096,
+            ffn_dim: 14336,
+            vocab: 128256,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            tp: 1,
+        }
+    }
+
+    /// Llama-3-70B-like, for multi-GPU planning.
+    pub fn llama3_70b() -> ModelShape {
+        ModelShape {
+            name: "llama3-70b".into(),
+            layers: 80,
+            q_heads: 64,
+            kv_heads: 8,
+            head_dim: 128,
+            d_model: 8192,
+            ffn_dim: 28672,
+            vocab: 128256,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            tp: 1,
+        }
+    }
+
+    /// A CPU-sized shape with real compute in seconds: GQA ratio 4, f32.
+    pub fn tiny() -> ModelShape {
+        ModelShape {
+            name: "tiny".into(),
+            layers: 2,
+            q_heads: 8,
+            kv_heads: 2,
+            head_dim: 32,
+            d_model: 256,
+            ffn_dim: 512,
+            vocab: 512,
+            weight_dtype: Dtype::F32,
+            kv_dtype: Dtype::F32,
+            tp: 1,
+        }
+    }
+
+    pub fn preset(name: &str) -> Option<ModelShape> {
+        match name {
+            "llama3-8b" => Some(Self::llama3_8b()),
+            "llama3-70b" => Some(Self::llama3_70b()),
+            "tiny" => Some(Self::tiny()),
+            _ => None,
+        }
+    }
+
+    pub const PRESETS: &'static [&'static str] = &["llama3-8b", "llama3-70b", "tiny"];
+
+    /// KV heads held by one device under tensor parallelism.
+    pub fn kv_heads_per_device(&self) -> u32 {
+        self.kv_heads.div_ceil(self.tp.max(1))
+    }
+
+    /// Bytes of K and V for one token on one device.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        2 * self.layers as u64
+            * self.kv_heads_per_device() as u64
+            * self.head_dim as u64
+            * self.kv_dtype.bytes()
+    }
+
+    /// Parameter count of the dense decoder (embedding, attention, gated MLP, norms, LM head).
+    pub fn parameter_count(&self) -> u64 {
+        let d = self.d_model as u64;
+        let q = self.q_heads as u64 * self.head_dim as u64;
+        let kv = self.kv_heads as u64 * self.head_dim as u64;
+        let attn = d * q + 2 * d * kv + q * d;
+        let mlp = 3 * d * self.ffn_dim as u64;
+        let per_layer = attn + mlp + 2 * d;
+        let embed = self.vocab as u64 * d;
+        self.layers as u64 * per_layer + 2 * embed + d
+    }
+
+    /// Weight bytes resident on one device.
+    pub fn weight_bytes_per_device(&self) -> u64 {
+        self.parameter_count() * self.weight_dtype.bytes() / self.tp.max(1) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn essay_bytes_per_token() {
+        let m = ModelShape::llama3_8b();
+        assert_eq!(m.kv_bytes_per_token(), 131_072);
+        assert_eq!(m.kv_bytes_per_token() * 4096, 512 * 1024 * 1024);
+    }
+
+    #[test]
+    fn tensor_parallel_splits_kv_heads() {
+        let mut m = ModelShape::llama3_8b();
+        m.tp = 2;
+        assert_eq!(m.kv_bytes_per_token(), 65_536);
+    }
+
+    #[test]
+    fn llama3_8b_parameter_count_is_about_8b() {
+        let p = ModelShape::llama3_8b().parameter_count();
+        assert!((7_900_000_000..8_100_000_000).contains(&p), "{p}");
+    }
+}

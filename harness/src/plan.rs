@@ -1,0 +1,1 @@
+//! `kvbench plan`: the essay's calculator. (in progress)

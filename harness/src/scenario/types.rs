@@ -1,0 +1,393 @@
+//! The scenario file's schema: what one experiment states. Plain serde data; parsing with
+//! file/line errors, `--set` overrides and feasibility checks live beside it in this module.
+//!
+//! Every table denies unknown keys, so a typo is an error rather than a silently ignored knob.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Dtype, ModelShape};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seed of the workload generator (and of model weights on compute backends).
+    #[serde(default)]
+    pub seed: u64,
+    /// Device profile for the `sim` backend (a file in `scenarios/devices/`), e.g. "h200".
+    #[serde(default = "default_device")]
+    pub device: String,
+    pub model: ModelSpec,
+    pub memory: MemorySpec,
+    pub cache: CacheSpec,
+    pub traffic: TrafficSpec,
+    #[serde(default)]
+    pub scheduler: SchedulerSpec,
+    #[serde(default)]
+    pub slo: SloSpec,
+}
+
+fn default_device() -> String {
+    "h200".into()
+}
+
+/// A preset name plus optional field overrides, or every field given explicitly.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub preset: Option<String>,
+    pub name: Option<String>,
+    pub layers: Option<u32>,
+    pub q_heads: Option<u32>,
+    pub kv_heads: Option<u32>,
+    pub head_dim: Option<u32>,
+    pub d_model: Option<u32>,
+    pub ffn_dim: Option<u32>,
+    pub vocab: Option<u32>,
+    pub weight_dtype: Option<Dtype>,
+    pub kv_dtype: Option<Dtype>,
+    pub tp: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// KV budget: a byte size with units ("8 GiB", "512 MiB", "1000000") or a share of the device
+    /// memory left after weights ("90%").
+    pub kv_budget: String,
+    /// Temporary attention/activation workspace reserved per device (byte size with units).
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
+
+/// How the contiguous baseline sizes each sequence's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Reservation {
+    /// Every sequence reserves `max_seq_len` slots (FasterTransformer/Orca style).
+    #[default]
+    MaxSeqLen,
+    /// Prompt + max new tokens (TGI style).
+    PromptPlusOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BlockSizes {
+    One(u32),
+    Sweep(Vec<u32>),
+}
+
+impl BlockSizes {
+    pub fn as_slice(&self) -> &[u32] {
+        match self {
+            BlockSizes::One(b) => std::slice::from_ref(b),
+            BlockSizes::Sweep(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSpec {
+    /// Tokens per block (or a list, for sweeps). The run uses the first.
+    #[serde(default = "default_block_size")]
+    pub block_size: BlockSizes,
+    #[serde(default)]
+    pub contiguous_reservation: Reservation,
+    pub max_seq_len: u32,
+}
+
+fn default_block_size() -> BlockSizes {
+    BlockSizes::One(16)
+}
+
+/// A length distribution, clamped to `[min, max]` after drawing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LengthDist {
+    Fixed {
+        value: u32,
+    },
+    Uniform {
+        min: u32,
+        max: u32,
+    },
+    Normal {
+        mean: f64,
+        std: f64,
+        #[serde(default)]
+        min: Option<u32>,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    Lognormal {
+        median: f64,
+        sigma: f64,
+        #[serde(default)]
+        min: Option<u32>,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// Zipf over 1..=n with exponent s, scaled by `scale` tokens.
+    Zipf {
+        n: u64,
+        s: f64,
+        #[serde(default = "one_f64")]
+        scale: f64,
+        #[serde(default)]
+        min: Option<u32>,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+    /// Draw uniformly from a column of a CSV of lengths (path relative to the scenario file).
+    Empirical {
+        csv: String,
+        column: String,
+        #[serde(default)]
+        min: Option<u32>,
+        #[serde(default)]
+        max: Option<u32>,
+    },
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+
+/// A delay distribution in milliseconds (cancellation delays, think times).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DelayDist {
+    Fixed { ms: f64 },
+    Uniform { min_ms: f64, max_ms: f64 },
+    Exponential { mean_ms: f64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ArrivalSpec {
+    /// Open loop, exponential gaps.
+    Poisson { rate_per_s: f64 },
+    /// Open loop, gamma-distributed gaps with mean 1/rate; shape 1 is Poisson, < 1 is burstier.
+    Gamma { rate_per_s: f64, shape: f64 },
+    /// Open loop, constant gaps.
+    Constant { rate_per_s: f64 },
+    /// Everything at t = 0 (an offline batch).
+    Burst,
+    /// N clients, each sends its next request `think_ms` after its previous one finished.
+    ClosedLoop {
+        clients: u32,
+        #[serde(default)]
+        think_ms: f64,
+    },
+    /// Replay arrivals (and lengths) from a trace file; formats land with the trace issue.
+    Trace {
+        path: String,
+        format: String,
+        #[serde(default = "one_f64")]
+        time_scale: f64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficSpec {
+    /// Number of requests (or use `duration_s`).
+    pub requests: Option<u32>,
+    /// Generate arrivals until this much time has passed (open loop only).
+    pub duration_s: Option<f64>,
+    pub arrival: ArrivalSpec,
+    pub prompt_tokens: LengthDist,
+    pub output_tokens: LengthDist,
+    #[serde(default)]
+    pub shared_prefix: Option<SharedPrefixSpec>,
+    #[serde(default)]
+    pub parallel_sampling: Option<ParallelSamplingSpec>,
+    #[serde(default)]
+    pub cancellation: Option<CancellationSpec>,
+    #[serde(default)]
+    pub tenants: Option<TenantsSpec>,
+}
+
+/// `groups` distinct prefixes of `prefix_tokens` each (system prompts); `share` of requests start
+/// with one of them (chosen uniformly), followed by their own prompt tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefixSpec {
+    pub groups: u32,
+    pub prefix_tokens: u32,
+    pub share: f64,
+}
+
+/// `share` of requests ask for `n` continuations of one prompt (they fork after prefill).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelSamplingSpec {
+    pub n: u32,
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelWhen {
+    /// While still queued (cancelled `delay` after arrival if not yet admitted; else never).
+    Queued,
+    /// A delay after arrival, wherever the request is by then.
+    AfterDelay,
+    /// After the request has produced `after_tokens` output tokens.
+    AfterTokens,
+    /// Each cancelled request picks one of the above uniformly.
+    Mixed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancellationSpec {
+    pub share: f64,
+    pub when: CancelWhen,
+    #[serde(default)]
+    pub delay: Option<DelayDist>,
+    #[serde(default)]
+    pub after_tokens: Option<LengthDist>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantsSpec {
+    pub count: u32,
+    /// Traffic share per tenant (defaults to equal shares); must sum to 1.
+    #[serde(default)]
+    pub shares: Option<Vec<f64>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyName {
+    /// Running decodes first, then prompt chunks under the token budget (Sarathi / vLLM v1).
+    #[default]
+    DecodeFirst,
+    /// New prompts whole before decodes (Orca / vLLM v0).
+    PrefillFirst,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptionMode {
+    #[default]
+    Recompute,
+    Swap,
+}
+
+/// Who may share prefix-cache blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefixScope {
+    /// Each tenant is its own reuse scope (the default: cross-tenant reuse leaks through TTFT).
+    #[default]
+    Tenant,
+    /// All tenants share one scope; only when the scenario says so.
+    Global,
+    /// No prefix reuse.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSpec {
+    pub policy: PolicyName,
+    /// Tokens (prefill + decode) one step may process.
+    pub max_tokens_per_step: u32,
+    pub max_seqs_per_step: u32,
+    pub preemption: PreemptionMode,
+    /// Host-link bandwidth for swap, GB/s (defaults to the device profile's).
+    pub swap_gbytes_per_s: Option<f64>,
+    pub prefix_cache: bool,
+    pub prefix_scope: PrefixScope,
+    /// Share round-robin across tenants when choosing whom to admit.
+    pub tenant_fairness: bool,
+    /// Free blocks the admission controller keeps back (as a share of the pool).
+    pub watermark: f64,
+    /// Schedule step N+1 while step N is in flight (exercises deferred release).
+    pub async_steps: bool,
+}
+
+impl Default for SchedulerSpec {
+    fn default() -> Self {
+        SchedulerSpec {
+            policy: PolicyName::DecodeFirst,
+            max_tokens_per_step: 2048,
+            max_seqs_per_step: 256,
+            preemption: PreemptionMode::Recompute,
+            swap_gbytes_per_s: None,
+            prefix_cache: true,
+            prefix_scope: PrefixScope::Tenant,
+            tenant_fairness: false,
+            watermark: 0.01,
+            async_steps: false,
+        }
+    }
+}
+
+/// The latency target that throughput is reported at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloSpec {
+    pub ttft_p99_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
+    /// Share of requests that must meet every per-request target (e.g. 0.9).
+    pub attainment: f64,
+}
+
+impl Default for SloSpec {
+    fn default() -> Self {
+        SloSpec {
+            ttft_p99_ms: None,
+            itl_p99_ms: None,
+            attainment: 0.9,
+        }
+    }
+}
+
+impl Scenario {
+    /// The model shape after applying the preset and explicit field overrides.
+    /// `None` when neither a known preset nor all fields are given (validation reports which).
+    pub fn model_shape(&self) -> Option<ModelShape> {
+        let m = &self.model;
+        let base = match &m.preset {
+            Some(p) => ModelShape::preset(p)?,
+            None => ModelShape {
+                name: m.name.clone()?,
+                layers: m.layers?,
+                q_heads: m.q_heads?,
+                kv_heads: m.kv_heads?,
+                head_dim: m.head_dim?,
+                d_model: m.d_model?,
+                ffn_dim: m.ffn_dim?,
+                vocab: m.vocab?,
+                weight_dtype: m.weight_dtype.unwrap_or(Dtype::Bf16),
+                kv_dtype: m.kv_dtype.unwrap_or(Dtype::Bf16),
+                tp: m.tp.unwrap_or(1),
+            },
+        };
+        Some(ModelShape {
+            name: m.name.clone().unwrap_or(base.name),
+            layers: m.layers.unwrap_or(base.layers),
+            q_heads: m.q_heads.unwrap_or(base.q_heads),
+            kv_heads: m.kv_heads.unwrap_or(base.kv_heads),
+            head_dim: m.head_dim.unwrap_or(base.head_dim),
+            d_model: m.d_model.unwrap_or(base.d_model),
+            ffn_dim: m.ffn_dim.unwrap_or(base.ffn_dim),
+            vocab: m.vocab.unwrap_or(base.vocab),
+            weight_dtype: m.weight_dtype.unwrap_or(base.weight_dtype),
+            kv_dtype: m.kv_dtype.unwrap_or(base.kv_dtype),
+            tp: m.tp.unwrap_or(base.tp),
+        })
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.cache.block_size.as_slice()[0]
+    }
+}

@@ -1,0 +1,5 @@
+//! The seeded workload generator: (scenario, seed) → request list.
+
+mod types;
+
+pub use types::*;
