@@ -1,21 +1,84 @@
 //! The command line: a thin layer over the library. Exit codes are part of the interface:
 //! 0 ok, 1 a check failed (reclamation, oracle, invariant, regression), 2 bad input.
+//!
+//! Each subcommand lives in its own file with an `Args` struct and a `run` function returning
+//! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
+//! unless it carries an [`ExitStatus`] saying otherwise.
+
+mod fuzz;
+mod kernel_bench;
+mod plan;
+mod run;
+mod scenario_cmd;
+mod suite;
+mod validate;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "kvbench", version, about = "Benchmark and verify KV-cache management for LLM serving")]
+#[command(
+    name = "kvbench",
+    version,
+    about = "Benchmark and verify KV-cache management (paged vs contiguous) for LLM serving"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// KV memory calculator: bytes per token, blocks, tail waste, and how many sequences fit.
+    Plan(plan::Args),
+    /// Check scenario files; exit 0 if all are valid, 2 otherwise.
+    Validate(validate::Args),
+    /// Inspect scenarios.
+    #[command(subcommand)]
+    Scenario(scenario_cmd::Command),
+    /// Run scenarios with the paged cache and the contiguous baseline on the same request list.
+    Run(run::Args),
+    /// Run a set of scenarios and write one combined table.
+    Suite(suite::Args),
+    /// Random scenarios on `sim`, checking cache invariants every step.
+    Fuzz(fuzz::Args),
+    /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
+    KernelBench(kernel_bench::Args),
+}
+
+/// An error that carries its own exit code (1 for a failed check, 2 for bad input).
+#[derive(Debug)]
+pub struct ExitStatus(pub u8);
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitStatus {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {}
+    let result = match cli.command {
+        Command::Plan(a) => plan::run(a),
+        Command::Validate(a) => validate::run(a),
+        Command::Scenario(c) => scenario_cmd::run(c),
+        Command::Run(a) => run::run(a),
+        Command::Suite(a) => suite::run(a),
+        Command::Fuzz(a) => fuzz::run(a),
+        Command::KernelBench(a) => kernel_bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            let code = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<ExitStatus>())
+                .map_or(2, |s| s.0);
+            ExitCode::from(code)
+        }
+    }
 }

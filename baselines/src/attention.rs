@@ -1,0 +1,1 @@
+//! Contiguous attention (in progress).

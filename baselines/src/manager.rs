@@ -1,0 +1,1 @@
+//! Contiguous cache manager (in progress).
