@@ -1,1 +1,212 @@
-//! (in progress)
+//! The seam between the engine and whatever executes a step: `sim` (a roofline cost model on a
+//! virtual clock), `cpu` (real tensor math) and, later, `cuda`.
+//!
+//! **Architecture invariant:** the engine owns scheduling and the cache manager owns placement;
+//! a backend only executes what a [`StepPlan`] says, reading each sequence's layout from the
+//! cache manager at submit time. Block tables are never copied into the plan: the hot path of a
+//! 20,000-request simulation cannot afford it, and `sim` ignores layouts anyway.
+//!
+//! Steps are asynchronous: [`Backend::submit`] hands a step over and [`Backend::complete`] returns
+//! the oldest in-flight one, so the engine can plan step N+1 while step N runs. The cache
+//! managers' `begin_step`/`retire_step` fences bracket each step; the engine calls them. A
+//! synchronous backend may do all its work in `submit` and merely return it from `complete`.
+
+pub mod sim;
+
+use std::path::PathBuf;
+
+use kvbench_cache_api::{CopyOp, KvCacheManager, SeqId};
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelShape;
+
+/// One scheduled sequence in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqWork {
+    pub seq: SeqId,
+    /// Tokens whose K/V are already in the cache before this step (the attention context).
+    pub context_tokens: u32,
+    /// Tokens this step writes K/V for: a prefill chunk, or 1 for a decode.
+    pub new_tokens: u32,
+    /// Sample a token after the last new token (final prefill chunk, or a decode).
+    pub sample: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwapDirection {
+    /// Copy the sequence's K/V to the host tier (its layout is still mapped at submit time; the
+    /// engine releases it after submitting, so the release is fenced on this step).
+    Out,
+    /// Copy the sequence's K/V back from the host into its freshly allocated layout.
+    In,
+}
+
+/// A swap transfer performed before the step's compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapOp {
+    pub seq: SeqId,
+    pub direction: SwapDirection,
+    /// Tokens of K/V moved (the backend turns them into bytes with its model shape).
+    pub tokens: u32,
+}
+
+/// Everything one step does, in order: copies (copy-on-write, contiguous forks), swaps, then the
+/// compute over `seqs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepPlan {
+    pub copies: Vec<CopyOp>,
+    pub swaps: Vec<SwapOp>,
+    pub seqs: Vec<SeqWork>,
+}
+
+impl StepPlan {
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty() && self.swaps.is_empty() && self.seqs.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.copies.clear();
+        self.swaps.clear();
+        self.seqs.clear();
+    }
+}
+
+/// The token a sequence sampled at the end of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampled {
+    pub seq: SeqId,
+    pub token: u32,
+}
+
+/// The result of one step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOutput {
+    /// Seconds the step took: modelled on `sim`, measured compute wall time on `cpu` (oracle
+    /// checks excluded). The engine advances its virtual clock by this.
+    pub duration_s: f64,
+    /// One entry per `SeqWork` with `sample == true`, in plan order.
+    pub sampled: Vec<Sampled>,
+}
+
+/// The backend's share of the memory ledger, in bytes (KV is counted by the cache manager).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MemoryParts {
+    pub weights_bytes: u64,
+    /// Temporary attention/activation buffers.
+    pub workspace_bytes: u64,
+    /// Runtime allocations that are neither weights, KV nor workspace (e.g. the host swap tier
+    /// is *not* counted here: it is host memory).
+    pub other_bytes: u64,
+    /// What the device itself says is in use, where a device exists (reconciliation).
+    pub device_used_bytes: Option<u64>,
+}
+
+/// Numerical agreement of a compute backend with the f64 oracle.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NumericsReport {
+    pub checked_steps: u64,
+    pub max_rel_err: f64,
+    pub tolerance: f64,
+    pub ok: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The backend exists in the design but this build does not carry it.
+    #[error("{0} backend not built in this version")]
+    NotBuilt(&'static str),
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    #[error("backend configuration: {0}")]
+    Config(String),
+    /// A step could not be executed (bad plan, unknown sequence, missing layout...).
+    #[error("step failed: {0}")]
+    Step(String),
+}
+
+/// Executes steps. One backend instance serves one cache manager for one run.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    /// True when the backend computes real tokens (the engine then keeps every emitted token id
+    /// per stream and compares paged against contiguous).
+    fn computes(&self) -> bool;
+
+    /// A new sequence with its prompt; called before its first step.
+    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError>;
+    /// `child` continues `parent` after the step that sampled the parent's first token has been
+    /// submitted. Continuation k takes the rank-k token at that position (so continuations
+    /// diverge even under greedy decoding); the token is returned.
+    fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError>;
+    /// The sequence is gone (finished or cancelled). Takes effect after in-flight steps.
+    fn forget(&mut self, seq: SeqId) -> Result<(), BackendError>;
+
+    /// Hand a step to the device. Layouts are read from `cache` now.
+    fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError>;
+    /// The oldest in-flight step's output; an error if none is in flight.
+    fn complete(&mut self) -> Result<StepOutput, BackendError>;
+
+    fn memory(&self) -> MemoryParts;
+    fn numerics(&self) -> Option<NumericsReport>;
+}
+
+/// Which backend to run on, as given on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// `cuda` where a device is found, else `cpu`.
+    Auto,
+    Cpu,
+    Cuda,
+    Sim,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Sim => "sim",
+        }
+    }
+
+    /// The concrete backend `auto` stands for in this build: no `cuda` backend exists yet, so
+    /// `auto` is `cpu`. `sim` is only ever chosen explicitly.
+    pub fn resolve(self) -> BackendKind {
+        match self {
+            BackendKind::Auto => BackendKind::Cpu,
+            k => k,
+        }
+    }
+}
+
+/// What a backend needs to know about the run it serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSetup {
+    pub model: ModelShape,
+    /// Device profile name (`scenarios/devices/<name>.toml`; built-ins: h200, cpu).
+    pub device: String,
+    /// Folder holding the scenario file, searched for `devices/<name>.toml` first.
+    pub scenario_dir: Option<PathBuf>,
+    /// Token slots of the cache manager this backend serves (sizes compute backends' KV storage).
+    pub cache_slots: u64,
+    pub block_size: u32,
+    /// Seed of model weights on compute backends.
+    pub seed: u64,
+    pub max_tokens_per_step: u32,
+    /// Host-link bandwidth override for swaps, GB/s.
+    pub swap_gbytes_per_s: Option<f64>,
+    /// Workspace reservation from the scenario (`memory.workspace`), if stated.
+    pub workspace_bytes: Option<u64>,
+}
+
+/// Construct a backend. `auto` must be resolved first ([`BackendKind::resolve`]).
+pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, BackendError> {
+    match kind.resolve() {
+        BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
+        BackendKind::Cpu => Err(BackendError::NotBuilt("cpu")),
+        BackendKind::Cuda => Err(BackendError::NotBuilt("cuda")),
+        BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
+    }
+}

@@ -1,1 +1,0 @@
-//! Contiguous cache manager (in progress).

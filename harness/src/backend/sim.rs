@@ -1,0 +1,132 @@
+//! The `sim` backend: no tensor math. Each step's duration comes from the roofline
+//! [`cost::CostModel`] over the real context lengths of the batch, on the engine's virtual clock,
+//! so a simulated hour takes seconds and is fully deterministic.
+
+pub mod cost;
+pub mod profile;
+
+use std::collections::VecDeque;
+
+use kvbench_cache_api::{CacheMode, KvCacheManager, SeqId};
+
+use crate::backend::{
+    Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
+};
+use cost::CostModel;
+use profile::DeviceProfile;
+
+pub struct SimBackend {
+    cost: CostModel,
+    profile: DeviceProfile,
+    vocab: u32,
+    memory: MemoryParts,
+    in_flight: VecDeque<StepOutput>,
+}
+
+impl SimBackend {
+    pub fn new(setup: &RunSetup) -> Result<SimBackend, BackendError> {
+        let profile = DeviceProfile::load(&setup.device, setup.scenario_dir.as_deref())?;
+        let swap = setup.swap_gbytes_per_s.map(|g| g * 1e9);
+        if let Some(s) = swap {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(BackendError::Config(format!(
+                    "scheduler.swap_gbytes_per_s: must be > 0, got {s}"
+                )));
+            }
+        }
+        let m = &setup.model;
+        // Activation workspace for a full step of tokens (hidden, q/k/v, MLP intermediates) plus
+        // f32 logits for them, unless the scenario states its own reservation.
+        let workspace_bytes = setup.workspace_bytes.unwrap_or_else(|| {
+            let per_token = (4 * m.d_model as u64 + 2 * m.ffn_dim as u64) * m.weight_dtype.bytes()
+                + 4 * m.vocab as u64;
+            per_token * setup.max_tokens_per_step as u64 / m.tp.max(1) as u64
+        });
+        Ok(SimBackend {
+            cost: CostModel::new(m, &profile, swap),
+            vocab: m.vocab.max(1),
+            memory: MemoryParts {
+                weights_bytes: m.weight_bytes_per_device(),
+                workspace_bytes,
+                other_bytes: 0,
+                device_used_bytes: None,
+            },
+            profile,
+            in_flight: VecDeque::new(),
+        })
+    }
+
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+
+    /// A deterministic stand-in token: a mix of the sequence id and the position.
+    fn fake_token(&self, seq: SeqId, position: u64) -> u32 {
+        let mut x =
+            seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ position.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 32;
+        (x % self.vocab as u64) as u32
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn computes(&self) -> bool {
+        false
+    }
+
+    fn register(&mut self, _seq: SeqId, _prompt: &[u32]) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn fork(
+        &mut self,
+        _parent: SeqId,
+        child: SeqId,
+        sample_rank: u32,
+    ) -> Result<u32, BackendError> {
+        Ok(self.fake_token(child, u64::MAX - sample_rank as u64))
+    }
+
+    fn forget(&mut self, _seq: SeqId) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
+        let paged = cache.mode() == CacheMode::Paged;
+        let cost = self.cost.step(&plan.seqs, &plan.copies, &plan.swaps, paged);
+        let sampled = plan
+            .seqs
+            .iter()
+            .filter(|s| s.sample)
+            .map(|s| Sampled {
+                seq: s.seq,
+                token: self.fake_token(s.seq, s.context_tokens as u64 + s.new_tokens as u64),
+            })
+            .collect();
+        self.in_flight.push_back(StepOutput {
+            duration_s: cost.total_s,
+            sampled,
+        });
+        Ok(())
+    }
+
+    fn complete(&mut self) -> Result<StepOutput, BackendError> {
+        self.in_flight
+            .pop_front()
+            .ok_or_else(|| BackendError::Step("complete() with no step in flight".into()))
+    }
+
+    fn memory(&self) -> MemoryParts {
+        self.memory
+    }
+
+    fn numerics(&self) -> Option<NumericsReport> {
+        None
+    }
+}

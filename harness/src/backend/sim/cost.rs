@@ -1,0 +1,202 @@
+//! The roofline cost model of one step.
+//!
+//! A step reads the weights once, reads every scheduled sequence's K/V context (plus the tokens
+//! it adds) and writes the new tokens' K/V; it performs `2 × params` FLOPs per new token plus the
+//! attention FLOPs. Its time is the larger of bytes ÷ bandwidth and FLOPs ÷ peak, plus a fixed
+//! per-step overhead. Copies (copy-on-write, contiguous forks) move bytes at the device copy
+//! bandwidth and swaps at the host-link bandwidth; both precede the compute, so they add.
+//! Paged attention reads its K/V at `paged_attention_efficiency` of the contiguous bandwidth.
+
+use kvbench_cache_api::CopyOp;
+
+use crate::backend::sim::profile::DeviceProfile;
+use crate::backend::{SeqWork, SwapOp};
+use crate::model::ModelShape;
+
+/// The model-shape constants the cost model needs, precomputed once per run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    kv_bytes_per_token: f64,
+    weight_bytes: f64,
+    /// Dense FLOPs per new token (2 × parameters on this device).
+    dense_flops_per_token: f64,
+    /// Attention FLOPs per (query token × context token): QKᵀ and PV, 2 FLOPs per MAC each.
+    attn_flops_per_pair: f64,
+    bandwidth: f64,
+    paged_bandwidth: f64,
+    peak_flops: f64,
+    host_link: f64,
+    overhead_s: f64,
+}
+
+/// Totals of one step, kept for tests and traces.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepCost {
+    pub bytes_moved: f64,
+    pub flops: f64,
+    pub memory_s: f64,
+    pub compute_s: f64,
+    pub copy_s: f64,
+    pub swap_s: f64,
+    pub total_s: f64,
+}
+
+impl CostModel {
+    pub fn new(model: &ModelShape, device: &DeviceProfile, swap_bytes_per_s: Option<f64>) -> Self {
+        let tp = model.tp.max(1) as f64;
+        let q_per_device = (model.q_heads as f64 / tp).ceil();
+        CostModel {
+            kv_bytes_per_token: model.kv_bytes_per_token() as f64,
+            weight_bytes: model.weight_bytes_per_device() as f64,
+            dense_flops_per_token: 2.0 * model.parameter_count() as f64 / tp,
+            attn_flops_per_pair: 4.0 * model.layers as f64 * q_per_device * model.head_dim as f64,
+            bandwidth: device.hbm_effective_bytes_per_s,
+            paged_bandwidth: device.hbm_effective_bytes_per_s * device.paged_attention_efficiency,
+            peak_flops: device.peak_flops_per_s,
+            host_link: swap_bytes_per_s.unwrap_or(device.host_link_bytes_per_s),
+            overhead_s: device.step_overhead_s,
+        }
+    }
+
+    pub fn step(
+        &self,
+        seqs: &[SeqWork],
+        copies: &[CopyOp],
+        swaps: &[SwapOp],
+        paged: bool,
+    ) -> StepCost {
+        let mut kv_read_tokens = 0u64;
+        let mut new_tokens = 0u64;
+        let mut attn_pairs = 0f64;
+        for s in seqs {
+            let ctx = s.context_tokens as u64;
+            let new = s.new_tokens as u64;
+            kv_read_tokens += ctx + new;
+            new_tokens += new;
+            // Causal: query i of the chunk sees the context plus i+1 chunk tokens.
+            attn_pairs += (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
+        }
+        let kv_bw = if paged {
+            self.paged_bandwidth
+        } else {
+            self.bandwidth
+        };
+        let (weights, read, write) = if seqs.is_empty() {
+            (0.0, 0.0, 0.0)
+        } else {
+            (
+                self.weight_bytes,
+                kv_read_tokens as f64 * self.kv_bytes_per_token,
+                new_tokens as f64 * self.kv_bytes_per_token,
+            )
+        };
+        let memory_s = (weights + write) / self.bandwidth + read / kv_bw;
+        let flops =
+            new_tokens as f64 * self.dense_flops_per_token + attn_pairs * self.attn_flops_per_pair;
+        let compute_s = flops / self.peak_flops;
+        let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
+        // The measured copy bandwidth counts bytes read plus bytes written.
+        let copy_s = 2.0 * copied_tokens as f64 * self.kv_bytes_per_token / self.bandwidth;
+        let swapped_tokens: u64 = swaps.iter().map(|s| s.tokens as u64).sum();
+        let swap_s = swapped_tokens as f64 * self.kv_bytes_per_token / self.host_link;
+        let overhead = if seqs.is_empty() && copies.is_empty() && swaps.is_empty() {
+            0.0
+        } else {
+            self.overhead_s
+        };
+        let total_s = memory_s.max(compute_s) + copy_s + swap_s + overhead;
+        StepCost {
+            bytes_moved: weights + read + write,
+            flops,
+            memory_s,
+            compute_s,
+            copy_s,
+            swap_s,
+            total_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h200() -> DeviceProfile {
+        DeviceProfile::load("h200", None).expect("h200")
+    }
+
+    fn decode(seq: u64, ctx: u32) -> SeqWork {
+        SeqWork {
+            seq,
+            context_tokens: ctx,
+            new_tokens: 1,
+            sample: true,
+        }
+    }
+
+    #[test]
+    fn decode_is_memory_bound_and_matches_the_facts_example() {
+        // FACTS: 64 sequences × 2,048 tokens at 32/8/128/bf16 = 16 GiB of K/V → ~4.0 ms at 4.3 TB/s.
+        let m = CostModel::new(&ModelShape::llama3_8b(), &h200(), None);
+        let seqs: Vec<_> = (0..64).map(|i| decode(i, 2047)).collect();
+        let c = m.step(&seqs, &[], &[], false);
+        assert!(c.memory_s > c.compute_s, "{c:?}");
+        let kv_s = (64.0 * 2048.0 * 131_072.0) / 4.3e12;
+        assert!((kv_s - 0.004).abs() < 0.0002, "{kv_s}");
+        let weights_s = ModelShape::llama3_8b().weight_bytes_per_device() as f64 / 4.3e12;
+        let expect = kv_s + weights_s + 64.0 * 131_072.0 / 4.3e12 + 40e-6;
+        assert!(
+            (c.total_s - expect).abs() / expect < 1e-3,
+            "{} vs {expect}",
+            c.total_s
+        );
+    }
+
+    #[test]
+    fn long_prefill_is_compute_bound() {
+        let m = CostModel::new(&ModelShape::llama3_8b(), &h200(), None);
+        let c = m.step(
+            &[SeqWork {
+                seq: 0,
+                context_tokens: 0,
+                new_tokens: 2048,
+                sample: true,
+            }],
+            &[],
+            &[],
+            false,
+        );
+        assert!(c.compute_s > c.memory_s, "{c:?}");
+        // 2 × 8e9 × 2048 ≈ 33 TFLOP → ~41 ms at 790 TFLOP/s.
+        assert!(c.total_s > 0.035 && c.total_s < 0.06, "{c:?}");
+    }
+
+    #[test]
+    fn paged_reads_cost_more_and_copies_and_swaps_add() {
+        let m = CostModel::new(&ModelShape::llama3_8b(), &h200(), Some(25e9));
+        let seqs: Vec<_> = (0..32).map(|i| decode(i, 1000)).collect();
+        let contiguous = m.step(&seqs, &[], &[], false);
+        let paged = m.step(&seqs, &[], &[], true);
+        assert!(paged.total_s > contiguous.total_s);
+        let copy = [CopyOp {
+            src_slot: 0,
+            dst_slot: 16,
+            len_tokens: 16,
+        }];
+        let swap = [SwapOp {
+            seq: 1,
+            direction: crate::backend::SwapDirection::Out,
+            tokens: 1000,
+        }];
+        let with = m.step(&seqs, &copy, &swap, true);
+        let expect_swap = 1000.0 * 131_072.0 / 25e9;
+        assert!((with.swap_s - expect_swap).abs() < 1e-12);
+        assert!((with.total_s - paged.total_s - with.copy_s - with.swap_s).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_empty_step_costs_nothing() {
+        let m = CostModel::new(&ModelShape::tiny(), &h200(), None);
+        assert_eq!(m.step(&[], &[], &[], true).total_s, 0.0);
+    }
+}
