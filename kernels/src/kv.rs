@@ -1,0 +1,169 @@
+//! KV storage and the writes into it.
+//!
+//! **Layout.** Per layer, K and V are each `[num_slots, kv_heads, head_dim]` (NHD), row-major.
+//! A slot is one token position: for a paged cache slot = block × block_size + offset, so block
+//! `b` is rows `b*block_size .. (b+1)*block_size`; the contiguous arena uses the same per-slot
+//! layout, so one slot index addresses the same bytes whichever manager handed it out.
+//! Fresh storage is NaN: reading a slot nobody wrote poisons the output instead of passing.
+
+use crate::elem::KvElem;
+use crate::error::{check_len, KernelError};
+
+/// K and V of one layer.
+#[derive(Debug, Clone)]
+pub struct LayerKv<E> {
+    pub k: Vec<E>,
+    pub v: Vec<E>,
+}
+
+/// The whole cache: every layer, same slot count.
+#[derive(Debug, Clone)]
+pub struct KvCache<E> {
+    pub layers: Vec<LayerKv<E>>,
+    pub num_slots: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl<E: KvElem> KvCache<E> {
+    pub fn new(layers: usize, num_slots: usize, kv_heads: usize, head_dim: usize) -> Self {
+        let n = num_slots * kv_heads * head_dim;
+        let nan = E::from_f32(f32::NAN);
+        let layers = (0..layers)
+            .map(|_| LayerKv {
+                k: vec![nan; n],
+                v: vec![nan; n],
+            })
+            .collect();
+        KvCache {
+            layers,
+            num_slots,
+            kv_heads,
+            head_dim,
+        }
+    }
+
+    /// Elements per slot per layer per K or V.
+    pub fn row_elems(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Bytes of K and V for one token across all layers.
+    pub fn bytes_per_token(&self) -> usize {
+        2 * self.layers.len() * self.row_elems() * std::mem::size_of::<E>()
+    }
+
+    fn check_range(&self, slot: usize, len: usize) -> Result<(), KernelError> {
+        match slot.checked_add(len) {
+            Some(end) if end <= self.num_slots => Ok(()),
+            _ => Err(KernelError::SlotOutOfRange {
+                slot: slot as u64,
+                len_tokens: len as u64,
+                num_slots: self.num_slots as u64,
+            }),
+        }
+    }
+
+    /// Copies `len` slots from `src` to `dst` in every layer (copy-on-write, contiguous fork).
+    /// Overlapping ranges behave like `memmove`.
+    pub fn copy_slots(&mut self, src: usize, dst: usize, len: usize) -> Result<(), KernelError> {
+        self.check_range(src, len)?;
+        self.check_range(dst, len)?;
+        let row = self.row_elems();
+        for layer in &mut self.layers {
+            layer.k.copy_within(src * row..(src + len) * row, dst * row);
+            layer.v.copy_within(src * row..(src + len) * row, dst * row);
+        }
+        Ok(())
+    }
+
+    /// Reads `len` slots of every layer into a host buffer (swap out). Layout of the buffer:
+    /// per layer, K rows then V rows.
+    pub fn read_slots(
+        &self,
+        first: usize,
+        len: usize,
+        out: &mut Vec<E>,
+    ) -> Result<(), KernelError> {
+        self.check_range(first, len)?;
+        let row = self.row_elems();
+        for layer in &self.layers {
+            out.extend_from_slice(&layer.k[first * row..(first + len) * row]);
+            out.extend_from_slice(&layer.v[first * row..(first + len) * row]);
+        }
+        Ok(())
+    }
+
+    /// Writes back what [`read_slots`](Self::read_slots) produced for `len` slots (swap in),
+    /// returning how many elements of `data` were consumed.
+    pub fn write_slots(
+        &mut self,
+        first: usize,
+        len: usize,
+        data: &[E],
+    ) -> Result<usize, KernelError> {
+        self.check_range(first, len)?;
+        let row = self.row_elems();
+        let need = 2 * self.layers.len() * len * row;
+        if data.len() < need {
+            return Err(KernelError::Shape {
+                what: "swap buffer",
+                expected: need,
+                got: data.len(),
+            });
+        }
+        let mut at = 0;
+        for layer in &mut self.layers {
+            layer.k[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
+            at += len * row;
+            layer.v[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
+            at += len * row;
+        }
+        Ok(at)
+    }
+}
+
+/// Writes new tokens' K and V (`[n, kv_heads*head_dim]` each) into the slots named by
+/// `slot_mapping`; a negative slot is padding and skipped. Every slot is checked before any
+/// write, so an error leaves the cache unchanged.
+pub fn write_kv<E: KvElem>(
+    layer: &mut LayerKv<E>,
+    num_slots: usize,
+    row_elems: usize,
+    k_new: &[f32],
+    v_new: &[f32],
+    slot_mapping: &[i64],
+) -> Result<(), KernelError> {
+    let n = slot_mapping.len();
+    check_len("k rows", n * row_elems, k_new.len())?;
+    check_len("v rows", n * row_elems, v_new.len())?;
+    check_len("k cache", num_slots * row_elems, layer.k.len())?;
+    check_len("v cache", num_slots * row_elems, layer.v.len())?;
+    if let Some(&bad) = slot_mapping.iter().find(|&&s| s >= num_slots as i64) {
+        return Err(KernelError::SlotOutOfRange {
+            slot: bad as u64,
+            len_tokens: 1,
+            num_slots: num_slots as u64,
+        });
+    }
+    for (i, &slot) in slot_mapping.iter().enumerate() {
+        if slot < 0 {
+            continue;
+        }
+        let dst = slot as usize * row_elems;
+        let src = i * row_elems;
+        for (d, s) in layer.k[dst..dst + row_elems]
+            .iter_mut()
+            .zip(&k_new[src..src + row_elems])
+        {
+            *d = E::from_f32(*s);
+        }
+        for (d, s) in layer.v[dst..dst + row_elems]
+            .iter_mut()
+            .zip(&v_new[src..src + row_elems])
+        {
+            *d = E::from_f32(*s);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! One forward step over a batch of sequence chunks (prefill chunks and decode tokens alike).
+
+use super::ops::{apply_rope, rms_norm, rope_inv_freq, rope_tables, silu_mul};
+use super::{ModelConfig, ModelWeights};
+use crate::addressing::TokenAddressing;
+use crate::attention::{attention, AttnDims, QuerySpan};
+use crate::elem::KvElem;
+use crate::error::{check_len, KernelError};
+use crate::gemm::matmul;
+use crate::kv::{write_kv, KvCache};
+
+/// New tokens of one sequence in this step: they occupy logical positions
+/// `start_pos .. start_pos + tokens.len()`; positions before `start_pos` are already cached.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSeq<'a, A> {
+    pub addr: &'a A,
+    pub start_pos: usize,
+    pub tokens: &'a [u32],
+    /// Return logits for the last of `tokens`.
+    pub want_logits: bool,
+}
+
+/// The model: config, weights and RoPE frequencies.
+#[derive(Debug, Clone)]
+pub struct Transformer {
+    pub cfg: ModelConfig,
+    pub weights: ModelWeights,
+    inv_freq: Vec<f64>,
+}
+
+impl Transformer {
+    pub fn new(cfg: ModelConfig, weights: ModelWeights) -> Result<Transformer, KernelError> {
+        cfg.validate()?;
+        let (d, v) = (cfg.d_model, cfg.vocab);
+        check_len("embed", v * d, weights.embed.len())?;
+        check_len("lm_head", d * v, weights.lm_head.len())?;
+        check_len("final_norm", d, weights.final_norm.len())?;
+        check_len("layers", cfg.layers, weights.layers.len())?;
+        for l in &weights.layers {
+            check_len("attn_norm", d, l.attn_norm.len())?;
+            check_len("wq", d * cfg.q_dim(), l.wq.len())?;
+            check_len("wk", d * cfg.kv_dim(), l.wk.len())?;
+            check_len("wv", d * cfg.kv_dim(), l.wv.len())?;
+            check_len("wo", cfg.q_dim() * d, l.wo.len())?;
+            check_len("mlp_norm", d, l.mlp_norm.len())?;
+            check_len("w_gate", d * cfg.ffn_dim, l.w_gate.len())?;
+            check_len("w_up", d * cfg.ffn_dim, l.w_up.len())?;
+            check_len("w_down", cfg.ffn_dim * d, l.w_down.len())?;
+        }
+        let inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta);
+        Ok(Transformer {
+            cfg,
+            weights,
+            inv_freq,
+        })
+    }
+
+    /// A seeded model (see [`ModelWeights::random`]).
+    pub fn seeded(cfg: ModelConfig, seed: u64) -> Result<Transformer, KernelError> {
+        let w = ModelWeights::random(&cfg, seed)?;
+        Transformer::new(cfg, w)
+    }
+
+    /// A cache shaped for this model.
+    pub fn new_cache<E: KvElem>(&self, num_slots: usize) -> KvCache<E> {
+        KvCache::new(
+            self.cfg.layers,
+            num_slots,
+            self.cfg.kv_heads,
+            self.cfg.head_dim,
+        )
+    }
+
+    /// Runs one step: writes every new token's K/V into its slot and returns, per sequence, the
+    /// logits of its last token where asked. A token's result does not depend on the rest of the
+    /// batch (see `gemm`), nor on how its sequence was chunked.
+    pub fn forward<E: KvElem, A: TokenAddressing>(
+        &self,
+        kv: &mut KvCache<E>,
+        seqs: &[StepSeq<'_, A>],
+    ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
+        let c = &self.cfg;
+        let (d, qd, kvd, f) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        if kv.layers.len() != c.layers || kv.kv_heads != c.kv_heads || kv.head_dim != c.head_dim {
+            return Err(KernelError::Config(
+                "KV cache shape does not match the model".into(),
+            ));
+        }
+        let mut positions = Vec::new();
+        let mut slots = Vec::new();
+        let mut x = Vec::new();
+        for s in seqs {
+            for (i, &tok) in s.tokens.iter().enumerate() {
+                let t = tok as usize;
+                if t >= c.vocab {
+                    return Err(KernelError::Shape {
+                        what: "token id < vocab",
+                        expected: c.vocab,
+                        got: t,
+                    });
+                }
+                let pos = s.start_pos + i;
+                positions.push(pos);
+                slots.push(s.addr.slot_of(pos)? as i64);
+                x.extend_from_slice(&self.weights.embed[t * d..(t + 1) * d]);
+            }
+        }
+        let n = positions.len();
+        let spans: Vec<QuerySpan<'_, A>> = seqs
+            .iter()
+            .map(|s| QuerySpan {
+                addr: s.addr,
+                context_len: s.start_pos + s.tokens.len(),
+                q_len: s.tokens.len(),
+            })
+            .collect();
+        let (cos, sin) = rope_tables(&positions, &self.inv_freq);
+        let dims = AttnDims {
+            q_heads: c.q_heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+
+        let mut h = vec![0f32; n * d];
+        let mut q = vec![0f32; n * qd];
+        let mut k = vec![0f32; n * kvd];
+        let mut v = vec![0f32; n * kvd];
+        let mut att = vec![0f32; n * qd];
+        let mut proj = vec![0f32; n * d];
+        let mut gate = vec![0f32; n * f];
+        let mut up = vec![0f32; n * f];
+        for (lw, lkv) in self.weights.layers.iter().zip(kv.layers.iter_mut()) {
+            rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
+            matmul(&h, &lw.wq, &mut q, n, d, qd)?;
+            matmul(&h, &lw.wk, &mut k, n, d, kvd)?;
+            matmul(&h, &lw.wv, &mut v, n, d, kvd)?;
+            apply_rope(&mut q, c.q_heads, c.head_dim, &cos, &sin);
+            apply_rope(&mut k, c.kv_heads, c.head_dim, &cos, &sin);
+            write_kv(lkv, kv.num_slots, kvd, &k, &v, &slots)?;
+            attention(lkv, kv.num_slots, dims, &spans, &q, &mut att, scale)?;
+            matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+
+            rms_norm(&x, &lw.mlp_norm, c.norm_eps, &mut h);
+            matmul(&h, &lw.w_gate, &mut gate, n, d, f)?;
+            matmul(&h, &lw.w_up, &mut up, n, d, f)?;
+            silu_mul(&mut gate, &up);
+            matmul(&gate, &lw.w_down, &mut proj, n, f, d)?;
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+        }
+
+        // Final norm and vocabulary projection, only for the rows whose logits are wanted.
+        let mut rows = Vec::new();
+        let mut end = 0;
+        for s in seqs {
+            end += s.tokens.len();
+            if s.want_logits && !s.tokens.is_empty() {
+                rows.push(end - 1);
+            }
+        }
+        let mut last = vec![0f32; rows.len() * d];
+        for (i, &r) in rows.iter().enumerate() {
+            rms_norm(
+                &x[r * d..(r + 1) * d],
+                &self.weights.final_norm,
+                c.norm_eps,
+                &mut last[i * d..(i + 1) * d],
+            );
+        }
+        let mut logits = vec![0f32; rows.len() * c.vocab];
+        matmul(
+            &last,
+            &self.weights.lm_head,
+            &mut logits,
+            rows.len(),
+            d,
+            c.vocab,
+        )?;
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut li = logits.chunks_exact(c.vocab);
+        for s in seqs {
+            out.push(if s.want_logits && !s.tokens.is_empty() {
+                li.next().map(|l| l.to_vec())
+            } else {
+                None
+            });
+        }
+        Ok(out)
+    }
+}

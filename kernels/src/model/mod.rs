@@ -1,0 +1,67 @@
+//! A tiny decoder-only transformer with seeded random weights, computing over the paged (or
+//! contiguous) KV cache.
+//!
+//! Embedding → per layer [RMSNorm → Q/K/V (grouped KV heads) → RoPE → KV write by slot mapping →
+//! attention over the cache → output projection → residual → RMSNorm → gated SiLU MLP →
+//! residual] → final RMSNorm → vocabulary projection. Greedy decoding picks the top logit.
+
+mod forward;
+mod ops;
+mod weights;
+
+pub use forward::{StepSeq, Transformer};
+pub use ops::{rank_token, rope_inv_freq};
+pub use weights::{LayerWeights, ModelWeights};
+
+use crate::error::KernelError;
+
+/// The model's shape and constants; plain data so the harness can build it from its own shape type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub layers: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub d_model: usize,
+    pub ffn_dim: usize,
+    pub vocab: usize,
+    pub rope_theta: f64,
+    pub norm_eps: f32,
+}
+
+impl ModelConfig {
+    pub fn validate(&self) -> Result<(), KernelError> {
+        let positive = [
+            ("layers", self.layers),
+            ("q_heads", self.q_heads),
+            ("kv_heads", self.kv_heads),
+            ("d_model", self.d_model),
+            ("ffn_dim", self.ffn_dim),
+            ("vocab", self.vocab),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(KernelError::Config(format!("{name} must be positive")));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return Err(KernelError::Config(format!(
+                "head_dim {} must be even and positive (RoPE pairs)",
+                self.head_dim
+            )));
+        }
+        if !self.q_heads.is_multiple_of(self.kv_heads) {
+            return Err(KernelError::Config(format!(
+                "q_heads {} must be a multiple of kv_heads {}",
+                self.q_heads, self.kv_heads
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.q_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
