@@ -1,5 +1,20 @@
 //! Scenario files: schema, parsing with file:line errors, overrides, feasibility checks.
+//!
+//! Entry point: [`load`]. A scenario that cannot run is refused here, before any work starts.
 
+mod budget;
+mod check;
+mod device;
+mod empirical;
+mod error;
+mod load;
+mod locate;
 mod types;
 
+pub use budget::{length_range, request_need, LengthRange, RequestNeed};
+pub use device::{device_memory_bytes, KNOWN_DEVICES};
+pub use empirical::read_lengths;
+pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
+pub use load::{load, parse_str};
+pub use locate::SourceMap;
 pub use types::*;

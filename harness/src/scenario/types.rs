@@ -27,6 +27,10 @@ pub struct Scenario {
     pub scheduler: SchedulerSpec,
     #[serde(default)]
     pub slo: SloSpec,
+    /// The file this scenario was loaded from: relative paths inside it (empirical CSVs, traces)
+    /// resolve against its folder. Not part of the file format.
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
 }
 
 fn default_device() -> String {

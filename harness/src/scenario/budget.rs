@@ -1,0 +1,261 @@
+//! Length ranges and the memory one request needs: what decides whether a budget can run a
+//! scenario at all.
+
+use super::device::{device_memory_bytes, KNOWN_DEVICES};
+use super::error::{Diagnostic, KeyProblem, Origin, ScenarioError};
+use super::types::*;
+use crate::model::ModelShape;
+use crate::units::{format_bytes, KvBudget};
+
+/// The lengths a distribution can produce after its clamps: every draw lands in `lo..=hi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthRange {
+    pub lo: u32,
+    pub hi: u32,
+}
+
+/// Checks a length distribution's parameters and returns its range. Unbounded distributions
+/// (normal, lognormal) are clamped to `[1, max_seq_len]` unless `min`/`max` say otherwise.
+pub fn length_range(
+    s: &Scenario,
+    d: &LengthDist,
+    key: &str,
+    max_seq_len: u32,
+) -> Result<LengthRange, KeyProblem> {
+    let bad = |field: &str, msg: &str| KeyProblem::new(format!("{key}.{field}"), msg);
+    let finite_pos = |v: f64| v.is_finite() && v > 0.0;
+    let (lo, hi, natural_hi) = match d {
+        LengthDist::Fixed { value } => (*value, *value, *value),
+        LengthDist::Uniform { min, max } => (*min, *max, *max),
+        LengthDist::Normal {
+            mean,
+            std,
+            min,
+            max,
+        } => {
+            if !mean.is_finite() {
+                return Err(bad("mean", "must be a finite number"));
+            }
+            if !(std.is_finite() && *std >= 0.0) {
+                return Err(bad("std", "must be >= 0"));
+            }
+            (min.unwrap_or(1), max.unwrap_or(max_seq_len), u32::MAX)
+        }
+        LengthDist::Lognormal {
+            median,
+            sigma,
+            min,
+            max,
+        } => {
+            if !finite_pos(*median) {
+                return Err(bad("median", "must be positive"));
+            }
+            if !(sigma.is_finite() && *sigma >= 0.0) {
+                return Err(bad("sigma", "must be >= 0"));
+            }
+            (min.unwrap_or(1), max.unwrap_or(max_seq_len), u32::MAX)
+        }
+        LengthDist::Zipf {
+            n,
+            s: exponent,
+            scale,
+            min,
+            max,
+        } => {
+            if *n == 0 {
+                return Err(bad("n", "must be at least 1"));
+            }
+            if !(exponent.is_finite() && *exponent >= 0.0) {
+                return Err(bad("s", "must be >= 0"));
+            }
+            if !finite_pos(*scale) {
+                return Err(bad("scale", "must be positive"));
+            }
+            let top = (*n as f64 * scale).round().min(u32::MAX as f64) as u32;
+            (min.unwrap_or(1), max.unwrap_or(max_seq_len), top.max(1))
+        }
+        LengthDist::Empirical {
+            csv,
+            column,
+            min,
+            max,
+        } => {
+            let path = s.resolve_path(csv);
+            let values = super::empirical::read_lengths(&path, column)
+                .map_err(|m| KeyProblem::new(format!("{key}.csv"), m))?;
+            let top = values.iter().copied().max().unwrap_or(1);
+            (min.unwrap_or(1), max.unwrap_or(max_seq_len), top.max(1))
+        }
+    };
+    let field_lo = match d {
+        LengthDist::Fixed { .. } => "value",
+        _ => "min",
+    };
+    if lo == 0 {
+        return Err(bad(field_lo, "must be at least 1 token"));
+    }
+    if lo > hi {
+        return Err(bad(field_lo, &format!("min {lo} > max {hi}")));
+    }
+    if lo > max_seq_len {
+        return Err(bad(
+            field_lo,
+            &format!("{lo} tokens exceed cache.max_seq_len {max_seq_len}"),
+        ));
+    }
+    Ok(LengthRange {
+        lo,
+        hi: hi.min(natural_hi.max(lo)),
+    })
+}
+
+/// The memory the largest possible request needs in each cache mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestNeed {
+    /// Longest prompt + output a request can have (after truncation to `max_seq_len`).
+    pub tokens: u32,
+    /// Continuations held at once.
+    pub samples: u32,
+    /// Paged: whole blocks for every continuation, not counting on prompt sharing.
+    pub paged_bytes: u64,
+    /// Contiguous: one reservation per continuation.
+    pub contiguous_bytes: u64,
+}
+
+impl RequestNeed {
+    pub fn bytes(&self) -> u64 {
+        self.paged_bytes.max(self.contiguous_bytes)
+    }
+}
+
+/// What one largest request needs. Prompts are truncated to `max_seq_len - 1` and outputs to the
+/// room left, as the generator does.
+pub fn request_need(s: &Scenario, shape: &ModelShape) -> Result<RequestNeed, KeyProblem> {
+    let msl = s.cache.max_seq_len;
+    let t = &s.traffic;
+    let prompt = length_range(s, &t.prompt_tokens, "traffic.prompt_tokens", msl)?;
+    let output = length_range(s, &t.output_tokens, "traffic.output_tokens", msl)?;
+    let prefix = t
+        .shared_prefix
+        .as_ref()
+        .filter(|sp| sp.share > 0.0)
+        .map_or(0, |sp| sp.prefix_tokens);
+    let p = (prefix as u64 + prompt.hi as u64).min(msl as u64 - 1);
+    let tokens = (p + output.hi as u64).min(msl as u64) as u32;
+    let samples = t
+        .parallel_sampling
+        .as_ref()
+        .filter(|ps| ps.share > 0.0)
+        .map_or(1, |ps| ps.n.max(1));
+    let block = s
+        .cache
+        .block_size
+        .as_slice()
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1) as u64;
+    let bpt = shape.kv_bytes_per_token();
+    let paged_tokens = (tokens as u64).div_ceil(block) * block;
+    let reserved = match s.cache.contiguous_reservation {
+        Reservation::MaxSeqLen => msl as u64,
+        Reservation::PromptPlusOutput => tokens as u64,
+    };
+    Ok(RequestNeed {
+        tokens,
+        samples,
+        paged_bytes: samples as u64 * paged_tokens * bpt,
+        contiguous_bytes: samples as u64 * reserved * bpt,
+    })
+}
+
+impl Scenario {
+    /// The budget as written ("8 GiB" or "90%").
+    pub fn kv_budget(&self) -> Result<KvBudget, ScenarioError> {
+        KvBudget::parse(&self.memory.kv_budget).map_err(|e| self.budget_error(e.to_string()))
+    }
+
+    /// KV budget in bytes per device. A share ("90%") is of the memory left after the model's
+    /// weights on a device of `device_memory_bytes`; without that figure a share is an error.
+    pub fn kv_budget_bytes(&self, device_memory_bytes: Option<u64>) -> Result<u64, ScenarioError> {
+        let budget = self.kv_budget()?;
+        let weights = self
+            .model_shape()
+            .map_or(0, |m| m.weight_bytes_per_device());
+        budget.resolve(device_memory_bytes, weights).ok_or_else(|| {
+            self.budget_error(format!(
+                "`{}` is a share of device memory, but no device memory size is known",
+                self.memory.kv_budget
+            ))
+        })
+    }
+
+    fn budget_error(&self, message: String) -> ScenarioError {
+        ScenarioError::Invalid(vec![Diagnostic {
+            origin: Origin::Memory,
+            key: "memory.kv_budget".into(),
+            message,
+        }])
+    }
+
+    pub(super) fn check_budget(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
+        let key = "memory.kv_budget";
+        let Ok(budget) = KvBudget::parse(&self.memory.kv_budget) else {
+            return;
+        };
+        let weights = shape.weight_bytes_per_device();
+        let device = device_memory_bytes(&self.device);
+        if let (KvBudget::ShareOfFree(_), None) = (budget, device) {
+            p.push(KeyProblem::new(
+                key,
+                format!(
+                    "a share needs the device's memory size, and device `{}` has none known \
+                     (known: {}); give a size such as \"40 GiB\"",
+                    self.device,
+                    KNOWN_DEVICES.join(", ")
+                ),
+            ));
+            return;
+        }
+        if let (KvBudget::ShareOfFree(_), Some(dev)) = (budget, device) {
+            if weights >= dev {
+                p.push(KeyProblem::new(
+                    key,
+                    format!(
+                        "the weights ({}) do not fit in device `{}` ({})",
+                        format_bytes(weights),
+                        self.device,
+                        format_bytes(dev)
+                    ),
+                ));
+                return;
+            }
+        }
+        let Some(bytes) = budget.resolve(device, weights) else {
+            return;
+        };
+        let need = match request_need(self, shape) {
+            Ok(n) => n,
+            Err(k) => {
+                p.push(k);
+                return;
+            }
+        };
+        if bytes < need.bytes() {
+            p.push(KeyProblem::new(
+                key,
+                format!(
+                    "{bytes} bytes ({}) cannot hold one request: the longest ({} tokens x {} \
+                     continuation(s)) needs {} bytes ({}) paged and {} bytes ({}) contiguous",
+                    format_bytes(bytes),
+                    need.tokens,
+                    need.samples,
+                    need.paged_bytes,
+                    format_bytes(need.paged_bytes),
+                    need.contiguous_bytes,
+                    format_bytes(need.contiguous_bytes)
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Feasibility checks: everything that would make a scenario fail (or silently mean nothing)
+//! once running is refused at load time, each problem naming its key.
+
+use std::path::PathBuf;
+
+use super::error::{Diagnostic, KeyProblem, Origin, ScenarioError};
+use super::types::*;
+use crate::model::ModelShape;
+use crate::units::{parse_bytes, KvBudget};
+
+impl Scenario {
+    /// All problems found; empty when the scenario can run.
+    pub fn check(&self) -> Vec<KeyProblem> {
+        let mut p = Vec::new();
+        if self.name.trim().is_empty() {
+            p.push(KeyProblem::new("name", "must not be empty"));
+        }
+        if self.device.trim().is_empty() {
+            p.push(KeyProblem::new("device", "must not be empty"));
+        }
+        let shape = self.check_model(&mut p);
+        if let Err(e) = KvBudget::parse(&self.memory.kv_budget) {
+            p.push(KeyProblem::new("memory.kv_budget", e.to_string()));
+        }
+        if let Some(w) = &self.memory.workspace {
+            if let Err(e) = parse_bytes(w) {
+                p.push(KeyProblem::new("memory.workspace", e.to_string()));
+            }
+        }
+        self.check_cache(&mut p);
+        self.check_traffic(&mut p);
+        self.check_scheduler(&mut p);
+        // The budget check needs a sound shape and sound distributions; skip it otherwise so
+        // the user sees the root cause, not its echo.
+        if p.is_empty() {
+            if let Some(shape) = shape {
+                self.check_budget(&shape, &mut p);
+            }
+        }
+        p
+    }
+
+    /// [`Scenario::check`] as a `Result`, for scenarios built in memory (no file positions).
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let problems = self.check();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(ScenarioError::Invalid(
+            problems
+                .into_iter()
+                .map(|k| Diagnostic {
+                    origin: Origin::Memory,
+                    key: k.key,
+                    message: k.message,
+                })
+                .collect(),
+        ))
+    }
+
+    /// A path written in the scenario, resolved against the scenario file's folder.
+    pub fn resolve_path(&self, written: &str) -> PathBuf {
+        let p = PathBuf::from(written);
+        if p.is_absolute() {
+            return p;
+        }
+        match self.source.as_deref().and_then(|s| s.parent()) {
+            Some(dir) => dir.join(p),
+            None => p,
+        }
+    }
+
+    fn check_model(&self, p: &mut Vec<KeyProblem>) -> Option<ModelShape> {
+        if let Some(preset) = &self.model.preset {
+            if ModelShape::preset(preset).is_none() {
+                p.push(KeyProblem::new(
+                    "model.preset",
+                    format!(
+                        "unknown preset `{preset}` (known: {})",
+                        ModelShape::PRESETS.join(", ")
+                    ),
+                ));
+                return None;
+            }
+        }
+        let Some(shape) = self.model_shape() else {
+            let m = &self.model;
+            let missing: Vec<&str> = [
+                ("name", m.name.is_none()),
+                ("layers", m.layers.is_none()),
+                ("q_heads", m.q_heads.is_none()),
+                ("kv_heads", m.kv_heads.is_none()),
+                ("head_dim", m.head_dim.is_none()),
+                ("d_model", m.d_model.is_none()),
+                ("ffn_dim", m.ffn_dim.is_none()),
+                ("vocab", m.vocab.is_none()),
+            ]
+            .into_iter()
+            .filter_map(|(k, miss)| miss.then_some(k))
+            .collect();
+            p.push(KeyProblem::new(
+                "model",
+                format!(
+                    "give a `preset` ({}) or every field; missing: {}",
+                    ModelShape::PRESETS.join(", "),
+                    missing.join(", ")
+                ),
+            ));
+            return None;
+        };
+        let before = p.len();
+        for (key, v) in [
+            ("model.layers", shape.layers),
+            ("model.q_heads", shape.q_heads),
+            ("model.kv_heads", shape.kv_heads),
+            ("model.head_dim", shape.head_dim),
+            ("model.d_model", shape.d_model),
+            ("model.vocab", shape.vocab),
+            ("model.tp", shape.tp),
+        ] {
+            if v == 0 {
+                p.push(KeyProblem::new(key, "must be at least 1"));
+            }
+        }
+        if p.len() > before {
+            return None;
+        }
+        if shape.q_heads % shape.kv_heads != 0 {
+            p.push(KeyProblem::new(
+                "model.kv_heads",
+                format!(
+                    "{} query heads cannot be grouped over {} KV heads",
+                    shape.q_heads, shape.kv_heads
+                ),
+            ));
+        }
+        if shape.kv_heads % shape.tp != 0 {
+            p.push(KeyProblem::new(
+                "model.tp",
+                format!(
+                    "tensor-parallel degree {} does not divide {} KV heads",
+                    shape.tp, shape.kv_heads
+                ),
+            ));
+        }
+        Some(shape)
+    }
+
+    fn check_cache(&self, p: &mut Vec<KeyProblem>) {
+        let sizes = self.cache.block_size.as_slice();
+        if sizes.is_empty() {
+            p.push(KeyProblem::new("cache.block_size", "the list is empty"));
+        }
+        for &b in sizes {
+            if b == 0 || !b.is_power_of_two() {
+                p.push(KeyProblem::new(
+                    "cache.block_size",
+                    format!("{b} is not a power of two (1, 2, 4, ..., 16, 32, ...)"),
+                ));
+            }
+        }
+        if self.cache.max_seq_len < 2 {
+            p.push(KeyProblem::new(
+                "cache.max_seq_len",
+                "must be at least 2 (one prompt token and one output token)",
+            ));
+        }
+    }
+
+    fn check_traffic(&self, p: &mut Vec<KeyProblem>) {
+        let t = &self.traffic;
+        let msl = self.cache.max_seq_len;
+        let open_loop = matches!(
+            t.arrival,
+            ArrivalSpec::Poisson { .. } | ArrivalSpec::Gamma { .. } | ArrivalSpec::Constant { .. }
+        );
+        match (t.requests, t.duration_s) {
+            (None, None) => p.push(KeyProblem::new(
+                "traffic.requests",
+                "give `requests` or `duration_s`",
+            )),
+            (Some(0), _) => p.push(KeyProblem::new("traffic.requests", "must be at least 1")),
+            _ => {}
+        }
+        if let Some(d) = t.duration_s {
+            if !(d.is_finite() && d > 0.0) {
+                p.push(KeyProblem::new("traffic.duration_s", "must be positive"));
+            } else if !open_loop {
+                p.push(KeyProblem::new(
+                    "traffic.duration_s",
+                    "only open-loop arrivals (poisson, gamma, constant) run for a duration; give `requests`",
+                ));
+            }
+        }
+        check_arrival(&t.arrival, p);
+        check_length(self, &t.prompt_tokens, "traffic.prompt_tokens", msl, p);
+        check_length(self, &t.output_tokens, "traffic.output_tokens", msl, p);
+        if let Some(sp) = &t.shared_prefix {
+            check_share(sp.share, "traffic.shared_prefix.share", p);
+            if sp.groups == 0 {
+                p.push(KeyProblem::new(
+                    "traffic.shared_prefix.groups",
+                    "must be at least 1",
+                ));
+            }
+            if sp.prefix_tokens == 0 || sp.prefix_tokens >= msl {
+                p.push(KeyProblem::new(
+                    "traffic.shared_prefix.prefix_tokens",
+                    format!("must be in 1..{msl} (below cache.max_seq_len)"),
+                ));
+            }
+        }
+        if let Some(ps) = &t.parallel_sampling {
+            check_share(ps.share, "traffic.parallel_sampling.share", p);
+            if ps.n == 0 {
+                p.push(KeyProblem::new(
+                    "traffic.parallel_sampling.n",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(c) = &t.cancellation {
+            check_share(c.share, "traffic.cancellation.share", p);
+            let needs_delay = matches!(
+                c.when,
+                CancelWhen::Queued | CancelWhen::AfterDelay | CancelWhen::Mixed
+            );
+            let needs_tokens = matches!(c.when, CancelWhen::AfterTokens | CancelWhen::Mixed);
+            match (&c.delay, needs_delay) {
+                (None, true) => p.push(KeyProblem::new(
+                    "traffic.cancellation.delay",
+                    "required for when = queued, after_delay or mixed",
+                )),
+                (Some(d), _) => check_delay(d, "traffic.cancellation.delay", p),
+                _ => {}
+            }
+            match (&c.after_tokens, needs_tokens) {
+                (None, true) => p.push(KeyProblem::new(
+                    "traffic.cancellation.after_tokens",
+                    "required for when = after_tokens or mixed",
+                )),
+                (Some(d), _) => check_length(self, d, "traffic.cancellation.after_tokens", msl, p),
+                _ => {}
+            }
+        }
+        if let Some(tn) = &t.tenants {
+            if tn.count == 0 {
+                p.push(KeyProblem::new(
+                    "traffic.tenants.count",
+                    "must be at least 1",
+                ));
+            }
+            if let Some(shares) = &tn.shares {
+                if shares.len() != tn.count as usize {
+                    p.push(KeyProblem::new(
+                        "traffic.tenants.shares",
+                        format!("{} shares for {} tenants", shares.len(), tn.count),
+                    ));
+                } else if shares.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
+                    p.push(KeyProblem::new(
+                        "traffic.tenants.shares",
+                        "every share must be a finite number >= 0",
+                    ));
+                } else {
+                    let sum: f64 = shares.iter().sum();
+                    if (sum - 1.0).abs() > 1e-6 {
+                        p.push(KeyProblem::new(
+                            "traffic.tenants.shares",
+                            format!("shares sum to {sum}, not 1"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_scheduler(&self, p: &mut Vec<KeyProblem>) {
+        let s = &self.scheduler;
+        if s.max_tokens_per_step == 0 {
+            p.push(KeyProblem::new(
+                "scheduler.max_tokens_per_step",
+                "must be at least 1",
+            ));
+        }
+        if s.max_seqs_per_step == 0 {
+            p.push(KeyProblem::new(
+                "scheduler.max_seqs_per_step",
+                "must be at least 1",
+            ));
+        }
+        if !(s.watermark.is_finite() && (0.0..1.0).contains(&s.watermark)) {
+            p.push(KeyProblem::new("scheduler.watermark", "must be in [0, 1)"));
+        }
+        if let Some(bw) = s.swap_gbytes_per_s {
+            if !(bw.is_finite() && bw > 0.0) {
+                p.push(KeyProblem::new(
+                    "scheduler.swap_gbytes_per_s",
+                    "must be positive",
+                ));
+            }
+        }
+        for (key, v) in [
+            ("slo.ttft_p99_ms", self.slo.ttft_p99_ms),
+            ("slo.itl_p99_ms", self.slo.itl_p99_ms),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v > 0.0) {
+                    p.push(KeyProblem::new(key, "must be positive"));
+                }
+            }
+        }
+        let a = self.slo.attainment;
+        if !(a.is_finite() && a > 0.0 && a <= 1.0) {
+            p.push(KeyProblem::new("slo.attainment", "must be in (0, 1]"));
+        }
+    }
+}
+
+fn check_share(share: f64, key: &str, p: &mut Vec<KeyProblem>) {
+    if !(share.is_finite() && (0.0..=1.0).contains(&share)) {
+        p.push(KeyProblem::new(key, format!("{share} is outside [0, 1]")));
+    }
+}
+
+fn positive(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
+    let key = "traffic.arrival";
+    match a {
+        ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Constant { rate_per_s } => {
+            if !positive(*rate_per_s) {
+                p.push(KeyProblem::new(
+                    format!("{key}.rate_per_s"),
+                    "must be positive",
+                ));
+            }
+        }
+        ArrivalSpec::Gamma { rate_per_s, shape } => {
+            if !positive(*rate_per_s) {
+                p.push(KeyProblem::new(
+                    format!("{key}.rate_per_s"),
+                    "must be positive",
+                ));
+            }
+            if !positive(*shape) {
+                p.push(KeyProblem::new(
+                    format!("{key}.shape"),
+                    "must be positive (1 = Poisson, < 1 burstier)",
+                ));
+            }
+        }
+        ArrivalSpec::Burst => {}
+        ArrivalSpec::ClosedLoop { clients, think_ms } => {
+            if *clients == 0 {
+                p.push(KeyProblem::new(
+                    format!("{key}.clients"),
+                    "must be at least 1",
+                ));
+            }
+            if !(think_ms.is_finite() && *think_ms >= 0.0) {
+                p.push(KeyProblem::new(format!("{key}.think_ms"), "must be >= 0"));
+            }
+        }
+        ArrivalSpec::Trace {
+            path, time_scale, ..
+        } => {
+            if path.trim().is_empty() {
+                p.push(KeyProblem::new(format!("{key}.path"), "must not be empty"));
+            }
+            if !positive(*time_scale) {
+                p.push(KeyProblem::new(
+                    format!("{key}.time_scale"),
+                    "must be positive",
+                ));
+            }
+        }
+    }
+}
+
+fn check_delay(d: &DelayDist, key: &str, p: &mut Vec<KeyProblem>) {
+    let ok = |v: f64| v.is_finite() && v >= 0.0;
+    match d {
+        DelayDist::Fixed { ms } if !ok(*ms) => {
+            p.push(KeyProblem::new(format!("{key}.ms"), "must be >= 0"))
+        }
+        DelayDist::Uniform { min_ms, max_ms } => {
+            if !ok(*min_ms) || !ok(*max_ms) {
+                p.push(KeyProblem::new(key, "min_ms and max_ms must be >= 0"));
+            } else if min_ms > max_ms {
+                p.push(KeyProblem::new(
+                    format!("{key}.min_ms"),
+                    format!("min_ms {min_ms} > max_ms {max_ms}"),
+                ));
+            }
+        }
+        DelayDist::Exponential { mean_ms } if !positive(*mean_ms) => p.push(KeyProblem::new(
+            format!("{key}.mean_ms"),
+            "must be positive",
+        )),
+        _ => {}
+    }
+}
+
+fn check_length(s: &Scenario, d: &LengthDist, key: &str, msl: u32, p: &mut Vec<KeyProblem>) {
+    if let Err(k) = super::length_range(s, d, key, msl) {
+        p.push(k);
+    }
+}

@@ -1,0 +1,53 @@
+//! `workload_hash`: blake3 over a canonical byte encoding of the request list.
+//!
+//! Floats are encoded by their bits and every variable-length field by its length first, so the
+//! hash does not depend on how a formatter prints numbers or on the platform's endianness.
+
+use super::types::{CancelPoint, ClosedLoop, Request};
+
+/// Bump when the encoding (not the generator) changes.
+const ENCODING: &[u8] = b"kvbench-workload-v1";
+
+pub fn workload_hash(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(ENCODING);
+    match closed_loop {
+        None => {
+            h.update(&[0]);
+        }
+        Some(c) => {
+            h.update(&[1]);
+            h.update(&c.clients.to_le_bytes());
+            h.update(&c.think_ms.to_bits().to_le_bytes());
+        }
+    }
+    h.update(&(requests.len() as u64).to_le_bytes());
+    for r in requests {
+        h.update(&r.id.to_le_bytes());
+        h.update(&r.tenant.to_le_bytes());
+        h.update(&r.arrival_ms.to_bits().to_le_bytes());
+        h.update(&(r.prompt.len() as u64).to_le_bytes());
+        for t in &r.prompt {
+            h.update(&t.to_le_bytes());
+        }
+        match r.prefix_group {
+            None => h.update(&[0]),
+            Some(g) => h.update(&[1]).update(&g.to_le_bytes()),
+        };
+        h.update(&r.output_tokens.to_le_bytes());
+        h.update(&r.samples.to_le_bytes());
+        match r.cancel {
+            None => h.update(&[0]),
+            Some(CancelPoint::Queued { after_ms }) => {
+                h.update(&[1]).update(&after_ms.to_bits().to_le_bytes())
+            }
+            Some(CancelPoint::AfterDelay { after_ms }) => {
+                h.update(&[2]).update(&after_ms.to_bits().to_le_bytes())
+            }
+            Some(CancelPoint::AfterTokens { tokens }) => {
+                h.update(&[3]).update(&tokens.to_le_bytes())
+            }
+        };
+    }
+    h.finalize().to_hex().to_string()
+}
