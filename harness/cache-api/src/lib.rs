@@ -67,30 +67,58 @@ pub enum SeqLayout<'a> {
     /// Logical block i lives in physical block `blocks[i]`.
     Paged { block_size: u32, blocks: &'a [u32] },
     /// Token i lives in slot `base_slot + i`; `capacity_tokens` are reserved.
-    Contiguous { base_slot: u64, capacity_tokens: u32 },
+    Contiguous {
+        base_slot: u64,
+        capacity_tokens: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AllocError {
     /// Not enough free (or evictable) space; nothing was changed.
-    NoSpace { needed_slots: u64, available_slots: u64 },
+    NoSpace {
+        needed_slots: u64,
+        available_slots: u64,
+    },
     /// A request larger than the whole cache could ever hold.
-    TooLarge { needed_slots: u64, total_slots: u64 },
+    TooLarge {
+        needed_slots: u64,
+        total_slots: u64,
+    },
     UnknownSeq(SeqId),
     DuplicateSeq(SeqId),
+    /// A call out of protocol order (e.g. `fill` past the started tokens, `append` before the
+    /// prompt is filled); nothing was changed.
+    InvalidOp {
+        seq: SeqId,
+        reason: &'static str,
+    },
 }
 
 impl std::fmt::Display for AllocError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AllocError::NoSpace { needed_slots, available_slots } => {
-                write!(f, "no space: need {needed_slots} slots, {available_slots} available")
+            AllocError::NoSpace {
+                needed_slots,
+                available_slots,
+            } => {
+                write!(
+                    f,
+                    "no space: need {needed_slots} slots, {available_slots} available"
+                )
             }
-            AllocError::TooLarge { needed_slots, total_slots } => {
-                write!(f, "too large: need {needed_slots} slots, cache holds {total_slots}")
+            AllocError::TooLarge {
+                needed_slots,
+                total_slots,
+            } => {
+                write!(
+                    f,
+                    "too large: need {needed_slots} slots, cache holds {total_slots}"
+                )
             }
             AllocError::UnknownSeq(s) => write!(f, "unknown sequence {s}"),
             AllocError::DuplicateSeq(s) => write!(f, "sequence {s} already exists"),
+            AllocError::InvalidOp { seq, reason } => write!(f, "sequence {seq}: {reason}"),
         }
     }
 }
@@ -203,7 +231,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [Fault::SkipCow, Fault::EarlyReuse, Fault::Leak, Fault::BadBlockTable];
+    pub const ALL: [Fault; 4] = [
+        Fault::SkipCow,
+        Fault::EarlyReuse,
+        Fault::Leak,
+        Fault::BadBlockTable,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -243,14 +276,17 @@ pub trait KvCacheManager: Send {
     /// Slots that one more `append` on `seq` would take (0 or block_size for paged; 0 or ... for
     /// contiguous, 0 inside the reservation).
     fn append_cost(&self, seq: SeqId) -> u64;
-    /// A new sequence `child` that starts as a copy of `parent` (shares blocks when paged).
+    /// A new sequence `child` that starts as a copy of `parent` (shares blocks when paged). The
+    /// parent's prompt must be filled (`InvalidOp` otherwise).
     fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError>;
     /// Let go of everything `seq` holds; slots return to the pool once in-flight steps retire.
     fn release(&mut self, seq: SeqId, why: ReleaseReason) -> Result<(), AllocError>;
 
     /// A step was submitted to the device; it may read or write any block mapped now.
     fn begin_step(&mut self) -> StepId;
-    /// A step completed; releases fenced on it (and on nothing newer) become allocatable.
+    /// A step completed; releases fenced on it (and on nothing newer) become allocatable once
+    /// every older step has retired too (steps may retire out of order; see [`fence`]).
+    /// Retiring a step that is not in flight is a protocol error that `check_invariants` reports.
     fn retire_step(&mut self, step: StepId);
 
     fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>>;

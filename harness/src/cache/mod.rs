@@ -1,1 +1,44 @@
-//! (in progress)
+//! KV cache managers on the harness side: the paged manager with its prefix cache, the factory
+//! that builds either mode, and the operation model shared by property tests, fuzzing and
+//! `kvbench fuzz`.
+//!
+//! **Architecture invariant:** nothing here knows about time, devices or scheduling; steps are
+//! opaque fence ids (see `kvbench_cache_api::fence`). The contiguous baseline lives in
+//! `kvbench_baselines::manager`.
+
+mod block;
+mod check;
+pub mod fuzz;
+mod paged;
+mod prefix;
+
+pub use kvbench_cache_api::CacheMode;
+pub use paged::{PagedCache, PagedConfig, PlantedBug};
+pub use prefix::PrefixKey;
+
+use kvbench_baselines::manager::ContiguousCache;
+use kvbench_cache_api::KvCacheManager;
+
+/// Build the manager for `mode` over `total_slots` token slots. Paged: `total_slots / block_size`
+/// blocks (a remainder is unused); contiguous: one arena of `total_slots` (block size and prefix
+/// caching do not apply).
+pub fn build(
+    mode: CacheMode,
+    total_slots: u64,
+    block_size: u32,
+    prefix_cache: bool,
+) -> Box<dyn KvCacheManager> {
+    match mode {
+        CacheMode::Paged => {
+            let block_size = block_size.max(1);
+            let total_blocks =
+                (total_slots / u64::from(block_size)).min(u64::from(u32::MAX - 1)) as u32;
+            Box::new(PagedCache::new(PagedConfig {
+                total_blocks,
+                block_size,
+                prefix_cache,
+            }))
+        }
+        CacheMode::Contiguous => Box::new(ContiguousCache::new(total_slots)),
+    }
+}

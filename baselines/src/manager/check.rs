@@ -1,0 +1,118 @@
+//! Invariants of the contiguous cache, recomputed from the regions and extents themselves.
+
+use kvbench_cache_api::{KvCacheManager, SeqLayout};
+
+use super::ContiguousCache;
+
+pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
+    let mut problems: Vec<String> = c.violations.clone();
+    // Every slot range: live regions, pending regions, free extents. Sorted, they must tile the
+    // arena exactly (conservation, no overlap).
+    let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    for (&id, r) in &c.seqs {
+        if r.filled_tokens > r.len_tokens || r.len_tokens > r.capacity_tokens {
+            problems.push(format!(
+                "seq {id}: filled {} / len {} / capacity {}",
+                r.filled_tokens, r.len_tokens, r.capacity_tokens
+            ));
+        }
+        if let Some(SeqLayout::Contiguous { base_slot, .. }) = c.layout(id) {
+            if base_slot != r.base_slot {
+                problems.push(format!(
+                    "seq {id}: layout base {base_slot} but region base {}",
+                    r.base_slot
+                ));
+            }
+        }
+        ranges.push((
+            r.base_slot,
+            u64::from(r.capacity_tokens),
+            format!("seq {id}"),
+        ));
+    }
+    for (step, &(s, l)) in c.fence.pending() {
+        ranges.push((s, l, format!("pending on step {step}")));
+    }
+    let mut free = 0;
+    for (s, l) in c.arena.extents() {
+        free += l;
+        ranges.push((s, l, "free".to_string()));
+    }
+    if free != c.arena.free_slots() {
+        problems.push(format!(
+            "free extents sum to {free}, counter says {}",
+            c.arena.free_slots()
+        ));
+    }
+    ranges.sort_by_key(|r| r.0);
+    let mut cursor = 0u64;
+    let mut prev_free = false;
+    for (s, l, what) in &ranges {
+        if *s < cursor {
+            problems.push(format!(
+                "{what} at slot {s} overlaps the range ending at {cursor}"
+            ));
+        } else if *s > cursor {
+            problems.push(format!("slots {cursor}..{s} belong to nothing"));
+        }
+        let is_free = what == "free";
+        if is_free && prev_free && *s == cursor {
+            problems.push(format!(
+                "free extents meet at slot {s} without being merged"
+            ));
+        }
+        prev_free = is_free;
+        cursor = cursor.max(s + l);
+    }
+    if cursor != c.arena.total_slots() && !(ranges.is_empty() && c.arena.total_slots() == 0) {
+        problems.push(format!(
+            "ranges end at {cursor}, arena has {} slots",
+            c.arena.total_slots()
+        ));
+    }
+    let acc = c.accounting();
+    if !acc.is_conserved() {
+        problems.push(format!("accounting not conserved: {acc:?}"));
+    }
+    problems.truncate(20);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+pub(crate) fn quiescent(c: &ContiguousCache) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if let Err(e) = check(c) {
+        problems.push(e);
+    }
+    if !c.seqs.is_empty() {
+        problems.push(format!(
+            "{} live sequences: {:?}",
+            c.seqs.len(),
+            c.seqs.keys().collect::<Vec<_>>()
+        ));
+    }
+    if c.pending_slots > 0 {
+        problems.push(format!("{} slots pending behind fences", c.pending_slots));
+    }
+    if c.fence.in_flight_len() > 0 {
+        problems.push(format!(
+            "steps still in flight: {:?}",
+            c.fence.in_flight().collect::<Vec<_>>()
+        ));
+    }
+    if c.arena.free_slots() != c.arena.total_slots() {
+        problems.push(format!(
+            "free {} != total {} slots (leaked or still reserved)",
+            c.arena.free_slots(),
+            c.arena.total_slots()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}

@@ -1,0 +1,324 @@
+//! The physical block pool: every block state transition of the paged cache lives here.
+//!
+//! States (a block is in exactly one):
+//! - `Free`: no holder, no cached content; on the free stack.
+//! - `Mapped`: `ref_count >= 1` block-table references. May carry a prefix key.
+//! - `Pending`: no holder, but released while a device step that may touch it was in flight;
+//!   withheld in the fence queue until that step (and every older one) retires.
+//! - `Cached`: no holder, carries a prefix key, kept for reuse; on the evictable LRU list.
+//!
+//! Transitions: `Free|Cached(evicted) → Mapped` ([`BlockPool::take_fresh`], the content is new so
+//! the key is dropped), `Cached|Pending → Mapped` ([`BlockPool::revive`], a prefix hit reusing the
+//! same content), `Mapped → Mapped` ([`BlockPool::add_ref`], [`BlockPool::drop_ref`] while other
+//! holders remain), `Mapped → Pending|Cached|Free` (the last [`BlockPool::drop_ref`]),
+//! `Pending → Cached|Free` ([`BlockPool::retire_step`]), `Cached → Free`
+//! ([`BlockPool::flush_cached`]).
+
+use kvbench_cache_api::fence::FenceQueue;
+use kvbench_cache_api::StepId;
+
+use super::prefix::PrefixKey;
+
+pub(crate) const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlockState {
+    Free,
+    Mapped,
+    Pending,
+    Cached,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct BlockMeta {
+    pub state: BlockState,
+    pub ref_count: u32,
+    /// Bumped whenever the block leaves `Pending` early (revived), so a stale fence entry for it
+    /// is recognised and skipped.
+    pub generation: u32,
+    /// The step this block was fenced on at its last release (0: released with nothing in
+    /// flight). Checked when the block is handed out for new content.
+    pub release_fence: StepId,
+    /// Token slots holding data (the most any holder has written).
+    pub written_slots: u32,
+    /// Set while the block is published in the prefix index.
+    pub key: Option<PrefixKey>,
+    lru_prev: u32,
+    lru_next: u32,
+}
+
+/// What happened to a block whose last reference was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    StillShared,
+    Pending,
+    Cached,
+    Freed,
+}
+
+/// The pool of physical blocks. Knows nothing of sequences or token ids; the paged manager owns
+/// block tables and the prefix index and calls these transitions.
+#[derive(Debug)]
+pub(crate) struct BlockPool {
+    pub block_size: u32,
+    pub meta: Vec<BlockMeta>,
+    /// Free blocks without cached content; popped from the end (most recently freed first, warm).
+    free: Vec<u32>,
+    /// Evictable cached blocks: head is evicted first.
+    lru_head: u32,
+    lru_tail: u32,
+    pub cached_blocks: u32,
+    pub pending_blocks: u32,
+    pub mapped_blocks: u32,
+    /// Σ written_slots over mapped blocks.
+    pub live_slots: u64,
+    pub fence: FenceQueue<(u32, u32)>,
+    /// Blocks handed out for new content while their release fence was still in flight.
+    pub early_reuse: Vec<(u32, StepId)>,
+    /// Test fault: release ignores the fence.
+    pub ignore_fence: bool,
+}
+
+impl BlockPool {
+    pub fn new(total_blocks: u32, block_size: u32) -> Self {
+        let meta = vec![
+            BlockMeta {
+                state: BlockState::Free,
+                ref_count: 0,
+                generation: 0,
+                release_fence: 0,
+                written_slots: 0,
+                key: None,
+                lru_prev: NIL,
+                lru_next: NIL,
+            };
+            total_blocks as usize
+        ];
+        // Reverse so block 0 is handed out first: deterministic, readable traces.
+        let free = (0..total_blocks).rev().collect();
+        BlockPool {
+            block_size,
+            meta,
+            free,
+            lru_head: NIL,
+            lru_tail: NIL,
+            cached_blocks: 0,
+            pending_blocks: 0,
+            mapped_blocks: 0,
+            live_slots: 0,
+            fence: FenceQueue::new(),
+            early_reuse: Vec::new(),
+            ignore_fence: false,
+        }
+    }
+
+    pub fn total_blocks(&self) -> u32 {
+        self.meta.len() as u32
+    }
+
+    pub fn free_blocks(&self) -> u32 {
+        self.free.len() as u32
+    }
+
+    /// Blocks `take_fresh` can hand out now: free plus evictable cached ones.
+    pub fn allocatable_blocks(&self) -> u32 {
+        self.free_blocks() + self.cached_blocks
+    }
+
+    pub fn free_list(&self) -> &[u32] {
+        &self.free
+    }
+
+    /// The evictable blocks in eviction order (head first).
+    pub fn lru_order(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.cached_blocks as usize);
+        let mut b = self.lru_head;
+        while b != NIL && out.len() <= self.meta.len() {
+            out.push(b);
+            b = self.meta[b as usize].lru_next;
+        }
+        out
+    }
+
+    /// Hand out a block for new content: a free one, else the least recently used cached one
+    /// (whose key the caller must unpublish: returned as the second value).
+    pub fn take_fresh(&mut self) -> Option<(u32, Option<PrefixKey>)> {
+        let (block, evicted_key) = if let Some(b) = self.free.pop() {
+            (b, None)
+        } else if self.lru_head != NIL {
+            let b = self.lru_head;
+            self.lru_unlink(b);
+            self.cached_blocks -= 1;
+            (b, self.meta[b as usize].key.take())
+        } else {
+            return None;
+        };
+        let fence = self.meta[block as usize].release_fence;
+        if fence != 0 && !self.fence.is_retired(fence) {
+            self.early_reuse.push((block, fence));
+        }
+        let m = &mut self.meta[block as usize];
+        m.state = BlockState::Mapped;
+        m.ref_count = 1;
+        m.written_slots = 0;
+        m.key = None;
+        self.mapped_blocks += 1;
+        Some((block, evicted_key))
+    }
+
+    /// A prefix hit maps a cached or pending block again with its content intact.
+    pub fn revive(&mut self, block: u32) {
+        let state = self.meta[block as usize].state;
+        match state {
+            BlockState::Cached => {
+                self.lru_unlink(block);
+                self.cached_blocks -= 1;
+            }
+            BlockState::Pending => {
+                self.pending_blocks -= 1;
+                // The fence entry is now stale.
+                self.meta[block as usize].generation =
+                    self.meta[block as usize].generation.wrapping_add(1);
+            }
+            BlockState::Mapped => {
+                self.add_ref(block);
+                return;
+            }
+            BlockState::Free => unreachable!("a free block has no prefix key to hit"),
+        }
+        let m = &mut self.meta[block as usize];
+        m.state = BlockState::Mapped;
+        m.ref_count = 1;
+        self.mapped_blocks += 1;
+        self.live_slots += u64::from(m.written_slots);
+    }
+
+    pub fn add_ref(&mut self, block: u32) {
+        let m = &mut self.meta[block as usize];
+        debug_assert_eq!(m.state, BlockState::Mapped);
+        m.ref_count += 1;
+    }
+
+    /// Record that a holder wrote slot `offset` of `block`.
+    pub fn note_written(&mut self, block: u32, written_slots: u32) {
+        let m = &mut self.meta[block as usize];
+        if written_slots > m.written_slots {
+            self.live_slots += u64::from(written_slots - m.written_slots);
+            m.written_slots = written_slots;
+        }
+    }
+
+    /// Drop one reference. The last one fences the block on the newest in-flight step (or, with
+    /// nothing in flight, makes it cached or free at once).
+    pub fn drop_ref(&mut self, block: u32) -> Dropped {
+        let fence = self.fence.newest_in_flight().unwrap_or(0);
+        let m = &mut self.meta[block as usize];
+        debug_assert_eq!(m.state, BlockState::Mapped);
+        m.ref_count -= 1;
+        if m.ref_count > 0 {
+            return Dropped::StillShared;
+        }
+        m.release_fence = fence;
+        self.mapped_blocks -= 1;
+        self.live_slots -= u64::from(m.written_slots);
+        if self.ignore_fence || fence == 0 {
+            return self.settle(block);
+        }
+        let m = &mut self.meta[block as usize];
+        m.state = BlockState::Pending;
+        let generation = m.generation;
+        let handed_back = self.fence.defer((block, generation));
+        debug_assert!(handed_back.is_none());
+        self.pending_blocks += 1;
+        Dropped::Pending
+    }
+
+    pub fn begin_step(&mut self) -> StepId {
+        self.fence.begin_step()
+    }
+
+    /// Retire a step; blocks whose fence is now behind the watermark become cached or free.
+    /// Returns `false` if the step was not in flight.
+    pub fn retire_step(&mut self, step: StepId) -> bool {
+        let mut released = Vec::new();
+        if !self.fence.try_retire(step, &mut released) {
+            return false;
+        }
+        for (block, generation) in released {
+            let m = &self.meta[block as usize];
+            if m.state == BlockState::Pending && m.generation == generation {
+                self.pending_blocks -= 1;
+                self.settle(block);
+            }
+        }
+        true
+    }
+
+    /// A block with no holder and no fence: cached if it carries a key, else free.
+    fn settle(&mut self, block: u32) -> Dropped {
+        if self.meta[block as usize].key.is_some() {
+            self.meta[block as usize].state = BlockState::Cached;
+            self.lru_push_back(block);
+            self.cached_blocks += 1;
+            Dropped::Cached
+        } else {
+            let m = &mut self.meta[block as usize];
+            m.state = BlockState::Free;
+            m.written_slots = 0;
+            self.free.push(block);
+            Dropped::Freed
+        }
+    }
+
+    /// Every cached block back to free; returns their keys for the index to drop.
+    pub fn flush_cached(&mut self) -> Vec<PrefixKey> {
+        let mut keys = Vec::new();
+        for block in self.lru_order() {
+            self.lru_unlink(block);
+            self.cached_blocks -= 1;
+            let m = &mut self.meta[block as usize];
+            if let Some(k) = m.key.take() {
+                keys.push(k);
+            }
+            m.state = BlockState::Free;
+            m.written_slots = 0;
+            self.free.push(block);
+        }
+        keys
+    }
+
+    fn lru_push_back(&mut self, block: u32) {
+        let tail = self.lru_tail;
+        {
+            let m = &mut self.meta[block as usize];
+            m.lru_prev = tail;
+            m.lru_next = NIL;
+        }
+        if tail == NIL {
+            self.lru_head = block;
+        } else {
+            self.meta[tail as usize].lru_next = block;
+        }
+        self.lru_tail = block;
+    }
+
+    fn lru_unlink(&mut self, block: u32) {
+        let (prev, next) = {
+            let m = &self.meta[block as usize];
+            (m.lru_prev, m.lru_next)
+        };
+        if prev == NIL {
+            self.lru_head = next;
+        } else {
+            self.meta[prev as usize].lru_next = next;
+        }
+        if next == NIL {
+            self.lru_tail = prev;
+        } else {
+            self.meta[next as usize].lru_prev = prev;
+        }
+        let m = &mut self.meta[block as usize];
+        m.lru_prev = NIL;
+        m.lru_next = NIL;
+    }
+}

@@ -1,0 +1,530 @@
+//! The reference model and the checks run after every operation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kvbench_cache_api::{
+    AllocError, CacheMode, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqId,
+    SeqLayout, StartRequest, StepId,
+};
+
+use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
+use crate::cache::{build, PagedCache, PagedConfig};
+
+/// A sequence as the reference model sees it: its token ids and how many are written.
+#[derive(Debug, Clone)]
+struct ModelSeq {
+    tokens: Vec<u32>,
+    filled: usize,
+    scope: usize,
+}
+
+/// Scope number 4 disables reuse; 0 and 1 are tenants, 2 is global, 3 another model.
+fn scope_key(i: usize) -> ScopeKey {
+    let (model, reuse) = match i {
+        0 => ("m", ReuseScope::Tenant(0)),
+        1 => ("m", ReuseScope::Tenant(1)),
+        2 => ("m", ReuseScope::Global),
+        3 => ("m2", ReuseScope::Tenant(0)),
+        _ => ("m", ReuseScope::None),
+    };
+    ScopeKey {
+        model: model.into(),
+        tokenizer: "tok".into(),
+        reuse,
+    }
+}
+
+/// Drives one manager and the reference model side by side.
+pub struct Harness {
+    cfg: FuzzConfig,
+    mgr: Box<dyn KvCacheManager>,
+    scopes: Vec<ScopeKey>,
+    seqs: BTreeMap<SeqId, ModelSeq>,
+    next_seq: SeqId,
+    next_tail: u32,
+    /// Device memory: the token id each slot holds, and the scope of the sequence that wrote it.
+    payload: Vec<Option<(u32, usize)>>,
+    in_flight: BTreeSet<StepId>,
+    /// Writes since the last `begin_step` (they belong to the next step), tagged with the writer.
+    staged: Vec<(SeqId, u64, u32)>,
+    step_writes: BTreeMap<StepId, Vec<(u64, u32)>>,
+    /// Slots released while steps were in flight: the fence step and the content at release.
+    fenced: BTreeMap<u64, (StepId, Option<u32>)>,
+    trace: Vec<String>,
+    summary: FuzzSummary,
+    /// Skip the manager's own `check_invariants`: only the reference model judges (used to show
+    /// the model alone catches each planted bug).
+    model_only: bool,
+}
+
+impl Harness {
+    pub fn new(cfg: FuzzConfig) -> Self {
+        let mut mgr: Box<dyn KvCacheManager> = match cfg.bug {
+            Some(bug) => {
+                let bs = cfg.block_size.max(1);
+                let total_blocks = (cfg.total_slots / u64::from(bs)) as u32;
+                let mut p = PagedCache::new(PagedConfig {
+                    total_blocks,
+                    block_size: bs,
+                    prefix_cache: true,
+                });
+                p.plant_bug(bug);
+                Box::new(p)
+            }
+            None => build(cfg.mode, cfg.total_slots, cfg.block_size, true),
+        };
+        if let Some(f) = cfg.fault {
+            mgr.inject_fault(f);
+        }
+        let total = mgr.accounting().total_slots as usize;
+        Harness {
+            cfg,
+            mgr,
+            scopes: (0..5).map(scope_key).collect(),
+            seqs: BTreeMap::new(),
+            next_seq: 1,
+            next_tail: 0,
+            payload: vec![None; total],
+            in_flight: BTreeSet::new(),
+            staged: Vec::new(),
+            step_writes: BTreeMap::new(),
+            fenced: BTreeMap::new(),
+            trace: Vec::new(),
+            summary: FuzzSummary::default(),
+            model_only: false,
+        }
+    }
+
+    /// Judge by the reference model only, not by the manager's self-checks.
+    pub fn model_only(mut self, yes: bool) -> Self {
+        self.model_only = yes;
+        self
+    }
+
+    pub fn manager(&self) -> &dyn KvCacheManager {
+        self.mgr.as_ref()
+    }
+
+    pub fn summary(&self) -> FuzzSummary {
+        let mut s = self.summary;
+        s.evictions = self.mgr.prefix_stats().evictions;
+        s
+    }
+
+    pub fn failure(&self, op_index: Option<usize>, message: String) -> FuzzFailure {
+        FuzzFailure {
+            seed: None,
+            op_index,
+            message,
+            trace: self.trace.clone(),
+        }
+    }
+
+    fn pick(&self, pick: u8, want: impl Fn(&ModelSeq) -> bool) -> Option<SeqId> {
+        let ids: Vec<SeqId> = self
+            .seqs
+            .iter()
+            .filter(|(_, s)| want(s))
+            .map(|(&id, _)| id)
+            .collect();
+        (!ids.is_empty()).then(|| ids[pick as usize % ids.len()])
+    }
+
+    /// Slot holding token position `pos` of `seq`, per the manager's layout.
+    fn slot(&self, seq: SeqId, pos: usize) -> Option<u64> {
+        match self.mgr.layout(seq)? {
+            SeqLayout::Paged { block_size, blocks } => {
+                let bs = block_size as usize;
+                blocks
+                    .get(pos / bs)
+                    .map(|&b| u64::from(b) * bs as u64 + (pos % bs) as u64)
+            }
+            SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => (pos < capacity_tokens as usize).then_some(base_slot + pos as u64),
+        }
+    }
+
+    /// Every slot `seq` maps (paged: whole blocks; contiguous: the reservation), by position.
+    fn mapped_slots(&self, seq: SeqId) -> Vec<u64> {
+        match self.mgr.layout(seq) {
+            Some(SeqLayout::Paged { block_size, blocks }) => blocks
+                .iter()
+                .flat_map(|&b| {
+                    (0..u64::from(block_size))
+                        .map(move |o| u64::from(b) * u64::from(block_size) + o)
+                })
+                .collect(),
+            Some(SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            }) => (base_slot..base_slot + u64::from(capacity_tokens)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn write(&mut self, seq: SeqId, pos: usize) {
+        let m = &self.seqs[&seq];
+        let (token, scope) = (m.tokens[pos], m.scope);
+        if let Some(slot) = self.slot(seq, pos) {
+            if let Some(cell) = self.payload.get_mut(slot as usize) {
+                *cell = Some((token, scope));
+                self.staged.push((seq, slot, token));
+            }
+        }
+    }
+
+    fn copy(&mut self, c: &CopyOp) {
+        for i in 0..u64::from(c.len_tokens) {
+            let (src, dst) = ((c.src_slot + i) as usize, (c.dst_slot + i) as usize);
+            if src < self.payload.len() && dst < self.payload.len() {
+                self.payload[dst] = self.payload[src];
+            }
+        }
+        self.summary.copies += 1;
+    }
+
+    pub fn apply(&mut self, op: Op) {
+        let line = self.apply_inner(op);
+        self.trace.push(format!("{op:?} => {line}"));
+        self.summary.ops += 1;
+    }
+
+    fn apply_inner(&mut self, op: Op) -> String {
+        match op {
+            Op::Start {
+                family,
+                shared_len,
+                tail_len,
+                scope,
+            } => self.start(family, shared_len, tail_len, scope),
+            Op::Fill { pick, n } => {
+                let Some(id) = self.pick(pick, |s| s.filled < s.tokens.len()) else {
+                    return "no-op".into();
+                };
+                let m = &self.seqs[&id];
+                let n = (n as usize).clamp(1, m.tokens.len() - m.filled);
+                if let Err(e) = self.mgr.fill(id, n as u32) {
+                    return format!("seq {id}: unexpected error {e}");
+                }
+                let from = self.seqs[&id].filled;
+                if let Some(m) = self.seqs.get_mut(&id) {
+                    m.filled += n;
+                }
+                for pos in from..from + n {
+                    self.write(id, pos);
+                }
+                format!("seq {id} filled {from}..{}", from + n)
+            }
+            Op::Append { pick, token } => {
+                let Some(id) = self.pick(pick, |s| s.filled == s.tokens.len()) else {
+                    return "no-op".into();
+                };
+                let before = self.mgr.accounting();
+                match self.mgr.append(id) {
+                    Ok(copies) => {
+                        copies.iter().for_each(|c| self.copy(c));
+                        let m = self.seqs.get_mut(&id).expect("picked");
+                        m.tokens.push(2_000_000 + u32::from(token));
+                        m.filled += 1;
+                        let pos = m.filled - 1;
+                        self.write(id, pos);
+                        format!("seq {id} appended at {pos}, copies {copies:?}")
+                    }
+                    Err(e) => self.failed_alloc(before, e),
+                }
+            }
+            Op::Fork { pick } => {
+                let Some(parent) = self.pick(pick, |s| s.filled == s.tokens.len()) else {
+                    return "no-op".into();
+                };
+                let child = self.next_seq;
+                let before = self.mgr.accounting();
+                match self.mgr.fork(parent, child) {
+                    Ok(copies) => {
+                        self.next_seq += 1;
+                        copies.iter().for_each(|c| self.copy(c));
+                        let m = self.seqs[&parent].clone();
+                        self.seqs.insert(child, m);
+                        format!("seq {child} forked from {parent}, copies {copies:?}")
+                    }
+                    Err(e) => self.failed_alloc(before, e),
+                }
+            }
+            Op::Release { pick, why } => {
+                let Some(id) = self.pick(pick, |_| true) else {
+                    return "no-op".into();
+                };
+                self.release(
+                    id,
+                    [
+                        ReleaseReason::Finish,
+                        ReleaseReason::Cancel,
+                        ReleaseReason::Preempt,
+                    ][why as usize % 3],
+                )
+            }
+            Op::BeginStep => {
+                let step = self.mgr.begin_step();
+                self.in_flight.insert(step);
+                let writes = std::mem::take(&mut self.staged)
+                    .into_iter()
+                    .map(|(_, s, t)| (s, t))
+                    .collect();
+                self.step_writes.insert(step, writes);
+                format!("step {step} began")
+            }
+            Op::RetireStep { pick } => {
+                let steps: Vec<StepId> = self.in_flight.iter().copied().collect();
+                if steps.is_empty() {
+                    return "no-op".into();
+                }
+                let step = steps[pick as usize % steps.len()];
+                self.mgr.retire_step(step);
+                self.retire(step);
+                format!("step {step} retired")
+            }
+            Op::Flush => {
+                self.mgr.flush_prefix_cache();
+                "flushed".into()
+            }
+        }
+    }
+
+    fn start(&mut self, family: u8, shared_len: u8, tail_len: u8, scope: u8) -> String {
+        let mut tokens: Vec<u32> = (0..u32::from(shared_len))
+            .map(|i| u32::from(family) * 10_000 + i)
+            .collect();
+        for _ in 0..tail_len.max(u8::from(shared_len == 0)) {
+            self.next_tail += 1;
+            tokens.push(1_000_000 + self.next_tail);
+        }
+        let scope = scope as usize % self.scopes.len();
+        let id = self.next_seq;
+        let key = self.scopes[scope].clone();
+        let req = StartRequest {
+            seq: id,
+            tokens: &tokens,
+            scope: Some(&key),
+            reserve_tokens: tokens.len() as u32 + 6,
+        };
+        let probe = self.mgr.probe_start(&req);
+        let before = self.mgr.accounting();
+        match self.mgr.start(&req) {
+            Ok(started) => {
+                self.next_seq += 1;
+                self.summary.starts += 1;
+                self.summary.prefix_hit_blocks += started.hits.len() as u64;
+                let mut problems = Vec::new();
+                if !probe.fits || probe.cached_tokens != started.cached_tokens {
+                    problems.push(format!("probe {probe:?} disagrees with start"));
+                }
+                if started.cached_tokens as usize >= tokens.len() {
+                    problems.push(format!(
+                        "hit of {} tokens is not capped below {}",
+                        started.cached_tokens,
+                        tokens.len()
+                    ));
+                }
+                self.seqs.insert(
+                    id,
+                    ModelSeq {
+                        tokens: tokens.clone(),
+                        filled: started.cached_tokens as usize,
+                        scope,
+                    },
+                );
+                for hit in &started.hits {
+                    if hit.scope != key {
+                        problems.push(format!(
+                            "hit on block {} reports scope {:?}",
+                            hit.block, hit.scope
+                        ));
+                    }
+                }
+                // Every cached token must have been written by a sequence of the same scope and
+                // hold this prompt's token.
+                for (pos, &token) in tokens
+                    .iter()
+                    .enumerate()
+                    .take(started.cached_tokens as usize)
+                {
+                    match self.slot(id, pos).and_then(|s| self.payload.get(s as usize).copied().flatten()) {
+                        Some((t, s)) if t == token && s == scope => {}
+                        other => problems.push(format!(
+                            "cached position {pos} holds {other:?}, expected token {token} of scope {scope}"
+                        )),
+                    }
+                }
+                if problems.is_empty() {
+                    format!(
+                        "seq {id} started: {} tokens, {} cached, scope {scope}",
+                        tokens.len(),
+                        started.cached_tokens
+                    )
+                } else {
+                    format!("seq {id} started: VIOLATION {}", problems.join("; "))
+                }
+            }
+            Err(e) => {
+                if probe.fits {
+                    return format!("seq {id}: VIOLATION probe said it fits but start failed: {e}");
+                }
+                self.failed_alloc(before, e)
+            }
+        }
+    }
+
+    fn failed_alloc(&mut self, before: kvbench_cache_api::Accounting, e: AllocError) -> String {
+        self.summary.failed_allocations += 1;
+        let after = self.mgr.accounting();
+        match e {
+            AllocError::NoSpace { .. } | AllocError::TooLarge { .. } if after == before => {
+                format!("refused: {e}")
+            }
+            AllocError::NoSpace { .. } | AllocError::TooLarge { .. } => {
+                format!("VIOLATION failed allocation changed accounting {before:?} -> {after:?}")
+            }
+            other => format!("VIOLATION unexpected error {other}"),
+        }
+    }
+
+    fn release(&mut self, id: SeqId, why: ReleaseReason) -> String {
+        let mine = self.mapped_slots(id);
+        let others: BTreeSet<u64> = self
+            .seqs
+            .keys()
+            .filter(|&&s| s != id)
+            .flat_map(|&s| self.mapped_slots(s))
+            .collect();
+        if let Err(e) = self.mgr.release(id, why) {
+            return format!("VIOLATION release of seq {id} failed: {e}");
+        }
+        self.seqs.remove(&id);
+        self.staged.retain(|&(w, _, _)| w != id);
+        let fence = self.in_flight.last().copied();
+        let mut fenced = 0;
+        if let Some(fence) = fence {
+            for slot in mine.into_iter().filter(|s| !others.contains(s)) {
+                let content = self
+                    .payload
+                    .get(slot as usize)
+                    .copied()
+                    .flatten()
+                    .map(|(t, _)| t);
+                self.fenced.insert(slot, (fence, content));
+                fenced += 1;
+            }
+            self.summary.fenced_releases += 1;
+        }
+        format!("seq {id} released ({why:?}), {fenced} slots fenced on {fence:?}")
+    }
+
+    fn retire(&mut self, step: StepId) {
+        self.in_flight.remove(&step);
+        // The device's late writes land now: harmless unless the slot was handed to someone else.
+        for (slot, token) in self.step_writes.remove(&step).unwrap_or_default() {
+            if let Some(Some(cell)) = self.payload.get_mut(slot as usize) {
+                cell.0 = token;
+            }
+        }
+        let watermark = self.in_flight.first().copied().unwrap_or(StepId::MAX);
+        self.fenced.retain(|_, (fence, _)| *fence >= watermark);
+    }
+
+    /// Compare the manager with the model.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(last) = self.trace.last() {
+            if let Some(i) = last.find("VIOLATION") {
+                return Err(last[i..].to_string());
+            }
+        }
+        if !self.model_only {
+            self.mgr.check_invariants()?;
+        }
+        let mut live_slots = BTreeSet::new();
+        for (&id, m) in &self.seqs {
+            if self.mgr.seq_tokens(id) != Some(m.filled as u32) {
+                return Err(format!(
+                    "seq {id}: manager holds {:?} tokens, model {}",
+                    self.mgr.seq_tokens(id),
+                    m.filled
+                ));
+            }
+            for pos in 0..m.filled {
+                let slot = self
+                    .slot(id, pos)
+                    .ok_or_else(|| format!("seq {id}: position {pos} unmapped"))?;
+                live_slots.insert(slot);
+                let got = self
+                    .payload
+                    .get(slot as usize)
+                    .copied()
+                    .flatten()
+                    .map(|(t, _)| t);
+                if got != Some(m.tokens[pos]) {
+                    return Err(format!(
+                        "seq {id}: position {pos} (slot {slot}) reads {got:?}, expected {}",
+                        m.tokens[pos]
+                    ));
+                }
+            }
+            // No slot fenced behind an in-flight step may carry new content.
+            for (pos, slot) in self.mapped_slots(id).into_iter().enumerate() {
+                if let Some(&(fence, content)) = self.fenced.get(&slot) {
+                    let same_content = self.cfg.mode == CacheMode::Paged
+                        && pos < m.filled
+                        && content == Some(m.tokens[pos]);
+                    if !same_content {
+                        return Err(format!(
+                            "seq {id}: slot {slot} handed out before its fence step {fence} retired"
+                        ));
+                    }
+                }
+            }
+        }
+        let acc = self.mgr.accounting();
+        if acc.live_slots != live_slots.len() as u64 {
+            return Err(format!(
+                "accounting says {} live slots, the model reads {}",
+                acc.live_slots,
+                live_slots.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Release every sequence, retire every step, and require quiescence (then a flush frees all).
+    pub fn drain(&mut self) -> Result<(), String> {
+        let ids: Vec<SeqId> = self.seqs.keys().copied().collect();
+        for id in ids {
+            self.apply_release(id)?;
+        }
+        let steps: Vec<StepId> = self.in_flight.iter().copied().collect();
+        for step in steps {
+            self.mgr.retire_step(step);
+            self.retire(step);
+            self.trace.push(format!("drain: step {step} retired"));
+        }
+        self.check()?;
+        if !self.model_only {
+            self.mgr.assert_quiescent()?;
+        }
+        self.mgr.flush_prefix_cache();
+        let acc = self.mgr.accounting();
+        if acc.free_slots != acc.total_slots {
+            return Err(format!(
+                "after a flush {} of {} slots are free",
+                acc.free_slots, acc.total_slots
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply_release(&mut self, id: SeqId) -> Result<(), String> {
+        let line = self.release(id, ReleaseReason::Finish);
+        self.trace.push(format!("drain: {line}"));
+        self.check()
+    }
+}

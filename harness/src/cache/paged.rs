@@ -1,0 +1,578 @@
+//! The paged KV cache manager (PagedAttention-style).
+//!
+//! # Lifecycle of one physical block
+//!
+//! - **Creation.** All blocks exist from [`PagedCache::new`] on, `Free`, ref count 0.
+//! - **Taking a reference.** `start` maps fresh blocks for the uncached part of the prompt
+//!   (ref 1 each) and revives prefix hits (a `Cached` or `Pending` block goes back to ref 1, a
+//!   `Mapped` one gains a reference); `append` maps a fresh block when the last one is full;
+//!   `fork` adds one reference to every block of the parent.
+//! - **Copy-on-write.** `append` into a partially filled block whose ref count is above 1 maps a
+//!   fresh block for the writer, returns the copy (`src_slot = old × block_size`, `len` = filled
+//!   slots) and drops the writer's reference on the shared block.
+//! - **Dropping references.** `release` (finish, cancel, preempt) drops one reference per table
+//!   entry, tail block first. The last reference moves the block to `Pending`, fenced on the
+//!   newest in-flight step (or straight to `Cached`/`Free` when nothing is in flight).
+//! - **Handing out again.** A `Pending` block becomes `Cached` (it carries a prefix key, and goes
+//!   to the back of the evictable LRU) or `Free` only after every step up to its fence retired.
+//!   New content is written only into `Free` blocks or evicted `Cached` ones (LRU head first;
+//!   eviction unpublishes the key). A prefix hit may map a `Cached` or `Pending` block again
+//!   because its content is immutable and identical.
+//! - **The prefix cache holds no reference.** A cached block has ref count 0; the index only
+//!   names it. So the invariant is: ref count = number of block-table entries naming the block.
+//!
+//! All state transitions live in `block.rs`; this file keeps block tables and the prefix index.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kvbench_cache_api::{
+    Accounting, AllocError, CacheMode, CopyOp, Fault, KvCacheManager, PrefixHit, PrefixStats,
+    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
+};
+
+use super::block::{BlockPool, BlockState};
+use super::prefix::{PrefixIndex, PrefixKey, Published, ScopeInfo};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagedConfig {
+    pub total_blocks: u32,
+    pub block_size: u32,
+    /// Publish full prompt blocks and look prompts up (still subject to each request's scope).
+    pub prefix_cache: bool,
+}
+
+/// Bugs a test can plant that are not engine-facing [`Fault`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Prefix keys and hit verification ignore the scope: one tenant hits another's blocks.
+    CrossScopeHit,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Seq {
+    pub blocks: Vec<u32>,
+    /// Token positions mapped (prompt + appended).
+    pub len_tokens: u32,
+    /// Token positions written.
+    pub filled_tokens: u32,
+    /// Prompt token ids, kept only when the prefix cache may publish them.
+    pub prompt: Arc<[u32]>,
+    pub scope: Option<Arc<ScopeInfo>>,
+    /// Leading full blocks whose prefix key is known (hit or published) and the last such key.
+    pub keyed_blocks: u32,
+    pub last_key: Option<PrefixKey>,
+    /// With the bad-block-table fault: the corrupted table `layout` hands out.
+    pub bad_layout: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Faults {
+    pub skip_cow: bool,
+    pub leak: bool,
+    pub leaked_once: bool,
+    pub bad_block_table: bool,
+}
+
+#[derive(Debug)]
+pub struct PagedCache {
+    pub(crate) config: PagedConfig,
+    pub(crate) pool: BlockPool,
+    pub(crate) index: PrefixIndex,
+    pub(crate) seqs: HashMap<SeqId, Seq>,
+    pub(crate) faults: Faults,
+    /// Protocol errors and fault effects seen so far (shared-block writes, unknown retires).
+    pub(crate) violations: Vec<String>,
+}
+
+/// The plan for a `start`, computed without side effects.
+struct StartPlan {
+    scope: Option<Arc<ScopeInfo>>,
+    hits: Vec<(u32, PrefixKey)>,
+    new_blocks: u32,
+    available_blocks: u32,
+    total_blocks_needed: u32,
+}
+
+impl PagedCache {
+    pub fn new(config: PagedConfig) -> Self {
+        PagedCache {
+            config,
+            pool: BlockPool::new(config.total_blocks, config.block_size.max(1)),
+            index: PrefixIndex::default(),
+            seqs: HashMap::new(),
+            faults: Faults::default(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> PagedConfig {
+        self.config
+    }
+
+    /// The real block table (not the possibly corrupted `layout`).
+    pub fn block_table(&self, seq: SeqId) -> Option<&[u32]> {
+        self.seqs.get(&seq).map(|s| s.blocks.as_slice())
+    }
+
+    pub fn ref_count(&self, block: u32) -> u32 {
+        self.pool
+            .meta
+            .get(block as usize)
+            .map_or(0, |m| m.ref_count)
+    }
+
+    /// Whether `block` is published in the prefix index.
+    pub fn is_published(&self, block: u32) -> bool {
+        self.pool
+            .meta
+            .get(block as usize)
+            .is_some_and(|m| m.key.is_some())
+    }
+
+    /// Evictable cached blocks, the next victim first.
+    pub fn eviction_order(&self) -> Vec<u32> {
+        self.pool.lru_order()
+    }
+
+    pub fn free_blocks(&self) -> u32 {
+        self.pool.free_blocks()
+    }
+
+    pub fn live_seqs(&self) -> usize {
+        self.seqs.len()
+    }
+
+    pub fn plant_bug(&mut self, bug: PlantedBug) {
+        match bug {
+            PlantedBug::CrossScopeHit => self.index.ignore_scope = true,
+        }
+    }
+
+    fn bs(&self) -> u32 {
+        self.pool.block_size
+    }
+
+    fn plan_start(&self, req: &StartRequest<'_>) -> Result<StartPlan, AllocError> {
+        if self.seqs.contains_key(&req.seq) {
+            return Err(AllocError::DuplicateSeq(req.seq));
+        }
+        let bs = self.bs();
+        let len = req.tokens.len() as u64;
+        let total_needed = len.div_ceil(u64::from(bs));
+        if total_needed > u64::from(self.pool.total_blocks()) {
+            return Err(AllocError::TooLarge {
+                needed_slots: total_needed * u64::from(bs),
+                total_slots: u64::from(self.pool.total_blocks()) * u64::from(bs),
+            });
+        }
+        let scope = if self.config.prefix_cache {
+            req.scope.and_then(ScopeInfo::new)
+        } else {
+            None
+        };
+        let hits = match (&scope, len) {
+            (Some(s), 1..) => {
+                // The last prompt token is always recomputed to produce logits.
+                let max_blocks = ((len - 1) / u64::from(bs)) as usize;
+                self.index.lookup(s, req.tokens, bs, max_blocks)
+            }
+            _ => Vec::new(),
+        };
+        let revived_cached = hits
+            .iter()
+            .filter(|(b, _)| self.pool.meta[*b as usize].state == BlockState::Cached)
+            .count() as u32;
+        Ok(StartPlan {
+            scope,
+            new_blocks: total_needed as u32 - hits.len() as u32,
+            available_blocks: self.pool.allocatable_blocks() - revived_cached,
+            total_blocks_needed: total_needed as u32,
+            hits,
+        })
+    }
+
+    /// Take a block for new content, unpublishing it if it was an evicted cached block.
+    fn take_fresh(&mut self) -> Option<u32> {
+        let (block, evicted) = self.pool.take_fresh()?;
+        if let Some(key) = evicted {
+            self.index.remove(&key);
+            self.index.stats.evictions += 1;
+        }
+        Some(block)
+    }
+
+    fn no_space(&self, needed_blocks: u32) -> AllocError {
+        AllocError::NoSpace {
+            needed_slots: u64::from(needed_blocks) * u64::from(self.bs()),
+            available_slots: u64::from(self.pool.allocatable_blocks()) * u64::from(self.bs()),
+        }
+    }
+
+    /// Publish newly full prompt blocks of `seq_id`.
+    fn publish_full_blocks(&mut self, seq_id: SeqId) {
+        let bs = self.bs();
+        let Some(seq) = self.seqs.get_mut(&seq_id) else {
+            return;
+        };
+        let Some(scope) = seq.scope.clone() else {
+            return;
+        };
+        let full_blocks = seq.filled_tokens / bs;
+        let prompt_blocks = seq.prompt.len() as u32 / bs;
+        while seq.keyed_blocks < full_blocks.min(prompt_blocks) {
+            let i = seq.keyed_blocks as usize;
+            let chunk = &seq.prompt[i * bs as usize..(i + 1) * bs as usize];
+            let key = self.index.block_key(seq.last_key.as_ref(), &scope, chunk);
+            let block = seq.blocks[i];
+            let meta = &mut self.pool.meta[block as usize];
+            if meta.key.is_none() && !self.index.contains(&key) {
+                meta.key = Some(key);
+                self.index.insert(
+                    key,
+                    Published {
+                        block,
+                        parent: seq.last_key,
+                        tokens: chunk.into(),
+                        scope: scope.clone(),
+                        publisher: seq_id,
+                    },
+                );
+            }
+            seq.last_key = Some(key);
+            seq.keyed_blocks += 1;
+        }
+    }
+
+    /// With the bad-block-table fault armed, give `seq` a layout whose first logical block names a
+    /// physical block outside its table.
+    fn refresh_bad_layout(&mut self, seq_id: SeqId) {
+        if !self.faults.bad_block_table {
+            return;
+        }
+        let total = self.pool.total_blocks();
+        let Some(seq) = self.seqs.get_mut(&seq_id) else {
+            return;
+        };
+        seq.bad_layout = seq.blocks.first().map(|&first| {
+            let mut wrong = (first + 1) % total;
+            for _ in 0..total {
+                if !seq.blocks.contains(&wrong) {
+                    break;
+                }
+                wrong = (wrong + 1) % total;
+            }
+            let mut bad = seq.blocks.clone();
+            bad[0] = wrong;
+            bad
+        });
+    }
+}
+
+impl KvCacheManager for PagedCache {
+    fn mode(&self) -> CacheMode {
+        CacheMode::Paged
+    }
+
+    fn block_size(&self) -> u32 {
+        self.bs()
+    }
+
+    fn probe_start(&self, req: &StartRequest<'_>) -> Probe {
+        match self.plan_start(req) {
+            Ok(plan) => Probe {
+                cached_tokens: plan.hits.len() as u32 * self.bs(),
+                new_slots: u64::from(plan.new_blocks) * u64::from(self.bs()),
+                fits: plan.new_blocks <= plan.available_blocks,
+            },
+            Err(_) => Probe::default(),
+        }
+    }
+
+    fn start(&mut self, req: &StartRequest<'_>) -> Result<Started, AllocError> {
+        let plan = self.plan_start(req)?;
+        if plan.new_blocks > plan.available_blocks {
+            return Err(AllocError::NoSpace {
+                needed_slots: u64::from(plan.new_blocks) * u64::from(self.bs()),
+                available_slots: u64::from(plan.available_blocks) * u64::from(self.bs()),
+            });
+        }
+        let bs = self.bs();
+        let mut blocks = Vec::with_capacity(plan.total_blocks_needed as usize);
+        let mut hits = Vec::with_capacity(plan.hits.len());
+        for &(block, key) in &plan.hits {
+            self.pool.revive(block);
+            blocks.push(block);
+            if let (Some(p), Some(scope)) = (self.index.get(&key), &plan.scope) {
+                hits.push(PrefixHit {
+                    block,
+                    tokens: bs,
+                    scope: scope.key.clone(),
+                    publisher: p.publisher,
+                });
+            }
+        }
+        for _ in 0..plan.new_blocks {
+            // Checked above: enough free or evictable blocks.
+            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            blocks.push(block);
+        }
+        let cached_tokens = plan.hits.len() as u32 * bs;
+        if plan.scope.is_some() {
+            let stats = &mut self.index.stats;
+            stats.lookups += 1;
+            stats.lookup_tokens += req.tokens.len() as u64;
+            stats.hit_blocks += plan.hits.len() as u64;
+            stats.hit_tokens += u64::from(cached_tokens);
+        }
+        let prompt: Arc<[u32]> = if plan.scope.is_some() {
+            req.tokens.into()
+        } else {
+            Arc::from([])
+        };
+        self.seqs.insert(
+            req.seq,
+            Seq {
+                blocks,
+                len_tokens: req.tokens.len() as u32,
+                filled_tokens: cached_tokens,
+                prompt,
+                scope: plan.scope,
+                keyed_blocks: plan.hits.len() as u32,
+                last_key: plan.hits.last().map(|&(_, k)| k),
+                bad_layout: None,
+            },
+        );
+        self.refresh_bad_layout(req.seq);
+        Ok(Started {
+            cached_tokens,
+            hits,
+        })
+    }
+
+    fn fill(&mut self, seq_id: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let bs = self.bs();
+        let seq = self
+            .seqs
+            .get_mut(&seq_id)
+            .ok_or(AllocError::UnknownSeq(seq_id))?;
+        let new_filled = seq
+            .filled_tokens
+            .checked_add(n_tokens)
+            .filter(|&f| f <= seq.len_tokens)
+            .ok_or(AllocError::InvalidOp {
+                seq: seq_id,
+                reason: "fill past the started tokens",
+            })?;
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let first = seq.filled_tokens / bs;
+        let last = (new_filled - 1) / bs;
+        for bi in first..=last {
+            let written = (new_filled - bi * bs).min(bs);
+            let block = seq.blocks[bi as usize];
+            if self.pool.meta[block as usize].ref_count > 1 {
+                self.violations.push(format!(
+                    "fill of seq {seq_id} wrote block {block}, which is shared"
+                ));
+            }
+            self.pool.note_written(block, written);
+        }
+        seq.filled_tokens = new_filled;
+        self.publish_full_blocks(seq_id);
+        Ok(())
+    }
+
+    fn append(&mut self, seq_id: SeqId) -> Result<Vec<CopyOp>, AllocError> {
+        let bs = self.bs();
+        let seq = self
+            .seqs
+            .get(&seq_id)
+            .ok_or(AllocError::UnknownSeq(seq_id))?;
+        if seq.filled_tokens != seq.len_tokens {
+            return Err(AllocError::InvalidOp {
+                seq: seq_id,
+                reason: "append before the prompt is filled",
+            });
+        }
+        let pos = seq.len_tokens;
+        let (bi, offset) = ((pos / bs) as usize, pos % bs);
+        let mut copies = Vec::new();
+        if offset == 0 {
+            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            self.pool.note_written(block, 1);
+            let seq = self
+                .seqs
+                .get_mut(&seq_id)
+                .ok_or(AllocError::UnknownSeq(seq_id))?;
+            seq.blocks.push(block);
+        } else {
+            let shared = seq.blocks[bi];
+            if self.pool.meta[shared as usize].ref_count > 1 && !self.faults.skip_cow {
+                let fresh = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+                copies.push(CopyOp {
+                    src_slot: u64::from(shared) * u64::from(bs),
+                    dst_slot: u64::from(fresh) * u64::from(bs),
+                    len_tokens: offset,
+                });
+                self.pool.note_written(fresh, offset + 1);
+                self.pool.drop_ref(shared);
+                if let Some(seq) = self.seqs.get_mut(&seq_id) {
+                    seq.blocks[bi] = fresh;
+                }
+            } else {
+                if self.pool.meta[shared as usize].ref_count > 1 {
+                    self.violations.push(format!(
+                        "append of seq {seq_id} wrote slot {offset} of block {shared} shared by {} holders \
+                         without copy-on-write",
+                        self.pool.meta[shared as usize].ref_count
+                    ));
+                }
+                self.pool.note_written(shared, offset + 1);
+            }
+        }
+        let seq = self
+            .seqs
+            .get_mut(&seq_id)
+            .ok_or(AllocError::UnknownSeq(seq_id))?;
+        seq.len_tokens += 1;
+        seq.filled_tokens += 1;
+        self.refresh_bad_layout(seq_id);
+        Ok(copies)
+    }
+
+    fn append_cost(&self, seq_id: SeqId) -> u64 {
+        let bs = self.bs();
+        let Some(seq) = self.seqs.get(&seq_id) else {
+            return 0;
+        };
+        let pos = seq.len_tokens;
+        if pos % bs == 0 {
+            return u64::from(bs);
+        }
+        let block = seq.blocks[(pos / bs) as usize];
+        if self.pool.meta[block as usize].ref_count > 1 && !self.faults.skip_cow {
+            u64::from(bs)
+        } else {
+            0
+        }
+    }
+
+    fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError> {
+        if self.seqs.contains_key(&child) {
+            return Err(AllocError::DuplicateSeq(child));
+        }
+        let mut seq = self
+            .seqs
+            .get(&parent)
+            .ok_or(AllocError::UnknownSeq(parent))?
+            .clone();
+        if seq.filled_tokens != seq.len_tokens {
+            // Continuations branch after prefill; sharing a half-written block would let two
+            // holders write it without copy-on-write.
+            return Err(AllocError::InvalidOp {
+                seq: parent,
+                reason: "fork before the prompt is filled",
+            });
+        }
+        for &block in &seq.blocks {
+            self.pool.add_ref(block);
+        }
+        seq.bad_layout = None;
+        self.seqs.insert(child, seq);
+        self.refresh_bad_layout(child);
+        Ok(Vec::new())
+    }
+
+    fn release(&mut self, seq_id: SeqId, _why: ReleaseReason) -> Result<(), AllocError> {
+        let seq = self
+            .seqs
+            .remove(&seq_id)
+            .ok_or(AllocError::UnknownSeq(seq_id))?;
+        if self.faults.leak && !self.faults.leaked_once {
+            self.faults.leaked_once = true;
+            return Ok(());
+        }
+        // Tail first, so a sequence's prefix blocks reach the LRU last and are evicted last.
+        for &block in seq.blocks.iter().rev() {
+            self.pool.drop_ref(block);
+        }
+        Ok(())
+    }
+
+    fn begin_step(&mut self) -> StepId {
+        self.pool.begin_step()
+    }
+
+    fn retire_step(&mut self, step: StepId) {
+        if !self.pool.retire_step(step) {
+            self.violations
+                .push(format!("retire of step {step}, which is not in flight"));
+        }
+    }
+
+    fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>> {
+        let s = self.seqs.get(&seq)?;
+        let blocks = s.bad_layout.as_deref().unwrap_or(&s.blocks);
+        Some(SeqLayout::Paged {
+            block_size: self.bs(),
+            blocks,
+        })
+    }
+
+    fn seq_tokens(&self, seq: SeqId) -> Option<u32> {
+        self.seqs.get(&seq).map(|s| s.filled_tokens)
+    }
+
+    fn accounting(&self) -> Accounting {
+        let bs = u64::from(self.bs());
+        let p = &self.pool;
+        Accounting {
+            total_slots: u64::from(p.total_blocks()) * bs,
+            live_slots: p.live_slots,
+            allocated_unfilled_slots: u64::from(p.mapped_blocks) * bs - p.live_slots,
+            cached_free_slots: u64::from(p.cached_blocks) * bs,
+            pending_free_slots: u64::from(p.pending_blocks) * bs,
+            free_slots: u64::from(p.free_blocks()) * bs,
+        }
+    }
+
+    fn prefix_stats(&self) -> PrefixStats {
+        self.index.stats
+    }
+
+    fn largest_free_extent(&self) -> u64 {
+        u64::from(self.pool.free_blocks()) * u64::from(self.bs())
+    }
+
+    fn flush_prefix_cache(&mut self) {
+        for key in self.pool.flush_cached() {
+            self.index.remove(&key);
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        super::check::check_paged(self)
+    }
+
+    fn assert_quiescent(&self) -> Result<(), String> {
+        super::check::quiescent_paged(self)
+    }
+
+    fn inject_fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::SkipCow => self.faults.skip_cow = true,
+            Fault::EarlyReuse => self.pool.ignore_fence = true,
+            Fault::Leak => self.faults.leak = true,
+            Fault::BadBlockTable => {
+                self.faults.bad_block_table = true;
+                let mut ids: Vec<SeqId> = self.seqs.keys().copied().collect();
+                ids.sort_unstable();
+                for id in ids {
+                    self.refresh_bad_layout(id);
+                }
+            }
+        }
+    }
+}
