@@ -1,0 +1,356 @@
+//! The `cpu` backend: real tensor math on the seeded tiny transformer (`kvbench-kernels`),
+//! reading K/V through whatever layout the cache manager hands out, checked against the f64
+//! oracle (`kvbench-oracle`).
+//!
+//! Execution is synchronous: `submit` performs the step's copies, swap transfers and forward
+//! pass, and `complete` returns the result. `duration_s` is the wall time of that work only;
+//! oracle checks run when a sequence is forgotten and are never timed.
+//!
+//! Each sequence's token history (prompt, then every sampled token) lives here: a step's
+//! `SeqWork` names positions `context_tokens .. context_tokens + new_tokens` of it, so a prefix
+//! hit, a chunked prefill, a recompute after preemption and a decode all read the same history.
+
+mod addr;
+mod check;
+mod setup;
+mod store;
+
+pub use check::{
+    sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE, SAMPLE_ONE_IN,
+};
+pub use setup::{model_config, oracle_for, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use kvbench_cache_api::{KvCacheManager, SeqId};
+use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
+
+use self::addr::Addr;
+use self::check::{Checker, Record};
+use self::store::{HostKv, KvStore};
+use super::{
+    Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
+    SwapDirection,
+};
+use crate::model::Dtype;
+
+#[derive(Debug, Default)]
+struct SeqState {
+    /// Token id at each logical position.
+    history: Vec<u32>,
+    /// The latest sampled step (a fork picks its continuation from these logits).
+    last: Option<Record>,
+    /// Every sampled step, kept only for checked sequences.
+    records: Vec<Record>,
+    checked: bool,
+}
+
+impl SeqState {
+    /// The step ending at `pos` produced `logits` and chose `token` for `pos + 1`. A recompute
+    /// that re-derives a known position replaces what followed it.
+    fn sampled(&mut self, pos: usize, logits: Vec<f32>, token: u32) {
+        self.history.truncate(pos + 1);
+        self.history.push(token);
+        let rec = Record { pos, logits };
+        if self.checked {
+            self.records.retain(|r| r.pos < pos);
+            self.records.push(rec.clone());
+        }
+        self.last = Some(rec);
+    }
+}
+
+pub struct CpuBackend {
+    model: Transformer,
+    kv: KvStore,
+    checker: Checker,
+    seqs: BTreeMap<SeqId, SeqState>,
+    host: BTreeMap<SeqId, HostKv>,
+    done: VecDeque<StepOutput>,
+    registered: u64,
+    workspace_bytes: u64,
+    reported_failure: bool,
+}
+
+fn step_err(e: KernelError) -> BackendError {
+    BackendError::Step(e.to_string())
+}
+
+/// Activation buffers of one step of `tokens` tokens, in bytes (f32).
+fn workspace_bytes(m: &Transformer, tokens: u64) -> u64 {
+    let c = &m.cfg;
+    let per_token = 3 * c.d_model + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_dim;
+    tokens * per_token as u64 * 4 + c.vocab as u64 * 4 * tokens
+}
+
+impl CpuBackend {
+    pub fn new(setup: &RunSetup) -> Result<CpuBackend, BackendError> {
+        let cfg = model_config(&setup.model)?;
+        let bf16_storage = match setup.model.kv_dtype {
+            Dtype::F32 => false,
+            Dtype::Bf16 => true,
+            other => {
+                return Err(BackendError::Config(format!(
+                    "cpu backend stores KV as f32 or bf16, not {}",
+                    other.name()
+                )))
+            }
+        };
+        let model = Transformer::seeded(cfg, setup.seed)
+            .map_err(|e| BackendError::Config(e.to_string()))?;
+        let slots = usize::try_from(setup.cache_slots).map_err(|_| {
+            BackendError::Config(format!(
+                "{} cache slots do not fit in memory",
+                setup.cache_slots
+            ))
+        })?;
+        let kv_bytes = setup
+            .cache_slots
+            .saturating_mul(setup.model.kv_bytes_per_token());
+        if kv_bytes > 16 << 30 {
+            return Err(BackendError::Config(format!(
+                "KV storage of {kv_bytes} bytes ({} slots) is too large for the cpu backend",
+                setup.cache_slots
+            )));
+        }
+        let kv = KvStore::new(&model, slots, bf16_storage);
+        let tolerance = if bf16_storage {
+            BF16_TOLERANCE
+        } else {
+            F32_TOLERANCE
+        };
+        let checker = Checker::new(oracle_for(&model)?, tolerance);
+        let workspace_bytes = workspace_bytes(&model, setup.max_tokens_per_step.max(1) as u64);
+        Ok(CpuBackend {
+            model,
+            kv,
+            checker,
+            seqs: BTreeMap::new(),
+            host: BTreeMap::new(),
+            done: VecDeque::new(),
+            registered: 0,
+            workspace_bytes,
+            reported_failure: false,
+        })
+    }
+
+    /// The model this backend computes with (tests compare against it).
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    /// A sequence's token history so far.
+    pub fn history(&self, seq: SeqId) -> Option<&[u32]> {
+        self.seqs.get(&seq).map(|s| s.history.as_slice())
+    }
+
+    fn add_seq(&mut self, seq: SeqId, state: SeqState) -> Result<(), BackendError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(BackendError::Step(format!(
+                "sequence {seq} registered twice"
+            )));
+        }
+        self.registered += 1;
+        self.seqs.insert(seq, state);
+        Ok(())
+    }
+
+    fn transfer(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+    ) -> Result<(), BackendError> {
+        for c in &plan.copies {
+            self.kv
+                .copy_slots(
+                    c.src_slot as usize,
+                    c.dst_slot as usize,
+                    c.len_tokens as usize,
+                )
+                .map_err(step_err)?;
+        }
+        for s in &plan.swaps {
+            let layout = cache.layout(s.seq).ok_or_else(|| {
+                BackendError::Step(format!("swap of sequence {}: no layout", s.seq))
+            })?;
+            let addr = Addr::from_layout(layout);
+            match s.direction {
+                SwapDirection::Out => {
+                    let host = self
+                        .kv
+                        .swap_out(&addr, s.tokens as usize)
+                        .map_err(step_err)?;
+                    self.host.insert(s.seq, host);
+                }
+                SwapDirection::In => {
+                    let host = self.host.remove(&s.seq).ok_or_else(|| {
+                        BackendError::Step(format!(
+                            "swap-in of sequence {}: nothing swapped out",
+                            s.seq
+                        ))
+                    })?;
+                    self.kv
+                        .swap_in(&addr, s.tokens as usize, &host)
+                        .map_err(step_err)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn compute(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+    ) -> Result<Vec<Option<Vec<f32>>>, BackendError> {
+        let mut addrs = Vec::with_capacity(plan.seqs.len());
+        for w in &plan.seqs {
+            let layout = cache.layout(w.seq).ok_or_else(|| {
+                BackendError::Step(format!("sequence {} has no cache layout", w.seq))
+            })?;
+            addrs.push(Addr::from_layout(layout));
+        }
+        let mut steps = Vec::with_capacity(plan.seqs.len());
+        for (w, addr) in plan.seqs.iter().zip(&addrs) {
+            let st = self.seqs.get(&w.seq).ok_or_else(|| {
+                BackendError::Step(format!("sequence {} was never registered", w.seq))
+            })?;
+            let start = w.context_tokens as usize;
+            let end = start + w.new_tokens as usize;
+            if end > st.history.len() {
+                return Err(BackendError::Step(format!(
+                    "sequence {}: step covers positions {start}..{end} but only {} tokens are known",
+                    w.seq,
+                    st.history.len()
+                )));
+            }
+            steps.push(StepSeq {
+                addr,
+                start_pos: start,
+                tokens: &st.history[start..end],
+                want_logits: w.sample,
+            });
+        }
+        self.kv.forward(&self.model, &steps).map_err(step_err)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn computes(&self) -> bool {
+        true
+    }
+
+    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError> {
+        let checked = is_sampled(seq, self.registered);
+        self.add_seq(
+            seq,
+            SeqState {
+                history: prompt.to_vec(),
+                checked,
+                ..SeqState::default()
+            },
+        )
+    }
+
+    fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
+        let p = self
+            .seqs
+            .get(&parent)
+            .ok_or_else(|| BackendError::Step(format!("fork of unknown sequence {parent}")))?;
+        let last = p.last.as_ref().ok_or_else(|| {
+            BackendError::Step(format!(
+                "fork of sequence {parent} before it sampled a token"
+            ))
+        })?;
+        let token = rank_token(&last.logits, sample_rank as usize).ok_or_else(|| {
+            BackendError::Step(format!(
+                "sample rank {sample_rank} exceeds the vocabulary of {}",
+                last.logits.len()
+            ))
+        })?;
+        let mut history = p.history[..=last.pos].to_vec();
+        history.push(token);
+        let checked = p.checked || is_sampled(child, self.registered);
+        let state = SeqState {
+            history,
+            last: Some(last.clone()),
+            records: Vec::new(),
+            checked,
+        };
+        self.add_seq(child, state)?;
+        Ok(token)
+    }
+
+    fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
+        let st = self
+            .seqs
+            .remove(&seq)
+            .ok_or_else(|| BackendError::Step(format!("forget of unknown sequence {seq}")))?;
+        self.host.remove(&seq);
+        if st.checked {
+            self.checker.check(seq, &st.history, &st.records);
+            if let (Some(msg), false) = (self.checker.first_failure(), self.reported_failure) {
+                eprintln!("cpu backend: oracle mismatch: {msg}");
+                self.reported_failure = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
+        let t0 = Instant::now();
+        self.transfer(plan, cache)?;
+        let logits = self.compute(plan, cache)?;
+        let duration_s = t0.elapsed().as_secs_f64();
+        let mut sampled = Vec::new();
+        for (w, l) in plan.seqs.iter().zip(logits) {
+            if !w.sample {
+                continue;
+            }
+            let logits = l.ok_or_else(|| {
+                BackendError::Step(format!("sequence {}: no logits to sample", w.seq))
+            })?;
+            let token = rank_token(&logits, 0)
+                .ok_or_else(|| BackendError::Step("empty vocabulary".into()))?;
+            let pos = (w.context_tokens + w.new_tokens) as usize - 1;
+            if let Some(st) = self.seqs.get_mut(&w.seq) {
+                st.sampled(pos, logits, token);
+            }
+            sampled.push(Sampled { seq: w.seq, token });
+        }
+        self.done.push_back(StepOutput {
+            duration_s,
+            sampled,
+        });
+        Ok(())
+    }
+
+    fn complete(&mut self) -> Result<StepOutput, BackendError> {
+        self.done
+            .pop_front()
+            .ok_or_else(|| BackendError::Step("complete with no step in flight".into()))
+    }
+
+    fn memory(&self) -> MemoryParts {
+        MemoryParts {
+            weights_bytes: self.model.weights.parameter_count() as u64 * 4,
+            workspace_bytes: self.workspace_bytes,
+            other_bytes: 0,
+            device_used_bytes: None,
+        }
+    }
+
+    fn numerics(&self) -> Option<NumericsReport> {
+        let live = self
+            .seqs
+            .values()
+            .filter(|s| s.checked)
+            .map(|s| (s.history.as_slice(), s.records.as_slice()));
+        Some(self.checker.report(live))
+    }
+}

@@ -1,0 +1,107 @@
+//! KV storage in the configured element type, and the data movement the engine asks for:
+//! copy-on-write copies and swap transfers are performed for real on the stored K/V.
+
+use kvbench_kernels::{
+    bf16, KernelError, KvCache, KvElem, Run, StepSeq, TokenAddressing, Transformer,
+};
+
+use super::addr::Addr;
+
+pub(super) enum KvStore {
+    F32(KvCache<f32>),
+    Bf16(KvCache<bf16>),
+}
+
+/// A swapped-out sequence's K/V on the host.
+pub(super) enum HostKv {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+}
+
+fn runs_of(addr: &Addr<'_>, tokens: usize, num_slots: usize) -> Result<Vec<Run>, KernelError> {
+    let mut runs = Vec::new();
+    addr.runs(tokens, num_slots, &mut runs)?;
+    Ok(runs)
+}
+
+fn gather<E: KvElem>(
+    kv: &KvCache<E>,
+    addr: &Addr<'_>,
+    tokens: usize,
+) -> Result<Vec<E>, KernelError> {
+    let mut out = Vec::with_capacity(tokens * kv.bytes_per_token() / std::mem::size_of::<E>());
+    for r in runs_of(addr, tokens, kv.num_slots)? {
+        kv.read_slots(r.first_slot, r.len, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn scatter<E: KvElem>(
+    kv: &mut KvCache<E>,
+    addr: &Addr<'_>,
+    tokens: usize,
+    data: &[E],
+) -> Result<(), KernelError> {
+    let mut at = 0;
+    for r in runs_of(addr, tokens, kv.num_slots)? {
+        at += kv.write_slots(r.first_slot, r.len, &data[at..])?;
+    }
+    Ok(())
+}
+
+impl KvStore {
+    pub(super) fn new(model: &Transformer, num_slots: usize, bf16_storage: bool) -> KvStore {
+        if bf16_storage {
+            KvStore::Bf16(model.new_cache(num_slots))
+        } else {
+            KvStore::F32(model.new_cache(num_slots))
+        }
+    }
+
+    pub(super) fn copy_slots(
+        &mut self,
+        src: usize,
+        dst: usize,
+        len: usize,
+    ) -> Result<(), KernelError> {
+        match self {
+            KvStore::F32(c) => c.copy_slots(src, dst, len),
+            KvStore::Bf16(c) => c.copy_slots(src, dst, len),
+        }
+    }
+
+    /// Reads the first `tokens` positions of a sequence (swap out).
+    pub(super) fn swap_out(&self, addr: &Addr<'_>, tokens: usize) -> Result<HostKv, KernelError> {
+        Ok(match self {
+            KvStore::F32(c) => HostKv::F32(gather(c, addr, tokens)?),
+            KvStore::Bf16(c) => HostKv::Bf16(gather(c, addr, tokens)?),
+        })
+    }
+
+    /// Writes a swapped-out sequence back into its new layout (swap in).
+    pub(super) fn swap_in(
+        &mut self,
+        addr: &Addr<'_>,
+        tokens: usize,
+        host: &HostKv,
+    ) -> Result<(), KernelError> {
+        match (self, host) {
+            (KvStore::F32(c), HostKv::F32(d)) => scatter(c, addr, tokens, d),
+            (KvStore::Bf16(c), HostKv::Bf16(d)) => scatter(c, addr, tokens, d),
+            _ => Err(KernelError::Config(
+                "swap buffer element type differs from the cache".into(),
+            )),
+        }
+    }
+
+    pub(super) fn forward(
+        &mut self,
+        model: &Transformer,
+        seqs: &[StepSeq<'_, Addr<'_>>],
+    ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
+        match self {
+            KvStore::F32(c) => model.forward(c, seqs),
+            KvStore::Bf16(c) => model.forward(c, seqs),
+        }
+    }
+}
