@@ -1,0 +1,112 @@
+//! `kvbench plan` prints the essay's figures exactly, through the binary.
+
+use std::process::{Command, Output};
+
+fn plan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run kvbench")
+}
+
+fn stdout_ok(args: &[&str]) -> String {
+    let out = plan(args);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "kvbench plan {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+const ESSAY: &[&str] = &[
+    "--layers",
+    "32",
+    "--kv-heads",
+    "8",
+    "--head-dim",
+    "128",
+    "--dtype",
+    "bf16",
+    "--block-size",
+    "16",
+];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    ESSAY.iter().chain(extra).copied().collect()
+}
+
+#[test]
+fn bytes_per_token_and_per_sequence() {
+    let text = stdout_ok(&with(&["--tokens", "4096"]));
+    assert!(text.contains("131072 bytes per token (128 KiB)"), "{text}");
+    assert!(
+        text.contains("4096 tokens: 536870912 bytes (512 MiB)"),
+        "{text}"
+    );
+    assert!(text.contains("256 blocks of 16 tokens"), "{text}");
+}
+
+#[test]
+fn tail_waste_of_a_33_token_sequence() {
+    let text = stdout_ok(&with(&["--tokens", "33"]));
+    assert!(text.contains("3 blocks of 16 tokens"), "{text}");
+    assert!(
+        text.contains("15 empty slots, 1966080 bytes (1.875 MiB) of tail waste"),
+        "{text}"
+    );
+    assert!(
+        text.contains("4096 slots reserved (max_seq_len 4096): 536870912 bytes (512 MiB)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sequences_that_fit_each_way() {
+    let text = stdout_ok(&with(&["--tokens", "33", "--budget", "80 GiB"]));
+    // 80 GiB / 512 MiB = 160 contiguous; 80 GiB / (3 x 2 MiB) = 13653 paged.
+    assert!(text.contains("paged 13653 sequences"), "{text}");
+    assert!(text.contains("contiguous 160 sequences"), "{text}");
+}
+
+#[test]
+fn json_carries_the_same_figures() {
+    let text = stdout_ok(&with(&["--tokens", "33", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let s = &v["sequence"];
+    assert_eq!(s["bytes_per_token"], 131072);
+    assert_eq!(s["blocks"], 3);
+    assert_eq!(s["empty_slots"], 15);
+    assert_eq!(s["tail_waste_bytes"], 1966080);
+    assert_eq!(s["contiguous_bytes"], 536870912u64);
+}
+
+#[test]
+fn preset_and_tensor_parallelism() {
+    let text = stdout_ok(&["--preset", "llama3-8b", "--tp", "2", "--tokens", "4096"]);
+    assert!(text.contains("65536 bytes per token (64 KiB)"), "{text}");
+}
+
+#[test]
+fn scenario_distribution() {
+    let scen = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quick-basic.toml");
+    let text = stdout_ok(&["--scenario", scen]);
+    assert!(text.contains("48 sequences from the scenario"), "{text}");
+    assert!(text.contains("1024 bytes per token (1 KiB)"), "{text}");
+}
+
+#[test]
+fn bad_input_exits_2() {
+    for args in [
+        vec!["--tokens", "33"],
+        with(&["--tokens", "33", "--block-size", "12"]),
+        with(&["--tokens", "33", "--budget", "lots"]),
+        with(&[]),
+    ] {
+        let out = plan(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!out.stderr.is_empty());
+    }
+}
