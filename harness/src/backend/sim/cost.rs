@@ -141,7 +141,7 @@ mod tests {
         let seqs: Vec<_> = (0..64).map(|i| decode(i, 2047)).collect();
         let c = m.step(&seqs, &[], &[], false);
         assert!(c.memory_s > c.compute_s, "{c:?}");
-        let kv_s = (64.0 * 2048.0 * 131_072.0) / 4.3e12;
+        let kv_s: f64 = (64.0 * 2048.0 * 131_072.0) / 4.3e12;
         assert!((kv_s - 0.004).abs() < 0.0002, "{kv_s}");
         let weights_s = ModelShape::llama3_8b().weight_bytes_per_device() as f64 / 4.3e12;
         let expect = kv_s + weights_s + 64.0 * 131_072.0 / 4.3e12 + 40e-6;

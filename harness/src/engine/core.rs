@@ -1,0 +1,357 @@
+//! The loop: plan and submit steps (up to two in flight in async mode), complete the oldest,
+//! advance the virtual clock, jump to the next arrival or cancellation when idle.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Instant;
+
+use kvbench_cache_api::{CopyOp, KvCacheManager, PrefixStats, StepId};
+
+use super::admission::AdmissionConfig;
+use super::policy::{self, queue::WaitQueue, Policy};
+use super::record::{Reclamation, RunRecord, StepSample, StreamStatus, TraceEvent, TraceKind};
+use super::state::{Phase, Stream};
+use super::{EngineConfig, EngineError};
+use crate::backend::{Backend, StepPlan};
+use crate::workload::Workload;
+
+/// A submitted step awaiting completion.
+pub(super) struct InFlight {
+    pub index: u64,
+    pub cache_step: StepId,
+    pub planned_ns: u64,
+    /// Streams whose sample this step produces, in plan order.
+    pub samplers: Vec<u32>,
+    /// Forked continuations whose first token this step produces, with that token.
+    pub forks: Vec<(u32, u32)>,
+    pub batch_seqs: u32,
+    pub batch_tokens: u32,
+    pub running: u32,
+}
+
+pub(super) struct Engine<'a> {
+    pub cfg: &'a EngineConfig,
+    pub workload: &'a Workload,
+    pub cache: &'a mut dyn KvCacheManager,
+    pub backend: &'a mut dyn Backend,
+    pub policy: Option<Box<dyn Policy>>,
+    pub admission: AdmissionConfig,
+    pub streams: Vec<Stream>,
+    /// First stream index of each request (u32::MAX until it arrives).
+    pub req_first: Vec<u32>,
+    /// Streams of each request not yet done.
+    pub req_open: Vec<u32>,
+    pub running: Vec<u32>,
+    pub running_dirty: bool,
+    pub waiting: WaitQueue,
+    pub swapped: VecDeque<u32>,
+    pub arrivals: BinaryHeap<Reverse<(u64, u32)>>,
+    pub timers: BinaryHeap<Reverse<(u64, u32)>>,
+    pub next_closed_loop: u32,
+    pub unresolved: usize,
+    pub now_ns: u64,
+    pub device_free_ns: u64,
+    pub steps_submitted: u64,
+    pub in_flight: VecDeque<InFlight>,
+    pub plan: StepPlan,
+    pub samplers: Vec<u32>,
+    pub forks_pending: Vec<u32>,
+    pub release_after_submit: Vec<u32>,
+    pub pending_copies: Vec<CopyOp>,
+    pub token_budget: u32,
+    pub seq_budget: u32,
+    pub preempted_flag: bool,
+    pub decode_reserve: Option<u64>,
+    pub admit_counter: u64,
+    pub events: Vec<TraceEvent>,
+    pub samples: Vec<StepSample>,
+    pub violation: Option<String>,
+    pub peak_running: u32,
+    pub metadata_peak_bytes: u64,
+    pub host_s: f64,
+    pub seq_steps: u64,
+}
+
+/// Per-sequence metadata the ledger counts under "other" (ids, lengths, state), bytes.
+pub(crate) const SEQ_METADATA_BYTES: u64 = 64;
+/// One block-table entry (an i32 physical block id), bytes.
+pub(crate) const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
+
+/// Drive `workload` through `cache` and `backend` to the end, then run the reclamation check.
+pub fn run(
+    cfg: &EngineConfig,
+    workload: &Workload,
+    cache: &mut dyn KvCacheManager,
+    backend: &mut dyn Backend,
+) -> Result<RunRecord, EngineError> {
+    let n = workload.requests.len();
+    let tenants = workload
+        .requests
+        .iter()
+        .map(|r| r.tenant + 1)
+        .max()
+        .unwrap_or(1);
+    let mut arrivals = BinaryHeap::new();
+    let mut next_closed_loop = 0u32;
+    match workload.closed_loop {
+        Some(cl) => {
+            let first = (cl.clients as usize).min(n) as u32;
+            for id in 0..first {
+                arrivals.push(Reverse((0, id)));
+            }
+            next_closed_loop = first;
+        }
+        None => {
+            for r in &workload.requests {
+                arrivals.push(Reverse((ms_to_ns(r.arrival_ms), r.id as u32)));
+            }
+        }
+    }
+    let device_start = backend.memory().device_used_bytes;
+    if let Some(f) = cfg.fault {
+        cache.inject_fault(f);
+    }
+    let mut e = Engine {
+        cfg,
+        workload,
+        cache,
+        backend,
+        policy: Some(policy::create(cfg.scheduler.policy)),
+        admission: AdmissionConfig {
+            watermark: cfg.scheduler.watermark,
+        },
+        streams: Vec::with_capacity(n),
+        req_first: vec![u32::MAX; n],
+        req_open: vec![0; n],
+        running: Vec::new(),
+        running_dirty: false,
+        waiting: WaitQueue::new(cfg.scheduler.tenant_fairness, tenants),
+        swapped: VecDeque::new(),
+        arrivals,
+        timers: BinaryHeap::new(),
+        next_closed_loop,
+        unresolved: n,
+        now_ns: 0,
+        device_free_ns: 0,
+        steps_submitted: 0,
+        in_flight: VecDeque::new(),
+        plan: StepPlan::default(),
+        samplers: Vec::new(),
+        forks_pending: Vec::new(),
+        release_after_submit: Vec::new(),
+        pending_copies: Vec::new(),
+        token_budget: 0,
+        seq_budget: 0,
+        preempted_flag: false,
+        decode_reserve: None,
+        admit_counter: 0,
+        events: Vec::new(),
+        samples: Vec::new(),
+        violation: None,
+        peak_running: 0,
+        metadata_peak_bytes: 0,
+        host_s: 0.0,
+        seq_steps: 0,
+    };
+    e.main_loop()?;
+    Ok(e.finish_record(device_start))
+}
+
+pub(super) fn ms_to_ns(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+impl Engine<'_> {
+    fn main_loop(&mut self) -> Result<(), EngineError> {
+        let depth = if self.cfg.scheduler.async_steps { 2 } else { 1 };
+        loop {
+            let t0 = Instant::now();
+            self.ingest();
+            self.host_s += t0.elapsed().as_secs_f64();
+            if self.violation.is_some() {
+                break;
+            }
+            if self.in_flight.len() < depth && self.plan_and_submit()? {
+                continue;
+            }
+            if !self.in_flight.is_empty() {
+                self.complete_step()?;
+                continue;
+            }
+            let next = [self.arrivals.peek(), self.timers.peek()]
+                .into_iter()
+                .flatten()
+                .map(|Reverse((t, _))| *t)
+                .min();
+            match next {
+                Some(t) => self.now_ns = self.now_ns.max(t),
+                None if self.unresolved == 0 => break,
+                None => {
+                    return Err(EngineError::Stalled {
+                        t_ms: self.now_ns as f64 / 1e6,
+                        detail: format!(
+                            "{} requests unresolved, {} running, {} swapped, nothing schedulable",
+                            self.unresolved,
+                            self.running.len(),
+                            self.swapped.len()
+                        ),
+                    })
+                }
+            }
+        }
+        // A violation stops planning; let in-flight steps finish so fences retire.
+        while !self.in_flight.is_empty() {
+            self.complete_step()?;
+        }
+        Ok(())
+    }
+
+    /// Take the oldest in-flight step's output: advance the clock, retire its fence, stamp its
+    /// tokens, finish streams that reached their limit, sample the ledger.
+    fn complete_step(&mut self) -> Result<(), EngineError> {
+        let out = self.backend.complete()?;
+        let t0 = Instant::now();
+        let Some(inf) = self.in_flight.pop_front() else {
+            return Err(EngineError::Stalled {
+                t_ms: self.now_ns as f64 / 1e6,
+                detail: "backend completed a step the engine did not submit".into(),
+            });
+        };
+        if out.sampled.len() != inf.samplers.len() {
+            return Err(crate::backend::BackendError::Step(format!(
+                "step {} sampled {} sequences, the plan asked for {}",
+                inf.index,
+                out.sampled.len(),
+                inf.samplers.len()
+            ))
+            .into());
+        }
+        let duration_ns = if out.duration_s.is_finite() && out.duration_s > 0.0 {
+            (out.duration_s * 1e9).round() as u64
+        } else {
+            0
+        };
+        let start = self.device_free_ns.max(inf.planned_ns);
+        let end = start + duration_ns;
+        self.device_free_ns = end;
+        self.now_ns = self.now_ns.max(end);
+        self.cache.retire_step(inf.cache_step);
+        for (i, &s) in inf.samplers.iter().enumerate() {
+            self.stamp(s, out.sampled[i].token, end);
+        }
+        for &(child, token) in &inf.forks {
+            self.stamp(child, token, end);
+        }
+        let accounting = self.cache.accounting();
+        let mapped_blocks = (accounting.live_slots + accounting.allocated_unfilled_slots)
+            .div_ceil(self.cfg.block_size.max(1) as u64);
+        let metadata = inf.running as u64 * SEQ_METADATA_BYTES
+            + if self.cache.block_size() > 1 {
+                mapped_blocks * BLOCK_TABLE_ENTRY_BYTES
+            } else {
+                0
+            };
+        self.metadata_peak_bytes = self.metadata_peak_bytes.max(metadata);
+        self.samples.push(StepSample {
+            step: inf.index,
+            start_ns: start,
+            end_ns: end,
+            batch_seqs: inf.batch_seqs,
+            batch_tokens: inf.batch_tokens,
+            running: inf.running,
+            accounting,
+        });
+        self.host_s += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn finish_record(self, device_start: Option<u64>) -> RunRecord {
+        let Engine {
+            cfg,
+            cache,
+            backend,
+            mut streams,
+            events,
+            samples,
+            violation,
+            now_ns,
+            metadata_peak_bytes,
+            peak_running,
+            host_s,
+            seq_steps,
+            ..
+        } = self;
+        let end_ns = samples.last().map_or(now_ns, |s| s.end_ns).max(now_ns);
+        let mut violation = violation;
+        if violation.is_none() {
+            if let Err(msg) = cache.check_invariants() {
+                violation = Some(format!("after the run: {msg}"));
+            }
+        }
+        let acc = cache.accounting();
+        let leaked_slots = acc.live_slots + acc.allocated_unfilled_slots + acc.pending_free_slots;
+        let mut details = Vec::new();
+        if let Err(msg) = cache.assert_quiescent() {
+            details.push(msg);
+        }
+        let device_end = backend.memory().device_used_bytes;
+        if let (Some(a), Some(b)) = (device_start, device_end) {
+            if a != b {
+                details.push(format!(
+                    "device memory in use {b} bytes after the run, {a} before"
+                ));
+            }
+        }
+        if details.is_empty() && leaked_slots > 0 {
+            details.push(format!("{leaked_slots} slots still held"));
+        }
+        let reclamation = Reclamation {
+            ok: details.is_empty(),
+            leaked_slots,
+            detail: if details.is_empty() {
+                "ok".into()
+            } else {
+                details.join("; ")
+            },
+        };
+        // Streams a violation left unresolved are reported as cancelled at the end.
+        for st in streams
+            .iter_mut()
+            .filter(|s| s.phase != Phase::Done && s.phase != Phase::Pending)
+        {
+            st.record.status = StreamStatus::Cancelled;
+            st.record.finish_ns = end_ns;
+        }
+        let prefix: PrefixStats = cache.prefix_stats();
+        RunRecord {
+            mode: cache.mode(),
+            block_size: cfg.block_size,
+            total_slots: acc.total_slots,
+            streams: streams.into_iter().map(|s| s.record).collect(),
+            events,
+            steps: samples,
+            prefix,
+            memory: backend.memory(),
+            metadata_peak_bytes,
+            peak_running,
+            violation,
+            reclamation,
+            numerics: backend.numerics(),
+            end_ns,
+            host_overhead_s: host_s,
+            seq_steps,
+        }
+    }
+
+    pub(super) fn trace(&mut self, stream: u32, kind: TraceKind) {
+        self.events.push(TraceEvent {
+            t_ns: self.now_ns,
+            stream,
+            kind,
+        });
+    }
+}

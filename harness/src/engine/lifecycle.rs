@@ -1,0 +1,339 @@
+//! Arrivals, cancellations, token stamping, finishes, preemption and forks: every way a stream
+//! enters or leaves the cache. Each release goes through [`Engine::drop_cache`], so a stream lets
+//! go of its blocks exactly once, whatever point of its life it is cancelled at.
+
+use std::cmp::Reverse;
+
+use kvbench_cache_api::{AllocError, ReleaseReason};
+
+use super::core::{ms_to_ns, Engine};
+use super::record::{StreamRecord, StreamStatus, TraceKind};
+use super::state::{Phase, Stream};
+use super::EngineError;
+use crate::backend::{SwapDirection, SwapOp};
+use crate::scenario::PreemptionMode;
+use crate::workload::CancelPoint;
+
+impl Engine<'_> {
+    /// Take in every arrival and fire every cancellation timer due by now.
+    pub(super) fn ingest(&mut self) {
+        while let Some(&Reverse((t, r))) = self.arrivals.peek() {
+            if t > self.now_ns {
+                break;
+            }
+            self.arrivals.pop();
+            self.arrive(r, t);
+        }
+        while let Some(&Reverse((t, r))) = self.timers.peek() {
+            if t > self.now_ns {
+                break;
+            }
+            self.timers.pop();
+            self.fire_timer(r);
+        }
+    }
+
+    fn arrive(&mut self, r: u32, t: u64) {
+        let req = &self.workload.requests[r as usize];
+        let samples = req.samples.max(1);
+        let first = self.streams.len() as u32;
+        self.req_first[r as usize] = first;
+        self.req_open[r as usize] = samples;
+        let (limit, cancel_at_limit) = match req.cancel {
+            Some(CancelPoint::AfterTokens { tokens }) if tokens < req.output_tokens => {
+                (tokens, true)
+            }
+            _ => (req.output_tokens, false),
+        };
+        let intended = if self.workload.closed_loop.is_some() {
+            t
+        } else {
+            ms_to_ns(req.arrival_ms)
+        };
+        for rank in 0..samples {
+            self.streams.push(Stream {
+                request: r,
+                rank,
+                phase: Phase::Pending,
+                cached: false,
+                registered: false,
+                limit,
+                cancel_at_limit,
+                generated: 0,
+                in_cache: 0,
+                target: 0,
+                swapped_tokens: 0,
+                admit_order: 0,
+                scheduled_step: u64::MAX,
+                first_admission_done: false,
+                restart: false,
+                forked_children: false,
+                record: StreamRecord {
+                    request: req.id,
+                    rank,
+                    tenant: req.tenant,
+                    intended_arrival_ns: intended,
+                    arrival_ns: t,
+                    admitted_ns: None,
+                    finish_ns: t,
+                    prompt_tokens: req.prompt.len() as u32,
+                    cached_prompt_tokens: 0,
+                    status: StreamStatus::Completed,
+                    preemptions: 0,
+                    recomputed_tokens: 0,
+                    swapped_bytes: 0,
+                    token_ns: Vec::new(),
+                    token_ids: Vec::new(),
+                },
+            });
+        }
+        self.trace(first, TraceKind::Arrive);
+        let total = req.prompt.len() as u64 + req.output_tokens as u64;
+        let reject = if req.prompt.is_empty() {
+            Some("empty prompt".to_string())
+        } else if total > self.cfg.max_seq_len as u64 {
+            Some(format!(
+                "prompt + output = {total} tokens > max_seq_len {}",
+                self.cfg.max_seq_len
+            ))
+        } else {
+            let need = self.slots_needed(req.prompt.len() as u32, req.output_tokens);
+            let have = self.cache.accounting().total_slots;
+            (need > have).then(|| format!("needs {need} slots, the cache holds {have}"))
+        };
+        if let Some(reason) = reject {
+            for s in first..first + samples {
+                self.streams[s as usize].record.status = StreamStatus::Rejected;
+                self.streams[s as usize].phase = Phase::Done;
+            }
+            self.trace(first, TraceKind::Reject { reason });
+            self.req_open[r as usize] = 0;
+            self.request_resolved(r);
+            return;
+        }
+        match req.cancel {
+            Some(CancelPoint::Queued { after_ms }) | Some(CancelPoint::AfterDelay { after_ms }) => {
+                self.timers.push(Reverse((t + ms_to_ns(after_ms), r)));
+            }
+            _ => {}
+        }
+        if limit == 0 {
+            for s in first..first + samples {
+                self.finish_stream(s, StreamStatus::Cancelled);
+            }
+            return;
+        }
+        self.streams[first as usize].phase = Phase::Waiting;
+        self.waiting.push_back(first, req.tenant);
+    }
+
+    /// Slots one stream of `prompt + output` tokens needs at most in this cache mode.
+    fn slots_needed(&self, prompt: u32, output: u32) -> u64 {
+        let bs = self.cache.block_size().max(1) as u64;
+        match self.cache.mode() {
+            kvbench_cache_api::CacheMode::Contiguous => {
+                super::reservation_tokens(self.cfg, prompt, output) as u64
+            }
+            kvbench_cache_api::CacheMode::Paged => {
+                (prompt as u64 + output as u64).div_ceil(bs) * bs
+            }
+        }
+    }
+
+    fn fire_timer(&mut self, r: u32) {
+        let first = self.req_first[r as usize];
+        if first == u32::MAX {
+            return;
+        }
+        let req = &self.workload.requests[r as usize];
+        let samples = req.samples.max(1);
+        let head = &self.streams[first as usize];
+        let due = match req.cancel {
+            Some(CancelPoint::Queued { .. }) => {
+                head.phase == Phase::Waiting && !head.first_admission_done
+            }
+            Some(CancelPoint::AfterDelay { .. }) => true,
+            _ => false,
+        };
+        if !due {
+            return;
+        }
+        for s in first..first + samples {
+            if !self.streams[s as usize].is_done() {
+                self.finish_stream(s, StreamStatus::Cancelled);
+            }
+        }
+    }
+
+    /// A step produced `token` for stream `s` at `t_ns`.
+    pub(super) fn stamp(&mut self, s: u32, token: u32, t_ns: u64) {
+        let st = &mut self.streams[s as usize];
+        if st.is_done() {
+            return; // cancelled while the step was in flight: the client is gone
+        }
+        st.record.token_ns.push(t_ns);
+        st.record.token_ids.push(token);
+        if st.record.token_ns.len() as u32 >= st.limit {
+            let status = if st.cancel_at_limit {
+                StreamStatus::Cancelled
+            } else {
+                StreamStatus::Completed
+            };
+            self.finish_stream(s, status);
+        }
+    }
+
+    /// The stream is done (completed, or cancelled at whatever point it was): release what it
+    /// holds, tell the backend, and resolve its request when it was the last stream.
+    pub(super) fn finish_stream(&mut self, s: u32, status: StreamStatus) {
+        let reason = match status {
+            StreamStatus::Completed => ReleaseReason::Finish,
+            _ => ReleaseReason::Cancel,
+        };
+        self.drop_cache(s, reason);
+        let st = &mut self.streams[s as usize];
+        if st.phase == Phase::Done {
+            return;
+        }
+        st.phase = Phase::Done;
+        st.record.status = status;
+        st.record.finish_ns = self.now_ns;
+        let registered = std::mem::replace(&mut st.registered, false);
+        let r = st.request;
+        if registered {
+            if let Err(e) = self.backend.forget(Stream::seq(s)) {
+                self.fail(format!("backend forget of stream {s}: {e}"));
+            }
+        }
+        let kind = if status == StreamStatus::Completed {
+            TraceKind::Finish
+        } else {
+            TraceKind::Cancel
+        };
+        self.trace(s, kind);
+        self.running_dirty = true;
+        self.req_open[r as usize] -= 1;
+        if self.req_open[r as usize] == 0 {
+            self.request_resolved(r);
+        }
+    }
+
+    fn request_resolved(&mut self, _r: u32) {
+        self.unresolved -= 1;
+        if let Some(cl) = self.workload.closed_loop {
+            if (self.next_closed_loop as usize) < self.workload.requests.len() {
+                let t = self.now_ns + ms_to_ns(cl.think_ms);
+                self.arrivals.push(Reverse((t, self.next_closed_loop)));
+                self.next_closed_loop += 1;
+            }
+        }
+    }
+
+    /// Release the stream's cache if it holds any (deferred by the manager past in-flight steps).
+    pub(super) fn drop_cache(&mut self, s: u32, why: ReleaseReason) {
+        let st = &mut self.streams[s as usize];
+        if !std::mem::replace(&mut st.cached, false) {
+            return;
+        }
+        st.in_cache = 0;
+        self.running_dirty = true;
+        if let Err(e) = self.cache.release(Stream::seq(s), why) {
+            self.fail(format!("release of stream {s}: {e}"));
+        }
+    }
+
+    /// Record the first violation (it stops the run).
+    pub(super) fn fail(&mut self, msg: String) {
+        if self.violation.is_none() {
+            self.violation = Some(format!("step {}: {msg}", self.steps_submitted));
+        }
+    }
+
+    /// Preempt `v` (already removed from `running`): swap it out in this step, or release it
+    /// for recompute. Swap applies to decoding streams; a stream mid-prefill is recomputed.
+    pub(super) fn preempt(&mut self, v: u32) {
+        self.preempted_flag = true;
+        let swap = self.cfg.scheduler.preemption == PreemptionMode::Swap
+            && self.streams[v as usize].phase == Phase::Decode;
+        self.streams[v as usize].record.preemptions += 1;
+        self.trace(v, TraceKind::Preempt { swap });
+        if swap {
+            let tokens = self.streams[v as usize].in_cache;
+            let bytes = tokens as u64 * self.cfg.kv_bytes_per_token;
+            self.plan.swaps.push(SwapOp {
+                seq: Stream::seq(v),
+                direction: SwapDirection::Out,
+                tokens,
+            });
+            let st = &mut self.streams[v as usize];
+            st.record.swapped_bytes += bytes;
+            st.swapped_tokens = tokens;
+            st.phase = Phase::Swapped;
+            self.release_after_submit.push(v);
+            self.swapped.push_back(v);
+            self.trace(v, TraceKind::SwapOut { bytes });
+        } else {
+            self.drop_cache(v, ReleaseReason::Preempt);
+            let st = &mut self.streams[v as usize];
+            st.phase = Phase::Waiting;
+            st.restart = true;
+            self.waiting.push_front(v);
+        }
+    }
+
+    /// After the step that sampled `parent`'s first token was submitted: fork its continuations.
+    pub(super) fn fork_children(
+        &mut self,
+        parent: u32,
+        forks: &mut Vec<(u32, u32)>,
+    ) -> Result<(), EngineError> {
+        let p = &self.streams[parent as usize];
+        let r = p.request as usize;
+        let (first, samples) = (self.req_first[r], self.workload.requests[r].samples.max(1));
+        let (in_cache, admitted, cached_prompt) = (
+            p.in_cache,
+            p.record.admitted_ns,
+            p.record.cached_prompt_tokens,
+        );
+        self.streams[parent as usize].forked_children = true;
+        for rank in 1..samples {
+            let c = first + rank;
+            if self.streams[c as usize].is_done() {
+                continue;
+            }
+            let token = self
+                .backend
+                .fork(Stream::seq(parent), Stream::seq(c), rank)?;
+            forks.push((c, token));
+            self.admit_counter += 1;
+            let order = self.admit_counter;
+            let st = &mut self.streams[c as usize];
+            st.registered = true;
+            st.generated = 1;
+            st.first_admission_done = true;
+            st.admit_order = order;
+            st.record.admitted_ns = admitted;
+            st.record.cached_prompt_tokens = cached_prompt;
+            match self.cache.fork(Stream::seq(parent), Stream::seq(c)) {
+                Ok(copies) => {
+                    self.pending_copies.extend(copies);
+                    let st = &mut self.streams[c as usize];
+                    st.cached = true;
+                    st.in_cache = in_cache;
+                    st.target = in_cache;
+                    st.phase = Phase::Decode;
+                    self.running.push(c);
+                }
+                Err(AllocError::NoSpace { .. }) => {
+                    // No room to copy (contiguous): the continuation waits and recomputes.
+                    let st = &mut self.streams[c as usize];
+                    st.phase = Phase::Waiting;
+                    st.restart = true;
+                    self.waiting.push_front(c);
+                }
+                Err(e) => self.fail(format!("fork of stream {parent} into {c}: {e}")),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! What one run of the engine leaves behind: raw, per-stream facts and per-step samples. Metrics
+//! and reports are pure functions over this; nothing here is aggregated.
+
+use kvbench_cache_api::{Accounting, CacheMode, PrefixStats};
+
+use crate::backend::{MemoryParts, NumericsReport};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStatus {
+    Completed,
+    Cancelled,
+    Rejected,
+}
+
+impl StreamStatus {
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamStatus::Completed => "completed",
+            StreamStatus::Cancelled => "cancelled",
+            StreamStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// One output stream: a request, or one continuation of a parallel-sampling request (rank > 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRecord {
+    pub request: u64,
+    /// 0 for the request itself; k for its k-th forked continuation.
+    pub rank: u32,
+    pub tenant: u32,
+    /// When the workload meant the request to arrive (open loop) or the client issued it (closed).
+    pub intended_arrival_ns: u64,
+    /// When the engine took it in. Equal to intended on a virtual clock; both are logged so that
+    /// open-loop load is verifiable (no coordinated omission).
+    pub arrival_ns: u64,
+    pub admitted_ns: Option<u64>,
+    pub finish_ns: u64,
+    pub prompt_tokens: u32,
+    /// Prompt tokens supplied by the prefix cache at first admission.
+    pub cached_prompt_tokens: u32,
+    pub status: StreamStatus,
+    pub preemptions: u32,
+    /// Tokens prefilled again after preemptions (prefix-cache hits excluded).
+    pub recomputed_tokens: u64,
+    pub swapped_bytes: u64,
+    /// Emission time of every output token, in order.
+    pub token_ns: Vec<u64>,
+    /// Token ids, kept only on compute backends (paged vs contiguous comparison).
+    pub token_ids: Vec<u32>,
+}
+
+impl StreamRecord {
+    pub fn first_token_ns(&self) -> Option<u64> {
+        self.token_ns.first().copied()
+    }
+
+    pub fn request_label(&self) -> String {
+        if self.rank == 0 {
+            self.request.to_string()
+        } else {
+            format!("{}.{}", self.request, self.rank)
+        }
+    }
+}
+
+/// The cache and backend state sampled after every step's completion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepSample {
+    pub step: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub batch_seqs: u32,
+    pub batch_tokens: u32,
+    /// Streams holding KV cache when the step was planned.
+    pub running: u32,
+    pub accounting: Accounting,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TraceKind {
+    Arrive,
+    Admit,
+    PrefillChunk {
+        tokens: u32,
+        context: u32,
+    },
+    Preempt {
+        swap: bool,
+    },
+    Resume,
+    SwapOut {
+        bytes: u64,
+    },
+    SwapIn {
+        bytes: u64,
+    },
+    PrefixHit {
+        tokens: u32,
+        blocks: u32,
+        scope: String,
+        publishers: Vec<u64>,
+    },
+    Cancel,
+    Finish,
+    Reject {
+        reason: String,
+    },
+}
+
+impl TraceKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            TraceKind::Arrive => "arrive",
+            TraceKind::Admit => "admit",
+            TraceKind::PrefillChunk { .. } => "prefill_chunk",
+            TraceKind::Preempt { .. } => "preempt",
+            TraceKind::Resume => "resume",
+            TraceKind::SwapOut { .. } => "swap_out",
+            TraceKind::SwapIn { .. } => "swap_in",
+            TraceKind::PrefixHit { .. } => "prefix_hit",
+            TraceKind::Cancel => "cancel",
+            TraceKind::Finish => "finish",
+            TraceKind::Reject { .. } => "reject",
+        }
+    }
+}
+
+/// A lifecycle event (token events are derived from `StreamRecord::token_ns`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEvent {
+    pub t_ns: u64,
+    /// Index into `RunRecord::streams`.
+    pub stream: u32,
+    pub kind: TraceKind,
+}
+
+/// The verdict of the after-run checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reclamation {
+    pub ok: bool,
+    pub leaked_slots: u64,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub mode: CacheMode,
+    pub block_size: u32,
+    pub total_slots: u64,
+    pub streams: Vec<StreamRecord>,
+    pub events: Vec<TraceEvent>,
+    pub steps: Vec<StepSample>,
+    pub prefix: PrefixStats,
+    pub memory: MemoryParts,
+    /// Block tables and per-sequence metadata at peak (the ledger's "other").
+    pub metadata_peak_bytes: u64,
+    pub peak_running: u32,
+    /// First invariant violation or unexpected cache error, which stopped the run.
+    pub violation: Option<String>,
+    pub reclamation: Reclamation,
+    pub numerics: Option<NumericsReport>,
+    /// Virtual time at the end of the last step.
+    pub end_ns: u64,
+    /// Wall-clock seconds spent in scheduling + admission + cache calls (not in the backend).
+    pub host_overhead_s: f64,
+    /// Σ over steps of sequences in the step (for per-sequence-step overhead figures).
+    pub seq_steps: u64,
+}

@@ -1,0 +1,112 @@
+//! The memory ledger: weights, KV live, KV allocated-but-unfilled, KV cached-free, KV pending
+//! (fenced) release, workspace and other (block tables, per-sequence metadata), one row per step.
+//!
+//! **KV waste fraction** = ∫ allocated-unfilled dt ÷ ∫ (live + allocated-unfilled) dt: the share
+//! of KV memory held by sequences that holds no token, weighted by how long it was held (each
+//! sample holds until the next). A ratio of integrals rather than a mean of ratios, so idle
+//! moments with one half-empty block do not dominate.
+
+use serde::Serialize;
+
+use crate::engine::{RunRecord, StepSample};
+
+/// Per-sequence metadata (ids, lengths, state), bytes — must match the engine's figure.
+const SEQ_METADATA_BYTES: u64 = 64;
+const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LedgerRow {
+    pub step: u64,
+    pub t_ms: f64,
+    pub running_sequences: u32,
+    pub weights_bytes: u64,
+    pub kv_live_bytes: u64,
+    pub kv_allocated_unfilled_bytes: u64,
+    pub kv_cached_free_bytes: u64,
+    pub kv_pending_free_bytes: u64,
+    pub kv_free_bytes: u64,
+    pub workspace_bytes: u64,
+    pub other_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct LedgerSummary {
+    pub kv_budget_bytes: u64,
+    pub weights_bytes: u64,
+    pub kv_peak_live_bytes: u64,
+    pub kv_peak_allocated_bytes: u64,
+    pub kv_peak_cached_free_bytes: u64,
+    pub workspace_peak_bytes: u64,
+    pub other_bytes: u64,
+    pub kv_waste_fraction: f64,
+}
+
+pub fn other_bytes(s: &StepSample, block_size: u32, paged: bool) -> u64 {
+    let a = &s.accounting;
+    let mapped_blocks =
+        (a.live_slots + a.allocated_unfilled_slots).div_ceil(block_size.max(1) as u64);
+    s.running as u64 * SEQ_METADATA_BYTES
+        + if paged {
+            mapped_blocks * BLOCK_TABLE_ENTRY_BYTES
+        } else {
+            0
+        }
+}
+
+pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
+    let paged = r.mode == kvbench_cache_api::CacheMode::Paged;
+    r.steps
+        .iter()
+        .map(|s| {
+            let a = &s.accounting;
+            LedgerRow {
+                step: s.step,
+                t_ms: s.end_ns as f64 / 1e6,
+                running_sequences: s.running,
+                weights_bytes: r.memory.weights_bytes,
+                kv_live_bytes: a.live_slots * kv_bytes_per_token,
+                kv_allocated_unfilled_bytes: a.allocated_unfilled_slots * kv_bytes_per_token,
+                kv_cached_free_bytes: a.cached_free_slots * kv_bytes_per_token,
+                kv_pending_free_bytes: a.pending_free_slots * kv_bytes_per_token,
+                kv_free_bytes: a.free_slots * kv_bytes_per_token,
+                workspace_bytes: r.memory.workspace_bytes,
+                other_bytes: other_bytes(s, r.block_size, paged) + r.memory.other_bytes,
+            }
+        })
+        .collect()
+}
+
+pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
+    let mut out = LedgerSummary {
+        kv_budget_bytes: r.total_slots * kv_bytes_per_token,
+        weights_bytes: r.memory.weights_bytes,
+        workspace_peak_bytes: r.memory.workspace_bytes,
+        ..LedgerSummary::default()
+    };
+    let paged = r.mode == kvbench_cache_api::CacheMode::Paged;
+    let (mut unfilled_dt, mut held_dt) = (0f64, 0f64);
+    for (i, s) in r.steps.iter().enumerate() {
+        let a = &s.accounting;
+        out.kv_peak_live_bytes = out
+            .kv_peak_live_bytes
+            .max(a.live_slots * kv_bytes_per_token);
+        out.kv_peak_allocated_bytes = out
+            .kv_peak_allocated_bytes
+            .max((a.live_slots + a.allocated_unfilled_slots) * kv_bytes_per_token);
+        out.kv_peak_cached_free_bytes = out
+            .kv_peak_cached_free_bytes
+            .max(a.cached_free_slots * kv_bytes_per_token);
+        out.other_bytes = out
+            .other_bytes
+            .max(other_bytes(s, r.block_size, paged) + r.memory.other_bytes);
+        let dt = r.steps.get(i + 1).map_or(0, |n| n.end_ns - s.end_ns) as f64;
+        unfilled_dt += a.allocated_unfilled_slots as f64 * dt;
+        held_dt += (a.live_slots + a.allocated_unfilled_slots) as f64 * dt;
+    }
+    out.kv_waste_fraction = if held_dt > 0.0 {
+        unfilled_dt / held_dt
+    } else {
+        0.0
+    };
+    out
+}

@@ -1,0 +1,228 @@
+//! One experiment: a scenario's workload run through the paged cache and the contiguous baseline
+//! on one backend, with metrics and the cross-mode checks. The CLI, `suite` and the tests all
+//! come through here.
+
+use kvbench_cache_api::{CacheMode, Fault};
+
+use crate::backend::{self, BackendKind, RunSetup};
+use crate::engine::{self, EngineConfig, RunRecord};
+use crate::metrics::{self, RunMetrics};
+use crate::scenario::Scenario;
+use crate::workload::{self, Workload};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    pub backend: BackendKind,
+    /// Overrides the scenario's seed.
+    pub seed: Option<u64>,
+    /// Planted bug, armed on the paged manager.
+    pub fault: Option<Fault>,
+    pub trace_tokens: bool,
+    /// `check_invariants` every n steps (1 = every step; 0 = only at the end).
+    pub invariant_check_every: u32,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            backend: BackendKind::Sim,
+            seed: None,
+            fault: None,
+            trace_tokens: true,
+            invariant_check_every: 1,
+        }
+    }
+}
+
+pub struct ModeRun {
+    pub record: RunRecord,
+    pub metrics: RunMetrics,
+}
+
+pub struct Experiment {
+    pub scenario: Scenario,
+    pub backend: &'static str,
+    pub seed: u64,
+    pub workload: Workload,
+    pub kv_bytes_per_token: u64,
+    pub kv_budget_bytes: u64,
+    pub fault: Option<Fault>,
+    /// Paged first, then contiguous.
+    pub runs: Vec<ModeRun>,
+    /// On compute backends: the first stream whose greedy tokens differ between the modes.
+    pub token_mismatch: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error("{0}")]
+    Scenario(String),
+    #[error(transparent)]
+    Workload(#[from] workload::WorkloadError),
+    #[error(transparent)]
+    Backend(#[from] backend::BackendError),
+    #[error("{mode} run: {source}")]
+    Engine {
+        mode: &'static str,
+        source: engine::EngineError,
+    },
+}
+
+impl Experiment {
+    /// Every check the run makes: invariants, reclamation, numerics, paged-vs-contiguous tokens.
+    /// Empty when all passed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.runs {
+            let mode = r.record.mode.name();
+            if let Some(v) = &r.record.violation {
+                out.push(format!("{mode}: invariant violation: {v}"));
+            }
+            if !r.record.reclamation.ok {
+                out.push(format!(
+                    "{mode}: reclamation failed: {}",
+                    r.record.reclamation.detail
+                ));
+            }
+            if let Some(n) = r.record.numerics {
+                if !n.ok {
+                    out.push(format!(
+                        "{mode}: numerics: max relative error {:.3e} > tolerance {:.1e}",
+                        n.max_rel_err, n.tolerance
+                    ));
+                }
+            }
+        }
+        if let Some(m) = &self.token_mismatch {
+            out.push(format!("paged vs contiguous tokens differ: {m}"));
+        }
+        out
+    }
+
+    pub fn run(&self, mode: CacheMode) -> Option<&ModeRun> {
+        self.runs.iter().find(|r| r.record.mode == mode)
+    }
+}
+
+/// Run `scenario` in both cache modes.
+pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment, ExperimentError> {
+    let kind = opts.backend.resolve();
+    let model = scenario.model_shape().ok_or_else(|| {
+        ExperimentError::Scenario("model: unknown preset or incomplete shape".into())
+    })?;
+    let seed = opts.seed.unwrap_or(scenario.seed);
+    let workload = workload::generate(scenario, seed)?;
+    let scenario_dir = scenario
+        .source
+        .as_deref()
+        .and_then(|p| p.parent())
+        .map(|p| p.to_path_buf());
+    let device_memory = match kind {
+        BackendKind::Sim => Some(
+            backend::sim::profile::DeviceProfile::load(&scenario.device, scenario_dir.as_deref())?
+                .memory_bytes,
+        ),
+        _ => crate::scenario::device_memory_bytes(kind.name()),
+    };
+    let kv_budget_bytes = scenario
+        .kv_budget_bytes(device_memory)
+        .map_err(|e| ExperimentError::Scenario(e.to_string()))?;
+    let kv_bytes_per_token = model.kv_bytes_per_token();
+    let total_slots = kv_budget_bytes / kv_bytes_per_token.max(1);
+    let workspace_bytes = match &scenario.memory.workspace {
+        Some(w) => Some(
+            crate::units::parse_bytes(w)
+                .map_err(|e| ExperimentError::Scenario(format!("memory.workspace: {e}")))?,
+        ),
+        None => None,
+    };
+    let block_size = scenario.block_size();
+    let mut runs = Vec::new();
+    let mut backend_name = kind.name();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        let setup = RunSetup {
+            model: model.clone(),
+            device: scenario.device.clone(),
+            scenario_dir: scenario_dir.clone(),
+            cache_slots: total_slots,
+            block_size,
+            seed,
+            max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
+            swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
+            workspace_bytes,
+        };
+        let mut be = backend::create(kind, &setup)?;
+        backend_name = be.name();
+        let mut cache = crate::cache::build(
+            mode,
+            total_slots,
+            block_size,
+            scenario.scheduler.prefix_cache,
+        );
+        let cfg = EngineConfig {
+            mode,
+            block_size: cache.block_size(),
+            kv_bytes_per_token,
+            max_seq_len: scenario.cache.max_seq_len,
+            reservation: scenario.cache.contiguous_reservation,
+            scheduler: scenario.scheduler.clone(),
+            model_name: model.name.clone(),
+            trace_tokens: opts.trace_tokens,
+            invariant_check_every: opts.invariant_check_every,
+            fault: if mode == CacheMode::Paged {
+                opts.fault
+            } else {
+                None
+            },
+        };
+        let record =
+            engine::run(&cfg, &workload, cache.as_mut(), be.as_mut()).map_err(|source| {
+                ExperimentError::Engine {
+                    mode: mode.name(),
+                    source,
+                }
+            })?;
+        let metrics = metrics::compute(&record, &scenario.slo, kv_bytes_per_token);
+        runs.push(ModeRun { record, metrics });
+    }
+    let token_mismatch = if runs.iter().any(|r| r.record.numerics.is_some()) {
+        compare_tokens(&runs[0].record, &runs[1].record)
+    } else {
+        None
+    };
+    Ok(Experiment {
+        scenario: scenario.clone(),
+        backend: backend_name,
+        seed,
+        workload,
+        kv_bytes_per_token,
+        kv_budget_bytes,
+        fault: opts.fault,
+        runs,
+        token_mismatch,
+    })
+}
+
+/// Greedy decoding is deterministic, so every stream's tokens must agree between the modes over
+/// the prefix both emitted (cancellation can cut one mode's stream shorter).
+pub fn compare_tokens(a: &RunRecord, b: &RunRecord) -> Option<String> {
+    let mut by_key = std::collections::BTreeMap::new();
+    for s in &b.streams {
+        by_key.insert((s.request, s.rank), s);
+    }
+    for s in &a.streams {
+        let Some(o) = by_key.get(&(s.request, s.rank)) else {
+            continue;
+        };
+        let n = s.token_ids.len().min(o.token_ids.len());
+        if let Some(i) = (0..n).find(|&i| s.token_ids[i] != o.token_ids[i]) {
+            return Some(format!(
+                "request {} at output token {i}: {} vs {}",
+                s.request_label(),
+                s.token_ids[i],
+                o.token_ids[i]
+            ));
+        }
+    }
+    None
+}

@@ -1,0 +1,135 @@
+//! The side-by-side table (terminal and `report.md`): paged next to contiguous on one request
+//! list.
+
+use super::experiment::Experiment;
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Rows of (metric, paged, contiguous).
+pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |name: &str, f: &dyn Fn(&super::experiment::ModeRun) -> String| {
+        rows.push((name.to_string(), exp.runs.iter().map(f).collect()));
+    };
+    add("throughput (tok/s)", &|r| {
+        format!("{:.1}", r.metrics.throughput_tokens_per_s)
+    });
+    add("goodput (req/s)", &|r| {
+        format!("{:.3}", r.metrics.goodput_requests_per_s)
+    });
+    add("TTFT p50 / p99 (ms)", &|r| {
+        format!("{:.1} / {:.1}", r.metrics.ttft.p50, r.metrics.ttft.p99)
+    });
+    add("ITL p50 / p99 (ms)", &|r| {
+        format!("{:.2} / {:.2}", r.metrics.itl.p50, r.metrics.itl.p99)
+    });
+    add("E2E p50 / p99 (ms)", &|r| {
+        format!("{:.1} / {:.1}", r.metrics.e2e.p50, r.metrics.e2e.p99)
+    });
+    add("peak concurrent sequences", &|r| {
+        r.record.peak_running.to_string()
+    });
+    add("KV waste (time-weighted)", &|r| {
+        format!("{:.1}%", 100.0 * r.metrics.ledger.kv_waste_fraction)
+    });
+    add("KV peak allocated", &|r| {
+        gib(r.metrics.ledger.kv_peak_allocated_bytes)
+    });
+    add("preemptions", &|r| r.metrics.preemptions.to_string());
+    add("prefix hit rate", &|r| {
+        let p = &r.record.prefix;
+        if p.lookup_tokens == 0 {
+            "-".into()
+        } else {
+            format!(
+                "{:.1}%",
+                100.0 * p.hit_tokens as f64 / p.lookup_tokens as f64
+            )
+        }
+    });
+    add("completed / cancelled / rejected", &|r| {
+        let c = &r.metrics.counts;
+        format!("{} / {} / {}", c.completed, c.cancelled, c.rejected)
+    });
+    add("reclamation", &|r| {
+        if r.record.reclamation.ok {
+            "ok".into()
+        } else {
+            "FAILED".into()
+        }
+    });
+    add("invariants", &|r| {
+        if r.record.violation.is_none() {
+            "ok".into()
+        } else {
+            "VIOLATED".into()
+        }
+    });
+    rows
+}
+
+/// A markdown table (also readable in a terminal).
+pub fn table(exp: &Experiment) -> String {
+    let rows = rows(exp);
+    let heads: Vec<&str> = exp.runs.iter().map(|r| r.record.mode.name()).collect();
+    let mut width = [6usize; 3];
+    width[0] = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
+    for (i, h) in heads.iter().enumerate() {
+        width[i + 1] = rows
+            .iter()
+            .map(|(_, v)| v[i].len())
+            .max()
+            .unwrap_or(0)
+            .max(h.len());
+    }
+    let mut out = String::new();
+    let line = |cells: &[&str]| {
+        let mut s = String::from("|");
+        for (i, c) in cells.iter().enumerate() {
+            s.push_str(&format!(" {:<w$} |", c, w = width[i.min(2)]));
+        }
+        s.push('\n');
+        s
+    };
+    let mut head = vec!["metric"];
+    head.extend(heads.iter().copied());
+    out.push_str(&line(&head));
+    let dashes: Vec<String> = (0..head.len())
+        .map(|i| "-".repeat(width[i.min(2)]))
+        .collect();
+    out.push_str(&line(
+        &dashes.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    for (name, vals) in &rows {
+        let mut cells = vec![name.as_str()];
+        cells.extend(vals.iter().map(String::as_str));
+        out.push_str(&line(&cells));
+    }
+    out
+}
+
+pub fn markdown(exp: &Experiment) -> String {
+    let mut s = format!(
+        "# kvbench run: {}\n\nbackend `{}`, seed {}, workload `{}`, block size {}, KV budget {}{}\n\n",
+        exp.scenario.name,
+        exp.backend,
+        exp.seed,
+        exp.workload.workload_hash,
+        exp.scenario.block_size(),
+        gib(exp.kv_budget_bytes),
+        exp.fault.map(|f| format!(", planted fault `{}`", f.name())).unwrap_or_default()
+    );
+    s.push_str(&table(exp));
+    let failures = exp.failures();
+    s.push_str("\n## Checks\n\n");
+    if failures.is_empty() {
+        s.push_str("All checks passed (invariants, reclamation, numerics where computed).\n");
+    } else {
+        for f in failures {
+            s.push_str(&format!("- FAILED: {f}\n"));
+        }
+    }
+    s
+}

@@ -1,0 +1,177 @@
+//! `summary.json`: the contract's field names, in a fixed order, from an [`Experiment`].
+
+use serde::Serialize;
+
+use super::experiment::{Experiment, ModeRun};
+use crate::backend::NumericsReport;
+use crate::metrics::{Counts, Dist};
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub backend: String,
+    pub seed: u64,
+    pub workload_hash: String,
+    pub fault: Option<String>,
+    /// All checks of the run: invariants, reclamation, numerics, cross-mode tokens.
+    pub checks: Checks,
+    pub runs: Vec<RunSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Checks {
+    pub ok: bool,
+    pub failures: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunSummary {
+    pub cache: String,
+    pub block_size: u32,
+    pub requests: Counts,
+    pub output_tokens: u64,
+    pub duration_s: f64,
+    pub throughput_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    pub goodput_requests_per_s: f64,
+    pub ttft_ms: Dist,
+    pub itl_ms: Dist,
+    pub e2e_ms: Dist,
+    pub tpot_ms: Dist,
+    pub queue_ms: Dist,
+    pub peak_running_sequences: u32,
+    pub preemptions: u64,
+    pub recomputed_tokens: u64,
+    pub swapped_bytes: u64,
+    pub cached_prompt_tokens: u64,
+    pub prefix_cache: PrefixSummary,
+    pub memory: MemorySummary,
+    pub reclamation: ReclamationSummary,
+    pub invariants: InvariantSummary,
+    pub numerics: Option<NumericsReport>,
+    pub steps: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PrefixSummary {
+    pub hit_tokens: u64,
+    pub lookup_tokens: u64,
+    pub hit_rate: f64,
+    pub hit_blocks: u64,
+    pub evictions: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemorySummary {
+    pub kv_budget_bytes: u64,
+    pub weights_bytes: u64,
+    pub kv_peak_live_bytes: u64,
+    pub kv_peak_allocated_bytes: u64,
+    pub kv_peak_cached_free_bytes: u64,
+    pub workspace_peak_bytes: u64,
+    pub other_bytes: u64,
+    pub kv_waste_fraction: f64,
+    /// Device-reported bytes in use minus the ledger's total, where a device reports (else null).
+    pub device_unaccounted_bytes: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReclamationSummary {
+    pub ok: bool,
+    pub leaked_blocks: u64,
+    pub leaked_bytes: u64,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InvariantSummary {
+    pub ok: bool,
+    pub violation: Option<String>,
+}
+
+pub fn build(exp: &Experiment) -> Summary {
+    let failures = exp.failures();
+    Summary {
+        scenario: exp.scenario.name.clone(),
+        backend: exp.backend.to_string(),
+        seed: exp.seed,
+        workload_hash: exp.workload.workload_hash.clone(),
+        fault: exp.fault.map(|f| f.name().to_string()),
+        checks: Checks {
+            ok: failures.is_empty(),
+            failures,
+        },
+        runs: exp
+            .runs
+            .iter()
+            .map(|r| run_summary(r, exp.kv_bytes_per_token))
+            .collect(),
+    }
+}
+
+fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
+    let (rec, m) = (&r.record, &r.metrics);
+    let l = &m.ledger;
+    let device_unaccounted_bytes = rec.memory.device_used_bytes.map(|dev| {
+        let ledger = l.weights_bytes + l.kv_budget_bytes + l.workspace_peak_bytes + l.other_bytes;
+        dev as i64 - ledger as i64
+    });
+    let p = &rec.prefix;
+    RunSummary {
+        cache: rec.mode.name().into(),
+        block_size: rec.block_size,
+        requests: m.counts,
+        output_tokens: m.output_tokens,
+        duration_s: m.duration_s,
+        throughput_tokens_per_s: m.throughput_tokens_per_s,
+        requests_per_s: m.requests_per_s,
+        goodput_requests_per_s: m.goodput_requests_per_s,
+        ttft_ms: m.ttft,
+        itl_ms: m.itl,
+        e2e_ms: m.e2e,
+        tpot_ms: m.tpot,
+        queue_ms: m.queue,
+        peak_running_sequences: rec.peak_running,
+        preemptions: m.preemptions,
+        recomputed_tokens: m.recomputed_tokens,
+        swapped_bytes: m.swapped_bytes,
+        cached_prompt_tokens: m.cached_prompt_tokens,
+        prefix_cache: PrefixSummary {
+            hit_tokens: p.hit_tokens,
+            lookup_tokens: p.lookup_tokens,
+            hit_rate: if p.lookup_tokens > 0 {
+                p.hit_tokens as f64 / p.lookup_tokens as f64
+            } else {
+                0.0
+            },
+            hit_blocks: p.hit_blocks,
+            evictions: p.evictions,
+        },
+        memory: MemorySummary {
+            kv_budget_bytes: l.kv_budget_bytes,
+            weights_bytes: l.weights_bytes,
+            kv_peak_live_bytes: l.kv_peak_live_bytes,
+            kv_peak_allocated_bytes: l.kv_peak_allocated_bytes,
+            kv_peak_cached_free_bytes: l.kv_peak_cached_free_bytes,
+            workspace_peak_bytes: l.workspace_peak_bytes,
+            other_bytes: l.other_bytes,
+            kv_waste_fraction: l.kv_waste_fraction,
+            device_unaccounted_bytes,
+        },
+        reclamation: ReclamationSummary {
+            ok: rec.reclamation.ok,
+            leaked_blocks: rec
+                .reclamation
+                .leaked_slots
+                .div_ceil(rec.block_size.max(1) as u64),
+            leaked_bytes: rec.reclamation.leaked_slots * kv_bytes_per_token,
+            detail: rec.reclamation.detail.clone(),
+        },
+        invariants: InvariantSummary {
+            ok: rec.violation.is_none(),
+            violation: rec.violation.clone(),
+        },
+        numerics: rec.numerics,
+        steps: rec.steps.len() as u64,
+    }
+}
