@@ -322,3 +322,28 @@ impl BlockPool {
         m.lru_next = NIL;
     }
 }
+
+/// The bare block allocator (free list, LRU, fences) without block tables or a prefix index:
+/// what "block allocate + free" costs on its own. Public for the criterion benchmark.
+#[derive(Debug)]
+pub struct BlockAllocator(BlockPool);
+
+impl BlockAllocator {
+    pub fn new(total_blocks: u32, block_size: u32) -> Self {
+        BlockAllocator(BlockPool::new(total_blocks, block_size.max(1)))
+    }
+
+    /// A block for new content (ref count 1), or `None` when none is free or evictable.
+    pub fn allocate(&mut self) -> Option<u32> {
+        self.0.take_fresh().map(|(b, _)| b)
+    }
+
+    /// Drop the only reference to `block` (fenced if a step is in flight).
+    pub fn free(&mut self, block: u32) {
+        self.0.drop_ref(block);
+    }
+
+    pub fn free_blocks(&self) -> u32 {
+        self.0.free_blocks()
+    }
+}

@@ -12,6 +12,7 @@ pub mod fuzz;
 mod paged;
 mod prefix;
 
+pub use block::BlockAllocator;
 pub use kvbench_cache_api::CacheMode;
 pub use paged::{PagedCache, PagedConfig, PlantedBug};
 pub use prefix::PrefixKey;

@@ -95,15 +95,17 @@ impl PrefixIndex {
         scope: &ScopeInfo,
         tokens: &[u32],
     ) -> PrefixKey {
-        let mut h = blake3::Hasher::new();
-        h.update(parent.unwrap_or(&[0u8; 32]));
+        // One contiguous message (parent, scope, tokens as little-endian u32s) hashed in one call:
+        // per-token `update` calls cost more than the hashing itself.
+        let mut msg = Vec::with_capacity(64 + 4 * tokens.len());
+        msg.extend_from_slice(parent.unwrap_or(&[0u8; 32]));
         if !self.ignore_scope {
-            h.update(&scope.digest);
+            msg.extend_from_slice(&scope.digest);
         }
         for t in tokens {
-            h.update(&t.to_le_bytes());
+            msg.extend_from_slice(&t.to_le_bytes());
         }
-        *h.finalize().as_bytes()
+        *blake3::hash(&msg).as_bytes()
     }
 
     /// Leading full blocks of `tokens` found in the index, at most `max_blocks`, each verified.
