@@ -159,13 +159,18 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
             block_size,
             scenario.scheduler.prefix_cache,
         );
+        let mut scheduler = scenario.scheduler.clone();
+        // Early reuse only shows while a step is in flight at release time: pipeline the steps.
+        if opts.fault == Some(Fault::EarlyReuse) {
+            scheduler.async_steps = true;
+        }
         let cfg = EngineConfig {
             mode,
             block_size: cache.block_size(),
             kv_bytes_per_token,
             max_seq_len: scenario.cache.max_seq_len,
             reservation: scenario.cache.contiguous_reservation,
-            scheduler: scenario.scheduler.clone(),
+            scheduler,
             model_name: model.name.clone(),
             trace_tokens: opts.trace_tokens,
             invariant_check_every: opts.invariant_check_every,
