@@ -11,6 +11,7 @@
 //! hit, a chunked prefill, a recompute after preemption and a decode all read the same history.
 
 mod addr;
+pub mod bench;
 mod check;
 mod setup;
 mod store;

@@ -11,6 +11,7 @@
 //! managers' `begin_step`/`retire_step` fences bracket each step; the engine calls them. A
 //! synchronous backend may do all its work in `submit` and merely return it from `complete`.
 
+pub mod cpu;
 pub mod sim;
 
 use std::path::PathBuf;
@@ -205,7 +206,7 @@ pub struct RunSetup {
 pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, BackendError> {
     match kind.resolve() {
         BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
-        BackendKind::Cpu => Err(BackendError::NotBuilt("cpu")),
+        BackendKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(setup)?)),
         BackendKind::Cuda => Err(BackendError::NotBuilt("cuda")),
         BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
     }

@@ -55,12 +55,25 @@ impl ModelWeights {
     /// Number of f32 values held (all matrices, embeddings and norm gains).
     pub fn parameter_count(&self) -> usize {
         let layer = |l: &LayerWeights| {
-            [&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down]
-                .iter()
-                .map(|v| v.len())
-                .sum::<usize>()
+            [
+                &l.attn_norm,
+                &l.wq,
+                &l.wk,
+                &l.wv,
+                &l.wo,
+                &l.mlp_norm,
+                &l.w_gate,
+                &l.w_up,
+                &l.w_down,
+            ]
+            .iter()
+            .map(|v| v.len())
+            .sum::<usize>()
         };
-        self.embed.len() + self.layers.iter().map(layer).sum::<usize>() + self.final_norm.len() + self.lm_head.len()
+        self.embed.len()
+            + self.layers.iter().map(layer).sum::<usize>()
+            + self.final_norm.len()
+            + self.lm_head.len()
     }
 
     /// Weights for `cfg` drawn from ChaCha20 seeded with `seed`: same seed, same bits.

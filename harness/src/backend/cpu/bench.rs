@@ -1,0 +1,272 @@
+//! The decode-attention microbenchmark behind `kvbench kernel-bench`: paged and contiguous
+//! attention over the same K/V bytes, interleaved, next to a streaming-read ceiling measured in
+//! the same process.
+//!
+//! Both caches read one shared storage: the contiguous layout gives sequence `i` slots
+//! `i·context .. (i+1)·context`; the paged layout gives it a shuffled set of blocks of the same
+//! storage. Bytes moved = batch × context × 2 (K and V) × kv_heads × head_dim × element size.
+
+use std::time::Instant;
+
+use kvbench_baselines::attention::ContiguousRegion;
+use kvbench_kernels::{
+    attention, bf16, AttnDims, KernelError, KvElem, LayerKv, PagedTable, QuerySpan, TokenAddressing,
+};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub batches: Vec<usize>,
+    pub contexts: Vec<usize>,
+    pub block_sizes: Vec<usize>,
+    pub dims: AttnDims,
+    pub bf16: bool,
+    /// Grid points whose K/V would exceed this are skipped.
+    pub max_kv_bytes: u64,
+    /// Bytes summed by the streaming-read ceiling.
+    pub ceiling_bytes: u64,
+    /// Minimum measured time per grid point and cache (at least `MIN_REPS` calls).
+    pub min_time_s: f64,
+    pub seed: u64,
+}
+
+const MIN_REPS: usize = 5;
+
+/// One measured grid point for one cache.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BenchRow {
+    pub backend: String,
+    pub cache: String,
+    pub batch: usize,
+    pub context_tokens: usize,
+    pub block_size: usize,
+    pub time_us: f64,
+    pub gbytes_per_s: f64,
+    pub ceiling_fraction: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchResult {
+    pub ceiling_gbytes_per_s: f64,
+    pub rows: Vec<BenchRow>,
+    pub kv_bytes: Vec<u64>,
+}
+
+/// The size of the last-level cache, from sysfs where present.
+pub fn last_level_cache_bytes() -> Option<u64> {
+    let mut best = None;
+    for i in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let Ok(size) = std::fs::read_to_string(format!("{dir}/size")) else {
+            continue;
+        };
+        let s = size.trim();
+        let (num, mult) = match s.chars().last() {
+            Some('K') => (&s[..s.len() - 1], 1024),
+            Some('M') => (&s[..s.len() - 1], 1024 * 1024),
+            _ => (s, 1),
+        };
+        if let Ok(n) = num.parse::<u64>() {
+            best = best.max(Some(n * mult));
+        }
+    }
+    best
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[inline(always)]
+fn sum_chunk(c: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let it = c.chunks_exact(16);
+    let rem: f32 = it.remainder().iter().sum();
+    for x in it {
+        for l in 0..16 {
+            acc[l] += x[l];
+        }
+    }
+    acc.iter().sum::<f32>() + rem
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_chunk_avx2(c: &[f32]) -> f32 {
+    sum_chunk(c)
+}
+
+fn sum_fast(c: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked just above).
+            return unsafe { sum_chunk_avx2(c) };
+        }
+    }
+    sum_chunk(c)
+}
+
+/// Streaming-read ceiling in GB/s: a plain parallel sum over `bytes` of f32, best of 5 passes.
+pub fn streaming_ceiling(bytes: u64) -> f64 {
+    let n = (bytes / 4) as usize;
+    let mut buf = vec![0f32; n];
+    buf.par_chunks_mut(1 << 16)
+        .enumerate()
+        .for_each(|(i, c)| c.fill(1.0 + (i % 7) as f32));
+    let mut best = f64::INFINITY;
+    let mut sink = 0f32;
+    for _ in 0..6 {
+        let t = Instant::now();
+        sink += buf.par_chunks(1 << 16).map(sum_fast).sum::<f32>();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(sink);
+    bytes as f64 / best / 1e9
+}
+
+fn time_call(
+    min_time_s: f64,
+    mut f: impl FnMut() -> Result<(), KernelError>,
+) -> Result<f64, KernelError> {
+    f()?; // warm-up: page faults, thread pool
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while samples.len() < MIN_REPS || start.elapsed().as_secs_f64() < min_time_s {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(samples))
+}
+
+/// Runs the grid.
+pub fn run_grid(cfg: &BenchConfig) -> Result<BenchResult, KernelError> {
+    cfg.dims.validate()?;
+    let ceiling = streaming_ceiling(cfg.ceiling_bytes);
+    let mut result = BenchResult {
+        ceiling_gbytes_per_s: ceiling,
+        rows: Vec::new(),
+        kv_bytes: Vec::new(),
+    };
+    for &batch in &cfg.batches {
+        for &context in &cfg.contexts {
+            if cfg.bf16 {
+                grid_point::<bf16>(cfg, batch, context, &mut result)?;
+            } else {
+                grid_point::<f32>(cfg, batch, context, &mut result)?;
+            }
+        }
+    }
+    Ok(result)
+}
+
+fn grid_point<E: KvElem>(
+    cfg: &BenchConfig,
+    batch: usize,
+    context: usize,
+    res: &mut BenchResult,
+) -> Result<(), KernelError> {
+    let dims = cfg.dims;
+    let row = dims.kv_row();
+    let bytes = (batch * context * row * 2 * std::mem::size_of::<E>()) as u64;
+    if bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
+        return Ok(());
+    }
+    let max_bs = cfg.block_sizes.iter().copied().max().unwrap_or(1).max(1);
+    let per_seq = context.div_ceil(max_bs) * max_bs;
+    let num_slots = batch * per_seq;
+    let mut layer = LayerKv {
+        k: vec![E::default(); num_slots * row],
+        v: vec![E::default(); num_slots * row],
+    };
+    layer.k.par_chunks_mut(row).enumerate().for_each(|(s, r)| {
+        r.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = E::from_f32(((s * 31 + i * 7) % 97) as f32 / 97.0 - 0.5))
+    });
+    layer.v.par_chunks_mut(row).enumerate().for_each(|(s, r)| {
+        r.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = E::from_f32(((s * 17 + i * 13) % 89) as f32 / 89.0 - 0.5))
+    });
+    let q: Vec<f32> = (0..batch * dims.q_row())
+        .map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5)
+        .collect();
+    let mut out = vec![0f32; q.len()];
+    let scale = 1.0 / (dims.head_dim as f32).sqrt();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ (batch as u64) << 32 ^ context as u64);
+    let regions: Vec<ContiguousRegion> = (0..batch)
+        .map(|i| ContiguousRegion {
+            base_slot: i * per_seq,
+            capacity_tokens: per_seq,
+        })
+        .collect();
+    for &bs in &cfg.block_sizes {
+        let mut perm: Vec<u32> = (0..(num_slots / bs) as u32).collect();
+        perm.shuffle(&mut rng);
+        let nb = per_seq / bs;
+        let tables: Vec<PagedTable<'_>> = (0..batch)
+            .map(|i| PagedTable {
+                block_size: bs,
+                blocks: &perm[i * nb..(i + 1) * nb],
+            })
+            .collect();
+        let (mut paged_t, mut contig_t) = (Vec::new(), Vec::new());
+        // Interleave the two so drift (frequency, other load) hits both alike.
+        for _ in 0..3 {
+            paged_t.push(time_call(cfg.min_time_s / 3.0, || {
+                run(
+                    &layer, num_slots, dims, &tables, context, &q, &mut out, scale,
+                )
+            })?);
+            contig_t.push(time_call(cfg.min_time_s / 3.0, || {
+                run(
+                    &layer, num_slots, dims, &regions, context, &q, &mut out, scale,
+                )
+            })?);
+        }
+        for (cache, t) in [("paged", median(paged_t)), ("contiguous", median(contig_t))] {
+            let gbs = bytes as f64 / t / 1e9;
+            res.rows.push(BenchRow {
+                backend: "cpu".into(),
+                cache: cache.into(),
+                batch,
+                context_tokens: context,
+                block_size: bs,
+                time_us: t * 1e6,
+                gbytes_per_s: gbs,
+                ceiling_fraction: gbs / res.ceiling_gbytes_per_s,
+            });
+            res.kv_bytes.push(bytes);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<E: KvElem, A: TokenAddressing>(
+    layer: &LayerKv<E>,
+    num_slots: usize,
+    dims: AttnDims,
+    addrs: &[A],
+    context: usize,
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+) -> Result<(), KernelError> {
+    let spans: Vec<QuerySpan<'_, A>> = addrs
+        .iter()
+        .map(|a| QuerySpan {
+            addr: a,
+            context_len: context,
+            q_len: 1,
+        })
+        .collect();
+    attention(layer, num_slots, dims, &spans, q, out, scale)
+}

@@ -1,0 +1,213 @@
+//! The partition kernel and the log-sum-exp merge.
+
+use crate::addressing::Run;
+use crate::attention::AttnDims;
+use crate::elem::KvElem;
+use crate::kv::LayerKv;
+
+/// Logical positions `p0..p1` of query token `tok`'s context, read through `runs`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PartTask {
+    pub tok: usize,
+    pub runs: (usize, usize),
+    pub p0: usize,
+    pub p1: usize,
+}
+
+/// Computes one partition for every query head; `out` holds, per head, `[max, sum, acc…]`
+/// with `acc = Σ exp(s − max) · v` (unnormalised).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn partial<E: KvElem>(
+    layer: &LayerKv<E>,
+    runs: &[Run],
+    starts: &[usize],
+    t: &PartTask,
+    dims: AttnDims,
+    scale: f32,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { partial_avx2(layer, runs, starts, t, dims, scale, q, out, scores) };
+            return;
+        }
+    }
+    partial_core(layer, runs, starts, t, dims, scale, q, out, scores)
+}
+
+/// The same code compiled for AVX2: the default x86-64 target has only SSE2, and decode
+/// attention is memory-bound only if the arithmetic keeps up.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn partial_avx2<E: KvElem>(
+    layer: &LayerKv<E>,
+    runs: &[Run],
+    starts: &[usize],
+    t: &PartTask,
+    dims: AttnDims,
+    scale: f32,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
+    partial_core(layer, runs, starts, t, dims, scale, q, out, scores)
+}
+
+const LANES: usize = 16;
+
+#[inline(always)]
+fn dot<E: KvElem>(q: &[f32], k: &[E]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let qc = q.chunks_exact(LANES);
+    let kc = k.chunks_exact(LANES);
+    let (qr, kr) = (qc.remainder(), kc.remainder());
+    for (qa, ka) in qc.zip(kc) {
+        for l in 0..LANES {
+            acc[l] += qa[l] * ka[l].to_f32();
+        }
+    }
+    let mut tail = 0f32;
+    for (a, b) in qr.iter().zip(kr) {
+        tail += a * b.to_f32();
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn axpy<E: KvElem>(out: &mut [f32], p: f32, v: &[E]) {
+    for (o, x) in out.iter_mut().zip(v) {
+        *o += p * x.to_f32();
+    }
+}
+
+/// The stretches of consecutive slots holding logical positions `p0..p1`, as
+/// `(first_slot, offset_in_partition, len)`. Plain loops over these (no closures) keep the hot
+/// loops inside the AVX2-compiled function: a closure would be compiled without its features.
+#[inline(always)]
+fn segments(
+    runs: &[Run],
+    starts: &[usize],
+    p0: usize,
+    p1: usize,
+    out: &mut Vec<(usize, usize, usize)>,
+) {
+    out.clear();
+    let mut r = starts.partition_point(|&s| s <= p0) - 1;
+    let mut pos = p0;
+    while pos < p1 {
+        let run = runs[r];
+        let off = pos - starts[r];
+        let n = (run.len - off).min(p1 - pos);
+        out.push((run.first_slot + off, pos - p0, n));
+        pos += n;
+        r += 1;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn partial_core<E: KvElem>(
+    layer: &LayerKv<E>,
+    runs: &[Run],
+    starts: &[usize],
+    t: &PartTask,
+    dims: AttnDims,
+    scale: f32,
+    q: &[f32],
+    out: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
+    let (hd, g, kvh, qh) = (dims.head_dim, dims.group(), dims.kv_heads, dims.q_heads);
+    let n = t.p1 - t.p0;
+    let row = dims.kv_row();
+    scores.clear();
+    scores.resize(qh * n, 0.0);
+
+    let mut segs = Vec::with_capacity(n / 8 + 2);
+    segments(runs, starts, t.p0, t.p1, &mut segs);
+
+    // Pass 1: scores[head][i] = q_head · k_(p0+i) × scale, one whole slot row at a time.
+    for &(slot0, i0, len) in &segs {
+        for d in 0..len {
+            let (slot, i) = (slot0 + d, i0 + d);
+            let krow = &layer.k[slot * row..(slot + 1) * row];
+            for h in 0..kvh {
+                let kh = &krow[h * hd..(h + 1) * hd];
+                for j in h * g..(h + 1) * g {
+                    scores[j * n + i] = dot(&q[j * hd..(j + 1) * hd], kh) * scale;
+                }
+            }
+        }
+    }
+
+    // Per head: max, exponentials, their sum.
+    let stride = hd + 2;
+    for j in 0..qh {
+        let s = &mut scores[j * n..(j + 1) * n];
+        let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let mut sum = 0f32;
+        for x in s.iter_mut() {
+            *x = (*x - max).exp();
+            sum += *x;
+        }
+        let o = &mut out[j * stride..(j + 1) * stride];
+        o[0] = max;
+        o[1] = sum;
+        o[2..].fill(0.0);
+    }
+
+    // Pass 2: acc[head] += exp(s) · v.
+    for &(slot0, i0, len) in &segs {
+        for d in 0..len {
+            let (slot, i) = (slot0 + d, i0 + d);
+            let vrow = &layer.v[slot * row..(slot + 1) * row];
+            for h in 0..kvh {
+                let vh = &vrow[h * hd..(h + 1) * hd];
+                for j in h * g..(h + 1) * g {
+                    axpy(
+                        &mut out[j * stride + 2..(j + 1) * stride],
+                        scores[j * n + i],
+                        vh,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Combines a query token's partitions (in logical order) into its output row.
+pub(super) fn merge(parts: &[f32], dims: AttnDims, out: &mut [f32]) {
+    let hd = dims.head_dim;
+    let stride = hd + 2;
+    let row = dims.q_heads * stride;
+    let n_parts = parts.len() / row;
+    for j in 0..dims.q_heads {
+        let o = &mut out[j * hd..(j + 1) * hd];
+        let m = (0..n_parts)
+            .map(|p| parts[p * row + j * stride])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut denom = 0f32;
+        o.fill(0.0);
+        for p in 0..n_parts {
+            let part = &parts[p * row + j * stride..p * row + (j + 1) * stride];
+            let w = if n_parts == 1 {
+                1.0
+            } else {
+                (part[0] - m).exp()
+            };
+            denom += w * part[1];
+            for (x, a) in o.iter_mut().zip(&part[2..]) {
+                *x += w * a;
+            }
+        }
+        let inv = 1.0 / denom;
+        for x in o.iter_mut() {
+            *x *= inv;
+        }
+    }
+}
