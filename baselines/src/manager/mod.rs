@@ -80,7 +80,7 @@ impl ContiguousCache {
         let fence = &self.fence;
         self.early_freed.retain(|&(_, _, f)| !fence.is_retired(f));
         for &(s, l, f) in &self.early_freed {
-            if s < base + len && base < s + l {
+            if s < base + len && base < s + l && self.violations.len() < 64 {
                 self.violations.push(format!(
                     "slots {base}..{} handed out while slots {s}..{} were fenced on in-flight step {f}",
                     base + len,

@@ -11,6 +11,7 @@ mod check;
 pub mod fuzz;
 mod paged;
 mod prefix;
+mod table;
 
 pub use block::BlockAllocator;
 pub use kvbench_cache_api::CacheMode;

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kvbench_cache_api::{
-    AllocError, CacheMode, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqId,
-    SeqLayout, StartRequest, StepId,
+    AllocError, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqId, SeqLayout,
+    StartRequest, StepId,
 };
 
 use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
@@ -12,10 +12,10 @@ use crate::cache::{build, PagedCache, PagedConfig};
 
 /// A sequence as the reference model sees it: its token ids and how many are written.
 #[derive(Debug, Clone)]
-struct ModelSeq {
-    tokens: Vec<u32>,
-    filled: usize,
-    scope: usize,
+pub(super) struct ModelSeq {
+    pub(super) tokens: Vec<u32>,
+    pub(super) filled: usize,
+    pub(super) scope: usize,
 }
 
 /// Scope number 4 disables reuse; 0 and 1 are tenants, 2 is global, 3 another model.
@@ -36,25 +36,25 @@ fn scope_key(i: usize) -> ScopeKey {
 
 /// Drives one manager and the reference model side by side.
 pub struct Harness {
-    cfg: FuzzConfig,
-    mgr: Box<dyn KvCacheManager>,
-    scopes: Vec<ScopeKey>,
-    seqs: BTreeMap<SeqId, ModelSeq>,
-    next_seq: SeqId,
-    next_tail: u32,
+    pub(super) cfg: FuzzConfig,
+    pub(super) mgr: Box<dyn KvCacheManager>,
+    pub(super) scopes: Vec<ScopeKey>,
+    pub(super) seqs: BTreeMap<SeqId, ModelSeq>,
+    pub(super) next_seq: SeqId,
+    pub(super) next_tail: u32,
     /// Device memory: the token id each slot holds, and the scope of the sequence that wrote it.
-    payload: Vec<Option<(u32, usize)>>,
-    in_flight: BTreeSet<StepId>,
+    pub(super) payload: Vec<Option<(u32, usize)>>,
+    pub(super) in_flight: BTreeSet<StepId>,
     /// Writes since the last `begin_step` (they belong to the next step), tagged with the writer.
-    staged: Vec<(SeqId, u64, u32)>,
-    step_writes: BTreeMap<StepId, Vec<(u64, u32)>>,
+    pub(super) staged: Vec<(SeqId, u64, u32)>,
+    pub(super) step_writes: BTreeMap<StepId, Vec<(u64, u32)>>,
     /// Slots released while steps were in flight: the fence step and the content at release.
-    fenced: BTreeMap<u64, (StepId, Option<u32>)>,
-    trace: Vec<String>,
-    summary: FuzzSummary,
+    pub(super) fenced: BTreeMap<u64, (StepId, Option<u32>)>,
+    pub(super) trace: Vec<String>,
+    pub(super) summary: FuzzSummary,
     /// Skip the manager's own `check_invariants`: only the reference model judges (used to show
     /// the model alone catches each planted bug).
-    model_only: bool,
+    pub(super) model_only: bool,
 }
 
 impl Harness {
@@ -131,7 +131,7 @@ impl Harness {
     }
 
     /// Slot holding token position `pos` of `seq`, per the manager's layout.
-    fn slot(&self, seq: SeqId, pos: usize) -> Option<u64> {
+    pub(super) fn slot(&self, seq: SeqId, pos: usize) -> Option<u64> {
         match self.mgr.layout(seq)? {
             SeqLayout::Paged { block_size, blocks } => {
                 let bs = block_size as usize;
@@ -147,7 +147,7 @@ impl Harness {
     }
 
     /// Every slot `seq` maps (paged: whole blocks; contiguous: the reservation), by position.
-    fn mapped_slots(&self, seq: SeqId) -> Vec<u64> {
+    pub(super) fn mapped_slots(&self, seq: SeqId) -> Vec<u64> {
         match self.mgr.layout(seq) {
             Some(SeqLayout::Paged { block_size, blocks }) => blocks
                 .iter()
@@ -390,7 +390,7 @@ impl Harness {
         }
     }
 
-    fn release(&mut self, id: SeqId, why: ReleaseReason) -> String {
+    pub(super) fn release(&mut self, id: SeqId, why: ReleaseReason) -> String {
         let mine = self.mapped_slots(id);
         let others: BTreeSet<u64> = self
             .seqs
@@ -421,7 +421,7 @@ impl Harness {
         format!("seq {id} released ({why:?}), {fenced} slots fenced on {fence:?}")
     }
 
-    fn retire(&mut self, step: StepId) {
+    pub(super) fn retire(&mut self, step: StepId) {
         self.in_flight.remove(&step);
         // The device's late writes land now: harmless unless the slot was handed to someone else.
         for (slot, token) in self.step_writes.remove(&step).unwrap_or_default() {
@@ -431,100 +431,5 @@ impl Harness {
         }
         let watermark = self.in_flight.first().copied().unwrap_or(StepId::MAX);
         self.fenced.retain(|_, (fence, _)| *fence >= watermark);
-    }
-
-    /// Compare the manager with the model.
-    pub fn check(&self) -> Result<(), String> {
-        if let Some(last) = self.trace.last() {
-            if let Some(i) = last.find("VIOLATION") {
-                return Err(last[i..].to_string());
-            }
-        }
-        if !self.model_only {
-            self.mgr.check_invariants()?;
-        }
-        let mut live_slots = BTreeSet::new();
-        for (&id, m) in &self.seqs {
-            if self.mgr.seq_tokens(id) != Some(m.filled as u32) {
-                return Err(format!(
-                    "seq {id}: manager holds {:?} tokens, model {}",
-                    self.mgr.seq_tokens(id),
-                    m.filled
-                ));
-            }
-            for pos in 0..m.filled {
-                let slot = self
-                    .slot(id, pos)
-                    .ok_or_else(|| format!("seq {id}: position {pos} unmapped"))?;
-                live_slots.insert(slot);
-                let got = self
-                    .payload
-                    .get(slot as usize)
-                    .copied()
-                    .flatten()
-                    .map(|(t, _)| t);
-                if got != Some(m.tokens[pos]) {
-                    return Err(format!(
-                        "seq {id}: position {pos} (slot {slot}) reads {got:?}, expected {}",
-                        m.tokens[pos]
-                    ));
-                }
-            }
-            // No slot fenced behind an in-flight step may carry new content.
-            for (pos, slot) in self.mapped_slots(id).into_iter().enumerate() {
-                if let Some(&(fence, content)) = self.fenced.get(&slot) {
-                    let same_content = self.cfg.mode == CacheMode::Paged
-                        && pos < m.filled
-                        && content == Some(m.tokens[pos]);
-                    if !same_content {
-                        return Err(format!(
-                            "seq {id}: slot {slot} handed out before its fence step {fence} retired"
-                        ));
-                    }
-                }
-            }
-        }
-        let acc = self.mgr.accounting();
-        if acc.live_slots != live_slots.len() as u64 {
-            return Err(format!(
-                "accounting says {} live slots, the model reads {}",
-                acc.live_slots,
-                live_slots.len()
-            ));
-        }
-        Ok(())
-    }
-
-    /// Release every sequence, retire every step, and require quiescence (then a flush frees all).
-    pub fn drain(&mut self) -> Result<(), String> {
-        let ids: Vec<SeqId> = self.seqs.keys().copied().collect();
-        for id in ids {
-            self.apply_release(id)?;
-        }
-        let steps: Vec<StepId> = self.in_flight.iter().copied().collect();
-        for step in steps {
-            self.mgr.retire_step(step);
-            self.retire(step);
-            self.trace.push(format!("drain: step {step} retired"));
-        }
-        self.check()?;
-        if !self.model_only {
-            self.mgr.assert_quiescent()?;
-        }
-        self.mgr.flush_prefix_cache();
-        let acc = self.mgr.accounting();
-        if acc.free_slots != acc.total_slots {
-            return Err(format!(
-                "after a flush {} of {} slots are free",
-                acc.free_slots, acc.total_slots
-            ));
-        }
-        Ok(())
-    }
-
-    fn apply_release(&mut self, id: SeqId) -> Result<(), String> {
-        let line = self.release(id, ReleaseReason::Finish);
-        self.trace.push(format!("drain: {line}"));
-        self.check()
     }
 }

@@ -10,6 +10,7 @@
 //! owner), and checks that no slot fenced behind an in-flight step is handed to new content.
 
 mod harness;
+mod verify;
 
 use std::fmt;
 

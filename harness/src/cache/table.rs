@@ -1,0 +1,196 @@
+//! Per-sequence block tables of the paged cache and the helpers that plan a start, publish
+//! full prompt blocks and (with the bad-block-table fault) corrupt a layout.
+
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use kvbench_cache_api::{AllocError, SeqId, StartRequest};
+
+use super::block::BlockState;
+use super::paged::PagedCache;
+use super::prefix::{PrefixKey, Published, ScopeInfo};
+
+/// At most this many violation messages are kept (a fault can repeat on every step).
+const MAX_VIOLATIONS: usize = 64;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Seq {
+    pub blocks: Vec<u32>,
+    /// Token positions mapped (prompt + appended).
+    pub len_tokens: u32,
+    /// Token positions written.
+    pub filled_tokens: u32,
+    /// Prompt token ids, kept only when the prefix cache may publish them.
+    pub prompt: Arc<[u32]>,
+    pub scope: Option<Arc<ScopeInfo>>,
+    /// Leading full blocks whose prefix key is known (hit or published) and the last such key.
+    pub keyed_blocks: u32,
+    pub last_key: Option<PrefixKey>,
+    /// With the bad-block-table fault: the corrupted table `layout` hands out.
+    pub bad_layout: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Faults {
+    pub skip_cow: bool,
+    pub leak: bool,
+    pub leaked_once: bool,
+    pub bad_block_table: bool,
+}
+
+/// Sequence ids are engine-chosen integers, not attacker input: a multiplicative hash is enough
+/// and several times cheaper than SipHash on the append path. Never iterated for output (reports
+/// sort the ids first).
+#[derive(Debug, Default)]
+pub(crate) struct SeqIdHasher(u64);
+
+impl Hasher for SeqIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ (n >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// The plan for a `start`, computed without side effects.
+pub(super) struct StartPlan {
+    pub scope: Option<Arc<ScopeInfo>>,
+    pub hits: Vec<(u32, PrefixKey)>,
+    pub new_blocks: u32,
+    pub available_blocks: u32,
+    pub total_blocks_needed: u32,
+}
+
+impl PagedCache {
+    /// Record a protocol error or fault effect for `check_invariants` to report.
+    pub(super) fn note_violation(&mut self, what: String) {
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(what);
+        }
+    }
+
+    pub(super) fn bs(&self) -> u32 {
+        self.pool.block_size
+    }
+
+    pub(super) fn plan_start(&self, req: &StartRequest<'_>) -> Result<StartPlan, AllocError> {
+        if self.seqs.contains_key(&req.seq) {
+            return Err(AllocError::DuplicateSeq(req.seq));
+        }
+        let bs = self.bs();
+        let len = req.tokens.len() as u64;
+        let total_needed = len.div_ceil(u64::from(bs));
+        if total_needed > u64::from(self.pool.total_blocks()) {
+            return Err(AllocError::TooLarge {
+                needed_slots: total_needed * u64::from(bs),
+                total_slots: u64::from(self.pool.total_blocks()) * u64::from(bs),
+            });
+        }
+        let scope = if self.config.prefix_cache {
+            req.scope.and_then(ScopeInfo::new)
+        } else {
+            None
+        };
+        let hits = match (&scope, len) {
+            (Some(s), 1..) => {
+                // The last prompt token is always recomputed to produce logits.
+                let max_blocks = ((len - 1) / u64::from(bs)) as usize;
+                self.index.lookup(s, req.tokens, bs, max_blocks)
+            }
+            _ => Vec::new(),
+        };
+        let revived_cached = hits
+            .iter()
+            .filter(|(b, _)| self.pool.meta[*b as usize].state == BlockState::Cached)
+            .count() as u32;
+        Ok(StartPlan {
+            scope,
+            new_blocks: total_needed as u32 - hits.len() as u32,
+            available_blocks: self.pool.allocatable_blocks() - revived_cached,
+            total_blocks_needed: total_needed as u32,
+            hits,
+        })
+    }
+
+    /// Take a block for new content, unpublishing it if it was an evicted cached block.
+    pub(super) fn take_fresh(&mut self) -> Option<u32> {
+        let (block, evicted) = self.pool.take_fresh()?;
+        if let Some(key) = evicted {
+            self.index.remove(&key);
+            self.index.stats.evictions += 1;
+        }
+        Some(block)
+    }
+
+    pub(super) fn no_space(&self, needed_blocks: u32) -> AllocError {
+        AllocError::NoSpace {
+            needed_slots: u64::from(needed_blocks) * u64::from(self.bs()),
+            available_slots: u64::from(self.pool.allocatable_blocks()) * u64::from(self.bs()),
+        }
+    }
+
+    /// Publish newly full prompt blocks of `seq_id`.
+    pub(super) fn publish_full_blocks(&mut self, seq_id: SeqId) {
+        let bs = self.bs();
+        let Some(seq) = self.seqs.get_mut(&seq_id) else {
+            return;
+        };
+        let Some(scope) = seq.scope.clone() else {
+            return;
+        };
+        let full_blocks = seq.filled_tokens / bs;
+        let prompt_blocks = seq.prompt.len() as u32 / bs;
+        while seq.keyed_blocks < full_blocks.min(prompt_blocks) {
+            let i = seq.keyed_blocks as usize;
+            let chunk = &seq.prompt[i * bs as usize..(i + 1) * bs as usize];
+            let key = self.index.block_key(seq.last_key.as_ref(), &scope, chunk);
+            let block = seq.blocks[i];
+            let meta = &mut self.pool.meta[block as usize];
+            if meta.key.is_none() && !self.index.contains(&key) {
+                meta.key = Some(key);
+                self.index.insert(
+                    key,
+                    Published {
+                        block,
+                        parent: seq.last_key,
+                        tokens: chunk.into(),
+                        scope: scope.clone(),
+                        publisher: seq_id,
+                    },
+                );
+            }
+            seq.last_key = Some(key);
+            seq.keyed_blocks += 1;
+        }
+    }
+
+    /// With the bad-block-table fault armed, give `seq` a layout whose first logical block names a
+    /// physical block outside its table.
+    pub(super) fn refresh_bad_layout(&mut self, seq_id: SeqId) {
+        if !self.faults.bad_block_table {
+            return;
+        }
+        let total = self.pool.total_blocks();
+        let Some(seq) = self.seqs.get_mut(&seq_id) else {
+            return;
+        };
+        seq.bad_layout = seq.blocks.first().map(|&first| {
+            let mut wrong = (first + 1) % total;
+            for _ in 0..total {
+                if !seq.blocks.contains(&wrong) {
+                    break;
+                }
+                wrong = (wrong + 1) % total;
+            }
+            let mut bad = seq.blocks.clone();
+            bad[0] = wrong;
+            bad
+        });
+    }
+}
