@@ -47,10 +47,17 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.backend.resolve() {
         BackendKind::Cpu => {}
-        other => bail!("kernel-bench: backend {} has no attention kernels in this build (use --backend cpu)", other.name()),
+        other => bail!(
+            "kernel-bench: backend {} has no attention kernels in this build (use --backend cpu)",
+            other.name()
+        ),
     }
     let Some(shape) = ModelShape::preset(&args.model) else {
-        bail!("kernel-bench: --model {}: unknown preset (known: {})", args.model, ModelShape::PRESETS.join(", "));
+        bail!(
+            "kernel-bench: --model {}: unknown preset (known: {})",
+            args.model,
+            ModelShape::PRESETS.join(", ")
+        );
     };
     let bf16 = match args.dtype.as_str() {
         "f32" => false,
@@ -79,7 +86,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bf16,
         max_kv_bytes: (args.max_gib * (1u64 << 30) as f64) as u64,
         // Larger than the caches, so the ceiling is memory, not cache, bandwidth.
-        ceiling_bytes: if args.quick { 256 << 20 } else { (2 * llc.unwrap_or(0)).max(1 << 30) },
+        ceiling_bytes: if args.quick {
+            256 << 20
+        } else {
+            (2 * llc.unwrap_or(0)).max(1 << 30)
+        },
         min_time_s: if args.quick { 0.1 } else { 0.6 },
         seed: args.seed,
     };
@@ -91,11 +102,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("kernel_bench.csv");
-        let mut w = csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
+        let mut w =
+            csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
         for r in &res.rows {
-            w.serialize(r).with_context(|| format!("writing {}", path.display()))?;
+            w.serialize(r)
+                .with_context(|| format!("writing {}", path.display()))?;
         }
-        w.flush().with_context(|| format!("writing {}", path.display()))?;
+        w.flush()
+            .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -119,7 +133,16 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
     );
     println!(
         "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8}",
-        "batch", "context", "block", "KV MiB", "paged us", "contig us", "paged/c", "GB/s", "ceil %", "> LLC"
+        "batch",
+        "context",
+        "block",
+        "KV MiB",
+        "paged us",
+        "contig us",
+        "paged/c",
+        "GB/s",
+        "ceil %",
+        "> LLC"
     );
     for (pair, bytes) in res.rows.chunks(2).zip(res.kv_bytes.chunks(2)) {
         let [p, c] = pair else { continue };
@@ -134,7 +157,11 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
             p.time_us / c.time_us,
             p.gbytes_per_s,
             p.ceiling_fraction * 100.0,
-            if llc.is_some_and(|l| bytes[0] > l) { "yes" } else { "no" }
+            if llc.is_some_and(|l| bytes[0] > l) {
+                "yes"
+            } else {
+                "no"
+            }
         );
     }
 }
