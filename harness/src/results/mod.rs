@@ -11,6 +11,7 @@
 
 pub mod env;
 pub mod experiment;
+pub mod fuzz;
 pub mod perfetto;
 pub mod report;
 pub mod summary;
