@@ -45,8 +45,10 @@ pub struct Harness {
     /// Device memory: the token id each slot holds, and the scope of the sequence that wrote it.
     pub(super) payload: Vec<Option<(u32, usize)>>,
     pub(super) in_flight: BTreeSet<StepId>,
-    /// Writes since the last `begin_step` (they belong to the next step), tagged with the writer.
-    pub(super) staged: Vec<(SeqId, u64, u32)>,
+    /// Writes since the last `begin_step` as (writer, position, token): they belong to the next
+    /// step, whose backend resolves positions through the layout at submission (a copy-on-write
+    /// in between moves the write with the sequence).
+    pub(super) staged: Vec<(SeqId, usize, u32)>,
     pub(super) step_writes: BTreeMap<StepId, Vec<(u64, u32)>>,
     /// Slots released while steps were in flight: the fence step and the content at release.
     pub(super) fenced: BTreeMap<u64, (StepId, Option<u32>)>,
@@ -170,7 +172,7 @@ impl Harness {
         if let Some(slot) = self.slot(seq, pos) {
             if let Some(cell) = self.payload.get_mut(slot as usize) {
                 *cell = Some((token, scope));
-                self.staged.push((seq, slot, token));
+                self.staged.push((seq, pos, token));
             }
         }
     }
@@ -270,7 +272,7 @@ impl Harness {
                 self.in_flight.insert(step);
                 let writes = std::mem::take(&mut self.staged)
                     .into_iter()
-                    .map(|(_, s, t)| (s, t))
+                    .filter_map(|(seq, pos, t)| self.slot(seq, pos).map(|s| (s, t)))
                     .collect();
                 self.step_writes.insert(step, writes);
                 format!("step {step} began")
