@@ -379,3 +379,37 @@ fn planted_faults_are_caught_paged() {
     assert_ne!(blocks_of(&m, 1), m.block_table(1).unwrap());
     assert!(m.check_invariants().unwrap_err().contains("layout"));
 }
+
+#[test]
+fn scope_identity_is_unambiguous_and_global_is_its_own_scope() {
+    let prompt: Vec<u32> = (0..9).collect();
+    let ab_c = ScopeKey {
+        model: "ab".into(),
+        tokenizer: "c".into(),
+        reuse: ReuseScope::Global,
+    };
+    let a_bc = ScopeKey {
+        model: "a".into(),
+        tokenizer: "bc".into(),
+        reuse: ReuseScope::Global,
+    };
+    let mut m = paged(16);
+    admit(&mut m, 1, &prompt, Some(&ab_c));
+    assert_eq!(
+        m.probe_start(&req(2, &prompt, Some(&a_bc))).cached_tokens,
+        0
+    );
+    assert_eq!(
+        m.probe_start(&req(3, &prompt, Some(&ab_c))).cached_tokens,
+        8
+    );
+    let tenant = ScopeKey {
+        reuse: ReuseScope::Tenant(0),
+        ..ab_c.clone()
+    };
+    assert_eq!(
+        m.probe_start(&req(4, &prompt, Some(&tenant))).cached_tokens,
+        0,
+        "a global publication is not a tenant's"
+    );
+}
