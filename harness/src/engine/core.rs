@@ -57,7 +57,9 @@ pub(super) struct Engine<'a> {
     pub samplers: Vec<u32>,
     pub forks_pending: Vec<u32>,
     pub release_after_submit: Vec<u32>,
-    pub pending_copies: Vec<CopyOp>,
+    /// Copies a fork asked for, performed at the start of the next step, with the child they
+    /// serve (dropped if the child is gone by then: its slots may already be someone else's).
+    pub pending_copies: Vec<(u32, CopyOp)>,
     pub token_budget: u32,
     pub seq_budget: u32,
     pub preempted_flag: bool,
@@ -341,6 +343,7 @@ impl Engine<'_> {
             violation,
             reclamation,
             numerics: backend.numerics(),
+            computes: backend.computes(),
             end_ns,
             host_overhead_s: host_s,
             seq_steps,

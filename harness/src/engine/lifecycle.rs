@@ -316,7 +316,8 @@ impl Engine<'_> {
             st.record.cached_prompt_tokens = cached_prompt;
             match self.cache.fork(Stream::seq(parent), Stream::seq(c)) {
                 Ok(copies) => {
-                    self.pending_copies.extend(copies);
+                    self.pending_copies
+                        .extend(copies.into_iter().map(|op| (c, op)));
                     let st = &mut self.streams[c as usize];
                     st.cached = true;
                     st.in_cache = in_cache;

@@ -160,6 +160,8 @@ pub struct RunRecord {
     pub violation: Option<String>,
     pub reclamation: Reclamation,
     pub numerics: Option<NumericsReport>,
+    /// The backend computed real tokens (token ids are comparable across cache modes).
+    pub computes: bool,
     /// Virtual time at the end of the last step.
     pub end_ns: u64,
     /// Wall-clock seconds spent in scheduling + admission + cache calls (not in the backend).

@@ -31,7 +31,12 @@ impl Engine<'_> {
         self.samplers.clear();
         self.forks_pending.clear();
         self.release_after_submit.clear();
-        self.plan.copies.append(&mut self.pending_copies);
+        for (child, op) in std::mem::take(&mut self.pending_copies) {
+            let st = &self.streams[child as usize];
+            if st.cached && !st.is_done() {
+                self.plan.copies.push(op);
+            }
+        }
         self.token_budget = self.cfg.scheduler.max_tokens_per_step.max(1);
         self.seq_budget = self.cfg.scheduler.max_seqs_per_step.max(1);
         self.preempted_flag = false;

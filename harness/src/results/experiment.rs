@@ -190,7 +190,7 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         let metrics = metrics::compute(&record, &scenario.slo, kv_bytes_per_token);
         runs.push(ModeRun { record, metrics });
     }
-    let token_mismatch = if runs.iter().any(|r| r.record.numerics.is_some()) {
+    let token_mismatch = if runs.iter().all(|r| r.record.computes) {
         compare_tokens(&runs[0].record, &runs[1].record)
     } else {
         None
