@@ -90,14 +90,9 @@ fn seeded_runs_pass_and_exercise_everything() {
         let mut totals = fuzz::FuzzSummary::default();
         for seed in seeds() {
             eprintln!("mode {mode:?} seed {seed} (replay: KVBENCH_SEED={seed})");
-            let s = fuzz::run_seed(seed, 400, FuzzConfig::small(mode))
+            let s = fuzz::run_seed_with(seed, 400, FuzzConfig::small(mode))
                 .unwrap_or_else(|f| panic!("{f}"));
-            totals.starts += s.starts;
-            totals.failed_allocations += s.failed_allocations;
-            totals.prefix_hit_blocks += s.prefix_hit_blocks;
-            totals.copies += s.copies;
-            totals.evictions += s.evictions;
-            totals.fenced_releases += s.fenced_releases;
+            totals.add(&s);
         }
         if seeds().len() > 1 {
             // The runs must reach the interesting states, or passing says little.
@@ -121,9 +116,11 @@ fn same_seed_same_run() {
     assert_eq!(fuzz::random_ops(7, 50), fuzz::random_ops(7, 50));
     let cfg = FuzzConfig::small(CacheMode::Paged);
     assert_eq!(
-        fuzz::run_seed(7, 300, cfg).ok(),
-        fuzz::run_seed(7, 300, cfg).ok()
+        fuzz::run_seed_with(7, 300, cfg).ok(),
+        fuzz::run_seed_with(7, 300, cfg).ok()
     );
+    let both = fuzz::run_seed(7, 300).unwrap_or_else(|f| panic!("{f}"));
+    assert_eq!(both.ops, 600, "run_seed drives both modes");
 }
 
 /// The first seeded run that a planted bug makes fail, with its message.

@@ -127,6 +127,18 @@ pub struct FuzzSummary {
     pub fenced_releases: usize,
 }
 
+impl FuzzSummary {
+    pub fn add(&mut self, other: &FuzzSummary) {
+        self.ops += other.ops;
+        self.starts += other.starts;
+        self.failed_allocations += other.failed_allocations;
+        self.prefix_hit_blocks += other.prefix_hit_blocks;
+        self.copies += other.copies;
+        self.evictions += other.evictions;
+        self.fenced_releases += other.fenced_releases;
+    }
+}
+
 /// Apply `ops` to a fresh manager, checking after each, then release everything, retire every
 /// step and check quiescence.
 pub fn run_ops(config: FuzzConfig, ops: &[Op]) -> Result<FuzzSummary, FuzzFailure> {
@@ -158,8 +170,22 @@ pub fn run_bytes(data: &[u8]) -> Result<(), FuzzFailure> {
     Ok(())
 }
 
-/// `n_ops` random operations from `seed` (ChaCha8): same seed, same run.
-pub fn run_seed(seed: u64, n_ops: usize, config: FuzzConfig) -> Result<FuzzSummary, FuzzFailure> {
+/// `n_ops` random operations from `seed` (ChaCha8) on a small paged cache and on the contiguous
+/// baseline: same seed, same run. The summary adds up both.
+pub fn run_seed(seed: u64, n_ops: usize) -> Result<FuzzSummary, FuzzFailure> {
+    let mut total = FuzzSummary::default();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        total.add(&run_seed_with(seed, n_ops, FuzzConfig::small(mode))?);
+    }
+    Ok(total)
+}
+
+/// [`run_seed`] on one chosen configuration (mode, size, planted fault).
+pub fn run_seed_with(
+    seed: u64,
+    n_ops: usize,
+    config: FuzzConfig,
+) -> Result<FuzzSummary, FuzzFailure> {
     let ops = random_ops(seed, n_ops);
     run_ops(config, &ops).map_err(|mut f| {
         f.seed = Some(seed);
