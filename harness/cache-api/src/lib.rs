@@ -273,8 +273,9 @@ pub trait KvCacheManager: Send {
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError>;
     /// Grow by one decoded token. Returns the copies (copy-on-write) to perform before writing.
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError>;
-    /// Slots that one more `append` on `seq` would take (0 or block_size for paged; 0 or ... for
-    /// contiguous, 0 inside the reservation).
+    /// Slots that one more `append` on `seq` would take from the pool: paged, 0 or `block_size`
+    /// (a new block, or a copy-on-write of a shared partial block); contiguous, 0 inside the
+    /// reservation and 1 past it (where `append` fails with `NoSpace`: the reservation is the cap).
     fn append_cost(&self, seq: SeqId) -> u64;
     /// A new sequence `child` that starts as a copy of `parent` (shares blocks when paged). The
     /// parent's prompt must be filled (`InvalidOp` otherwise).
