@@ -71,6 +71,9 @@ pub(super) struct Engine<'a> {
     pub peak_running: u32,
     pub metadata_peak_bytes: u64,
     pub host_s: f64,
+    /// Time inside backend lifecycle hooks (register/fork/forget) within the timed regions:
+    /// backend work (a compute backend's oracle check runs in `forget`), not host overhead.
+    pub backend_hook_s: f64,
     pub seq_steps: u64,
 }
 
@@ -153,6 +156,7 @@ pub fn run(
         peak_running: 0,
         metadata_peak_bytes: 0,
         host_s: 0.0,
+        backend_hook_s: 0.0,
         seq_steps: 0,
     };
     e.main_loop()?;
@@ -284,6 +288,7 @@ impl Engine<'_> {
             metadata_peak_bytes,
             peak_running,
             host_s,
+            backend_hook_s,
             seq_steps,
             ..
         } = self;
@@ -345,7 +350,7 @@ impl Engine<'_> {
             numerics: backend.numerics(),
             computes: backend.computes(),
             end_ns,
-            host_overhead_s: host_s,
+            host_overhead_s: (host_s - backend_hook_s).max(0.0),
             seq_steps,
         }
     }

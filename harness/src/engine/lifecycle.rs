@@ -201,7 +201,10 @@ impl Engine<'_> {
         let registered = std::mem::replace(&mut st.registered, false);
         let r = st.request;
         if registered {
-            if let Err(e) = self.backend.forget(Stream::seq(s)) {
+            let t0 = std::time::Instant::now();
+            let forgotten = self.backend.forget(Stream::seq(s));
+            self.backend_hook_s += t0.elapsed().as_secs_f64();
+            if let Err(e) = forgotten {
                 self.fail(format!("backend forget of stream {s}: {e}"));
             }
         }
@@ -301,9 +304,10 @@ impl Engine<'_> {
             if self.streams[c as usize].is_done() {
                 continue;
             }
-            let token = self
-                .backend
-                .fork(Stream::seq(parent), Stream::seq(c), rank)?;
+            let t0 = std::time::Instant::now();
+            let forked = self.backend.fork(Stream::seq(parent), Stream::seq(c), rank);
+            self.backend_hook_s += t0.elapsed().as_secs_f64();
+            let token = forked?;
             forks.push((c, token));
             self.admit_counter += 1;
             let order = self.admit_counter;

@@ -425,7 +425,10 @@ impl StepOps for Engine<'_> {
         };
         self.waiting.pop(s);
         if !self.streams[s as usize].registered {
-            if let Err(e) = self.backend.register(Stream::seq(s), &tokens) {
+            let t0 = Instant::now();
+            let registered = self.backend.register(Stream::seq(s), &tokens);
+            self.backend_hook_s += t0.elapsed().as_secs_f64();
+            if let Err(e) = registered {
                 self.fail(format!("backend register of stream {s}: {e}"));
                 return false;
             }
