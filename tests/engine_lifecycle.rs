@@ -414,3 +414,57 @@ fn tenant_fairness_admits_round_robin() {
     assert_eq!(order(false), [0, 1, 2, 3, 4, 5]);
     assert_eq!(order(true), [0, 4, 1, 5, 2, 3]);
 }
+
+#[test]
+fn cancellations_land_at_every_lifecycle_point_and_release_everything() {
+    let mut seen = std::collections::BTreeSet::new();
+    for preemption in [PreemptionMode::Recompute, PreemptionMode::Swap] {
+        for (async_steps, k) in [
+            (false, 1.37),
+            (true, 1.37),
+            (false, 0.53),
+            (true, 2.9),
+            (false, 4.1),
+        ] {
+            let s = SchedulerSpec {
+                async_steps,
+                preemption,
+                max_tokens_per_step: 48,
+                max_seqs_per_step: 16,
+                ..sched()
+            };
+            // A tight pool (preemptions), long prompts in small chunks (mid-prefill), forks.
+            let reqs: Vec<Request> = (0..40)
+                .map(|i| {
+                    let mut r = req(i, (i / 20) as f64 * 2.0, 40 + 23 * (i as u32 % 5), 80);
+                    r.samples = if i % 7 == 0 { 3 } else { 1 };
+                    r.cancel = Some(CancelPoint::AfterDelay {
+                        after_ms: 0.05 + (i as f64 * k) % 30.0,
+                    });
+                    r
+                })
+                .collect();
+            let w = workload(reqs);
+            for r in both(s.clone(), &w, 700) {
+                for e in &r.events {
+                    if let TraceKind::Cancel { during } = e.kind {
+                        seen.insert(during);
+                    }
+                }
+            }
+        }
+    }
+    for point in [
+        "queued",
+        "prefill",
+        "decode",
+        "preempted",
+        "swapped",
+        "pending",
+    ] {
+        assert!(
+            seen.contains(point),
+            "no cancellation while {point}: saw {seen:?}"
+        );
+    }
+}

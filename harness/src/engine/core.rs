@@ -78,9 +78,9 @@ pub(super) struct Engine<'a> {
 }
 
 /// Per-sequence metadata the ledger counts under "other" (ids, lengths, state), bytes.
-pub(crate) const SEQ_METADATA_BYTES: u64 = 64;
+pub const SEQ_METADATA_BYTES: u64 = 64;
 /// One block-table entry (an i32 physical block id), bytes.
-pub(crate) const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
+pub const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
 
 /// Drive `workload` through `cache` and `backend` to the end, then run the reclamation check.
 pub fn run(

@@ -190,6 +190,15 @@ impl Engine<'_> {
             StreamStatus::Completed => ReleaseReason::Finish,
             _ => ReleaseReason::Cancel,
         };
+        let st = &self.streams[s as usize];
+        let during = match st.phase {
+            Phase::Waiting if st.restart => "preempted",
+            Phase::Waiting => "queued",
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+            Phase::Swapped => "swapped",
+            Phase::Pending | Phase::Done => "pending",
+        };
         self.drop_cache(s, reason);
         let st = &mut self.streams[s as usize];
         if st.phase == Phase::Done {
@@ -211,7 +220,7 @@ impl Engine<'_> {
         let kind = if status == StreamStatus::Completed {
             TraceKind::Finish
         } else {
-            TraceKind::Cancel
+            TraceKind::Cancel { during }
         };
         self.trace(s, kind);
         self.running_dirty = true;

@@ -22,7 +22,7 @@ pub mod record;
 mod state;
 mod step;
 
-pub use core::run;
+pub use core::{run, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
 pub use record::{RunRecord, StepSample, StreamRecord, StreamStatus, TraceEvent, TraceKind};
 
 use kvbench_cache_api::{CacheMode, Fault};

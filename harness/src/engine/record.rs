@@ -101,7 +101,11 @@ pub enum TraceKind {
         scope: String,
         publishers: Vec<u64>,
     },
-    Cancel,
+    /// `during`: where the stream was — queued, prefill, decode, preempted (waiting to
+    /// recompute), swapped, or pending (a continuation not forked yet).
+    Cancel {
+        during: &'static str,
+    },
     Finish,
     Reject {
         reason: String,
@@ -119,7 +123,7 @@ impl TraceKind {
             TraceKind::SwapOut { .. } => "swap_out",
             TraceKind::SwapIn { .. } => "swap_in",
             TraceKind::PrefixHit { .. } => "prefix_hit",
-            TraceKind::Cancel => "cancel",
+            TraceKind::Cancel { .. } => "cancel",
             TraceKind::Finish => "finish",
             TraceKind::Reject { .. } => "reject",
         }

@@ -8,11 +8,7 @@
 
 use serde::Serialize;
 
-use crate::engine::{RunRecord, StepSample};
-
-/// Per-sequence metadata (ids, lengths, state), bytes — must match the engine's figure.
-const SEQ_METADATA_BYTES: u64 = 64;
-const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
+use crate::engine::{RunRecord, StepSample, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LedgerRow {

@@ -1,6 +1,7 @@
 //! `trace.perfetto.json`: Chrome trace-event JSON that opens in Perfetto (ui.perfetto.dev) or
 //! chrome://tracing. One process per cache mode; a track per request (queued, prefill, decode
-//! slices), a track for steps, counters for KV memory.
+//! slices), a track for steps, counters for KV memory. Runs of more than [`MAX_STEPS_PER_RUN`]
+//! steps keep every n-th step on the steps track (memory.csv keeps them all).
 
 use std::io::Write;
 
@@ -41,6 +42,9 @@ fn sep(w: &mut impl Write, first: &mut bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Steps (and memory counters) written per cache mode before sampling kicks in.
+pub const MAX_STEPS_PER_RUN: usize = 100_000;
+
 fn write_run(
     r: &RunRecord,
     pid: usize,
@@ -56,7 +60,9 @@ fn write_run(
     )?;
     sep(w, first)?;
     write!(w, "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"steps\"}}}}")?;
-    for s in &r.steps {
+    // Very long runs keep every stride-th step so the file stays loadable (~100k steps a mode).
+    let stride = r.steps.len() / MAX_STEPS_PER_RUN + 1;
+    for s in r.steps.iter().step_by(stride) {
         sep(w, first)?;
         write!(
             w,

@@ -32,6 +32,7 @@ fn extra(kind: &TraceKind) -> String {
             json_str(scope),
             serde_json::to_string(publishers).unwrap_or_default()
         ),
+        TraceKind::Cancel { during } => format!(",\"during\":\"{during}\""),
         TraceKind::Reject { reason } => format!(",\"reason\":{}", json_str(reason)),
         _ => String::new(),
     }
@@ -40,7 +41,7 @@ fn extra(kind: &TraceKind) -> String {
 /// Sort key: time, then stream, then lifecycle before tokens before the final finish/cancel.
 fn order(kind: &TraceKind) -> u8 {
     match kind {
-        TraceKind::Finish | TraceKind::Cancel => 2,
+        TraceKind::Finish | TraceKind::Cancel { .. } => 2,
         _ => 0,
     }
 }
