@@ -125,7 +125,13 @@ fn paged_and_contiguous_agree_bit_for_bit_and_match_the_reference() {
                     })
                     .collect();
                 // Decode for the odd cases, a prefill chunk for the even ones.
-                let q_len = |len: usize| if case % 2 == 1 { 1 } else { (len / 2).clamp(1, 40) };
+                let q_len = |len: usize| {
+                    if case % 2 == 1 {
+                        1
+                    } else {
+                        (len / 2).clamp(1, 40)
+                    }
+                };
                 let pspans: Vec<_> = pts
                     .iter()
                     .zip(LENS)

@@ -18,7 +18,7 @@ use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::kv::LayerKv;
 
-use self::core::{merge, partial, PartTask};
+use self::core::{merge, partial, PartTask, Scratch};
 
 /// Logical positions per partition.
 pub const PARTITION_TOKENS: usize = 256;
@@ -133,7 +133,7 @@ pub fn attention<E: KvElem, A: TokenAddressing>(
     partials
         .par_chunks_mut(stride)
         .zip(tasks.par_iter())
-        .for_each_init(Vec::new, |scores, (part_out, t)| {
+        .for_each_init(Scratch::default, |scratch, (part_out, t)| {
             let q_row = &q[t.tok * dims.q_row()..(t.tok + 1) * dims.q_row()];
             let (r0, r1) = t.runs;
             partial(
@@ -145,7 +145,7 @@ pub fn attention<E: KvElem, A: TokenAddressing>(
                 scale,
                 q_row,
                 part_out,
-                scores,
+                scratch,
             );
         });
     out.par_chunks_mut(dims.q_row())
