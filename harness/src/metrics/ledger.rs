@@ -106,3 +106,54 @@ pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
     };
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvbench_cache_api::Accounting;
+
+    fn sample(step: u64, end_ms: u64, live: u64, unfilled: u64) -> StepSample {
+        StepSample {
+            step,
+            start_ns: 0,
+            end_ns: end_ms * 1_000_000,
+            batch_seqs: 1,
+            batch_tokens: 1,
+            running: 2,
+            accounting: Accounting {
+                total_slots: 1000,
+                live_slots: live,
+                allocated_unfilled_slots: unfilled,
+                cached_free_slots: 0,
+                pending_free_slots: 0,
+                free_slots: 1000 - live - unfilled,
+            },
+        }
+    }
+
+    #[test]
+    fn waste_is_a_ratio_of_time_integrals_and_peaks_are_maxima() {
+        let mut r = crate::metrics::tests_support::empty_record();
+        // 10 ms at 90 live / 10 unfilled, then 30 ms at 10 live / 90 unfilled, then the end.
+        r.steps = vec![
+            sample(0, 0, 90, 10),
+            sample(1, 10, 10, 90),
+            sample(2, 40, 0, 0),
+        ];
+        let s = summarize(&r, 2);
+        let expect = (10.0 * 10.0 + 90.0 * 30.0) / (100.0 * 10.0 + 100.0 * 30.0);
+        assert!(
+            (s.kv_waste_fraction - expect).abs() < 1e-12,
+            "{}",
+            s.kv_waste_fraction
+        );
+        assert_eq!(s.kv_peak_live_bytes, 180);
+        assert_eq!(s.kv_peak_allocated_bytes, 200);
+        assert_eq!(s.kv_budget_bytes, 2048);
+        // Paged: 2 sequences × 64 B + ceil(100 / 16) = 7 block-table entries × 4 B.
+        assert_eq!(s.other_bytes, 2 * 64 + 7 * 4);
+        let rows = rows(&r, 2);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[1].kv_allocated_unfilled_bytes, 180);
+    }
+}

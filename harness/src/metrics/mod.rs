@@ -1,7 +1,8 @@
 //! Metrics: pure functions over a [`RunRecord`]. Nothing here feeds back into a run.
 //!
-//! Definitions (all over *streams*: a request, or each continuation of a parallel-sampling
-//! request; rejected streams are excluded from latencies):
+//! Latencies are over *streams* (a request, or each continuation of a parallel-sampling request;
+//! rejected streams are excluded); counts and goodput are over *requests* (a request's status is
+//! its first stream's; `streams` counts every stream):
 //! - **TTFT**: first output token time − arrival time (queueing and prefill included).
 //! - **ITL** (inter-token latency): every gap between consecutive output tokens of a stream,
 //!   pooled over all streams (vLLM's ITL).
@@ -10,8 +11,9 @@
 //! - **Queueing**: first admission − arrival.
 //! - **Throughput**: output tokens (all emitted, cancelled streams' included) ÷ duration, where
 //!   duration is virtual time from 0 to the end of the last step.
-//! - **Goodput**: completed streams meeting every stated SLO (TTFT ≤ `slo.ttft_p99_ms`, TPOT ≤
-//!   `slo.itl_p99_ms`) ÷ duration; with no SLO stated, every completed stream counts.
+//! - **Goodput**: requests whose every stream completed and met every stated per-request target
+//!   (TTFT ≤ `slo.ttft_p99_ms`, TPOT ≤ `slo.itl_p99_ms`) ÷ duration; with no SLO stated, every
+//!   completed request counts.
 //!
 //! Percentiles come from an hdrhistogram of integer nanoseconds at 3 significant digits (the
 //! reported value is the histogram's equivalent value, within 0.1% of the exact one); `mean` and
@@ -114,10 +116,24 @@ pub struct Counts {
     pub rejected: u64,
 }
 
+impl Counts {
+    fn add(&mut self, status: StreamStatus) {
+        self.total += 1;
+        match status {
+            StreamStatus::Completed => self.completed += 1,
+            StreamStatus::Cancelled => self.cancelled += 1,
+            StreamStatus::Rejected => self.rejected += 1,
+        }
+    }
+}
+
 /// Headline numbers of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunMetrics {
+    /// Requests, by the status of their first stream.
     pub counts: Counts,
+    /// Every stream (continuations included).
+    pub streams: Counts,
     pub output_tokens: u64,
     pub duration_s: f64,
     pub throughput_tokens_per_s: f64,
@@ -136,26 +152,26 @@ pub struct RunMetrics {
 }
 
 pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetrics {
-    let mut counts = Counts::default();
+    let (mut counts, mut streams) = (Counts::default(), Counts::default());
     let mut output_tokens = 0;
-    let mut good = 0u64;
+    // Per request: (all streams completed and met the SLO).
+    let mut good_by_request: std::collections::BTreeMap<u64, bool> =
+        std::collections::BTreeMap::new();
     let (mut preemptions, mut recomputed, mut swapped, mut cached) = (0, 0, 0, 0);
     for st in &r.streams {
-        counts.total += 1;
-        match st.status {
-            StreamStatus::Completed => counts.completed += 1,
-            StreamStatus::Cancelled => counts.cancelled += 1,
-            StreamStatus::Rejected => counts.rejected += 1,
+        streams.add(st.status);
+        if st.rank == 0 {
+            counts.add(st.status);
         }
+        let ok = st.status == StreamStatus::Completed && meets_slo(st, slo);
+        *good_by_request.entry(st.request).or_insert(true) &= ok;
         output_tokens += st.token_ns.len() as u64;
         preemptions += st.preemptions as u64;
         recomputed += st.recomputed_tokens;
         swapped += st.swapped_bytes;
         cached += st.cached_prompt_tokens as u64;
-        if st.status == StreamStatus::Completed && meets_slo(st, slo) {
-            good += 1;
-        }
     }
+    let good = good_by_request.values().filter(|&&g| g).count() as u64;
     let s = samples(r);
     let duration_s = r.end_ns as f64 / 1e9;
     let per_s = |x: f64| {
@@ -167,6 +183,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
     };
     RunMetrics {
         counts,
+        streams,
         output_tokens,
         duration_s,
         throughput_tokens_per_s: per_s(output_tokens as f64),
@@ -206,6 +223,7 @@ fn meets_slo(st: &crate::engine::StreamRecord, slo: &SloSpec) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::StreamRecord;
 
     #[test]
     fn dist_percentiles_are_within_hdr_precision_and_mean_max_exact() {
@@ -218,8 +236,123 @@ mod tests {
         assert_eq!(d.count, 1000);
     }
 
+    fn stream(
+        request: u64,
+        rank: u32,
+        status: StreamStatus,
+        arrival_ms: u64,
+        tokens_ms: &[u64],
+    ) -> StreamRecord {
+        let ms = 1_000_000;
+        StreamRecord {
+            request,
+            rank,
+            tenant: 0,
+            intended_arrival_ns: arrival_ms * ms,
+            arrival_ns: arrival_ms * ms,
+            admitted_ns: (status != StreamStatus::Rejected).then_some(arrival_ms * ms),
+            finish_ns: tokens_ms.last().map_or(arrival_ms * ms, |t| t * ms),
+            prompt_tokens: 10,
+            cached_prompt_tokens: 0,
+            status,
+            preemptions: 0,
+            recomputed_tokens: 0,
+            swapped_bytes: 0,
+            token_ns: tokens_ms.iter().map(|t| t * ms).collect(),
+            token_ids: vec![],
+        }
+    }
+
+    fn record(streams: Vec<StreamRecord>, end_ms: u64) -> RunRecord {
+        let mut r = tests_support::empty_record();
+        r.streams = streams;
+        r.end_ns = end_ms * 1_000_000;
+        r
+    }
+
+    #[test]
+    fn definitions_over_a_hand_built_run() {
+        let r = record(
+            vec![
+                // Request 0 with two continuations: TTFT 10 ms, gaps 5 ms; continuation slow (TPOT 50).
+                stream(0, 0, StreamStatus::Completed, 0, &[10, 15, 20]),
+                stream(0, 1, StreamStatus::Completed, 0, &[10, 60, 110]),
+                // Request 1 cancelled after one gap of 7 ms.
+                stream(1, 0, StreamStatus::Cancelled, 100, &[130, 137]),
+                stream(2, 0, StreamStatus::Rejected, 200, &[]),
+                // Request 3: completed, TTFT 300 ms.
+                stream(3, 0, StreamStatus::Completed, 200, &[500, 510]),
+            ],
+            1000,
+        );
+        let s = samples(&r);
+        assert_eq!(s.ttft, [10, 10, 30, 300].map(|v| v * 1_000_000));
+        assert_eq!(s.itl, [5, 5, 50, 50, 7, 10].map(|v| v * 1_000_000));
+        assert_eq!(s.e2e, [20, 110, 310].map(|v| v * 1_000_000));
+        let slo = SloSpec {
+            ttft_p99_ms: Some(100.0),
+            itl_p99_ms: Some(20.0),
+            attainment: 0.9,
+        };
+        let m = compute(&r, &slo, 1);
+        assert_eq!(
+            m.counts,
+            Counts {
+                total: 4,
+                completed: 2,
+                cancelled: 1,
+                rejected: 1
+            }
+        );
+        assert_eq!(m.streams.total, 5);
+        assert_eq!(m.output_tokens, 10);
+        assert_eq!(m.duration_s, 1.0);
+        // Request 0 fails TPOT through its continuation; request 3 fails TTFT: no goodput.
+        assert_eq!(m.goodput_requests_per_s, 0.0);
+        let lenient = SloSpec {
+            ttft_p99_ms: Some(1000.0),
+            itl_p99_ms: Some(100.0),
+            attainment: 0.9,
+        };
+        assert_eq!(compute(&r, &lenient, 1).goodput_requests_per_s, 2.0);
+        assert_eq!(m.requests_per_s, 2.0);
+        assert_eq!(m.throughput_tokens_per_s, 10.0);
+    }
+
     #[test]
     fn empty_dist_is_zero() {
         assert_eq!(Dist::of_ns(&[]), Dist::default());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use crate::engine::RunRecord;
+
+    /// A paged run record with nothing in it (block 16, 1024 slots).
+    pub fn empty_record() -> RunRecord {
+        RunRecord {
+            mode: kvbench_cache_api::CacheMode::Paged,
+            block_size: 16,
+            total_slots: 1024,
+            streams: vec![],
+            events: vec![],
+            steps: vec![],
+            prefix: Default::default(),
+            memory: Default::default(),
+            metadata_peak_bytes: 0,
+            peak_running: 0,
+            violation: None,
+            reclamation: crate::engine::record::Reclamation {
+                ok: true,
+                leaked_slots: 0,
+                detail: "ok".into(),
+            },
+            numerics: None,
+            computes: false,
+            end_ns: 0,
+            host_overhead_s: 0.0,
+            seq_steps: 0,
+        }
     }
 }

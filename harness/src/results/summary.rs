@@ -29,6 +29,8 @@ pub struct RunSummary {
     pub cache: String,
     pub block_size: u32,
     pub requests: Counts,
+    /// Every output stream (a parallel-sampling request has several).
+    pub streams: Counts,
     pub output_tokens: u64,
     pub duration_s: f64,
     pub throughput_tokens_per_s: f64,
@@ -121,6 +123,7 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
         cache: rec.mode.name().into(),
         block_size: rec.block_size,
         requests: m.counts,
+        streams: m.streams,
         output_tokens: m.output_tokens,
         duration_s: m.duration_s,
         throughput_tokens_per_s: m.throughput_tokens_per_s,
