@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         fault,
         trace_tokens: args.trace_level == TraceLevel::Tokens,
-        invariant_check_every: if fault.is_some() { 1 } else { args.check_every },
+        invariant_check_every: args.check_every,
     };
     let mut failed = false;
     for s in &scenarios {
