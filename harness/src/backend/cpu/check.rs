@@ -17,7 +17,7 @@ pub const F32_TOLERANCE: f64 = 1e-4;
 pub const BF16_TOLERANCE: f64 = 1e-2;
 
 /// Every sequence among the first this many registered is checked; later ones are sampled.
-pub const CHECK_ALL_FIRST: u64 = 64;
+pub const CHECK_ALL_FIRST: u64 = 256;
 /// Beyond that, one sequence in this many (by a hash of its id) is checked, plus every fork of a
 /// checked sequence.
 pub const SAMPLE_ONE_IN: u64 = 8;
