@@ -19,6 +19,7 @@ mod core;
 mod lifecycle;
 pub mod policy;
 pub mod record;
+mod start;
 mod state;
 mod step;
 

@@ -1,18 +1,17 @@
-//! Building one step: the [`StepOps`] the policies compose, and the submit that hands the plan to
-//! the backend and fences it in the cache manager.
+//! Building one step: the [`StepOps`] the policies compose (decodes with preemption, prefill
+//! chunks; starts live in `start.rs`), and the submit that hands the plan to the backend and
+//! fences it in the cache manager.
 
 use std::time::Instant;
 
-use kvbench_cache_api::{AllocError, ReleaseReason, ReuseScope, ScopeKey, StartRequest};
+use kvbench_cache_api::{AllocError, ReleaseReason};
 
-use super::admission::{Capacity, Verdict};
 use super::core::{Engine, InFlight};
 use super::policy::StepOps;
 use super::record::TraceKind;
 use super::state::{Phase, Stream};
 use super::EngineError;
-use crate::backend::{SeqWork, SwapDirection, SwapOp};
-use crate::scenario::PrefixScope;
+use crate::backend::SeqWork;
 
 enum Append {
     Done,
@@ -96,7 +95,7 @@ impl Engine<'_> {
         Ok(true)
     }
 
-    fn step_index(&self) -> u64 {
+    pub(super) fn step_index(&self) -> u64 {
         self.steps_submitted
     }
 
@@ -166,67 +165,7 @@ impl Engine<'_> {
         }
         s
     }
-
-    fn capacity(&mut self) -> Capacity {
-        let reserve = match self.decode_reserve {
-            Some(r) => r,
-            None => {
-                let r = self
-                    .running
-                    .iter()
-                    .filter(|&&v| {
-                        let st = &self.streams[v as usize];
-                        st.cached && st.phase == Phase::Decode && st.generated < st.limit
-                    })
-                    .map(|&v| self.cache.append_cost(Stream::seq(v)))
-                    .sum();
-                self.decode_reserve = Some(r);
-                r
-            }
-        };
-        let idle = self
-            .running
-            .iter()
-            .all(|&v| !self.streams[v as usize].cached)
-            && self.in_flight.is_empty();
-        Capacity::from_accounting(&self.cache.accounting(), reserve, idle)
-    }
-
-    /// The tokens a (re)start holds: the prompt, then every token generated so far. None while a
-    /// generated token is still in flight (a restart waits for it).
-    fn start_tokens(&self, s: u32, upto: Option<u32>) -> Option<Vec<u32>> {
-        let st = &self.streams[s as usize];
-        let req = &self.workload.requests[st.request as usize];
-        if st.record.token_ids.len() < st.generated as usize {
-            return None;
-        }
-        let mut t = Vec::with_capacity(req.prompt.len() + st.record.token_ids.len());
-        t.extend_from_slice(&req.prompt);
-        t.extend_from_slice(&st.record.token_ids);
-        if let Some(n) = upto {
-            t.truncate(n as usize);
-        }
-        Some(t)
-    }
-
-    fn scope_key(&self, tenant: u32) -> Option<ScopeKey> {
-        if !self.cfg.scheduler.prefix_cache {
-            return None;
-        }
-        let reuse = match self.cfg.scheduler.prefix_scope {
-            PrefixScope::Tenant => ReuseScope::Tenant(tenant),
-            PrefixScope::Global => ReuseScope::Global,
-            PrefixScope::None => return None,
-        };
-        Some(ScopeKey {
-            model: self.cfg.model_name.clone(),
-            tokenizer: super::TOKENIZER_ID.into(),
-            reuse,
-        })
-    }
-
-    /// Schedule a prefill chunk of `s`. Returns tokens scheduled.
-    fn prefill_chunk(&mut self, s: u32, chunked: bool) -> u32 {
+    pub(super) fn prefill_chunk(&mut self, s: u32, chunked: bool) -> u32 {
         let st = &self.streams[s as usize];
         let remaining = st.target.saturating_sub(st.in_cache);
         if remaining == 0 || self.seq_budget == 0 {
@@ -323,165 +262,12 @@ impl StepOps for Engine<'_> {
         }
         total
     }
-
     fn swap_in(&mut self) -> u32 {
-        let mut n = 0;
-        while let Some(&s) = self.swapped.front() {
-            let st = &self.streams[s as usize];
-            if st.phase != Phase::Swapped {
-                self.swapped.pop_front();
-                continue;
-            }
-            if st.cached || self.seq_budget == 0 {
-                break; // its swap-out release happens after this step's submit
-            }
-            let (in_cache, request) = (st.in_cache_at_swap(), st.request);
-            let Some(tokens) = self.start_tokens(s, Some(in_cache)) else {
-                break;
-            };
-            let req = &self.workload.requests[request as usize];
-            let reserve =
-                super::reservation_tokens(self.cfg, req.prompt.len() as u32, req.output_tokens);
-            let start = StartRequest {
-                seq: Stream::seq(s),
-                tokens: &tokens,
-                scope: None,
-                reserve_tokens: reserve,
-            };
-            let probe = self.cache.probe_start(&start);
-            let cap = self.capacity();
-            if self.admission.decide(&probe, &cap) != Verdict::Admit {
-                break;
-            }
-            if let Err(e) = self
-                .cache
-                .start(&start)
-                .and_then(|_| self.cache.fill(Stream::seq(s), tokens.len() as u32))
-            {
-                self.fail(format!("swap-in of stream {s}: {e}"));
-                break;
-            }
-            self.swapped.pop_front();
-            let bytes = tokens.len() as u64 * self.cfg.kv_bytes_per_token;
-            self.plan.swaps.push(SwapOp {
-                seq: Stream::seq(s),
-                direction: SwapDirection::In,
-                tokens: tokens.len() as u32,
-            });
-            self.admit_counter += 1;
-            let order = self.admit_counter;
-            let st = &mut self.streams[s as usize];
-            st.record.swapped_bytes += bytes;
-            st.cached = true;
-            st.in_cache = tokens.len() as u32;
-            st.phase = Phase::Decode;
-            st.admit_order = order;
-            self.running.push(s);
-            self.decode_reserve = None;
-            self.trace(s, TraceKind::SwapIn { bytes });
-            self.trace(s, TraceKind::Resume);
-            n += 1;
-        }
-        n
+        self.swap_in_streams()
     }
 
     fn admit(&mut self, chunked: bool) -> bool {
-        if self.token_budget == 0 || self.seq_budget == 0 || self.violation.is_some() {
-            return false;
-        }
-        let streams = &self.streams;
-        let Some(s) = self.waiting.peek(|v| {
-            let st = &streams[v as usize];
-            st.phase == Phase::Waiting && !st.cached
-        }) else {
-            return false;
-        };
-        let Some(tokens) = self.start_tokens(s, None) else {
-            return false;
-        };
-        let st = &self.streams[s as usize];
-        let req = &self.workload.requests[st.request as usize];
-        let scope = self.scope_key(req.tenant);
-        let reserve =
-            super::reservation_tokens(self.cfg, req.prompt.len() as u32, req.output_tokens);
-        let start = StartRequest {
-            seq: Stream::seq(s),
-            tokens: &tokens,
-            scope: scope.as_ref(),
-            reserve_tokens: reserve,
-        };
-        let probe = self.cache.probe_start(&start);
-        let cap = self.capacity();
-        if self.admission.decide(&probe, &cap) != Verdict::Admit {
-            return false;
-        }
-        let started = match self.cache.start(&start) {
-            Ok(started) => started,
-            Err(AllocError::NoSpace { .. }) => return false,
-            Err(e) => {
-                self.fail(format!("start of stream {s}: {e}"));
-                return false;
-            }
-        };
-        self.waiting.pop(s);
-        if !self.streams[s as usize].registered {
-            let t0 = Instant::now();
-            let registered = self.backend.register(Stream::seq(s), &tokens);
-            self.backend_hook_s += t0.elapsed().as_secs_f64();
-            if let Err(e) = registered {
-                self.fail(format!("backend register of stream {s}: {e}"));
-                return false;
-            }
-            self.streams[s as usize].registered = true;
-        }
-        self.admit_counter += 1;
-        let (order, now) = (self.admit_counter, self.now_ns);
-        let cached = started.cached_tokens;
-        let st = &mut self.streams[s as usize];
-        let first = !st.first_admission_done;
-        st.first_admission_done = true;
-        st.cached = true;
-        st.phase = Phase::Prefill;
-        st.in_cache = cached;
-        st.target = tokens.len() as u32;
-        st.admit_order = order;
-        if first {
-            st.record.admitted_ns = Some(now);
-            st.record.cached_prompt_tokens = cached;
-        } else {
-            st.record.recomputed_tokens += (tokens.len() as u32 - cached) as u64;
-        }
-        self.running.push(s);
-        self.decode_reserve = None;
-        self.trace(
-            s,
-            if first {
-                TraceKind::Admit
-            } else {
-                TraceKind::Resume
-            },
-        );
-        if !started.hits.is_empty() {
-            let mut publishers: Vec<u64> = started.hits.iter().map(|h| h.publisher).collect();
-            publishers.sort_unstable();
-            publishers.dedup();
-            let scope = match started.hits[0].scope.reuse {
-                ReuseScope::Tenant(t) => format!("tenant:{t}"),
-                ReuseScope::Global => "global".into(),
-                ReuseScope::None => "none".into(),
-            };
-            self.trace(
-                s,
-                TraceKind::PrefixHit {
-                    tokens: cached,
-                    blocks: started.hits.len() as u32,
-                    scope,
-                    publishers,
-                },
-            );
-        }
-        self.prefill_chunk(s, chunked);
-        true
+        self.admit_next(chunked)
     }
 
     fn has_prefill_work(&self) -> bool {
