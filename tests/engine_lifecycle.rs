@@ -1,108 +1,15 @@
 //! The engine on hand-built request lists: completion, rejection, preemption (recompute and swap),
-//! asynchronous steps, cancellation at every lifecycle point, parallel sampling, closed loop,
-//! policies and tenant fairness. Every run ends with the reclamation check.
+//! asynchronous steps, parallel sampling, closed loop, policies and tenant fairness. Every run ends
+//! with the reclamation check.
 
-use kvbench::backend::sim::SimBackend;
-use kvbench::backend::RunSetup;
-use kvbench::engine::{self, EngineConfig, RunRecord, StreamStatus, TraceKind};
+mod engine_support;
+
+use engine_support::*;
+use kvbench::engine::{RunRecord, StreamStatus, TraceKind};
 use kvbench::model::ModelShape;
-use kvbench::scenario::{PolicyName, PreemptionMode, Reservation, SchedulerSpec};
-use kvbench::workload::{CancelPoint, ClosedLoop, Request, Workload};
+use kvbench::scenario::{PolicyName, PreemptionMode, SchedulerSpec};
+use kvbench::workload::{ClosedLoop, Request};
 use kvbench_cache_api::CacheMode;
-
-fn req(id: u64, arrival_ms: f64, prompt: u32, output: u32) -> Request {
-    Request {
-        id,
-        tenant: 0,
-        arrival_ms,
-        prompt: (0..prompt)
-            .map(|i| (i * 7 + id as u32 * 13) % 500)
-            .collect(),
-        prefix_group: None,
-        output_tokens: output,
-        samples: 1,
-        cancel: None,
-    }
-}
-
-fn workload(requests: Vec<Request>) -> Workload {
-    Workload {
-        requests,
-        closed_loop: None,
-        workload_hash: "test".into(),
-    }
-}
-
-fn sched() -> SchedulerSpec {
-    SchedulerSpec {
-        max_tokens_per_step: 256,
-        max_seqs_per_step: 64,
-        ..SchedulerSpec::default()
-    }
-}
-
-fn config(mode: CacheMode, scheduler: SchedulerSpec) -> EngineConfig {
-    EngineConfig {
-        mode,
-        block_size: 16,
-        kv_bytes_per_token: ModelShape::tiny().kv_bytes_per_token(),
-        max_seq_len: 1024,
-        reservation: Reservation::PromptPlusOutput,
-        scheduler,
-        model_name: "tiny".into(),
-        trace_tokens: true,
-        invariant_check_every: 1,
-        fault: None,
-    }
-}
-
-fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
-    let setup = RunSetup {
-        model: ModelShape::tiny(),
-        device: "cpu".into(),
-        scenario_dir: None,
-        cache_slots: total_slots,
-        block_size: cfg.block_size,
-        seed: 1,
-        max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
-        swap_gbytes_per_s: None,
-        workspace_bytes: None,
-    };
-    let mut backend = SimBackend::new(&setup).expect("sim backend");
-    let mut cache = kvbench::cache::build(
-        cfg.mode,
-        total_slots,
-        cfg.block_size,
-        cfg.scheduler.prefix_cache,
-    );
-    let r = engine::run(cfg, w, cache.as_mut(), &mut backend).expect("engine run");
-    assert_eq!(
-        r.violation, None,
-        "{:?} run violated an invariant",
-        cfg.mode
-    );
-    assert!(
-        r.reclamation.ok,
-        "{:?} reclamation: {}",
-        cfg.mode, r.reclamation.detail
-    );
-    r
-}
-
-fn both(scheduler: SchedulerSpec, w: &Workload, total_slots: u64) -> [RunRecord; 2] {
-    [
-        run(&config(CacheMode::Paged, scheduler.clone()), w, total_slots),
-        run(&config(CacheMode::Contiguous, scheduler), w, total_slots),
-    ]
-}
-
-fn count(r: &RunRecord, status: StreamStatus) -> usize {
-    r.streams.iter().filter(|s| s.status == status).count()
-}
-
-fn events(r: &RunRecord, name: &str) -> usize {
-    r.events.iter().filter(|e| e.kind.name() == name).count()
-}
 
 #[test]
 fn every_request_completes_with_its_exact_output_and_ordered_times() {
@@ -241,58 +148,6 @@ fn async_steps_defer_releases_past_the_in_flight_step() {
 }
 
 #[test]
-fn cancellation_at_every_lifecycle_point_releases_everything() {
-    for async_steps in [false, true] {
-        for preemption in [PreemptionMode::Recompute, PreemptionMode::Swap] {
-            let s = SchedulerSpec {
-                async_steps,
-                preemption,
-                max_tokens_per_step: 64,
-                ..sched()
-            };
-            let mut reqs: Vec<Request> = (0..24)
-                .map(|i| req(i, (i / 4) as f64, 60 + 10 * (i as u32 % 4), 40))
-                .collect();
-            for (i, r) in reqs.iter_mut().enumerate() {
-                r.cancel = match i % 4 {
-                    0 => Some(CancelPoint::Queued { after_ms: 0.5 }),
-                    1 => Some(CancelPoint::AfterDelay {
-                        after_ms: 0.2 + i as f64 * 0.3,
-                    }),
-                    2 => Some(CancelPoint::AfterTokens { tokens: 3 }),
-                    _ => None,
-                };
-            }
-            let w = workload(reqs);
-            for r in both(s.clone(), &w, 700) {
-                let cancelled = count(&r, StreamStatus::Cancelled);
-                assert!(
-                    cancelled >= 6,
-                    "{:?} async={async_steps}: {cancelled} cancelled",
-                    r.mode
-                );
-                for (st, q) in r.streams.iter().zip(&w.requests) {
-                    match q.cancel {
-                        Some(CancelPoint::AfterTokens { tokens }) => {
-                            assert_eq!(st.status, StreamStatus::Cancelled);
-                            assert_eq!(st.token_ns.len() as u32, tokens);
-                        }
-                        None => assert_eq!(st.status, StreamStatus::Completed),
-                        _ => {}
-                    }
-                    if st.status == StreamStatus::Cancelled {
-                        assert!(
-                            st.token_ns.iter().all(|&t| t <= st.finish_ns),
-                            "no token after the cancel"
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
 fn parallel_sampling_forks_continuations_that_share_the_first_token_time() {
     let mut q = req(0, 0.0, 64, 12);
     q.samples = 3;
@@ -413,58 +268,4 @@ fn tenant_fairness_admits_round_robin() {
     };
     assert_eq!(order(false), [0, 1, 2, 3, 4, 5]);
     assert_eq!(order(true), [0, 4, 1, 5, 2, 3]);
-}
-
-#[test]
-fn cancellations_land_at_every_lifecycle_point_and_release_everything() {
-    let mut seen = std::collections::BTreeSet::new();
-    for preemption in [PreemptionMode::Recompute, PreemptionMode::Swap] {
-        for (async_steps, k) in [
-            (false, 1.37),
-            (true, 1.37),
-            (false, 0.53),
-            (true, 2.9),
-            (false, 4.1),
-        ] {
-            let s = SchedulerSpec {
-                async_steps,
-                preemption,
-                max_tokens_per_step: 48,
-                max_seqs_per_step: 16,
-                ..sched()
-            };
-            // A tight pool (preemptions), long prompts in small chunks (mid-prefill), forks.
-            let reqs: Vec<Request> = (0..40)
-                .map(|i| {
-                    let mut r = req(i, (i / 20) as f64 * 2.0, 40 + 23 * (i as u32 % 5), 80);
-                    r.samples = if i % 7 == 0 { 3 } else { 1 };
-                    r.cancel = Some(CancelPoint::AfterDelay {
-                        after_ms: 0.05 + (i as f64 * k) % 30.0,
-                    });
-                    r
-                })
-                .collect();
-            let w = workload(reqs);
-            for r in both(s.clone(), &w, 700) {
-                for e in &r.events {
-                    if let TraceKind::Cancel { during } = e.kind {
-                        seen.insert(during);
-                    }
-                }
-            }
-        }
-    }
-    for point in [
-        "queued",
-        "prefill",
-        "decode",
-        "preempted",
-        "swapped",
-        "pending",
-    ] {
-        assert!(
-            seen.contains(point),
-            "no cancellation while {point}: saw {seen:?}"
-        );
-    }
 }

@@ -1,0 +1,105 @@
+//! Helpers shared by the engine tests: hand-built requests and a run on `sim` (tiny model, cpu
+//! profile) that asserts no invariant violation and a clean reclamation.
+#![allow(dead_code)]
+
+use kvbench::backend::sim::SimBackend;
+use kvbench::backend::RunSetup;
+use kvbench::engine::{self, EngineConfig, RunRecord, StreamStatus};
+use kvbench::model::ModelShape;
+use kvbench::scenario::{Reservation, SchedulerSpec};
+use kvbench::workload::{Request, Workload};
+use kvbench_cache_api::CacheMode;
+
+pub fn req(id: u64, arrival_ms: f64, prompt: u32, output: u32) -> Request {
+    Request {
+        id,
+        tenant: 0,
+        arrival_ms,
+        prompt: (0..prompt)
+            .map(|i| (i * 7 + id as u32 * 13) % 500)
+            .collect(),
+        prefix_group: None,
+        output_tokens: output,
+        samples: 1,
+        cancel: None,
+    }
+}
+
+pub fn workload(requests: Vec<Request>) -> Workload {
+    Workload {
+        requests,
+        closed_loop: None,
+        workload_hash: "test".into(),
+    }
+}
+
+pub fn sched() -> SchedulerSpec {
+    SchedulerSpec {
+        max_tokens_per_step: 256,
+        max_seqs_per_step: 64,
+        ..SchedulerSpec::default()
+    }
+}
+
+pub fn config(mode: CacheMode, scheduler: SchedulerSpec) -> EngineConfig {
+    EngineConfig {
+        mode,
+        block_size: 16,
+        kv_bytes_per_token: ModelShape::tiny().kv_bytes_per_token(),
+        max_seq_len: 1024,
+        reservation: Reservation::PromptPlusOutput,
+        scheduler,
+        model_name: "tiny".into(),
+        trace_tokens: true,
+        invariant_check_every: 1,
+        fault: None,
+    }
+}
+
+pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
+    let setup = RunSetup {
+        model: ModelShape::tiny(),
+        device: "cpu".into(),
+        scenario_dir: None,
+        cache_slots: total_slots,
+        block_size: cfg.block_size,
+        seed: 1,
+        max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
+        swap_gbytes_per_s: None,
+        workspace_bytes: None,
+    };
+    let mut backend = SimBackend::new(&setup).expect("sim backend");
+    let mut cache = kvbench::cache::build(
+        cfg.mode,
+        total_slots,
+        cfg.block_size,
+        cfg.scheduler.prefix_cache,
+    );
+    let r = engine::run(cfg, w, cache.as_mut(), &mut backend).expect("engine run");
+    assert_eq!(
+        r.violation, None,
+        "{:?} run violated an invariant",
+        cfg.mode
+    );
+    assert!(
+        r.reclamation.ok,
+        "{:?} reclamation: {}",
+        cfg.mode, r.reclamation.detail
+    );
+    r
+}
+
+pub fn both(scheduler: SchedulerSpec, w: &Workload, total_slots: u64) -> [RunRecord; 2] {
+    [
+        run(&config(CacheMode::Paged, scheduler.clone()), w, total_slots),
+        run(&config(CacheMode::Contiguous, scheduler), w, total_slots),
+    ]
+}
+
+pub fn count(r: &RunRecord, status: StreamStatus) -> usize {
+    r.streams.iter().filter(|s| s.status == status).count()
+}
+
+pub fn events(r: &RunRecord, name: &str) -> usize {
+    r.events.iter().filter(|e| e.kind.name() == name).count()
+}
