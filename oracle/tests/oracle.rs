@@ -127,17 +127,12 @@ fn zero_layers_is_norm_then_projection() {
         .collect();
     let rms = (e.iter().map(|x| x * x).sum::<f64>() / c.d_model as f64 + c.norm_eps).sqrt();
     let got = m.logits(&[t as u32]).expect("logits");
-    for v in 0..c.vocab {
-        let want: f64 = (0..c.d_model)
-            .map(|i| e[i] / rms * w.lm_head[i * c.vocab + v] as f64)
-            .sum();
-        assert!(
-            (got[v] - want).abs() < 1e-12,
-            "vocab {v}: {} vs {want}",
-            got[v]
-        );
+    assert_eq!(got.len(), c.vocab);
+    for (v, g) in got.iter().enumerate() {
+        let want: f64 = (0..c.d_model).map(|i| e[i] / rms * w.lm_head[i * c.vocab + v] as f64).sum();
+        assert!((g - want).abs() < 1e-12, "vocab {v}: {g} vs {want}");
     }
-}
+}}
 
 #[test]
 fn bad_input_is_refused() {
