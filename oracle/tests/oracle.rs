@@ -129,10 +129,12 @@ fn zero_layers_is_norm_then_projection() {
     let got = m.logits(&[t as u32]).expect("logits");
     assert_eq!(got.len(), c.vocab);
     for (v, g) in got.iter().enumerate() {
-        let want: f64 = (0..c.d_model).map(|i| e[i] / rms * w.lm_head[i * c.vocab + v] as f64).sum();
+        let want: f64 = (0..c.d_model)
+            .map(|i| e[i] / rms * w.lm_head[i * c.vocab + v] as f64)
+            .sum();
         assert!((g - want).abs() < 1e-12, "vocab {v}: {g} vs {want}");
     }
-}}
+}
 
 #[test]
 fn bad_input_is_refused() {
