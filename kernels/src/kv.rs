@@ -9,6 +9,31 @@
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// `n` copies of `fill`, in memory advised for transparent huge pages where the OS allows it.
+/// A slot row is a few KiB, so with 4 KiB pages every token read is a TLB miss, and a paged
+/// layout (blocks scattered) also loses page-table locality; 2 MiB pages remove both.
+pub fn kv_buffer<E: KvElem>(n: usize, fill: E) -> Vec<E> {
+    let mut v: Vec<E> = Vec::with_capacity(n);
+    let bytes = n * std::mem::size_of::<E>();
+    #[cfg(target_os = "linux")]
+    if bytes >= 2 * HUGE_PAGE_BYTES {
+        let start = v.as_mut_ptr() as usize;
+        let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
+        let len = (start + bytes - aligned) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+        // SAFETY: [aligned, aligned + len) lies inside the allocation just made (capacity
+        // `bytes`, untouched); MADV_HUGEPAGE is only a hint and changes no contents.
+        unsafe {
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (bytes, HUGE_PAGE_BYTES);
+    v.resize(n, fill);
+    v
+}
+
 /// K and V of one layer.
 #[derive(Debug, Clone)]
 pub struct LayerKv<E> {
@@ -31,8 +56,8 @@ impl<E: KvElem> KvCache<E> {
         let nan = E::from_f32(f32::NAN);
         let layers = (0..layers)
             .map(|_| LayerKv {
-                k: vec![nan; n],
-                v: vec![nan; n],
+                k: kv_buffer(n, nan),
+                v: kv_buffer(n, nan),
             })
             .collect();
         KvCache {

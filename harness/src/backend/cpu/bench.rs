@@ -204,8 +204,8 @@ fn grid_point<E: KvElem>(
     let per_seq = context.div_ceil(unit) * unit;
     let num_slots = batch * per_seq;
     let mut layer = LayerKv {
-        k: vec![E::default(); num_slots * row],
-        v: vec![E::default(); num_slots * row],
+        k: kvbench_kernels::kv::kv_buffer(num_slots * row, E::default()),
+        v: kvbench_kernels::kv::kv_buffer(num_slots * row, E::default()),
     };
     layer.k.par_chunks_mut(row).enumerate().for_each(|(s, r)| {
         r.iter_mut()
