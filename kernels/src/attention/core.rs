@@ -208,26 +208,25 @@ fn partial_core<E: KvElem>(
             }
         }
         for h in 0..kvh {
+            let mut bases = [0usize; V_BLOCK];
+            for (t, b) in bases.iter_mut().take(tn).enumerate() {
+                *b = slots[blk + t] * row + h * hd;
+            }
+            let bases = &bases[..tn];
             for j in h * g..(h + 1) * g {
                 let o = &mut out[j * stride + 2..(j + 1) * stride];
                 let p = &scores[j * n + blk..j * n + blk + tn];
                 let mut c = 0;
+                while c + WIDE_LANES <= hd {
+                    accumulate::<E, WIDE_LANES>(o, p, &layer.v, bases, c);
+                    c += WIDE_LANES;
+                }
                 while c + ACC_LANES <= hd {
-                    let mut acc = [0f32; ACC_LANES];
-                    acc.copy_from_slice(&o[c..c + ACC_LANES]);
-                    for (t, &pt) in p.iter().enumerate() {
-                        let base = slots[blk + t] * row + h * hd + c;
-                        let v = &layer.v[base..base + ACC_LANES];
-                        for l in 0..ACC_LANES {
-                            acc[l] += pt * v[l].to_f32();
-                        }
-                    }
-                    o[c..c + ACC_LANES].copy_from_slice(&acc);
+                    accumulate::<E, ACC_LANES>(o, p, &layer.v, bases, c);
                     c += ACC_LANES;
                 }
-                for (t, &pt) in p.iter().enumerate() {
-                    let base = slots[blk + t] * row + h * hd;
-                    axpy(&mut o[c..], pt, &layer.v[base + c..base + hd]);
+                for (&pt, &b) in p.iter().zip(bases) {
+                    axpy(&mut o[c..], pt, &layer.v[b + c..b + hd]);
                 }
             }
         }
@@ -237,8 +236,30 @@ fn partial_core<E: KvElem>(
 
 /// Rows per pass-2 block: 8 rows of a few KiB stay in L1 while every head sweeps them.
 const V_BLOCK: usize = 8;
-/// Accumulator slice kept in registers (two AVX2 vectors).
+/// Accumulator slices kept in registers: eight AVX2 vectors where the head is wide enough
+/// (the per-token index arithmetic is then amortised over 64 lanes), else two.
+const WIDE_LANES: usize = 64;
 const ACC_LANES: usize = 16;
+
+/// `o[c..c+L] += Σ_t p[t] · v[bases[t] + c ..][..L]`, tokens in order, the slice in registers.
+#[inline(always)]
+fn accumulate<E: KvElem, const L: usize>(
+    o: &mut [f32],
+    p: &[f32],
+    v: &[E],
+    bases: &[usize],
+    c: usize,
+) {
+    let mut acc = [0f32; L];
+    acc.copy_from_slice(&o[c..c + L]);
+    for (&pt, &b) in p.iter().zip(bases) {
+        let vs = &v[b + c..b + c + L];
+        for l in 0..L {
+            acc[l] += pt * vs[l].to_f32();
+        }
+    }
+    o[c..c + L].copy_from_slice(&acc);
+}
 
 /// Combines a query token's partitions (in logical order) into its output row.
 pub(super) fn merge(parts: &[f32], dims: AttnDims, out: &mut [f32]) {
