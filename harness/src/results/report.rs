@@ -2,10 +2,7 @@
 //! list.
 
 use super::experiment::Experiment;
-
-fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
+use crate::units::format_bytes;
 
 /// Rows of (metric, paged, contiguous).
 pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
@@ -35,7 +32,7 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
         format!("{:.1}%", 100.0 * r.metrics.ledger.kv_waste_fraction)
     });
     add("KV peak allocated", &|r| {
-        gib(r.metrics.ledger.kv_peak_allocated_bytes)
+        format_bytes(r.metrics.ledger.kv_peak_allocated_bytes)
     });
     add("preemptions", &|r| r.metrics.preemptions.to_string());
     add("prefix hit rate", &|r| {
@@ -118,7 +115,7 @@ pub fn markdown(exp: &Experiment) -> String {
         exp.seed,
         exp.workload.workload_hash,
         exp.scenario.block_size(),
-        gib(exp.kv_budget_bytes),
+        format_bytes(exp.kv_budget_bytes),
         exp.fault.map(|f| format!(", planted fault `{}`", f.name())).unwrap_or_default()
     );
     s.push_str(&table(exp));
