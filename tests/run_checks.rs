@@ -3,10 +3,12 @@
 //! exits 2; an existing results folder is not overwritten without --force.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use kvbench::results::{self, RunOptions};
 use kvbench_cache_api::Fault;
+
+mod support;
+use support::kvbench;
 
 fn scenario_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -106,19 +108,6 @@ fn a_cancellation_storm_ends_with_every_block_reclaimed() {
         }
         assert!(exp.failures().is_empty(), "{extra:?}: {:?}", exp.failures());
     }
-}
-
-fn kvbench(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .args(args)
-        .output()
-        .expect("run kvbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
 }
 
 #[test]

@@ -2,23 +2,11 @@
 //! checks and replay from a seed.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use kvbench::results::fuzz::{run_case, Outcome};
 
-fn kvbench(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("run kvbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
+mod support;
+use support::kvbench;
 
 #[test]
 fn suite_writes_a_combined_markdown_and_csv_table() {

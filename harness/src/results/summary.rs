@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::experiment::{Experiment, ModeRun};
 use crate::backend::NumericsReport;
+use crate::metrics::ledger::LedgerSummary;
 use crate::metrics::{Counts, Dist};
 
 #[derive(Debug, Serialize)]
@@ -65,14 +66,8 @@ pub struct PrefixSummary {
 
 #[derive(Debug, Serialize)]
 pub struct MemorySummary {
-    pub kv_budget_bytes: u64,
-    pub weights_bytes: u64,
-    pub kv_peak_live_bytes: u64,
-    pub kv_peak_allocated_bytes: u64,
-    pub kv_peak_cached_free_bytes: u64,
-    pub workspace_peak_bytes: u64,
-    pub other_bytes: u64,
-    pub kv_waste_fraction: f64,
+    #[serde(flatten)]
+    pub ledger: LedgerSummary,
     /// Device-reported bytes in use minus the ledger's total, where a device reports (else null).
     pub device_unaccounted_bytes: Option<i64>,
 }
@@ -151,14 +146,7 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
             evictions: p.evictions,
         },
         memory: MemorySummary {
-            kv_budget_bytes: l.kv_budget_bytes,
-            weights_bytes: l.weights_bytes,
-            kv_peak_live_bytes: l.kv_peak_live_bytes,
-            kv_peak_allocated_bytes: l.kv_peak_allocated_bytes,
-            kv_peak_cached_free_bytes: l.kv_peak_cached_free_bytes,
-            workspace_peak_bytes: l.workspace_peak_bytes,
-            other_bytes: l.other_bytes,
-            kv_waste_fraction: l.kv_waste_fraction,
+            ledger: *l,
             device_unaccounted_bytes,
         },
         reclamation: ReclamationSummary {
