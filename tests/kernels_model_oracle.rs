@@ -1,17 +1,23 @@
 //! The seeded transformer over a paged KV cache against the independent f64 oracle, which
 //! recomputes the whole history with no cache. f32 tolerance: ‖out − ref‖/‖ref‖ ≤ 1e-4.
 
+#[path = "../kernels/tests/common/mod.rs"]
 mod common;
 
-use common::{oracle_for, rng, tiny_config};
+use common::rng;
+use kvbench::backend::cpu::{model_config, BF16_TOLERANCE as BF16_TOL, F32_TOLERANCE as F32_TOL};
+use kvbench::model::ModelShape;
 use kvbench_kernels::{bf16, rank_token, KvCache, KvElem, PagedTable, StepSeq, Transformer};
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-const F32_TOL: f64 = 1e-4;
-/// bf16 K/V carries ~2^-9 relative rounding per element through two layers; the logits'
-/// relative error observed is a few 1e-3, so 1e-2 is stated as the bf16 tolerance.
-const BF16_TOL: f64 = 1e-2;
+fn tiny_config() -> kvbench_kernels::ModelConfig {
+    model_config(&ModelShape::tiny()).expect("the tiny preset is a valid cpu model")
+}
+
+fn oracle_for(model: &Transformer) -> kvbench_oracle::Model {
+    kvbench::backend::cpu::oracle_for(model).expect("oracle accepts the model")
+}
 
 /// Generates `decode` tokens greedily after prefilling `prompt` in `chunks`, checking every
 /// sampled step against the oracle. Returns (stream, logits per step, worst rel err).
