@@ -4,59 +4,20 @@
 //! dims 64/128, block sizes 8/16/32, NaN-poisoned outputs, fresh non-zero inputs per case.
 //! Replay a failure with the printed KVBENCH_SEED.
 
+#[path = "../kernels/tests/common/mod.rs"]
+mod common;
+
+use common::{nonzero, reference_attention};
 use kvbench_baselines::attention::ContiguousRegion;
 use kvbench_kernels::{
     attention, write_kv, AttnDims, KernelError, KvCache, PagedTable, QuerySpan, TokenAddressing,
 };
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 const LENS: [usize; 7] = [1, 15, 16, 17, 54, 97, 513];
 const KV_HEADS: usize = 2;
-
-fn seed() -> u64 {
-    let s = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("seed {s} (replay with KVBENCH_SEED={s})");
-    s
-}
-
-fn nonzero(r: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| r.gen_range(0.05f32..1.0) * if r.gen_bool(0.5) { 1.0 } else { -1.0 })
-        .collect()
-}
-
-fn reference(q: &[f32], k: &[f32], v: &[f32], ctx: usize, q_heads: usize, hd: usize) -> Vec<f64> {
-    let g = q_heads / KV_HEADS;
-    let mut out = vec![0f64; q_heads * hd];
-    for h in 0..q_heads {
-        let kh = h / g;
-        let s: Vec<f64> = (0..ctx)
-            .map(|t| {
-                (0..hd)
-                    .map(|i| q[h * hd + i] as f64 * k[(t * KV_HEADS + kh) * hd + i] as f64)
-                    .sum::<f64>()
-                    / (hd as f64).sqrt()
-            })
-            .collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
-        for t in 0..ctx {
-            for i in 0..hd {
-                out[h * hd + i] += (s[t] - m).exp() / z * v[(t * KV_HEADS + kh) * hd + i] as f64;
-            }
-        }
-    }
-    out
-}
 
 fn write_seq<A: TokenAddressing>(
     cache: &mut KvCache<f32>,
@@ -74,7 +35,7 @@ fn write_seq<A: TokenAddressing>(
 
 #[test]
 fn paged_and_contiguous_agree_bit_for_bit_and_match_the_reference() {
-    let seed = seed();
+    let seed = common::seed("paged_vs_contiguous");
     let mut case = 0u64;
     for bs in [8usize, 16, 32] {
         for gqa in [1usize, 4, 8] {
@@ -188,7 +149,9 @@ fn paged_and_contiguous_agree_bit_for_bit_and_match_the_reference() {
                     for j in 0..q_len(len) {
                         let ctx = len - q_len(len) + j + 1;
                         let qr = &q[at * dims.q_row()..(at + 1) * dims.q_row()];
-                        let want = reference(qr, &kvs[i].0, &kvs[i].1, ctx, q_heads, hd);
+                        let want = reference_attention(
+                            qr, &kvs[i].0, &kvs[i].1, ctx, q_heads, KV_HEADS, hd,
+                        );
                         let got = &out_p[at * dims.q_row()..(at + 1) * dims.q_row()];
                         let num: f64 = got
                             .iter()
@@ -272,7 +235,7 @@ fn bad_addresses_are_errors_and_change_nothing() {
 
 #[test]
 fn copies_and_swaps_move_every_layer_exactly() {
-    let mut r = ChaCha8Rng::seed_from_u64(seed());
+    let mut r = ChaCha8Rng::seed_from_u64(common::seed("kv_write"));
     let mut cache = KvCache::<f32>::new(3, 64, KV_HEADS, 8);
     for l in &mut cache.layers {
         l.k = nonzero(&mut r, l.k.len());
