@@ -28,21 +28,28 @@ pub struct Args {
     /// Scenario files.
     #[arg(required = true)]
     pub scenarios: Vec<PathBuf>,
-    /// Where steps run: auto = cuda if a device is found, else cpu; sim = the cost model.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendKind,
     /// Output folder (default results/latest/<scenario-name>; with several scenarios, DIR/<name>).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Replace an existing output folder.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// How each scenario runs; shared by `run` and `suite`.
+#[derive(clap::Args, Debug)]
+pub struct RunFlags {
+    /// Where steps run: auto = cuda if a device is found, else cpu; sim = the cost model.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendKind,
     /// Seed of the workload (and model weights), overriding the scenario's.
     #[arg(long)]
     pub seed: Option<u64>,
     /// Override a scenario key, e.g. `--set traffic.requests=100` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Replace an existing output folder.
-    #[arg(long)]
-    pub force: bool,
     /// Plant a bug in the paged manager to prove the checks catch it:
     /// skip-cow | early-reuse | leak | bad-block-table.
     #[arg(long, value_name = "KIND")]
@@ -52,6 +59,18 @@ pub struct Args {
     /// Check cache invariants every N steps (0: only after the run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub check_every: u32,
+}
+
+impl RunFlags {
+    pub fn options(&self) -> anyhow::Result<RunOptions> {
+        Ok(RunOptions {
+            backend: self.backend,
+            seed: self.seed,
+            fault: parse_fault(self.inject_fault.as_deref())?,
+            trace_tokens: self.trace_level == TraceLevel::Tokens,
+            invariant_check_every: self.check_every,
+        })
+    }
 }
 
 pub fn parse_fault(s: Option<&str>) -> anyhow::Result<Option<Fault>> {
@@ -98,15 +117,8 @@ pub fn run_one(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let fault = parse_fault(args.inject_fault.as_deref())?;
-    let scenarios = load_all(&args.scenarios, &args.overrides)?;
-    let opts = RunOptions {
-        backend: args.backend,
-        seed: args.seed,
-        fault,
-        trace_tokens: args.trace_level == TraceLevel::Tokens,
-        invariant_check_every: args.check_every,
-    };
+    let opts = args.flags.options()?;
+    let scenarios = load_all(&args.scenarios, &args.flags.overrides)?;
     let mut failed = false;
     for s in &scenarios {
         let out = match (&args.out, scenarios.len()) {

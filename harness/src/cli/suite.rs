@@ -10,30 +10,19 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::backend::BackendKind;
-use crate::cli::run::{load_all, parse_fault, run_one, TraceLevel};
+use crate::cli::run::{load_all, run_one, RunFlags};
 use crate::cli::ExitStatus;
-use crate::results::{Experiment, RunOptions};
+use crate::results::Experiment;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Scenario files (default: scenarios/*.toml suited to the backend).
     pub scenarios: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "auto")]
-    pub backend: BackendKind,
     /// Output folder for the per-scenario folders and the combined table.
     #[arg(long, value_name = "DIR", default_value = "results/latest")]
     pub out: PathBuf,
-    #[arg(long)]
-    pub seed: Option<u64>,
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub overrides: Vec<String>,
-    #[arg(long, value_name = "KIND")]
-    pub inject_fault: Option<String>,
-    #[arg(long, value_enum, default_value = "tokens")]
-    pub trace_level: TraceLevel,
-    /// Check cache invariants every N steps (0: only after each run).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub check_every: u32,
+    #[command(flatten)]
+    pub flags: RunFlags,
 }
 
 /// `scenarios/*.toml` in name order; on cpu only the quick ones.
@@ -97,23 +86,16 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let fault = parse_fault(args.inject_fault.as_deref())?;
+    let opts = args.flags.options()?;
     let paths = if args.scenarios.is_empty() {
-        default_scenarios(args.backend)?
+        default_scenarios(args.flags.backend)?
     } else {
         args.scenarios.clone()
     };
     if paths.is_empty() {
         anyhow::bail!("no scenarios to run");
     }
-    let scenarios = load_all(&paths, &args.overrides)?;
-    let opts = RunOptions {
-        backend: args.backend,
-        seed: args.seed,
-        fault,
-        trace_tokens: args.trace_level == TraceLevel::Tokens,
-        invariant_check_every: args.check_every,
-    };
+    let scenarios = load_all(&paths, &args.flags.overrides)?;
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(scenarios.len() as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
