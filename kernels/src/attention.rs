@@ -10,6 +10,7 @@
 //! paged and a contiguous caller (which differ only in how [`Run`]s were built) agree exactly.
 
 mod core;
+mod dots;
 
 use rayon::prelude::*;
 

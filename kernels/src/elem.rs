@@ -6,10 +6,20 @@ pub trait KvElem: Copy + Send + Sync + Default + std::fmt::Debug + 'static {
     const NAME: &'static str;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// The elements as f32 where they are f32 (lets hot loops take a hand-vectorized path).
+    #[inline(always)]
+    fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
+        let _ = s;
+        None
+    }
 }
 
 impl KvElem for f32 {
     const NAME: &'static str = "f32";
+    #[inline(always)]
+    fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self

@@ -218,6 +218,36 @@ fn partial_core<E: KvElem, const F: bool>(
     while blk < n {
         let tn = ROW_BLOCK.min(n - blk);
         prefetch_ahead(&layer.k, slots, row, blk, tn);
+        #[cfg(target_arch = "x86_64")]
+        if F && g.is_multiple_of(4) && hd.is_multiple_of(8) {
+            if let Some(k) = E::as_f32_slice(&layer.k) {
+                for h in 0..kvh {
+                    for i in (blk..blk + tn).step_by(2) {
+                        let b0 = slots[i] * row + h * hd;
+                        // An odd last row is paired with itself; its duplicate is dropped.
+                        let i1 = (i + 1).min(blk + tn - 1);
+                        let b1 = slots[i1] * row + h * hd;
+                        for j0 in (h * g..(h + 1) * g).step_by(4) {
+                            // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
+                            let d = unsafe {
+                                super::dots::dots_4x2(
+                                    &q[j0 * hd..(j0 + 4) * hd],
+                                    hd,
+                                    &k[b0..b0 + hd],
+                                    &k[b1..b1 + hd],
+                                )
+                            };
+                            for a in 0..4 {
+                                scores[(j0 + a) * n + i] = d[2 * a] * scale;
+                                scores[(j0 + a) * n + i1] = d[2 * a + 1] * scale;
+                            }
+                        }
+                    }
+                }
+                blk += tn;
+                continue;
+            }
+        }
         for h in 0..kvh {
             for i in blk..blk + tn {
                 let b = slots[i] * row + h * hd;

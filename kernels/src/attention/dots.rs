@@ -1,0 +1,78 @@
+//! Pass-1 dot products by hand for f32 K on AVX2 + FMA: four query heads against two key rows
+//! at once. The portable `dot` loads a query and a key vector per FMA and ends every dot with a
+//! 16-lane scalar sum; here six loads feed eight FMAs and eight dots share one horizontal-add
+//! tree.
+
+/// `out[2·a + r] = q_a · k_r` for query heads `a = 0..4` (rows of `q`, each `hd` long) and key
+/// rows `k0`, `k1` (each `hd` long). `hd` must be a multiple of 8.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn dots_4x2(q: &[f32], hd: usize, k0: &[f32], k1: &[f32]) -> [f32; 8] {
+    use std::arch::x86_64::*;
+    assert!(hd.is_multiple_of(8) && q.len() >= 4 * hd && k0.len() >= hd && k1.len() >= hd);
+    let (qp, p0, p1) = (q.as_ptr(), k0.as_ptr(), k1.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut c = 0;
+    while c < hd {
+        // SAFETY (all loads): c + 8 <= hd and the lengths were asserted above.
+        let ka = _mm256_loadu_ps(p0.add(c));
+        let kb = _mm256_loadu_ps(p1.add(c));
+        for a in 0..4 {
+            let qa = _mm256_loadu_ps(qp.add(a * hd + c));
+            acc[2 * a] = _mm256_fmadd_ps(qa, ka, acc[2 * a]);
+            acc[2 * a + 1] = _mm256_fmadd_ps(qa, kb, acc[2 * a + 1]);
+        }
+        c += 8;
+    }
+    // Horizontal sums of all eight accumulators at once: result lane i = Σ acc[i].
+    let t0 = _mm256_hadd_ps(acc[0], acc[1]);
+    let t1 = _mm256_hadd_ps(acc[2], acc[3]);
+    let t2 = _mm256_hadd_ps(acc[4], acc[5]);
+    let t3 = _mm256_hadd_ps(acc[6], acc[7]);
+    let u0 = _mm256_hadd_ps(t0, t1);
+    let u1 = _mm256_hadd_ps(t2, t3);
+    let lo = _mm256_permute2f128_ps::<0x20>(u0, u1);
+    let hi = _mm256_permute2f128_ps::<0x31>(u0, u1);
+    let mut out = [0f32; 8];
+    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(lo, hi));
+    out
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dots_4x2_match_plain_dots() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        for hd in [8usize, 64, 128] {
+            let q: Vec<f32> = (0..4 * hd)
+                .map(|i| ((i * 37) % 23) as f32 / 7.0 - 1.5)
+                .collect();
+            let k0: Vec<f32> = (0..hd)
+                .map(|i| ((i * 11) % 19) as f32 / 5.0 - 1.0)
+                .collect();
+            let k1: Vec<f32> = (0..hd)
+                .map(|i| ((i * 13) % 17) as f32 / 3.0 - 2.0)
+                .collect();
+            // SAFETY: features checked above.
+            let got = unsafe { dots_4x2(&q, hd, &k0, &k1) };
+            for a in 0..4 {
+                for (r, k) in [&k0, &k1].into_iter().enumerate() {
+                    let want: f64 = (0..hd).map(|i| q[a * hd + i] as f64 * k[i] as f64).sum();
+                    let g = got[2 * a + r] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "hd {hd} a {a} r {r}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
