@@ -11,6 +11,7 @@
 
 mod core;
 mod dots;
+mod softmax;
 
 use rayon::prelude::*;
 

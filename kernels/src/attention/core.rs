@@ -267,12 +267,7 @@ fn partial_core<E: KvElem, const F: bool>(
     let stride = hd + 2;
     for j in 0..qh {
         let s = &mut scores[j * n..(j + 1) * n];
-        let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        let mut sum = 0f32;
-        for x in s.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
-        }
+        let (max, sum) = exp_minus_max::<F>(s);
         let o = &mut out[j * stride..(j + 1) * stride];
         o[0] = max;
         o[1] = sum;
@@ -312,6 +307,22 @@ fn partial_core<E: KvElem, const F: bool>(
         }
         blk += tn;
     }
+}
+
+#[inline(always)]
+fn exp_minus_max<const F: bool>(s: &mut [f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if F {
+        // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
+        return unsafe { super::softmax::exp_minus_max(s) };
+    }
+    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let mut sum = 0f32;
+    for x in s.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    (max, sum)
 }
 
 /// Accumulator slices kept in registers: eight AVX2 vectors where the head is wide enough
