@@ -288,6 +288,28 @@ fn partial_core<E: KvElem, const F: bool>(
                 *b = slots[blk + t] * row + h * hd;
             }
             let bases = &bases[..tn];
+            #[cfg(target_arch = "x86_64")]
+            if F && g.is_multiple_of(2) && hd.is_multiple_of(32) {
+                if let Some(v) = E::as_f32_slice(&layer.v) {
+                    for j in (h * g..(h + 1) * g).step_by(2) {
+                        let p = |j: usize| &scores[j * n + blk..j * n + blk + tn];
+                        // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
+                        unsafe {
+                            super::dots::accumulate_2x32(
+                                out,
+                                j * stride + 2,
+                                (j + 1) * stride + 2,
+                                p(j),
+                                p(j + 1),
+                                v,
+                                bases,
+                                hd,
+                            )
+                        };
+                    }
+                    continue;
+                }
+            }
             for j in h * g..(h + 1) * g {
                 let o = &mut out[j * stride + 2..(j + 1) * stride];
                 let p = &scores[j * n + blk..j * n + blk + tn];

@@ -1,7 +1,8 @@
-//! Pass-1 dot products by hand for f32 K on AVX2 + FMA: four query heads against two key rows
-//! at once. The portable `dot` loads a query and a key vector per FMA and ends every dot with a
-//! 16-lane scalar sum; here six loads feed eight FMAs and eight dots share one horizontal-add
-//! tree.
+//! Hand-vectorized micro-kernels for f32 K/V on AVX2 + FMA.
+//!
+//! Pass 1: four query heads against two key rows at once. The portable `dot` loads a query and
+//! a key vector per FMA and ends every dot with a 16-lane scalar sum; here six loads feed eight
+//! FMAs and eight dots share one horizontal-add tree. Pass 2: two query heads per V load.
 
 /// `out[2·a + r] = q_a · k_r` for query heads `a = 0..4` (rows of `q`, each `hd` long) and key
 /// rows `k0`, `k1` (each `hd` long). `hd` must be a multiple of 8.
@@ -40,6 +41,58 @@ pub(super) unsafe fn dots_4x2(q: &[f32], hd: usize, k0: &[f32], k1: &[f32]) -> [
     let mut out = [0f32; 8];
     _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(lo, hi));
     out
+}
+
+/// Pass 2 for two query heads: `out[o_a + c] += Σ_t p_a[t] · v[bases[t] + c]` for `a = 0, 1`
+/// and `c < hd`, tokens in order (the same fused additions, in the same order, as the portable
+/// FMA path). A 32-lane slice of both heads stays in eight registers across the block; each V
+/// load feeds two FMAs. `hd` must be a multiple of 32.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn accumulate_2x32(
+    out: &mut [f32],
+    o0: usize,
+    o1: usize,
+    p0: &[f32],
+    p1: &[f32],
+    v: &[f32],
+    bases: &[usize],
+    hd: usize,
+) {
+    use std::arch::x86_64::*;
+    let n = bases.len();
+    assert!(hd.is_multiple_of(32) && p0.len() >= n && p1.len() >= n);
+    assert!(o0.max(o1) + hd <= out.len() && o0.abs_diff(o1) >= hd);
+    assert!(bases.iter().all(|&b| b + hd <= v.len()));
+    let (op, vp) = (out.as_mut_ptr(), v.as_ptr());
+    let mut c = 0;
+    while c < hd {
+        // SAFETY (all loads and stores): every offset is below o_a + hd or bases[t] + hd,
+        // asserted in bounds above; the two heads' slices do not overlap.
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in 0..4 {
+            acc[i] = _mm256_loadu_ps(op.add(o0 + c + 8 * i));
+            acc[4 + i] = _mm256_loadu_ps(op.add(o1 + c + 8 * i));
+        }
+        for (t, &b) in bases.iter().enumerate() {
+            let (w0, w1) = (_mm256_set1_ps(p0[t]), _mm256_set1_ps(p1[t]));
+            for i in 0..4 {
+                let x = _mm256_loadu_ps(vp.add(b + c + 8 * i));
+                acc[i] = _mm256_fmadd_ps(w0, x, acc[i]);
+                acc[4 + i] = _mm256_fmadd_ps(w1, x, acc[4 + i]);
+            }
+        }
+        for i in 0..4 {
+            _mm256_storeu_ps(op.add(o0 + c + 8 * i), acc[i]);
+            _mm256_storeu_ps(op.add(o1 + c + 8 * i), acc[4 + i]);
+        }
+        c += 32;
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
