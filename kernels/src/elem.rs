@@ -6,20 +6,23 @@ pub trait KvElem: Copy + Send + Sync + Default + std::fmt::Debug + 'static {
     const NAME: &'static str;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
-    /// The elements as f32 where they are f32 (lets hot loops take a hand-vectorized path).
-    #[inline(always)]
-    fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
-        let _ = s;
-        None
-    }
+    /// How the bits are stored, for hand-vectorized loads ([`Storage::Other`]: portable code
+    /// only).
+    const STORAGE: Storage = Storage::Other;
+}
+
+/// Storage formats the hand-vectorized kernels can load eight at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    F32,
+    /// The top 16 bits of an f32.
+    Bf16,
+    Other,
 }
 
 impl KvElem for f32 {
     const NAME: &'static str = "f32";
-    #[inline(always)]
-    fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
-        Some(s)
-    }
+    const STORAGE: Storage = Storage::F32;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -32,6 +35,7 @@ impl KvElem for f32 {
 
 impl KvElem for half::bf16 {
     const NAME: &'static str = "bf16";
+    const STORAGE: Storage = Storage::Bf16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         // bf16 is the top half of an f32: a shift, which vectorizes (half's own conversion may

@@ -219,34 +219,33 @@ fn partial_core<E: KvElem, const F: bool>(
         let tn = ROW_BLOCK.min(n - blk);
         prefetch_ahead(&layer.k, slots, row, blk, tn);
         #[cfg(target_arch = "x86_64")]
-        if F && g.is_multiple_of(4) && hd.is_multiple_of(8) {
-            if let Some(k) = E::as_f32_slice(&layer.k) {
-                for h in 0..kvh {
-                    for i in (blk..blk + tn).step_by(2) {
-                        let b0 = slots[i] * row + h * hd;
-                        // An odd last row is paired with itself; its duplicate is dropped.
-                        let i1 = (i + 1).min(blk + tn - 1);
-                        let b1 = slots[i1] * row + h * hd;
-                        for j0 in (h * g..(h + 1) * g).step_by(4) {
-                            // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
-                            let d = unsafe {
-                                super::dots::dots_4x2(
-                                    &q[j0 * hd..(j0 + 4) * hd],
-                                    hd,
-                                    &k[b0..b0 + hd],
-                                    &k[b1..b1 + hd],
-                                )
-                            };
-                            for a in 0..4 {
-                                scores[(j0 + a) * n + i] = d[2 * a] * scale;
-                                scores[(j0 + a) * n + i1] = d[2 * a + 1] * scale;
-                            }
+        if F && g.is_multiple_of(4) && hd.is_multiple_of(8) && super::dots::simd_storage::<E>() {
+            let k = &layer.k;
+            for h in 0..kvh {
+                for i in (blk..blk + tn).step_by(2) {
+                    let b0 = slots[i] * row + h * hd;
+                    // An odd last row is paired with itself; its duplicate is dropped.
+                    let i1 = (i + 1).min(blk + tn - 1);
+                    let b1 = slots[i1] * row + h * hd;
+                    for j0 in (h * g..(h + 1) * g).step_by(4) {
+                        // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
+                        let d = unsafe {
+                            super::dots::dots_4x2(
+                                &q[j0 * hd..(j0 + 4) * hd],
+                                hd,
+                                &k[b0..b0 + hd],
+                                &k[b1..b1 + hd],
+                            )
+                        };
+                        for a in 0..4 {
+                            scores[(j0 + a) * n + i] = d[2 * a] * scale;
+                            scores[(j0 + a) * n + i1] = d[2 * a + 1] * scale;
                         }
                     }
                 }
-                blk += tn;
-                continue;
             }
+            blk += tn;
+            continue;
         }
         for h in 0..kvh {
             for i in blk..blk + tn {
@@ -289,26 +288,26 @@ fn partial_core<E: KvElem, const F: bool>(
             }
             let bases = &bases[..tn];
             #[cfg(target_arch = "x86_64")]
-            if F && g.is_multiple_of(2) && hd.is_multiple_of(32) {
-                if let Some(v) = E::as_f32_slice(&layer.v) {
-                    for j in (h * g..(h + 1) * g).step_by(2) {
-                        let p = |j: usize| &scores[j * n + blk..j * n + blk + tn];
-                        // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
-                        unsafe {
-                            super::dots::accumulate_2x32(
-                                out,
-                                j * stride + 2,
-                                (j + 1) * stride + 2,
-                                p(j),
-                                p(j + 1),
-                                v,
-                                bases,
-                                hd,
-                            )
-                        };
-                    }
-                    continue;
+            if F && g.is_multiple_of(2) && hd.is_multiple_of(32) && super::dots::simd_storage::<E>()
+            {
+                let v = &layer.v;
+                for j in (h * g..(h + 1) * g).step_by(2) {
+                    let p = |j: usize| &scores[j * n + blk..j * n + blk + tn];
+                    // SAFETY: F is true only in code compiled for (and run on) AVX2+FMA.
+                    unsafe {
+                        super::dots::accumulate_2x32(
+                            out,
+                            j * stride + 2,
+                            (j + 1) * stride + 2,
+                            p(j),
+                            p(j + 1),
+                            v,
+                            bases,
+                            hd,
+                        )
+                    };
                 }
+                continue;
             }
             for j in h * g..(h + 1) * g {
                 let o = &mut out[j * stride + 2..(j + 1) * stride];
