@@ -139,23 +139,31 @@ fn slot_list(runs: &[Run], starts: &[usize], p0: usize, p1: usize, out: &mut Vec
     }
 }
 
-/// Rows ahead whose first bytes are prefetched. A slot row (all KV heads of one token) is a
-/// few KiB and the hardware streamer stops at 4 KiB boundaries: a contiguous layout gets its
-/// next rows detected anyway, a paged one jumps to a new block every `block_size` rows.
-/// Touching the first lines of the row 8 ahead restarts the streamer in time for both.
-/// Measured on a 1 GiB working set (2 cores), with both passes walking [`ROW_BLOCK`] rows at
-/// once: 1 KiB per row beat 512 B by ~4% and 2 KiB or whole rows were 10-30% slower (the fill
-/// buffers saturate); 12 or 16 rows ahead, or an extra prefetch of the next block's first rows a
-/// block ahead, gained nothing.
+/// Rows ahead whose first bytes are prefetched, so each row's first lines are in flight (and
+/// the hardware streamer started on its page) well before the row is read. Measured on a 1 GiB
+/// f32 working set (2 cores), both passes walking [`ROW_BLOCK`] rows at once: 1 KiB of a 4 KiB
+/// row beat 512 or 768 B by 4-8%, and 1.5 KiB, 2 KiB or whole rows were slower (the fill
+/// buffers saturate); 4, 12 or 16 rows ahead were no better. Extra prefetches or demand touches
+/// of a block's first rows a block or more ahead gained nothing: what paging still costs is not
+/// the block boundary as such (blocks shuffled only within 2 MiB windows cost 0-2%) but jumps
+/// far across the cache (16 MiB windows 5%, the whole 1 GiB 7% at block 16).
 const PREFETCH_ROWS: usize = 8;
 const PREFETCH_BYTES: usize = 1024;
+/// Rows up to this size are prefetched whole: a 2 KiB bf16 row (Llama-3-8B shape) took a 512 MiB
+/// step from ~52 to ~45 ms that way, where a 4 KiB f32 row prefers its first 1 KiB.
+const WHOLE_ROW_BYTES: usize = 2048;
 
 #[inline(always)]
 fn prefetch_row<E>(buf: &[E], first: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let bytes = (len * std::mem::size_of::<E>()).min(PREFETCH_BYTES);
+        let row_bytes = len * std::mem::size_of::<E>();
+        let bytes = if row_bytes <= WHOLE_ROW_BYTES {
+            row_bytes
+        } else {
+            PREFETCH_BYTES
+        };
         let base = buf[first..first + len].as_ptr() as *const i8;
         let mut off = 0;
         while off < bytes {
