@@ -11,6 +11,7 @@
 
 mod core;
 mod dots;
+mod merge;
 mod softmax;
 
 use rayon::prelude::*;
@@ -20,7 +21,8 @@ use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::kv::LayerKv;
 
-use self::core::{merge, partial, PartTask, Scratch};
+use self::core::{partial, PartTask, Scratch};
+use self::merge::merge;
 
 /// Logical positions per partition.
 pub const PARTITION_TOKENS: usize = 256;
