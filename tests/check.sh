@@ -15,6 +15,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
 
+# The attention kernels pick AVX2+FMA micro-kernels where the CPU has them; rerun the kernel tests
+# with the slower paths forced, so the portable and AVX2-only code is checked here too.
+for path in portable avx2; do
+  echo "== kernel tests on the $path code path"
+  KVBENCH_KERNEL_PATH=$path cargo test --locked -p kvbench-kernels --test attention
+  KVBENCH_KERNEL_PATH=$path cargo test --locked --test kernels_attention --test kernels_model_oracle --test cpu_oracle
+done
+
 echo "== loom: fence/release protocol"
 LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p kvbench-cache-api --release --locked loom

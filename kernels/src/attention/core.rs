@@ -14,6 +14,28 @@ pub(super) struct PartTask {
     pub p1: usize,
 }
 
+/// The code paths `partial` chooses from, slowest first.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum CodePath {
+    Portable,
+    Avx2,
+    Fma,
+}
+
+/// The fastest path `partial` may take: the CPU's best, unless `KVBENCH_KERNEL_PATH` (`portable`
+/// or `avx2`) caps it, so the slower paths are tested on machines that would never take them
+/// (`tests/check.sh` reruns the kernel tests under each cap). Read once.
+#[cfg(target_arch = "x86_64")]
+fn code_path_ceiling() -> CodePath {
+    static CEILING: std::sync::OnceLock<CodePath> = std::sync::OnceLock::new();
+    *CEILING.get_or_init(|| match std::env::var("KVBENCH_KERNEL_PATH").as_deref() {
+        Ok("portable") => CodePath::Portable,
+        Ok("avx2") => CodePath::Avx2,
+        _ => CodePath::Fma,
+    })
+}
+
 /// Computes one partition for every query head; `out` holds, per head, `[max, sum, acc…]`
 /// with `acc = Σ exp(s − max) · v` (unnormalised).
 #[allow(clippy::too_many_arguments)]
@@ -30,12 +52,16 @@ pub(super) fn partial<E: KvElem>(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        let ceiling = code_path_ceiling();
+        if ceiling >= CodePath::Fma
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
             unsafe { partial_fma(layer, runs, starts, t, dims, scale, q, out, scratch) };
             return;
         }
-        if std::is_x86_feature_detected!("avx2") {
+        if ceiling >= CodePath::Avx2 && std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
             unsafe { partial_avx2(layer, runs, starts, t, dims, scale, q, out, scratch) };
             return;

@@ -131,6 +131,7 @@ mod tests {
     #[test]
     fn dots_4x2_match_plain_dots() {
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            eprintln!("SKIP: dots_4x2_match_plain_dots: this CPU lacks AVX2+FMA");
             return;
         }
         for hd in [8usize, 64, 128] {
@@ -161,6 +162,7 @@ mod tests {
     #[test]
     fn bf16_rows_are_widened_exactly() {
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")) {
+            eprintln!("SKIP: bf16_rows_are_widened_exactly: this CPU lacks AVX2+FMA");
             return;
         }
         let hd = 64;

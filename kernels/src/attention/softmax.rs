@@ -91,6 +91,9 @@ mod tests {
     #[test]
     fn exponentials_and_sum_match_f64_for_odd_lengths() {
         if !has_features() {
+            eprintln!(
+                "SKIP: exponentials_and_sum_match_f64_for_odd_lengths: this CPU lacks AVX2+FMA"
+            );
             return;
         }
         for len in [1usize, 7, 8, 9, 31, 256] {
@@ -122,6 +125,9 @@ mod tests {
     #[test]
     fn a_nan_score_stays_nan_and_does_not_set_the_max() {
         if !has_features() {
+            eprintln!(
+                "SKIP: a_nan_score_stays_nan_and_does_not_set_the_max: this CPU lacks AVX2+FMA"
+            );
             return;
         }
         for at in [0usize, 3, 9] {
