@@ -21,7 +21,7 @@ use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::kv::LayerKv;
 
-use self::core::{partial, PartTask, Scratch};
+use self::core::{partial, PartArgs, PartTask, Scratch};
 use self::merge::merge;
 
 /// Logical positions per partition.
@@ -140,17 +140,16 @@ pub fn attention<E: KvElem, A: TokenAddressing>(
         .for_each_init(Scratch::default, |scratch, (part_out, t)| {
             let q_row = &q[t.tok * dims.q_row()..(t.tok + 1) * dims.q_row()];
             let (r0, r1) = t.runs;
-            partial(
+            let args = PartArgs {
                 layer,
-                &runs[r0..r1],
-                &starts[r0..r1],
+                runs: &runs[r0..r1],
+                starts: &starts[r0..r1],
                 t,
                 dims,
                 scale,
-                q_row,
-                part_out,
-                scratch,
-            );
+                q: q_row,
+            };
+            partial(&args, part_out, scratch);
         });
     out.par_chunks_mut(dims.q_row())
         .zip(token_parts.par_iter())

@@ -36,20 +36,21 @@ fn code_path_ceiling() -> CodePath {
     })
 }
 
+/// What one partition task reads: the layer's K/V, the address runs covering the partition (with
+/// each run's first logical position), the task, the shape, the softmax scale and the query row.
+pub(super) struct PartArgs<'a, E: KvElem> {
+    pub layer: &'a LayerKv<E>,
+    pub runs: &'a [Run],
+    pub starts: &'a [usize],
+    pub t: &'a PartTask,
+    pub dims: AttnDims,
+    pub scale: f32,
+    pub q: &'a [f32],
+}
+
 /// Computes one partition for every query head; `out` holds, per head, `[max, sum, acc…]`
 /// with `acc = Σ exp(s − max) · v` (unnormalised).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn partial<E: KvElem>(
-    layer: &LayerKv<E>,
-    runs: &[Run],
-    starts: &[usize],
-    t: &PartTask,
-    dims: AttnDims,
-    scale: f32,
-    q: &[f32],
-    out: &mut [f32],
-    scratch: &mut Scratch,
-) {
+pub(super) fn partial<E: KvElem>(a: &PartArgs<'_, E>, out: &mut [f32], scratch: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     {
         let ceiling = code_path_ceiling();
@@ -58,16 +59,16 @@ pub(super) fn partial<E: KvElem>(
             && std::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            unsafe { partial_fma(layer, runs, starts, t, dims, scale, q, out, scratch) };
+            unsafe { partial_fma(a, out, scratch) };
             return;
         }
         if ceiling >= CodePath::Avx2 && std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { partial_avx2(layer, runs, starts, t, dims, scale, q, out, scratch) };
+            unsafe { partial_avx2(a, out, scratch) };
             return;
         }
     }
-    partial_core::<E, false>(layer, runs, starts, t, dims, scale, q, out, scratch)
+    partial_core::<E, false>(a, out, scratch)
 }
 
 /// The same code compiled for AVX2 with fused multiply-add: the default x86-64 target has only
@@ -76,37 +77,15 @@ pub(super) fn partial<E: KvElem>(
 /// 3.24 ms and a 1 GiB one from 69 to 66 ms. (AVX-512 gave nothing more beyond the caches.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn partial_fma<E: KvElem>(
-    layer: &LayerKv<E>,
-    runs: &[Run],
-    starts: &[usize],
-    t: &PartTask,
-    dims: AttnDims,
-    scale: f32,
-    q: &[f32],
-    out: &mut [f32],
-    scratch: &mut Scratch,
-) {
-    partial_core::<E, true>(layer, runs, starts, t, dims, scale, q, out, scratch)
+unsafe fn partial_fma<E: KvElem>(a: &PartArgs<'_, E>, out: &mut [f32], scratch: &mut Scratch) {
+    partial_core::<E, true>(a, out, scratch)
 }
 
 /// AVX2 without FMA (rounding each product, as the portable path does).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn partial_avx2<E: KvElem>(
-    layer: &LayerKv<E>,
-    runs: &[Run],
-    starts: &[usize],
-    t: &PartTask,
-    dims: AttnDims,
-    scale: f32,
-    q: &[f32],
-    out: &mut [f32],
-    scratch: &mut Scratch,
-) {
-    partial_core::<E, false>(layer, runs, starts, t, dims, scale, q, out, scratch)
+unsafe fn partial_avx2<E: KvElem>(a: &PartArgs<'_, E>, out: &mut [f32], scratch: &mut Scratch) {
+    partial_core::<E, false>(a, out, scratch)
 }
 
 const LANES: usize = 16;
@@ -227,18 +206,20 @@ pub(super) struct Scratch {
 const ROW_BLOCK: usize = 8;
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn partial_core<E: KvElem, const F: bool>(
-    layer: &LayerKv<E>,
-    runs: &[Run],
-    starts: &[usize],
-    t: &PartTask,
-    dims: AttnDims,
-    scale: f32,
-    q: &[f32],
+    a: &PartArgs<'_, E>,
     out: &mut [f32],
     scratch: &mut Scratch,
 ) {
+    let PartArgs {
+        layer,
+        runs,
+        starts,
+        t,
+        dims,
+        scale,
+        q,
+    } = *a;
     let (hd, g, kvh, qh) = (dims.head_dim, dims.group(), dims.kv_heads, dims.q_heads);
     let n = t.p1 - t.p0;
     let row = dims.kv_row();
