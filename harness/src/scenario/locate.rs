@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use toml_edit::{ImDocument, Item, Value};
+use toml_edit::{ImDocument, Item, TableLike, Value};
 
 /// One key in the document: its dotted path, where its key starts, and the span of key + value.
 #[derive(Debug, Clone)]
@@ -104,7 +104,8 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-fn walk_table(table: &toml_edit::Table, prefix: &str, out: &mut Vec<Entry>) {
+/// Records every key under `table` — a `[table]` or an inline `{ ... }` one alike — with its span.
+fn walk_table(table: &dyn TableLike, prefix: &str, out: &mut Vec<Entry>) {
     for (name, _) in table.iter() {
         let Some((key, item)) = table.get_key_value(name) else {
             continue;
@@ -131,7 +132,7 @@ fn walk_table(table: &toml_edit::Table, prefix: &str, out: &mut Vec<Entry>) {
         let first_child = out.len();
         match item {
             Item::Table(t) => walk_table(t, &path, out),
-            Item::Value(Value::InlineTable(t)) => walk_inline(t, &path, out),
+            Item::Value(Value::InlineTable(t)) => walk_table(t, &path, out),
             _ => {}
         }
         // A `[table]`'s own span is its header; let it also cover the keys beneath it.
@@ -140,28 +141,6 @@ fn walk_table(table: &toml_edit::Table, prefix: &str, out: &mut Vec<Entry>) {
             if let (Some(end), Some(entry)) = (children_end, out.get_mut(first_child - 1)) {
                 entry.span.end = entry.span.end.max(end);
             }
-        }
-    }
-}
-
-fn walk_inline(table: &toml_edit::InlineTable, prefix: &str, out: &mut Vec<Entry>) {
-    for (name, _) in table.iter() {
-        let Some((key, item)) = table.get_key_value(name) else {
-            continue;
-        };
-        let path = join(prefix, name);
-        let key_span = key.span();
-        let item_span = item_span(item);
-        if let Some(start) = key_span.as_ref().map(|s| s.start) {
-            let end = item_span.map_or(start, |s| s.end);
-            out.push(Entry {
-                path: path.clone(),
-                key_start: start,
-                span: start..end.max(start),
-            });
-        }
-        if let Item::Value(Value::InlineTable(t)) = item {
-            walk_inline(t, &path, out);
         }
     }
 }
