@@ -19,6 +19,19 @@ use rand_chacha::ChaCha8Rng;
 const LENS: [usize; 7] = [1, 15, 16, 17, 54, 97, 513];
 const KV_HEADS: usize = 2;
 
+/// One span per test length over the given addressings (paged tables or contiguous regions).
+fn spans<A>(addrs: &[A], q_len: impl Fn(usize) -> usize) -> Vec<QuerySpan<'_, A>> {
+    addrs
+        .iter()
+        .zip(LENS)
+        .map(|(addr, context_len)| QuerySpan {
+            addr,
+            context_len,
+            q_len: q_len(context_len),
+        })
+        .collect()
+}
+
 fn write_seq<A: TokenAddressing>(
     cache: &mut KvCache<f32>,
     addr: &A,
@@ -93,24 +106,8 @@ fn paged_and_contiguous_agree_bit_for_bit_and_match_the_reference() {
                         (len / 2).clamp(1, 40)
                     }
                 };
-                let pspans: Vec<_> = pts
-                    .iter()
-                    .zip(LENS)
-                    .map(|(a, l)| QuerySpan {
-                        addr: a,
-                        context_len: l,
-                        q_len: q_len(l),
-                    })
-                    .collect();
-                let cspans: Vec<_> = regions
-                    .iter()
-                    .zip(LENS)
-                    .map(|(a, l)| QuerySpan {
-                        addr: a,
-                        context_len: l,
-                        q_len: q_len(l),
-                    })
-                    .collect();
+                let pspans = spans(&pts, q_len);
+                let cspans = spans(&regions, q_len);
                 let nq: usize = pspans.iter().map(|s| s.q_len).sum();
                 let q = nonzero(&mut r, nq * dims.q_row());
                 let scale = 1.0 / (hd as f32).sqrt();
