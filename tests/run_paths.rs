@@ -137,7 +137,7 @@ fn out_naming_a_regular_file_is_refused_before_any_work_even_with_force() {
     let sc = scenario("quick-basic");
     let (code, text) = kvbench(&["run", &sc, "--backend", "sim", "--out", f, "--force"]);
     assert_eq!(code, 2, "{text}");
-    assert!(text.contains("is not a folder"), "{text}");
+    assert!(text.contains("not a folder (a file or a link)"), "{text}");
     assert!(!text.contains("| paged"), "refused before the run: {text}");
     assert_eq!(std::fs::read_to_string(&file).expect("kept"), "my notes");
     assert_eq!(entries(tmp.path()), ["notes.txt"], "no leftovers");
