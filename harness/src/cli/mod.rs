@@ -5,6 +5,8 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod cuda_check;
+mod doctor;
 mod fuzz;
 mod kernel_bench;
 mod plan;
@@ -45,6 +47,11 @@ pub enum Command {
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// What this machine offers: CPU, memory, CUDA driver, GPU, NVRTC, cuBLAS; compiles every
+    /// CUDA kernel for sm_80/sm_90 where NVRTC exists.
+    Doctor(doctor::Args),
+    /// The CUDA kernels against an f64 reference over the correctness grid (needs a GPU).
+    CudaCheck(cuda_check::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -69,6 +76,8 @@ pub fn main() -> ExitCode {
         Command::Suite(a) => suite::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::CudaCheck(a) => cuda_check::run(a),
     };
     match result {
         Ok(code) => code,

@@ -16,3 +16,13 @@ pub mod source;
 
 pub use libs::{CudaLib, LibError};
 pub use source::{KvDtype, ProgramId};
+pub mod device;
+pub mod error;
+pub mod launch;
+
+pub use error::CudaError;
+pub mod bench;
+pub mod check;
+pub mod probe;
+pub mod reference;
+pub mod rng;
