@@ -51,19 +51,20 @@ impl CheckRow {
 }
 
 /// Logical K/V of every sequence, already rounded to the storage type, and the query rows.
-struct Logical {
-    dtype: KvDtype,
-    shape: AttnShape,
+pub struct Logical {
+    pub dtype: KvDtype,
+    pub shape: AttnShape,
     /// Per sequence `[len, kv_row]`.
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
     /// (sequence, attended length) per query row: decode rows, then prefill-chunk rows.
-    rows: Vec<(usize, usize)>,
-    q: Vec<f32>,
-    reference: Vec<f64>,
+    pub rows: Vec<(usize, usize)>,
+    pub q: Vec<f32>,
+    pub reference: Vec<f64>,
 }
 
-fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
+/// Seeded logical data for one (storage type, shape) and its f64 reference outputs.
+pub fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
     let row = shape.kv_row();
     let mut gen = |n: usize| -> Vec<f32> { (0..n).map(|_| round_to(dtype, rng.unit())).collect() };
     let k: Vec<Vec<f32>> = LENGTHS.iter().map(|&l| gen(l * row)).collect();
@@ -104,7 +105,7 @@ fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
 }
 
 /// Host storage (NaN everywhere) with `place(seq, pos) -> slot` filled from `lg`.
-fn storage(
+pub fn storage(
     lg: &Logical,
     num_slots: usize,
     place: impl Fn(usize, usize) -> usize,
@@ -189,6 +190,62 @@ fn max_err(got: &[f32], want: &[f64]) -> f64 {
     })
 }
 
+/// Contiguous placement: sequences one after another with a 5-slot NaN gap between them.
+/// Returns the base slots and the slot count.
+pub fn contiguous_bases() -> (Vec<i64>, usize) {
+    let mut bases = Vec::new();
+    let mut next = 0usize;
+    for &len in &LENGTHS {
+        bases.push(next as i64);
+        next += len + 5;
+    }
+    (bases, next)
+}
+
+/// Shuffled block tables for the grid's sequences (3 spare blocks, never mapped).
+pub struct PagedTables {
+    pub block_size: usize,
+    /// Per sequence, its physical blocks in logical order.
+    pub tables: Vec<Vec<u32>>,
+    /// `[sequences, max_blocks]`, row-major, for the device.
+    pub flat: Vec<i32>,
+    pub max_blocks: usize,
+    pub num_slots: usize,
+}
+
+impl PagedTables {
+    pub fn slot(&self, seq: usize, pos: usize) -> usize {
+        self.tables[seq][pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+}
+
+pub fn paged_tables(bs: usize, rng: &mut Rng) -> Result<PagedTables, CudaError> {
+    let need: Vec<usize> = LENGTHS.iter().map(|l| l.div_ceil(bs)).collect();
+    let total_blocks = need.iter().sum::<usize>() + 3;
+    let mut perm: Vec<u32> = (0..total_blocks as u32).collect();
+    rng.shuffle(&mut perm);
+    let max_blocks = *need.iter().max().unwrap_or(&1);
+    let mut flat = vec![0i32; LENGTHS.len() * max_blocks];
+    let mut tables: Vec<Vec<u32>> = Vec::new();
+    let mut at = 0;
+    for (s, &n) in need.iter().enumerate() {
+        let t = perm[at..at + n].to_vec();
+        at += n;
+        for (i, &b) in t.iter().enumerate() {
+            flat[s * max_blocks + i] = b as i32;
+        }
+        check_table(&t, LENGTHS[s], bs, total_blocks * bs)?;
+        tables.push(t);
+    }
+    Ok(PagedTables {
+        block_size: bs,
+        tables,
+        flat,
+        max_blocks,
+        num_slots: total_blocks * bs,
+    })
+}
+
 /// Attention over the whole grid.
 pub fn attention_grid(gpu: &Gpu, seed: u64) -> Result<Vec<CheckRow>, CudaError> {
     let mut out = Vec::new();
@@ -208,13 +265,7 @@ pub fn attention_grid(gpu: &Gpu, seed: u64) -> Result<Vec<CheckRow>, CudaError> 
                     plan_partitions(lg.rows.len(), shape.kv_heads, max_len, gpu.info.sm_count);
                 let forced = fixed_partitions(max_len, 64);
                 let name = format!("{} g{g} d{d}", dtype.name());
-                // Contiguous: sequences one after another with a 5-slot NaN gap between them.
-                let mut bases = Vec::new();
-                let mut next = 0usize;
-                for &len in &LENGTHS {
-                    bases.push(next as i64);
-                    next += len + 5;
-                }
+                let (bases, next) = contiguous_bases();
                 let (k, v) = storage(&lg, next, |s, p| bases[s] as usize + p);
                 let layer = upload_layer(gpu, &lg, &k, &v, next)?;
                 let base_dev = gpu.upload(&bases)?;
@@ -232,29 +283,11 @@ pub fn attention_grid(gpu: &Gpu, seed: u64) -> Result<Vec<CheckRow>, CudaError> 
                 }
                 drop(layer);
                 for bs in BLOCK_SIZES {
-                    let need: Vec<usize> = LENGTHS.iter().map(|l| l.div_ceil(bs)).collect();
-                    let total_blocks = need.iter().sum::<usize>() + 3;
-                    let mut perm: Vec<u32> = (0..total_blocks as u32).collect();
-                    rng.shuffle(&mut perm);
-                    let max_blocks = *need.iter().max().unwrap_or(&1);
-                    let mut tables = vec![0i32; LENGTHS.len() * max_blocks];
-                    let mut host_tables: Vec<Vec<u32>> = Vec::new();
-                    let mut at = 0;
-                    for (s, &n) in need.iter().enumerate() {
-                        let t = perm[at..at + n].to_vec();
-                        at += n;
-                        for (i, &b) in t.iter().enumerate() {
-                            tables[s * max_blocks + i] = b as i32;
-                        }
-                        check_table(&t, LENGTHS[s], bs, total_blocks * bs)?;
-                        host_tables.push(t);
-                    }
-                    let num_slots = total_blocks * bs;
-                    let (k, v) = storage(&lg, num_slots, |s, p| {
-                        host_tables[s][p / bs] as usize * bs + p % bs
-                    });
+                    let pt = paged_tables(bs, &mut rng)?;
+                    let (tables, max_blocks, num_slots) = (&pt.flat, pt.max_blocks, pt.num_slots);
+                    let (k, v) = storage(&lg, num_slots, |s, p| pt.slot(s, p));
                     let layer = upload_layer(gpu, &lg, &k, &v, num_slots)?;
-                    let tables_dev = gpu.upload(&tables)?;
+                    let tables_dev = gpu.upload(tables)?;
                     let addr = Addressing::Paged {
                         block_tables: &tables_dev,
                         max_blocks,
