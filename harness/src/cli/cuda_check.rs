@@ -21,6 +21,9 @@ pub struct Args {
     out: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A reduced grid (bf16, GQA 4, head dim 128, block 16; every length), for sanitizer runs.
+    #[arg(long)]
+    quick: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -34,7 +37,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gpu.info.name,
         gpu.info.arch()
     );
-    let rows = check::run(&gpu, seed).context("cuda-check")?;
+    let size = if args.quick {
+        check::GridSize::Quick
+    } else {
+        check::GridSize::Full
+    };
+    let rows = check::run(&gpu, seed, size).context("cuda-check")?;
     print_table(&rows);
     if let Some(dir) = &args.out {
         write_csv(dir, &rows)?;

@@ -13,7 +13,7 @@ use kvbench_kernels::AttnDims;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Compute backend (`auto` = cpu in this build).
+    /// Compute backend (`auto` = cpu; `cuda` needs a GPU).
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendKind,
     /// Folder for kernel_bench.csv (created if missing).
@@ -44,9 +44,26 @@ pub struct Args {
     seed: u64,
 }
 
+impl Args {
+    fn cuda_args(&self) -> super::kernel_bench_cuda::CudaBenchArgs {
+        super::kernel_bench_cuda::CudaBenchArgs {
+            out: self.out.clone(),
+            quick: self.quick,
+            model: self.model.clone(),
+            dtype: self.dtype.clone(),
+            batch: self.batch.clone(),
+            context: self.context.clone(),
+            block_size: self.block_size.clone(),
+            max_gib: self.max_gib,
+            seed: self.seed,
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.backend.resolve() {
         BackendKind::Cpu => {}
+        BackendKind::Cuda => return super::kernel_bench_cuda::run(&args.cuda_args()),
         other => bail!(
             "kernel-bench: backend {} has no attention kernels in this build (use --backend cpu)",
             other.name()

@@ -9,6 +9,7 @@ mod cuda_check;
 mod doctor;
 mod fuzz;
 mod kernel_bench;
+mod kernel_bench_cuda;
 mod plan;
 mod run;
 mod scenario_cmd;

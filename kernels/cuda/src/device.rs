@@ -186,8 +186,28 @@ impl Gpu {
         let (ctx, info) = context(0)?;
         let arch = info.arch();
         let mut functions = HashMap::new();
-        for p in ProgramId::ALL {
-            let compiled = nvrtc::compile(p, &arch)?;
+        // The three programs compile in parallel (NVRTC is thread-safe; ~10 s each alone).
+        let compiled: Vec<Result<nvrtc::Compiled, nvrtc::CompileError>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ProgramId::ALL
+                .iter()
+                .map(|&p| {
+                    let arch = &arch;
+                    s.spawn(move || nvrtc::compile(p, arch))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(nvrtc::CompileError::Lib(crate::LibError::Panicked {
+                            lib: CudaLib::Nvrtc,
+                            message: "compile thread panicked".into(),
+                        }))
+                    })
+                })
+                .collect()
+        });
+        for (p, compiled) in ProgramId::ALL.into_iter().zip(compiled) {
+            let compiled = compiled?;
             let module: Arc<CudaModule> = guarded(CudaLib::Driver, || {
                 ctx.load_module(Ptx::from_binary(compiled.cubin.clone()))
             })?
