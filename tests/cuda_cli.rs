@@ -75,3 +75,55 @@ fn kernel_bench_cuda_refuses_shapes_and_block_sizes_without_a_kernel_before_any_
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("power of two"), "{out}");
 }
+
+#[test]
+fn run_backend_cuda_without_a_driver_exits_2_naming_it_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let o = out.to_str().expect("utf-8");
+    let (code, text) = kvbench(
+        &[
+            "run",
+            "scenarios/quick-basic.toml",
+            "--backend",
+            "cuda",
+            "--out",
+            o,
+        ],
+        "driver",
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("backend unavailable: cuda: missing"),
+        "{text}"
+    );
+    assert!(text.contains("CUDA driver (libcuda)"), "{text}");
+    assert!(!out.exists(), "no half-written results");
+}
+
+#[test]
+fn run_backend_auto_says_it_fell_back_to_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let o = out.to_str().expect("utf-8");
+    let (code, text) = kvbench(
+        &[
+            "run",
+            "scenarios/quick-basic.toml",
+            "--backend",
+            "auto",
+            "--set",
+            "traffic.requests=4",
+            "--out",
+            o,
+        ],
+        "driver",
+    );
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("--backend auto: cuda unavailable"), "{text}");
+    assert!(text.contains("falling back to cpu"), "{text}");
+    let summary = std::fs::read_to_string(out.join("quick-basic").join("summary.json"))
+        .or_else(|_| std::fs::read_to_string(out.join("summary.json")))
+        .expect("summary.json");
+    assert!(summary.contains("\"cpu\""), "ran on cpu: {summary}");
+}
