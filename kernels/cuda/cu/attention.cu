@@ -35,7 +35,8 @@ __device__ __forceinline__ void attn_impl(
     int log2_bs, const i64* __restrict__ seq_base, int kv_heads, int part_tokens, float scale) {
   constexpr int N = Vec16<T>::N;        // elements per 16-byte load
   constexpr int L = D / N;              // lanes per token row
-  constexpr int TG = ATTN_THREADS / L;  // token rows in flight per block
+  constexpr int TG = ATTN_THREADS / L;  // token groups per block
+  constexpr int U = G >= 8 ? 2 : 4;      // token rows each group loads per iteration
   static_assert(L <= 32 && (32 % L) == 0, "a token row must sit inside one warp");
 
   __shared__ float scores[G * ATTN_MAX_PART];
@@ -66,26 +67,35 @@ __device__ __forceinline__ void attn_impl(
   }
   for (int i = tid; i < G * D; i += ATTN_THREADS) acc_s[i] = 0.f;
 
-  // Pass 1: scores[g][t] = q_g . k_t (scaled). Every thread runs the same trip count, so the
-  // shuffles below always see their whole warp.
-  for (int t0 = 0; t0 < n; t0 += TG) {
-    const int t = t0 + group;
-    float kf[N];
-    if (t < n) {
-      const i64 slot = slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
-      Vec16<T>::load(k_cache + (slot * kv_heads + kvh) * D + lane * N, kf);
-    } else {
+  // Pass 1: scores[g][t] = q_g . k_t (scaled). U token rows per group are loaded before any
+  // is reduced, so each thread keeps U 16-byte loads in flight. Every thread runs the same trip
+  // count, so the shuffles always see their whole warp.
+  for (int t0 = 0; t0 < n; t0 += TG * U) {
+    float kf[U][N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) kf[i] = 0.f;
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + u * TG + group;
+      if (t < n) {
+        const i64 slot =
+            slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
+        Vec16<T>::load(k_cache + (slot * kv_heads + kvh) * D + lane * N, kf[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) kf[u][i] = 0.f;
+      }
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s = 0.f;
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + u * TG + group;
 #pragma unroll
-      for (int i = 0; i < N; ++i) s = fmaf(qr[g][i], kf[i], s);
+      for (int g = 0; g < G; ++g) {
+        float s = 0.f;
 #pragma unroll
-      for (int off = L / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0 && t < n) scores[g * ATTN_MAX_PART + t] = s;
+        for (int i = 0; i < N; ++i) s = fmaf(qr[g][i], kf[u][i], s);
+#pragma unroll
+        for (int off = L / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0 && t < n) scores[g * ATTN_MAX_PART + t] = s;
+      }
     }
   }
   __syncthreads();
@@ -118,15 +128,28 @@ __device__ __forceinline__ void attn_impl(
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[g][i] = 0.f;
-  for (int t = group; t < n; t += TG) {
-    const i64 slot = slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
-    float vf[N];
-    Vec16<T>::load(v_cache + (slot * kv_heads + kvh) * D + lane * N, vf);
+  for (int t0 = 0; t0 < n; t0 += TG * U) {
+    float vf[U][N];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float p = scores[g * ATTN_MAX_PART + t];
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + u * TG + group;
+      if (t < n) {
+        const i64 slot =
+            slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
+        Vec16<T>::load(v_cache + (slot * kv_heads + kvh) * D + lane * N, vf[u]);
+      }
+    }
 #pragma unroll
-      for (int i = 0; i < N; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i]);
+    for (int u = 0; u < U; ++u) {
+      const int t = t0 + u * TG + group;
+      if (t < n) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float p = scores[g * ATTN_MAX_PART + t];
+#pragma unroll
+          for (int i = 0; i < N; ++i) acc[g][i] = fmaf(p, vf[u][i], acc[g][i]);
+        }
+      }
     }
   }
   if (TG > 1) {
