@@ -8,7 +8,7 @@
 //!   `requests.csv`'s column;
 //! - in `requests.csv`, intended arrival ≤ arrival ≤ admitted ≤ first token ≤ finish.
 //!
-//! Seeds are printed; `KVBENCH_SEED` replays one, `KVBENCH_PROP_CASES` widens (default 10).
+//! Seeds are printed; `KVBENCH_SEED` replays one, `KVBENCH_PROP_CASES` widens (default 30).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -163,7 +163,7 @@ fn random_sim_runs_keep_their_figures_consistent() {
             let n: u64 = std::env::var("KVBENCH_PROP_CASES")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .unwrap_or(10);
+                .unwrap_or(30);
             ((0..n).map(|i| 9_000 + i).collect(), false)
         }
     };

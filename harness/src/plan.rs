@@ -81,7 +81,7 @@ impl PlanInput {
             }
         }
         // The same rule scenarios follow (`scenario::check`): a KV head is never split.
-        if self.shape.kv_heads % self.shape.tp != 0 {
+        if !self.shape.kv_heads.is_multiple_of(self.shape.tp) {
             return Err(PlanError::TpDoesNotDivide {
                 tp: self.shape.tp,
                 kv_heads: self.shape.kv_heads,
