@@ -69,11 +69,26 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
         kvbench_cuda::launch::log2_block_size(b).context("kernel-bench --block-size")?;
     }
     cfg.shape.check().context("kernel-bench --model")?;
+    // The output folder is made (or refused) before any measurement, as on cpu.
+    let csv_path = match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join("kernel_bench.csv");
+            if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+                bail!(
+                    "{}: is not a regular file; refusing to replace it",
+                    path.display()
+                );
+            }
+            Some(path)
+        }
+        None => None,
+    };
     let gpu = Gpu::open().context("kernel-bench --backend cuda: no usable GPU")?;
     let res = bench::run(&gpu, &cfg).context("kernel-bench")?;
     print_table(&gpu, &cfg, &res);
-    if let Some(dir) = &args.out {
-        write_csv(dir, &cfg, &res)?;
+    if let Some(path) = &csv_path {
+        write_csv(path, &cfg, &res)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -127,14 +142,11 @@ fn print_table(gpu: &Gpu, cfg: &GpuBenchConfig, res: &GpuBenchResult) {
 }
 
 fn write_csv(
-    dir: &std::path::Path,
+    path: &std::path::Path,
     cfg: &GpuBenchConfig,
     res: &GpuBenchResult,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("kernel_bench.csv");
-    let ctx = || format!("writing {}", path.display());
-    let mut w = csv::Writer::from_path(&path).with_context(ctx)?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "backend",
         "cache",
@@ -151,8 +163,7 @@ fn write_csv(
         "rotating_copies",
         "partitions",
         "ceiling_gbytes_per_s",
-    ])
-    .with_context(ctx)?;
+    ])?;
     for r in &res.rows {
         w.write_record([
             "cuda".to_string(),
@@ -170,10 +181,13 @@ fn write_csv(
             r.rotating_copies.to_string(),
             r.partitions.to_string(),
             format!("{:.2}", res.ceiling_gbytes_per_s),
-        ])
-        .with_context(ctx)?;
+        ])?;
     }
-    w.flush().with_context(ctx)?;
+    let bytes = w
+        .into_inner()
+        .map_err(|e| anyhow::anyhow!("kernel_bench.csv: {e}"))?;
+    let text = String::from_utf8(bytes).context("kernel_bench.csv")?;
+    crate::results::staging::write_file_atomic(path, &text)?;
     println!("wrote {}", path.display());
     Ok(())
 }
