@@ -12,5 +12,6 @@ pub mod model;
 pub mod plan;
 pub mod results;
 pub mod scenario;
+pub mod sweep;
 pub mod units;
 pub mod workload;

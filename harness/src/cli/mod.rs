@@ -11,6 +11,7 @@ mod plan;
 mod run;
 mod scenario_cmd;
 mod suite;
+mod sweep;
 mod validate;
 
 use std::process::ExitCode;
@@ -41,6 +42,8 @@ pub enum Command {
     Run(run::Args),
     /// Run a set of scenarios and write one combined table.
     Suite(suite::Args),
+    /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
+    Sweep(sweep::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
@@ -67,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Scenario(c) => scenario_cmd::run(c),
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
+        Command::Sweep(a) => sweep::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
     };
