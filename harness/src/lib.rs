@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod cache;
 pub mod cli;
+pub mod compare;
 pub mod engine;
 pub mod metrics;
 pub mod model;

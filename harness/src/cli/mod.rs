@@ -5,7 +5,9 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod compare;
 mod fuzz;
+mod gate;
 mod kernel_bench;
 mod plan;
 mod run;
@@ -44,6 +46,10 @@ pub enum Command {
     Suite(suite::Args),
     /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
     Sweep(sweep::Args),
+    /// Compare two results folders (runs, suites or sweeps): change, 95% interval, significance.
+    Compare(compare::Args),
+    /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
+    Gate(gate::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
@@ -71,6 +77,8 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Gate(a) => gate::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
     };

@@ -67,6 +67,9 @@ pub struct SeedJson {
     pub lowest_failing_rps: Option<f64>,
     pub load_at_target: Option<f64>,
     pub throughput_at_target_tokens_per_s: Option<f64>,
+    /// This seed's brackets `[a, b]` (module doc): what a paired comparison of two sweeps reads.
+    pub rate_bracket_rps: Option<[f64; 2]>,
+    pub throughput_bracket_tokens_per_s: Option<[f64; 2]>,
     pub capped: bool,
     pub probes: usize,
 }
@@ -117,6 +120,12 @@ pub struct SweepJson {
 
 /// `[mean(a) − t·sd(a)/√n, mean(b) + t·sd(b)/√n]`, clamped at 0 (module doc).
 pub fn bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
+    let [lo, hi] = signed_bracket_interval(a, b);
+    [lo.max(0.0), hi]
+}
+
+/// [`bracket_interval`] without the clamp (for changes, which may be negative).
+pub fn signed_bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
     let half = |xs: &[f64]| {
         if xs.len() < 2 {
             0.0
@@ -128,7 +137,7 @@ pub fn bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
     };
     let (ma, _) = stats::mean_sd(a);
     let (mb, _) = stats::mean_sd(b);
-    [(ma - half(a)).max(0.0), mb + half(b)]
+    [ma - half(a), mb + half(b)]
 }
 
 fn probe_json(cache: &str, p: &Probe) -> ProbeJson {
@@ -203,6 +212,15 @@ fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
             lowest_failing_rps: s.fail_probe().map(|p| p.rate_rps(by)),
             load_at_target: s.pass_probe().map(|p| p.load),
             throughput_at_target_tokens_per_s: s.pass_probe().map(|p| p.throughput_tokens_per_s),
+            rate_bracket_rps: s.pass_probe().map(|p| {
+                let f = s.fail_probe().unwrap_or(p);
+                [p.rate_rps(by), f.rate_rps(by).max(p.rate_rps(by))]
+            }),
+            throughput_bracket_tokens_per_s: s.pass_probe().map(|p| {
+                let f = s.fail_probe().unwrap_or(p);
+                let (t0, t1) = (p.throughput_tokens_per_s, f.throughput_tokens_per_s);
+                [t0.min(t1), t0.max(t1)]
+            }),
             capped: s.capped,
             probes: s.probes.len(),
         })
