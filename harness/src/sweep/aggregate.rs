@@ -101,8 +101,9 @@ pub struct SweepJson {
     pub workload_hash: String,
     /// Of the base load on every seed, in `seeds` order.
     pub workload_hashes: Vec<String>,
-    /// blake3 of the scenario's name, model, traffic and SLO: what must match for two sweeps to be
-    /// comparable (the device, memory, cache and scheduler are what a comparison varies).
+    /// blake3 of the scenario's name, model shape, SLO and axis ([`definition_hash`]): with the
+    /// workload hashes, what must match for two sweeps to be comparable (the device, memory,
+    /// cache and scheduler are what a comparison varies).
     pub definition_hash: String,
     pub slo: SloJson,
     pub confidence: f64,
@@ -292,17 +293,32 @@ fn ratio(by: By, paged: &[&SeedSearch], contiguous: &[&SeedSearch]) -> (Option<f
     (Some(point), bracket_interval(&lo, &hi))
 }
 
-/// blake3 of the parts of a scenario two comparable sweeps must share.
-pub fn definition_hash(s: &crate::scenario::Scenario) -> Result<String, serde_json::Error> {
-    let v = serde_json::json!({
-        "name": s.name, "model": s.model, "traffic": s.traffic, "slo": s.slo,
+/// blake3 of what two comparable sweeps must share besides their workloads (whose hashes cover
+/// the traffic): the scenario's name, the model shape, the SLO and the swept axis. Built from
+/// named fields rather than the scenario's serde form, so a field added to the scenario schema
+/// elsewhere does not change it.
+pub fn definition_hash(s: &crate::scenario::Scenario, by: By) -> String {
+    let m = s.model_shape();
+    let model = m.map(|m| {
+        format!(
+            "{} layers={} q_heads={} kv_heads={} head_dim={} d_model={} ffn_dim={} vocab={} weights={:?} kv={:?} tp={}",
+            m.name, m.layers, m.q_heads, m.kv_heads, m.head_dim, m.d_model, m.ffn_dim, m.vocab,
+            m.weight_dtype, m.kv_dtype, m.tp
+        )
     });
-    Ok(blake3::hash(serde_json::to_string(&v)?.as_bytes())
-        .to_hex()
-        .to_string())
+    let text = format!(
+        "kvbench sweep definition v1\nname={}\nmodel={}\nslo.ttft_p99_ms={:?}\nslo.itl_p99_ms={:?}\nslo.attainment={:?}\nby={}\n",
+        s.name,
+        model.unwrap_or_default(),
+        s.slo.ttft_p99_ms.map(f64::to_bits),
+        s.slo.itl_p99_ms.map(f64::to_bits),
+        s.slo.attainment.to_bits(),
+        by.name()
+    );
+    blake3::hash(text.as_bytes()).to_hex().to_string()
 }
 
-pub fn build(sweep: &Sweep) -> Result<SweepJson, serde_json::Error> {
+pub fn build(sweep: &Sweep) -> SweepJson {
     let by = sweep.config.search.by;
     let of =
         |mode| -> Vec<&SeedSearch> { sweep.searches.iter().filter(|s| s.mode == mode).collect() };
@@ -326,7 +342,7 @@ pub fn build(sweep: &Sweep) -> Result<SweepJson, serde_json::Error> {
         }
     }
     let slo = &sweep.scenario.slo;
-    Ok(SweepJson {
+    SweepJson {
         scenario: sweep.scenario.name.clone(),
         backend: sweep.backend.into(),
         by,
@@ -334,7 +350,7 @@ pub fn build(sweep: &Sweep) -> Result<SweepJson, serde_json::Error> {
         precision_pct: sweep.config.search.precision * 100.0,
         workload_hash: workload_hashes.first().cloned().unwrap_or_default(),
         workload_hashes,
-        definition_hash: definition_hash(&sweep.scenario)?,
+        definition_hash: definition_hash(&sweep.scenario, by),
         slo: SloJson {
             ttft_p99_ms: slo.ttft_p99_ms,
             itl_p99_ms: slo.itl_p99_ms,
@@ -352,5 +368,5 @@ pub fn build(sweep: &Sweep) -> Result<SweepJson, serde_json::Error> {
         ratio_paged_over_contiguous_ci: ratio_ci,
         checks_ok: check_failures.is_empty(),
         check_failures,
-    })
+    }
 }

@@ -132,7 +132,7 @@ pub fn run(s: &Scenario, config: &SweepConfig) -> Result<Sweep, SweepError> {
 /// Write `sweep.json` and `sweep.md` of `sweep` into `out` (atomically: a temporary folder
 /// renamed into place; an existing folder is replaced only with `force`).
 pub fn write(sweep: &Sweep, out: &Path, force: bool) -> Result<aggregate::SweepJson, String> {
-    let json = aggregate::build(sweep).map_err(|e| e.to_string())?;
+    let json = aggregate::build(sweep);
     write::write_folder(&json, out, force)?;
     Ok(json)
 }
