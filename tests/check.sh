@@ -20,6 +20,17 @@ echo "== cargo test"
 echo "   NVRTC required: ${KVBENCH_REQUIRE_NVRTC:-0}"
 cargo test --workspace --locked
 
+# The merge gate (README "Throughput at a latency target, compare, gate"): a fresh sweep on the
+# deterministic sim backend against the committed baseline; exit 1 on a significant regression
+# beyond 5%, 2 when the workload or scenario definition no longer matches. It uses the binary
+# `cargo test` just built (its integration tests run it), so nothing is compiled again.
+echo "== gate: sim sweep against results/baseline/sim"
+kvbench="${CARGO_TARGET_DIR:-target}/debug/kvbench"
+"$kvbench" sweep scenarios/chat-8b-h200.toml --backend sim --seeds 2 --set traffic.requests=800 \
+  --out "${CARGO_TARGET_DIR:-target}/gate/chat-8b-h200" --force
+"$kvbench" gate --baseline results/baseline/sim/chat-8b-h200 \
+  --current "${CARGO_TARGET_DIR:-target}/gate/chat-8b-h200" --max-regression 5
+
 # The attention kernels pick AVX2+FMA micro-kernels where the CPU has them; rerun the kernel tests
 # with the slower paths forced, so the portable and AVX2-only code is checked here too.
 for path in portable avx2; do

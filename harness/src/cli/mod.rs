@@ -7,7 +7,9 @@
 
 mod cuda_check;
 mod doctor;
+mod compare;
 mod fuzz;
+mod gate;
 mod kernel_bench;
 mod kernel_bench_cuda;
 mod plan;
@@ -15,6 +17,7 @@ mod progress;
 mod run;
 mod scenario_cmd;
 mod suite;
+mod sweep;
 mod validate;
 
 use std::process::ExitCode;
@@ -45,6 +48,12 @@ pub enum Command {
     Run(run::Args),
     /// Run a set of scenarios and write one combined table.
     Suite(suite::Args),
+    /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
+    Sweep(sweep::Args),
+    /// Compare two results folders (runs, suites or sweeps): change, 95% interval, significance.
+    Compare(compare::Args),
+    /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
+    Gate(gate::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
@@ -81,6 +90,9 @@ pub fn main() -> ExitCode {
         Command::Scenario(c) => scenario_cmd::run(c),
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Gate(a) => gate::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
         Command::Doctor(a) => doctor::run(a),
