@@ -7,7 +7,9 @@
 
 mod fuzz;
 mod kernel_bench;
+mod merge;
 mod plan;
+mod report_cmd;
 mod run;
 mod scenario_cmd;
 mod suite;
@@ -45,6 +47,10 @@ pub enum Command {
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// (Re)render report.html for results folders (run, sweep or suite).
+    Report(report_cmd::Args),
+    /// Combine `suite --shard K/N` folders into one suite.
+    Merge(merge::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -69,6 +75,8 @@ pub fn main() -> ExitCode {
         Command::Suite(a) => suite::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Report(a) => report_cmd::run(a),
+        Command::Merge(a) => merge::run(a),
     };
     match result {
         Ok(code) => code,

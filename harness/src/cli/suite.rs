@@ -2,6 +2,8 @@
 //! suited to the backend — the `quick-*` ones on cpu, all on sim) and write one combined table,
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
 //! output folder: per-scenario folders in it are replaced. A progress bar shows on a terminal.
+//! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
+//! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -12,7 +14,9 @@ use anyhow::Context;
 use crate::backend::BackendKind;
 use crate::cli::run::{load_all, run_one, RunFlags};
 use crate::cli::ExitStatus;
-use crate::results::Experiment;
+use crate::results::suite::{self, CellResult, PlanItem, Shard, SuiteMeta};
+use crate::results::{html, Experiment};
+use crate::scenario::Scenario;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -21,6 +25,13 @@ pub struct Args {
     /// Output folder for the per-scenario folders and the combined table.
     #[arg(long, value_name = "DIR", default_value = "results/latest")]
     pub out: PathBuf,
+    /// Seeds per scenario: the scenario's (or --seed's) and the N-1 after it.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub seeds: u32,
+    /// Run only shard K of N (K 0-based) of the (scenario, block size, seed) cells; combine the
+    /// shard folders with `kvbench merge`.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
     #[command(flatten)]
     pub flags: RunFlags,
 }
@@ -47,7 +58,7 @@ pub fn default_scenarios(kind: BackendKind) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok";
+pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok,block_size";
 
 fn rows(exp: &Experiment) -> Vec<Vec<String>> {
     let checks_ok = exp.failures().is_empty();
@@ -80,7 +91,29 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
                 format!("{hit:.4}"),
                 rec.reclamation.ok.to_string(),
                 checks_ok.to_string(),
+                exp.scenario.block_size().to_string(),
             ]
+        })
+        .collect()
+}
+
+/// Per scenario, one loaded copy per block size it lists (`cache.block_size = [..]`).
+fn block_size_variants(
+    path: &std::path::Path,
+    s: &Scenario,
+    overrides: &[String],
+) -> anyhow::Result<Vec<Scenario>> {
+    let sizes = s.cache.block_size.as_slice();
+    if sizes.len() == 1 {
+        return Ok(vec![s.clone()]);
+    }
+    sizes
+        .iter()
+        .map(|b| {
+            let mut o = overrides.to_vec();
+            o.push(format!("cache.block_size={b}"));
+            let mut v = load_all(&[path.to_path_buf()], &o)?;
+            v.pop().context("scenario did not load")
         })
         .collect()
 }
@@ -96,8 +129,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no scenarios to run");
     }
     let scenarios = load_all(&paths, &args.flags.overrides)?;
+    let mut items = Vec::new();
+    let mut variants: Vec<Vec<Scenario>> = Vec::new();
+    for (p, s) in paths.iter().zip(&scenarios) {
+        let base = args.flags.seed.unwrap_or(s.seed);
+        let seeds = (0..u64::from(args.seeds))
+            .map(|i| base.checked_add(i))
+            .collect::<Option<Vec<u64>>>()
+            .context("--seeds: the seeds overflow u64")?;
+        items.push(PlanItem {
+            scenario: s.name.clone(),
+            block_sizes: s.cache.block_size.as_slice().to_vec(),
+            seeds,
+        });
+        variants.push(block_size_variants(p, s, &args.flags.overrides)?);
+    }
+    let cells = suite::plan(&items).map_err(anyhow::Error::msg)?;
+    let scenario_json = variants
+        .iter()
+        .flatten()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    let backend = opts.backend.resolve().name();
+    let plan_hash = suite::plan_hash(&cells, &scenario_json, backend, &format!("{opts:?}"));
+    let selected: Vec<&suite::Cell> = cells
+        .iter()
+        .filter(|c| match args.shard {
+            Some(s) => s.owns(c),
+            None => true,
+        })
+        .collect();
     let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(scenarios.len() as u64);
+        let b = indicatif::ProgressBar::new(selected.len() as u64);
         if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
             b.set_style(style);
         }
@@ -105,15 +168,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let mut table: Vec<Vec<String>> = Vec::new();
-    let mut failed = Vec::new();
-    for s in &scenarios {
+    let mut results = Vec::new();
+    for cell in &selected {
         if let Some(b) = &bar {
-            b.set_message(s.name.clone());
+            b.set_message(cell.dir.clone());
         }
-        let (exp, failures) = run_one(s, &opts, &args.out.join(&s.name), true)?;
-        table.extend(rows(&exp));
-        failed.extend(failures.into_iter().map(|f| format!("{}: {f}", s.name)));
+        let item = items
+            .iter()
+            .position(|i| i.scenario == cell.scenario)
+            .context("cell of no scenario")?;
+        let bs = items[item]
+            .block_sizes
+            .iter()
+            .position(|&b| b == cell.block_size)
+            .context("cell of no block size")?;
+        let s = &variants[item][bs];
+        let cell_opts = crate::results::RunOptions {
+            seed: Some(cell.seed),
+            ..opts.clone()
+        };
+        let (exp, failures) = run_one(s, &cell_opts, &args.out.join(&cell.dir), true)?;
+        results.push(CellResult {
+            index: cell.index,
+            rows: rows(&exp),
+            failures,
+        });
         if let Some(b) = &bar {
             b.inc(1);
         }
@@ -121,25 +200,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let mut csv = format!("{CSV_HEADER}\n");
-    for r in &table {
-        csv.push_str(&r.join(","));
-        csv.push('\n');
-    }
-    let head: Vec<&str> = CSV_HEADER.split(',').collect();
-    let mut md = format!(
-        "# kvbench suite\n\n| {} |\n|{}\n",
-        head.join(" | "),
-        " --- |".repeat(head.len())
-    );
-    for r in &table {
-        md.push_str(&format!("| {} |\n", r.join(" | ")));
-    }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
-    write_atomic(&args.out.join("suite.csv"), &csv)?;
-    write_atomic(&args.out.join("suite.md"), &md)?;
+    let meta = SuiteMeta {
+        format: suite::FORMAT,
+        revision: suite::revision(),
+        backend: backend.into(),
+        plan_hash,
+        shard: args.shard,
+        merged_from: Vec::new(),
+        header: CSV_HEADER.split(',').map(String::from).collect(),
+        plan: cells.clone(),
+        results,
+    };
+    let md = suite::write(&args.out, &meta)?;
+    html::write_suite_report(&args.out)?;
     print!("{md}");
     println!("wrote {}", args.out.join("suite.md").display());
+    let failed = meta.failures();
     if !failed.is_empty() {
         for f in &failed {
             eprintln!("check failed: {f}");
@@ -147,11 +223,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(anyhow::Error::new(ExitStatus(1)).context("one or more checks failed"));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).with_context(|| format!("{}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
-    Ok(())
 }

@@ -2,9 +2,9 @@
 //!
 //! Contract (field names fixed; fields may be added): `summary.json`, `requests.csv`,
 //! `trace.jsonl`, `report.md`, `environment.json`, plus `memory.csv` (the ledger timeline) and
-//! `trace.perfetto.json`. On `sim` every file but `environment.json` is byte-identical between two
-//! runs with one seed: times are integer nanoseconds, floats come from deterministic formatting,
-//! and nothing iterates a hash map.
+//! `trace.perfetto.json`, and `report.html` (see [`html`]). On `sim` every file but
+//! `environment.json` is byte-identical between two runs with one seed: times are integer
+//! nanoseconds, floats come from deterministic formatting, and nothing iterates a hash map.
 //!
 //! Writes are atomic: everything goes into a temporary folder beside the target, which is renamed
 //! into place only when complete; an existing folder is replaced only with `force`.
@@ -12,8 +12,11 @@
 pub mod env;
 pub mod experiment;
 pub mod fuzz;
+pub mod html;
 pub mod perfetto;
+pub mod plot;
 pub mod report;
+pub mod suite;
 pub mod summary;
 pub mod tables;
 pub mod trace;
@@ -33,6 +36,8 @@ pub enum ResultsError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Report(#[from] html::ReportError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
@@ -108,5 +113,7 @@ fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), Res
         serde_json::to_writer_pretty(&mut *w, &env::collect(exp.backend))?;
         writeln!(w)
     })?;
+    // Last, and from the files just written, so the page shows only what the folder holds.
+    html::write_run_report(dir)?;
     Ok(())
 }
