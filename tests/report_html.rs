@@ -226,6 +226,41 @@ fn a_suite_with_block_sizes_gets_a_trade_off_plot_and_cell_pages() {
 }
 
 #[test]
+fn report_renders_the_trimmed_reference_suite_from_its_table() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/reference/sim");
+    let dir = tmp.path().join("reference");
+    for entry in std::fs::read_dir(&src).expect("reference") {
+        let entry = entry.expect("entry");
+        let to = dir.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&to).expect("mkdir");
+            for f in std::fs::read_dir(entry.path()).expect("cell") {
+                let f = f.expect("file");
+                std::fs::copy(f.path(), to.join(f.file_name())).expect("copy");
+            }
+        } else {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            std::fs::copy(entry.path(), &to).expect("copy");
+        }
+    }
+    let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&dir.join("report.html"));
+    let rows = read(&dir.join("suite.csv")).lines().count() - 1;
+    assert_eq!(
+        html.matches("<tr>").count(),
+        rows + 1,
+        "one table row per suite.csv row"
+    );
+    assert_eq!(svg_count(&html), 2, "throughput and p99 TTFT bars");
+    assert!(
+        html.contains("<li>chat-8b-h200</li>"),
+        "trimmed cells listed without links"
+    );
+}
+
+#[test]
 fn report_refuses_a_folder_that_holds_no_results() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (code, text) = kvbench(&["report", tmp.path().to_str().expect("utf-8")]);

@@ -52,7 +52,7 @@ pub fn kind(dir: &Path) -> Option<Kind> {
 }
 
 /// (Re)render `dir/report.html` for whatever kind of folder `dir` is; for a suite, each of its
-/// cells' pages too. Returns the pages written.
+/// cells' pages too (those that kept their raw files). Returns the pages written.
 pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
     match kind(dir) {
         Some(Kind::Run) => Ok(vec![write_run_report(dir)?]),
@@ -60,7 +60,9 @@ pub fn write_report(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         Some(Kind::Suite) => {
             let mut pages = Vec::new();
             for cell in suite::cell_dirs(dir)? {
-                if kind(&cell) == Some(Kind::Run) {
+                // A trimmed cell (the committed reference keeps only summary.json and report.md)
+                // has no samples to plot; the suite page still lists it.
+                if kind(&cell) == Some(Kind::Run) && cell.join("requests.csv").is_file() {
                     pages.push(write_run_report(&cell)?);
                 }
             }

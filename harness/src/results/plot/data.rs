@@ -2,7 +2,7 @@
 //! `memory.csv`, `sweep.json`), so a report shows only what the folder holds and can be rendered
 //! again later, on another machine, from the folder alone.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -116,49 +116,106 @@ struct TraceLine {
     index: u32,
 }
 
+/// The value of `"key":` in one of our own JSON lines: the text up to the next `,`/`}` (or the
+/// string's contents, unquoted). `None` for anything unusual; the caller then parses the line
+/// properly.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(key)? + key.len();
+    let rest = line.get(at..)?;
+    if let Some(q) = rest.strip_prefix('"') {
+        let end = q.find('"')?;
+        let v = q.get(..end)?;
+        (!v.contains('\\')).then_some(v)
+    } else {
+        let end = rest.find([',', '}'])?;
+        let v = rest.get(..end)?;
+        (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')).then_some(v)
+    }
+}
+
+/// `(cache, request, event is "token", index, t_ns)` of a token line, read without a JSON parser
+/// (traces run to hundreds of megabytes); falls back to serde for anything unusual.
+fn token_line(line: &str) -> Result<(String, String, bool, u32, u64), String> {
+    let fast = || -> Option<(String, String, bool, u32, u64)> {
+        let event = field(line, "\"event\":")?;
+        Some((
+            field(line, "\"cache\":")?.to_string(),
+            field(line, "\"request\":")?.to_string(),
+            event == "token",
+            field(line, "\"index\":")?.parse().ok()?,
+            parse_ms_ns(field(line, "\"t_ms\":")?)?,
+        ))
+    };
+    if let Some(v) = fast() {
+        return Ok(v);
+    }
+    let e: TraceLine = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let t_ns = (e.t_ms * 1e6).round() as u64;
+    Ok((e.cache, e.request, e.event == "token", e.index, t_ns))
+}
+
+/// One cache mode's gaps so far, and per stream its last token's `(index, t_ns)`.
+#[derive(Default)]
+struct ModeGaps {
+    gaps: Vec<u64>,
+    last: HashMap<String, (u32, u64)>,
+}
+
 /// Inter-token gaps per cache mode from `trace.jsonl` (consecutive `first_token`/`token` events of
 /// one stream), sorted; `None` when the trace holds no `token` lines (written with
 /// `--trace-level requests`, or no stream produced a second token).
 pub fn itl_ns(dir: &Path) -> Result<Option<ByCache<Vec<u64>>>, FileError> {
     let path = dir.join("trace.jsonl");
     let file = std::fs::File::open(&path).map_err(|e| file_error(&path, e))?;
-    // (cache, request) -> (index, t_ns) of its tokens.
-    let mut tokens: BTreeMap<(String, String), Vec<(u32, u64)>> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    // Per cache mode: the gaps so far, and per stream its last token's (index, t_ns). The trace is
+    // time-ordered, so a stream's tokens come in index order; anything else is a broken file.
+    let mut out: ByCache<ModeGaps> = Vec::new();
     let mut any_token = false;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| file_error(&path, e))?;
+    let mut line = String::new();
+    let mut n = 0usize;
+    loop {
+        line.clear();
+        n += 1;
+        if reader
+            .read_line(&mut line)
+            .map_err(|e| file_error(&path, e))?
+            == 0
+        {
+            break;
+        }
         if !line.contains("token\"") {
             continue;
         }
-        let e: TraceLine = serde_json::from_str(&line)
-            .map_err(|e| file_error(&path, format!("line {}: {e}", n + 1)))?;
-        if e.event != "first_token" && e.event != "token" {
-            continue;
+        let (cache, request, is_token, index, t_ns) =
+            token_line(line.trim_end()).map_err(|e| file_error(&path, format!("line {n}: {e}")))?;
+        any_token |= is_token;
+        let ModeGaps { gaps, last } = entry(&mut out, &cache);
+        let prev = last.get(request.as_str()).copied();
+        match prev {
+            Some((i, t)) if i.checked_add(1) == Some(index) => gaps.push(t_ns.saturating_sub(t)),
+            None if index == 0 => {}
+            _ => {
+                return Err(file_error(
+                    &path,
+                    format!(
+                        "line {n}: {cache} request {request}: token {index} follows token {:?}",
+                        prev.map(|p| p.0)
+                    ),
+                ))
+            }
         }
-        any_token |= e.event == "token";
-        if !order.contains(&e.cache) {
-            order.push(e.cache.clone());
-        }
-        let t_ns = (e.t_ms * 1e6).round() as u64;
-        tokens
-            .entry((e.cache, e.request))
-            .or_default()
-            .push((e.index, t_ns));
+        last.insert(request, (index, t_ns));
     }
     if !any_token {
         return Ok(None);
     }
-    let mut out: ByCache<Vec<u64>> = order.into_iter().map(|c| (c, Vec::new())).collect();
-    for ((cache, _), mut ts) in tokens {
-        ts.sort_unstable();
-        let gaps = entry(&mut out, &cache);
-        gaps.extend(ts.windows(2).map(|w| w[1].1.saturating_sub(w[0].1)));
+    let mut result: ByCache<Vec<u64>> = Vec::with_capacity(out.len());
+    for (cache, ModeGaps { mut gaps, .. }) in out {
+        gaps.sort_unstable();
+        result.push((cache, gaps));
     }
-    for (_, v) in &mut out {
-        v.sort_unstable();
-    }
-    Ok(Some(out))
+    Ok(Some(result))
 }
 
 /// The KV ledger categories of `memory.csv`, bottom of the stack first.
@@ -296,7 +353,29 @@ pub fn sweep(dir: &Path) -> Result<Sweep, FileError> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_ms_ns;
+    use super::{parse_ms_ns, token_line};
+
+    #[test]
+    fn token_lines_parse_fast_and_fall_back_to_json() {
+        let ours =
+            r#"{"cache":"paged","t_ms":12.000345,"request":"17.2","event":"token","index":3}"#;
+        assert_eq!(
+            token_line(ours),
+            Ok(("paged".into(), "17.2".into(), true, 3, 12_000_345))
+        );
+        // Reordered, spaced and escaped: not our writer's shape, so serde reads it.
+        let other = r#"{ "event": "first_token", "index": 0, "request": "a\"b", "cache": "contiguous", "t_ms": 1.5 }"#;
+        assert_eq!(
+            token_line(other),
+            Ok(("contiguous".into(), "a\"b".into(), false, 0, 1_500_000))
+        );
+        assert!(token_line(r#"{"event":"token"}"#).is_err());
+        let spaced = r#"{"cache": "paged","t_ms":2.0,"request":"1","event":"token","index":1}"#;
+        assert_eq!(
+            token_line(spaced),
+            Ok(("paged".into(), "1".into(), true, 1, 2_000_000))
+        );
+    }
 
     #[test]
     fn millisecond_strings_parse_exactly() {
