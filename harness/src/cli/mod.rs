@@ -5,15 +5,17 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod compare;
 mod cuda_check;
 mod doctor;
-mod compare;
 mod fuzz;
 mod gate;
 mod kernel_bench;
 mod kernel_bench_cuda;
+mod merge;
 mod plan;
 mod progress;
+mod report_cmd;
 mod run;
 mod scenario_cmd;
 mod suite;
@@ -63,6 +65,10 @@ pub enum Command {
     Doctor(doctor::Args),
     /// The CUDA kernels against an f64 reference over the correctness grid (needs a GPU).
     CudaCheck(cuda_check::Args),
+    /// (Re)render report.html for results folders (run, sweep or suite).
+    Report(report_cmd::Args),
+    /// Combine `suite --shard K/N` folders into one suite.
+    Merge(merge::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -97,6 +103,8 @@ pub fn main() -> ExitCode {
         Command::KernelBench(a) => kernel_bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::CudaCheck(a) => cuda_check::run(a),
+        Command::Report(a) => report_cmd::run(a),
+        Command::Merge(a) => merge::run(a),
     };
     match result {
         Ok(code) => code,
