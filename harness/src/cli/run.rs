@@ -45,8 +45,8 @@ pub struct Args {
 /// How each scenario runs; shared by `run` and `suite`.
 #[derive(clap::Args, Debug)]
 pub struct RunFlags {
-    /// Where steps run: auto = cuda where this build has it and a device is usable, else cpu
-    /// (this build: cpu); sim = the cost model.
+    /// Where steps run: auto = cuda where it is built and usable on this machine, else cpu (saying
+    /// why on stderr); sim = the cost model.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Seed of the workload (and model weights), overriding the scenario's.
