@@ -1,30 +1,32 @@
 //! `kvbench suite [SCENARIOS...]`: run a set of scenarios (default: every `scenarios/*.toml`
 //! suited to the backend — the `quick-*` ones on cpu, all on sim) and write one combined table,
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
-//! output folder: per-scenario folders in it are replaced. A progress bar shows on a terminal.
+//! output folder, as `run` owns `results/latest`: results folders in it are replaced (never a
+//! file or a folder that holds no `summary.json`). A progress bar shows on a terminal.
 //! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
 //! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 
 use crate::backend::BackendKind;
-use crate::cli::run::{load_all, run_one, RunFlags};
+use crate::cli::progress::Progress;
+use crate::cli::run::{default_root, load_all, run_one, RunFlags};
 use crate::cli::ExitStatus;
 use crate::results::suite::{self, CellResult, PlanItem, Shard, SuiteMeta};
-use crate::results::{html, Experiment};
+use crate::results::{self, html, Experiment};
 use crate::scenario::Scenario;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Scenario files (default: scenarios/*.toml suited to the backend).
     pub scenarios: Vec<PathBuf>,
-    /// Output folder for the per-scenario folders and the combined table.
-    #[arg(long, value_name = "DIR", default_value = "results/latest")]
-    pub out: PathBuf,
+    /// Output folder for the per-scenario folders and the combined table (default results/latest,
+    /// or results/fault-<KIND> with --inject-fault). Results folders in it are replaced.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// Seeds per scenario: the scenario's (or --seed's) and the N-1 after it.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub seeds: u32,
@@ -159,20 +161,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => true,
         })
         .collect();
-    let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(selected.len() as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
-            b.set_style(style);
-        }
-        Some(b)
-    } else {
-        None
-    };
-    let mut results = Vec::new();
+    let out = args.out.clone().unwrap_or_else(|| default_root(opts.fault));
+    // Everything the suite will write is checked before the first cell runs.
+    let mut targets = Vec::with_capacity(selected.len());
     for cell in &selected {
-        if let Some(b) = &bar {
-            b.set_message(cell.dir.clone());
+        let dir = results::scenario_folder(&out, &cell.dir)?;
+        results::check_target(&dir, true)?;
+        targets.push(dir);
+    }
+    for table_file in ["suite.csv", "suite.md", "suite.json", "report.html"] {
+        let path = out.join(table_file);
+        if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+            anyhow::bail!(
+                "{}: is not a regular file; refusing to replace it",
+                path.display()
+            );
         }
+    }
+    let progress = Progress::new(selected.len());
+    let mut results = Vec::new();
+    for (cell, dir) in selected.iter().zip(&targets) {
+        progress.start(&cell.dir);
         let item = items
             .iter()
             .position(|i| i.scenario == cell.scenario)
@@ -187,19 +196,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             seed: Some(cell.seed),
             ..opts.clone()
         };
-        let (exp, failures) = run_one(s, &cell_opts, &args.out.join(&cell.dir), true)?;
+        let (exp, failures) = run_one(s, &cell_opts, dir, true)?;
         results.push(CellResult {
             index: cell.index,
             rows: rows(&exp),
             failures,
         });
-        if let Some(b) = &bar {
-            b.inc(1);
-        }
+        progress.done_one();
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     let meta = SuiteMeta {
         format: suite::FORMAT,
         revision: suite::revision(),
@@ -211,10 +216,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         plan: cells.clone(),
         results,
     };
-    let md = suite::write(&args.out, &meta)?;
-    html::write_suite_report(&args.out)?;
+    let md = suite::write(&out, &meta)?;
+    html::write_suite_report(&out)?;
     print!("{md}");
-    println!("wrote {}", args.out.join("suite.md").display());
+    println!("wrote {}", out.join("suite.md").display());
     let failed = meta.failures();
     if !failed.is_empty() {
         for f in &failed {
