@@ -59,7 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let scenarios = load_all(&args.scenarios, &args.overrides)?;
     for s in &scenarios {
-        sweep::check(s, args.by)
+        sweep::check(s, args.by, args.max_extend)
             .map_err(|e| anyhow::Error::new(ExitStatus(2)).context(e.to_string()))?;
     }
     let mut failed = false;
