@@ -13,6 +13,11 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
+# Includes kernels/cuda/tests/nvrtc_compile.rs: every CUDA kernel program compiled by NVRTC for
+# sm_80 and sm_90, failing on any error or warning (SKIP where NVRTC is absent, unless
+# KVBENCH_REQUIRE_NVRTC=1, which .ci/run sets after installing the nvidia-cuda-nvrtc-cu12 wheel).
+# Tests that need a GPU print "SKIP: no CUDA device" and pass nothing.
+echo "   NVRTC required: ${KVBENCH_REQUIRE_NVRTC:-0}"
 cargo test --workspace --locked
 
 # The merge gate (README "Throughput at a latency target, compare, gate"): a fresh sweep on the
