@@ -218,3 +218,14 @@ fn concurrency_sweep_scales_clients() {
         }
     }
 }
+
+/// `--force` replaces a sweep folder, never a folder of something else.
+#[test]
+fn force_never_replaces_a_folder_that_is_not_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("precious.txt"), "keep").unwrap();
+    let (code, text, _) = sweep(dir.path(), &["--set", "traffic.requests=600"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("not a sweep folder"), "{text}");
+    assert!(dir.path().join("precious.txt").is_file());
+}
