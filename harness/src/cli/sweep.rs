@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::Context;
+
 use crate::backend::BackendKind;
 use crate::cli::run::load_all;
 use crate::cli::ExitStatus;
@@ -59,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let scenarios = load_all(&args.scenarios, &args.overrides)?;
     for s in &scenarios {
-        sweep::check(s, args.by)
+        sweep::check(s, args.by, args.max_extend)
             .map_err(|e| anyhow::Error::new(ExitStatus(2)).context(e.to_string()))?;
     }
     let mut failed = false;
@@ -89,12 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (Some(d), _) => d.join(&s.name),
             (None, _) => PathBuf::from("results/latest").join(format!("{}-sweep", s.name)),
         };
-        if out.exists() && !args.force {
-            anyhow::bail!(
-                "{}: output folder exists (use --force to replace it)",
-                out.display()
-            );
-        }
+        sweep::write::check_target(&out, args.force).map_err(|e| anyhow::anyhow!(e))?;
         let t0 = Instant::now();
         let result = sweep::run(s, &config).map_err(|e| {
             let code = e.exit_code();
@@ -102,10 +99,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })?;
         let probes: usize = result.searches.iter().map(|x| x.probes.len()).sum();
         let json = sweep::write(&result, &out, args.force).map_err(|e| anyhow::anyhow!(e))?;
+        let html = crate::results::html::write_sweep_report(&out)
+            .with_context(|| format!("{}: report.html", out.display()))?;
         print!("{}", sweep::write::summary_lines(&json));
         println!(
-            "wrote {} ({probes} probes, {:.2} s wall)",
+            "wrote {} and {} ({probes} probes, {:.2} s wall)",
             out.join("sweep.json").display(),
+            html.display(),
             t0.elapsed().as_secs_f64()
         );
         for f in &json.check_failures {

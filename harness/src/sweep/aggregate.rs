@@ -36,10 +36,13 @@ pub struct ProbeJson {
     pub achieved_rps: f64,
     pub throughput_tokens_per_s: f64,
     pub ttft_p99_ms: f64,
-    /// `null` on a side the sample is too small to bound.
-    pub ttft_p99_ms_ci: [Option<f64>; 2],
+    /// `[low, high]`; `null` when the sample is too small to bound both ends (then
+    /// `ttft_p99_ms_ci_ends` holds the end that is bounded).
+    pub ttft_p99_ms_ci: Option<[f64; 2]>,
+    pub ttft_p99_ms_ci_ends: [Option<f64>; 2],
     pub itl_p99_ms: f64,
-    pub itl_p99_ms_ci: [Option<f64>; 2],
+    pub itl_p99_ms_ci: Option<[f64; 2]>,
+    pub itl_p99_ms_ci_ends: [Option<f64>; 2],
     pub attainment: f64,
     pub attainment_ci: [f64; 2],
     pub samples: u64,
@@ -141,6 +144,10 @@ pub fn signed_bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
     [ma - half(a), mb + half(b)]
 }
 
+fn both(ends: [Option<f64>; 2]) -> Option<[f64; 2]> {
+    Some([ends[0]?, ends[1]?])
+}
+
 fn probe_json(cache: &str, p: &Probe) -> ProbeJson {
     let p99 = |h: &LatencyHist| {
         let r = stats::quantile_rank_interval(h.count(), stats::P99, stats::CONFIDENCE);
@@ -160,9 +167,11 @@ fn probe_json(cache: &str, p: &Probe) -> ProbeJson {
         achieved_rps: p.achieved_rps,
         throughput_tokens_per_s: p.throughput_tokens_per_s,
         ttft_p99_ms,
-        ttft_p99_ms_ci: ttft_ci,
+        ttft_p99_ms_ci: both(ttft_ci),
+        ttft_p99_ms_ci_ends: ttft_ci,
         itl_p99_ms,
-        itl_p99_ms_ci: itl_ci,
+        itl_p99_ms_ci: both(itl_ci),
+        itl_p99_ms_ci_ends: itl_ci,
         attainment: p.attainment.attainment,
         attainment_ci: p.attainment.ci,
         samples: p.samples,

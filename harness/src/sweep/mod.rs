@@ -80,8 +80,9 @@ pub struct Sweep {
     pub searches: Vec<SeedSearch>,
 }
 
-/// Refuse a scenario the sweep cannot judge, before any work.
-pub fn check(s: &Scenario, by: By) -> Result<(), SweepError> {
+/// Refuse a scenario the sweep cannot judge, before any work: no latency target, an arrival kind
+/// the axis cannot scale, or too few requests for any p99 claim even at the longest rerun.
+pub fn check(s: &Scenario, by: By, max_extend: u32) -> Result<(), SweepError> {
     if s.slo.ttft_p99_ms.is_none() && s.slo.itl_p99_ms.is_none() {
         return Err(SweepError::input(
             s,
@@ -91,12 +92,29 @@ pub fn check(s: &Scenario, by: By) -> Result<(), SweepError> {
         ));
     }
     load::base_load(s, by)?;
+    if let Some(n) = s.traffic.requests {
+        let floor = stats::p99_claim_floor(0);
+        let longest = u64::from(n) * u64::from(max_extend);
+        let kept = longest - 2 * (longest as f64 * window::TRIM_SHARE).floor() as u64;
+        if kept < floor {
+            return Err(SweepError::input(
+                s,
+                "traffic.requests",
+                &format!(
+                    "{n} requests (x{max_extend} at most, --max-extend) keep {kept} in the window \
+                     after the {}% trims: a p99 claim needs at least {floor} (MLPerf's floor); \
+                     raise traffic.requests or --max-extend",
+                    window::TRIM_SHARE * 100.0
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
 /// Sweep `s`: both cache modes on every seed, the searches in parallel.
 pub fn run(s: &Scenario, config: &SweepConfig) -> Result<Sweep, SweepError> {
-    check(s, config.search.by)?;
+    check(s, config.search.by, config.search.max_extend)?;
     let workload_hashes = config
         .seeds
         .iter()

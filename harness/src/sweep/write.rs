@@ -94,9 +94,9 @@ pub fn markdown(j: &SweepJson) -> String {
                 p.achieved_rps,
                 p.throughput_tokens_per_s,
                 p.ttft_p99_ms,
-                ci(p.ttft_p99_ms_ci, 1),
+                ci(p.ttft_p99_ms_ci_ends, 1),
                 p.itl_p99_ms,
-                ci(p.itl_p99_ms_ci, 1),
+                ci(p.itl_p99_ms_ci_ends, 1),
                 p.attainment,
                 p.attainment_ci[0],
                 p.attainment_ci[1],
@@ -147,14 +147,41 @@ fn io(p: &Path, e: std::io::Error) -> String {
     format!("{}: {e}", p.display())
 }
 
-/// Write both files into `out` via a temporary sibling folder renamed into place.
-pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String> {
-    if out.exists() && !force {
+/// May a sweep folder be written at `out`? Refused: a file or link there, an existing folder
+/// without `force`, and — whatever `force` says — a folder that is neither empty nor a sweep
+/// folder (holding `sweep.json`): that is someone's data.
+pub fn check_target(out: &Path, force: bool) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(out, e)),
+    };
+    if !meta.is_dir() {
+        return Err(format!("{}: exists and is not a folder", out.display()));
+    }
+    if !force {
         return Err(format!(
             "{}: output folder exists (use --force to replace it)",
             out.display()
         ));
     }
+    let empty = std::fs::read_dir(out)
+        .map_err(|e| io(out, e))?
+        .next()
+        .is_none();
+    if !empty && !out.join("sweep.json").is_file() {
+        return Err(format!(
+            "{}: not a sweep folder (no sweep.json); refusing to replace it",
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Write both files into `out` via a temporary sibling folder renamed into place; a replaced
+/// folder is moved aside first and removed only once the new one is in place.
+pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String> {
+    check_target(out, force)?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -164,6 +191,7 @@ pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String
         .file_name()
         .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().to_string());
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
     }
@@ -174,9 +202,12 @@ pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String
         std::fs::write(tmp.join("sweep.json"), text).map_err(|e| io(&tmp, e))?;
         std::fs::write(tmp.join("sweep.md"), markdown(j)).map_err(|e| io(&tmp, e))?;
         if out.exists() {
-            std::fs::remove_dir_all(out).map_err(|e| io(out, e))?;
+            std::fs::rename(out, &old).map_err(|e| io(out, e))?;
+            std::fs::rename(&tmp, out).map_err(|e| io(out, e))?;
+            std::fs::remove_dir_all(&old).map_err(|e| io(&old, e))
+        } else {
+            std::fs::rename(&tmp, out).map_err(|e| io(out, e))
         }
-        std::fs::rename(&tmp, out).map_err(|e| io(out, e))
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
