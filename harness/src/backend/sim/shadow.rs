@@ -49,7 +49,7 @@ pub struct ShadowReport {
     /// entries, swapped-in data, slots overwritten while a step read them). A stream's own
     /// writes are checked as they are made and kept valid by the reverse index.
     pub checked_slots: u64,
-    /// Slot writes that changed a tag (steps, copies, swap-ins).
+    /// Tags written (steps, copies, swap-ins).
     pub written_slots: u64,
     pub violations: u64,
     /// The first violations, in order.
@@ -472,6 +472,7 @@ impl Shadow {
                             self.unhold(u64::from(old[k]), idx, k as u32);
                             self.hold(u64::from(new[k]), idx, k as u32);
                             changed.push(k as u32);
+                            old[k] = new[k];
                         }
                     }
                 }
@@ -481,8 +482,8 @@ impl Shadow {
                 for (k, &b) in new.iter().enumerate().skip(common) {
                     self.hold(u64::from(b), idx, k as u32);
                 }
-                old.clear();
-                old.extend_from_slice(new);
+                old.truncate(common);
+                old.extend_from_slice(&new[common..]);
                 let mapped = (n_chunks as u32 * bs).min(n_read);
                 let n_read = mapped.min(written_from);
                 changed.sort_unstable();
@@ -616,6 +617,15 @@ impl Shadow {
     /// through its own table). A change that a stream whose checked context covers the slot does
     /// not expect invalidates that stream's chunk, and queues the slot on its in-flight step.
     fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
+        let g = slot / u64::from(self.grain);
+        let holders = self.holders.as_ref().and_then(|h| h.get(g));
+        let own_chunk = match self.mode {
+            Some(CacheMode::Paged) => tag.pos / self.grain,
+            _ => u32::MAX,
+        };
+        // The writer reads its own position back: its expectation holds by construction.
+        let is_own = |h: &Holder| h.seq == own && (h.chunk == own_chunk || own_chunk == u32::MAX);
+        let foreign = holders.is_some_and(|hs| hs.iter().any(|h| !is_own(h)));
         let Some(t) = self.tags.get_mut(slot) else {
             let n = self.tags.len();
             self.violation(format!(
@@ -624,22 +634,16 @@ impl Shadow {
             ));
             return;
         };
-        if *t == tag {
-            return;
-        }
-        *t = tag;
         self.report.written_slots += 1;
-        let g = slot / u64::from(self.grain);
-        let Some(holders) = self.holders.as_ref().and_then(|h| h.get(g)) else {
+        // Nobody else's checked context covers the slot: a blind store (no load of the old tag,
+        // the common case, and the one that keeps the shadow cheap).
+        let changed = foreign && *t != tag;
+        *t = tag;
+        let Some(holders) = holders.filter(|_| changed) else {
             return;
-        };
-        let own_chunk = match self.mode {
-            Some(CacheMode::Paged) => tag.pos / self.grain,
-            _ => u32::MAX,
         };
         for h in holders {
-            // The writer reads its own position back: its expectation holds by construction.
-            if h.seq == own && (h.chunk == own_chunk || own_chunk == u32::MAX) {
+            if is_own(h) {
                 continue;
             }
             let r = &mut self.seqs[h.seq as usize];
