@@ -64,6 +64,9 @@ pub struct RunFlags {
     /// Check cache invariants every N steps (0: only after the run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub check_every: u32,
+    /// On sim: do not carry the shadow KV payload that checks every read (summary.json says so).
+    #[arg(long)]
+    pub no_shadow: bool,
 }
 
 impl RunFlags {
@@ -74,6 +77,7 @@ impl RunFlags {
             fault: parse_fault(self.inject_fault.as_deref())?,
             trace_tokens: self.trace_level == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
+            shadow: !self.no_shadow,
         })
     }
 }
