@@ -175,6 +175,40 @@ fn report_renders_a_sweep_folder_from_sweep_json_alone() {
 }
 
 #[test]
+fn a_sweep_over_block_sizes_plots_throughput_at_target_per_size() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("sweep");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep/sweep.json");
+    let mut sweep: serde_json::Value = serde_json::from_str(&read(&fixture)).expect("fixture");
+    // One run per mode and block size: the fixture's runs at 16, scaled copies at 8 and 32.
+    let base = sweep["runs"].as_array().expect("runs").clone();
+    let mut runs = Vec::new();
+    for (bs, scale) in [(8u32, 0.9), (16, 1.0), (32, 0.95)] {
+        for r in &base {
+            let mut r = r.clone();
+            r["block_size"] = bs.into();
+            let t = r["throughput_at_target_tokens_per_s"]
+                .as_f64()
+                .expect("tput");
+            r["throughput_at_target_tokens_per_s"] = (t * scale).into();
+            runs.push(r);
+        }
+    }
+    sweep["runs"] = runs.into();
+    std::fs::write(dir.join("sweep.json"), sweep.to_string()).expect("write");
+    let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&dir.join("report.html"));
+    assert!(
+        html.contains("Block size against throughput at target"),
+        "{html}"
+    );
+    assert_eq!(svg_count(&html), 3);
+    assert!(html.contains("<h3>paged bs32</h3>"));
+}
+
+#[test]
 fn a_suite_with_block_sizes_gets_a_trade_off_plot_and_cell_pages() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("suite");

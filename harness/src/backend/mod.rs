@@ -17,7 +17,7 @@ pub mod sim;
 
 use std::path::PathBuf;
 
-use kvbench_cache_api::{CopyOp, KvCacheManager, SeqId};
+use kvbench_cache_api::{CopyOp, KvCacheManager, ScopeKey, SeqId};
 use serde::{Deserialize, Serialize};
 
 use crate::model::ModelShape;
@@ -134,8 +134,14 @@ pub trait Backend {
     /// per stream and compares paged against contiguous).
     fn computes(&self) -> bool;
 
-    /// A new sequence with its prompt; called before its first step.
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError>;
+    /// A new sequence with its prompt and its prefix-reuse scope (`None`: it shares with no other
+    /// request); called before its first step. Continuations inherit their parent's scope.
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError>;
     /// `child` continues `parent` after the step that sampled the parent's first token has been
     /// submitted. Continuation k takes the rank-k token at that position (so continuations
     /// diverge even under greedy decoding); the token is returned.

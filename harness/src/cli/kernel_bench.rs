@@ -13,8 +13,7 @@ use kvbench_kernels::AttnDims;
 /// The backends with attention kernels in this build (the others exit 2, so they are not offered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum KernelBackend {
-    /// The best backend with attention kernels in this build and a usable device (this build:
-    /// cpu).
+    /// The cpu kernels (cuda runs only when named).
     Auto,
     Cpu,
     /// The CUDA kernels (needs a GPU; exits 2 naming what is missing otherwise).

@@ -84,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 fault: None,
                 trace_tokens: false,
                 invariant_check_every: args.check_every,
+                shadow: true,
             },
         };
         let out = match (&args.out, scenarios.len()) {

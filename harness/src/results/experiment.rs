@@ -4,7 +4,9 @@
 
 use kvbench_cache_api::{CacheMode, Fault};
 
-use crate::backend::{self, BackendKind, RunSetup};
+use crate::backend::sim::shadow::ShadowReport;
+use crate::backend::sim::SimBackend;
+use crate::backend::{self, Backend, BackendKind, RunSetup};
 use crate::engine::{self, EngineConfig, RunRecord};
 use crate::metrics::{self, RunMetrics};
 use crate::scenario::Scenario;
@@ -20,6 +22,8 @@ pub struct RunOptions {
     pub trace_tokens: bool,
     /// `check_invariants` every n steps (1 = every step; 0 = only at the end).
     pub invariant_check_every: u32,
+    /// Carry the shadow KV payload on `sim` (`--no-shadow` turns it off).
+    pub shadow: bool,
 }
 
 impl Default for RunOptions {
@@ -30,6 +34,7 @@ impl Default for RunOptions {
             fault: None,
             trace_tokens: true,
             invariant_check_every: 1,
+            shadow: true,
         }
     }
 }
@@ -37,6 +42,11 @@ impl Default for RunOptions {
 pub struct ModeRun {
     pub record: RunRecord,
     pub metrics: RunMetrics,
+    /// Times the planted fault took effect in this run (0 without one; the contiguous run never
+    /// has one armed).
+    pub fault_fired: u64,
+    /// The shadow payload's findings, on `sim` unless it was switched off.
+    pub shadow: Option<ShadowReport>,
 }
 
 pub struct Experiment {
@@ -47,6 +57,9 @@ pub struct Experiment {
     pub kv_bytes_per_token: u64,
     pub kv_budget_bytes: u64,
     pub fault: Option<Fault>,
+    /// Whether `sim` carried the shadow payload (false with `--no-shadow`; always false on other
+    /// backends).
+    pub shadow: bool,
     /// Paged first, then contiguous.
     pub runs: Vec<ModeRun>,
     /// On compute backends: the first stream whose greedy tokens differ between the modes.
@@ -84,6 +97,15 @@ impl Experiment {
                     r.record.reclamation.detail
                 ));
             }
+            if let Some(sh) = &r.shadow {
+                if sh.violations > 0 {
+                    out.push(format!(
+                        "{mode}: shadow payload: {} bad reads; first: {}",
+                        sh.violations,
+                        sh.messages.first().map_or("", String::as_str)
+                    ));
+                }
+            }
             if let Some(n) = r.record.numerics {
                 if !n.ok {
                     out.push(format!(
@@ -96,7 +118,21 @@ impl Experiment {
         if let Some(m) = &self.token_mismatch {
             out.push(format!("paged vs contiguous tokens differ: {m}"));
         }
+        if let Some(f) = self.fault {
+            if self.fault_fired() == 0 {
+                out.push(format!(
+                    "{} never fired: {}, so the run proves nothing",
+                    f.name(),
+                    f.precondition()
+                ));
+            }
+        }
         out
+    }
+
+    /// Times the planted fault took effect, over both runs.
+    pub fn fault_fired(&self) -> u64 {
+        self.runs.iter().map(|r| r.fault_fired).sum()
     }
 
     pub fn run(&self, mode: CacheMode) -> Option<&ModeRun> {
@@ -180,7 +216,17 @@ pub fn run_mode(
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
     };
-    let mut be = backend::create(setup.kind, &run_setup)?;
+    // `sim` is kept concrete so its shadow report can be read after the run.
+    let mut sim: Option<SimBackend> = None;
+    let mut other: Option<Box<dyn Backend>> = None;
+    let be: &mut dyn Backend = if setup.kind == BackendKind::Sim {
+        let b = SimBackend::new(&run_setup)?;
+        sim.insert(if opts.shadow { b.with_shadow()? } else { b })
+    } else {
+        other
+            .insert(backend::create(setup.kind, &run_setup)?)
+            .as_mut()
+    };
     let backend_name = be.name();
     let mut cache = crate::cache::build(
         mode,
@@ -209,14 +255,20 @@ pub fn run_mode(
             None
         },
     };
-    let record = engine::run(&cfg, workload, cache.as_mut(), be.as_mut()).map_err(|source| {
+    let record = engine::run(&cfg, workload, cache.as_mut(), be).map_err(|source| {
         ExperimentError::Engine {
             mode: mode.name(),
             source,
         }
     })?;
     let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
-    Ok((ModeRun { record, metrics }, backend_name))
+    let run = ModeRun {
+        record,
+        metrics,
+        fault_fired: cache.fault_fired(),
+        shadow: sim.as_ref().and_then(SimBackend::shadow_report),
+    };
+    Ok((run, backend_name))
 }
 
 /// Run `scenario` in both cache modes.
@@ -243,6 +295,7 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         kv_bytes_per_token: setup.kv_bytes_per_token,
         kv_budget_bytes: setup.kv_budget_bytes,
         fault: opts.fault,
+        shadow: setup.kind == BackendKind::Sim && opts.shadow,
         runs,
         token_mismatch,
     })

@@ -34,7 +34,7 @@ pub use staging::{check_target, scenario_folder, Staging};
 pub enum ResultsError {
     #[error("{}: output folder exists (use --force to replace it)", .0.display())]
     Exists(PathBuf),
-    #[error("{}: is not a folder; refusing to replace it", .0.display())]
+    #[error("{}: not a folder (a file or a link); refusing to replace it", .0.display())]
     NotAFolder(PathBuf),
     #[error(
         "{}: holds files but no summary.json (not a kvbench results folder); refusing to replace it",

@@ -70,6 +70,18 @@ impl SourceMap {
             .map(|e| e.path.clone())
     }
 
+    /// The deepest table whose span encloses all of `span` (empty for the top level): the
+    /// parent of a key reported missing there. Unlike [`SourceMap::key_at`], a span over the whole
+    /// document is not mistaken for its first key.
+    pub fn key_enclosing(&self, span: &Range<usize>) -> String {
+        self.entries
+            .iter()
+            .filter(|e| e.span.start <= span.start && span.end <= e.span.end.max(e.span.start + 1))
+            .max_by_key(|e| (e.path.matches('.').count(), e.key_start))
+            .map(|e| e.path.clone())
+            .unwrap_or_default()
+    }
+
     /// The deepest key whose key-and-value span holds `offset` (empty for the top level).
     pub fn key_at(&self, offset: usize) -> String {
         self.entries
@@ -181,6 +193,17 @@ mod tests {
         assert_eq!(map.key_at(off), "traffic.prompt_tokens.value");
         let off = TEXT.find("\"burst\"").unwrap_or(0);
         assert_eq!(map.key_at(off), "traffic.arrival.kind");
+    }
+
+    #[test]
+    fn a_span_over_the_whole_document_is_the_top_level() {
+        let text = "a = 1\nb = 2\n";
+        let map = SourceMap::parse(text).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(map.key_enclosing(&(0..text.len())), "");
+        assert_eq!(map.key_at(0), "a");
+        let map = SourceMap::parse(TEXT).unwrap_or_else(|e| panic!("{e:?}"));
+        let header = TEXT.find("[traffic.arrival]").unwrap_or(0);
+        assert_eq!(map.key_enclosing(&(header..header + 17)), "traffic.arrival");
     }
 
     #[test]

@@ -144,19 +144,27 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let s = data::sweep(dir)?;
     let title = format!("kvbench sweep: {}", s.scenario);
     let mut body = format!("<h1>{}</h1>\n", esc(&title));
-    let target =
-        |v: Option<f64>, unit: &str| v.map_or("not stated".into(), |v| format!("{v}{unit}"));
+    let stated: Vec<String> = [
+        ("p99 TTFT ≤", s.slo.ttft_p99_ms, " ms"),
+        ("p99 inter-token gap ≤", s.slo.itl_p99_ms, " ms"),
+        ("attainment ≥", s.slo.attainment, ""),
+    ]
+    .iter()
+    .filter_map(|(what, v, unit)| v.map(|v| format!("{what} {v}{unit}")))
+    .collect();
     body.push_str(&format!(
         "<p>backend <code>{}</code>, by {}, seeds {:?}, precision {}%, workload <code>{}</code>; \
-         SLO: p99 TTFT ≤ {}, p99 inter-token gap ≤ {}, attainment ≥ {}</p>\n",
+         SLO: {}</p>\n",
         esc(&s.backend),
         esc(&s.by),
         s.seeds,
         num(s.precision_pct, 1),
         esc(&s.workload_hash),
-        target(s.slo.ttft_p99_ms, " ms"),
-        target(s.slo.itl_p99_ms, " ms"),
-        target(s.slo.attainment, ""),
+        esc(&if stated.is_empty() {
+            "none stated".to_string()
+        } else {
+            stated.join(", ")
+        }),
     ));
     body.push_str(&summary_table(&s));
     body.push_str(&format!(
@@ -214,6 +222,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
             series: &series,
             slo: plot.slo,
             targets: &targets,
+            log_ok: i != 2,
         })?;
         body.push_str(&figure(
             &svg,
