@@ -312,15 +312,15 @@ fn closed_loop_burst_and_duration() {
 }
 
 #[test]
-fn trace_arrivals_are_a_clear_error() {
+fn a_missing_trace_file_is_a_clear_error() {
     let s = scenario(&[
         "traffic.arrival={ kind = \"trace\", path = \"t.jsonl\", format = \"mooncake\" }",
     ]);
     match workload::generate(&s, 1) {
-        Err(e @ WorkloadError::TraceNotYet { .. }) => {
+        Err(e @ WorkloadError::Trace(_)) => {
             assert!(e.to_string().contains("t.jsonl"), "{e}")
         }
-        other => panic!("expected TraceNotYet, got {other:?}"),
+        other => panic!("expected a trace error, got {other:?}"),
     }
 }
 

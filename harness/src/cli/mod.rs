@@ -11,6 +11,7 @@ mod plan;
 mod run;
 mod scenario_cmd;
 mod suite;
+mod trace_cmd;
 mod validate;
 
 use std::process::ExitCode;
@@ -45,6 +46,9 @@ pub enum Command {
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// Inspect request traces (Azure, BurstGPT, Mooncake, plain CSV).
+    #[command(subcommand)]
+    Trace(trace_cmd::Command),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -69,6 +73,7 @@ pub fn main() -> ExitCode {
         Command::Suite(a) => suite::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Trace(c) => trace_cmd::run(c),
     };
     match result {
         Ok(code) => code,

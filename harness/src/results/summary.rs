@@ -13,6 +13,9 @@ pub struct Summary {
     pub backend: String,
     pub seed: u64,
     pub workload_hash: String,
+    /// The replayed trace (path, format, rows, blake3, what was skipped), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::workload::TraceInfo>,
     pub fault: Option<String>,
     /// All checks of the run: invariants, reclamation, numerics, cross-mode tokens.
     pub checks: Checks,
@@ -93,6 +96,7 @@ pub fn build(exp: &Experiment) -> Summary {
         backend: exp.backend.to_string(),
         seed: exp.seed,
         workload_hash: exp.workload.workload_hash.clone(),
+        trace: exp.workload.trace.clone(),
         fault: exp.fault.map(|f| f.name().to_string()),
         checks: Checks {
             ok: failures.is_empty(),

@@ -133,8 +133,15 @@ impl RequestNeed {
 pub fn request_need(s: &Scenario, shape: &ModelShape) -> Result<RequestNeed, KeyProblem> {
     let msl = s.cache.max_seq_len;
     let t = &s.traffic;
-    let prompt = length_range(s, &t.prompt_tokens, "traffic.prompt_tokens", msl)?;
-    let output = length_range(s, &t.output_tokens, "traffic.output_tokens", msl)?;
+    // A trace's lengths are known only when it is read, and a conversation grows to the limit:
+    // both need room for one `max_seq_len` request (longer trace rows are rejected and counted).
+    let whole = LengthRange { lo: 1, hi: msl };
+    let range = |d: &Option<LengthDist>, key: &str| match d {
+        Some(d) if t.sessions.is_none() => length_range(s, d, key, msl),
+        _ => Ok(whole),
+    };
+    let prompt = range(&t.prompt_tokens, "traffic.prompt_tokens")?;
+    let output = range(&t.output_tokens, "traffic.output_tokens")?;
     let prefix = t
         .shared_prefix
         .as_ref()

@@ -30,7 +30,7 @@ mod stream {
     pub const PREFIX_IDS: u64 = 1 << 32;
 }
 
-fn rng(seed: u64, stream: u64) -> ChaCha20Rng {
+pub(super) fn rng(seed: u64, stream: u64) -> ChaCha20Rng {
     let mut r = ChaCha20Rng::seed_from_u64(seed);
     r.set_stream(stream);
     r
@@ -48,11 +48,6 @@ pub fn prefix_tokens(seed: u64, group: u32, len: u32, vocab: u32) -> Vec<u32> {
 pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadError> {
     scenario.validate().map_err(WorkloadError::Scenario)?;
     let t = &scenario.traffic;
-    if let ArrivalSpec::Trace { path, .. } = &t.arrival {
-        return Err(WorkloadError::TraceNotYet {
-            path: scenario.resolve_path(path),
-        });
-    }
     let shape = scenario
         .model_shape()
         .ok_or_else(|| WorkloadError::Distribution {
@@ -60,13 +55,22 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
             message: "no model shape".into(),
         })?;
     let vocab = shape.vocab;
+    if let ArrivalSpec::Trace(spec) = &t.arrival {
+        return super::trace_workload(scenario, spec, seed, vocab);
+    }
+    let (Some(prompt_dist), Some(output_dist)) = (&t.prompt_tokens, &t.output_tokens) else {
+        return Err(WorkloadError::Distribution {
+            key: "traffic.prompt_tokens".into(),
+            message: "required (only a trace gives its own lengths)".into(),
+        });
+    };
     let msl = scenario.cache.max_seq_len;
 
     let arrivals = arrival_times(scenario, seed)?;
     let n = arrivals.len();
 
-    let prompt_len = LengthSampler::new(scenario, &t.prompt_tokens, "traffic.prompt_tokens")?;
-    let output_len = LengthSampler::new(scenario, &t.output_tokens, "traffic.output_tokens")?;
+    let prompt_len = LengthSampler::new(scenario, prompt_dist, "traffic.prompt_tokens")?;
+    let output_len = LengthSampler::new(scenario, output_dist, "traffic.output_tokens")?;
     let cancel = match &t.cancellation {
         Some(c) => Some((
             c,
@@ -160,6 +164,7 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
             output_tokens,
             samples,
             cancel: cancel_point,
+            session: None,
         });
     }
 
@@ -172,6 +177,7 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
         requests,
         closed_loop,
         workload_hash,
+        trace: None,
     })
 }
 
