@@ -168,6 +168,9 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
         });
     }
 
+    if let Some(spec) = &t.sessions {
+        requests = super::sessions::expand(scenario, spec, seed, vocab, requests)?;
+    }
     let closed_loop = match t.arrival {
         ArrivalSpec::ClosedLoop { clients, think_ms } => Some(ClosedLoop { clients, think_ms }),
         _ => None,

@@ -6,6 +6,7 @@
 mod generate;
 mod hash;
 mod sample;
+mod sessions;
 mod summary;
 pub mod trace;
 mod types;
