@@ -6,11 +6,13 @@
 pub mod backend;
 pub mod cache;
 pub mod cli;
+pub mod compare;
 pub mod engine;
 pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod results;
 pub mod scenario;
+pub mod sweep;
 pub mod units;
 pub mod workload;

@@ -12,6 +12,7 @@
 //! synchronous backend may do all its work in `submit` and merely return it from `complete`.
 
 pub mod cpu;
+pub mod cuda;
 pub mod sim;
 
 use std::path::PathBuf;
@@ -172,11 +173,12 @@ impl BackendKind {
         }
     }
 
-    /// The concrete backend `auto` stands for in this build: no `cuda` backend exists yet, so
-    /// `auto` is `cpu`. `sim` is only ever chosen explicitly.
+    /// The concrete backend `auto` stands for on this machine: `cuda` where it works, else
+    /// `cpu`, saying on stderr (once) why it fell back ([`cuda::resolve_auto`]). `sim` is only
+    /// ever chosen explicitly.
     pub fn resolve(self) -> BackendKind {
         match self {
-            BackendKind::Auto => BackendKind::Cpu,
+            BackendKind::Auto => cuda::resolve_auto(),
             k => k,
         }
     }
@@ -207,7 +209,7 @@ pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, B
     match kind.resolve() {
         BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
         BackendKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(setup)?)),
-        BackendKind::Cuda => Err(BackendError::NotBuilt("cuda")),
+        BackendKind::Cuda => cuda::create(),
         BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
     }
 }

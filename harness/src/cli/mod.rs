@@ -5,12 +5,19 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod compare;
+mod cuda_check;
+mod doctor;
 mod fuzz;
+mod gate;
 mod kernel_bench;
+mod kernel_bench_cuda;
 mod plan;
+mod progress;
 mod run;
 mod scenario_cmd;
 mod suite;
+mod sweep;
 mod trace_cmd;
 mod validate;
 
@@ -42,6 +49,12 @@ pub enum Command {
     Run(run::Args),
     /// Run a set of scenarios and write one combined table.
     Suite(suite::Args),
+    /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
+    Sweep(sweep::Args),
+    /// Compare two results folders (runs, suites or sweeps): change, 95% interval, significance.
+    Compare(compare::Args),
+    /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
+    Gate(gate::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
@@ -49,6 +62,11 @@ pub enum Command {
     /// Inspect request traces (Azure, BurstGPT, Mooncake, plain CSV).
     #[command(subcommand)]
     Trace(trace_cmd::Command),
+    /// What this machine offers: CPU, memory, CUDA driver, GPU, NVRTC, cuBLAS; compiles every
+    /// CUDA kernel for sm_80/sm_90 where NVRTC exists.
+    Doctor(doctor::Args),
+    /// The CUDA kernels against an f64 reference over the correctness grid (needs a GPU).
+    CudaCheck(cuda_check::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -65,19 +83,30 @@ impl std::error::Error for ExitStatus {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = crate::results::staging::install_interrupt_cleanup() {
+        eprintln!(
+            "warning: no interrupt handler ({e}): an interrupted run may leave a temporary folder"
+        );
+    }
     let result = match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Scenario(c) => scenario_cmd::run(c),
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Gate(a) => gate::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
         Command::Trace(c) => trace_cmd::run(c),
+        Command::Doctor(a) => doctor::run(a),
+        Command::CudaCheck(a) => cuda_check::run(a),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
+            crate::results::staging::wait_if_interrupted();
             eprintln!("error: {err:#}");
             let code = err
                 .chain()

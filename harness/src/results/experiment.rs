@@ -104,14 +104,26 @@ impl Experiment {
     }
 }
 
-/// Run `scenario` in both cache modes.
-pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment, ExperimentError> {
+/// What both cache modes of one experiment share: sizes derived from the scenario and backend.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub kind: BackendKind,
+    pub model: crate::model::ModelShape,
+    pub seed: u64,
+    pub scenario_dir: Option<std::path::PathBuf>,
+    pub kv_bytes_per_token: u64,
+    pub kv_budget_bytes: u64,
+    pub total_slots: u64,
+    pub workspace_bytes: Option<u64>,
+}
+
+/// Resolve the model shape, the KV budget and the slot count of `scenario` on `opts.backend`.
+pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, ExperimentError> {
     let kind = opts.backend.resolve();
     let model = scenario.model_shape().ok_or_else(|| {
         ExperimentError::Scenario("model: unknown preset or incomplete shape".into())
     })?;
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let workload = workload::generate(scenario, seed)?;
     let scenario_dir = scenario
         .source
         .as_deref()
@@ -136,59 +148,87 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         ),
         None => None,
     };
+    Ok(Setup {
+        kind,
+        model,
+        seed,
+        scenario_dir,
+        kv_bytes_per_token,
+        kv_budget_bytes,
+        total_slots,
+        workspace_bytes,
+    })
+}
+
+/// Run `workload` through one cache mode; returns the run and the backend's name.
+pub fn run_mode(
+    scenario: &Scenario,
+    setup: &Setup,
+    workload: &Workload,
+    opts: &RunOptions,
+    mode: CacheMode,
+) -> Result<(ModeRun, &'static str), ExperimentError> {
     let block_size = scenario.block_size();
-    let mut runs = Vec::new();
-    let mut backend_name = kind.name();
-    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        let setup = RunSetup {
-            model: model.clone(),
-            device: scenario.device.clone(),
-            scenario_dir: scenario_dir.clone(),
-            cache_slots: total_slots,
-            block_size,
-            seed,
-            max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
-            swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
-            workspace_bytes,
-        };
-        let mut be = backend::create(kind, &setup)?;
-        backend_name = be.name();
-        let mut cache = crate::cache::build(
-            mode,
-            total_slots,
-            block_size,
-            scenario.scheduler.prefix_cache,
-        );
-        let mut scheduler = scenario.scheduler.clone();
-        // Early reuse only shows while a step is in flight at release time: pipeline the steps.
-        if opts.fault == Some(Fault::EarlyReuse) {
-            scheduler.async_steps = true;
+    let run_setup = RunSetup {
+        model: setup.model.clone(),
+        device: scenario.device.clone(),
+        scenario_dir: setup.scenario_dir.clone(),
+        cache_slots: setup.total_slots,
+        block_size,
+        seed: setup.seed,
+        max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
+        swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
+        workspace_bytes: setup.workspace_bytes,
+    };
+    let mut be = backend::create(setup.kind, &run_setup)?;
+    let backend_name = be.name();
+    let mut cache = crate::cache::build(
+        mode,
+        setup.total_slots,
+        block_size,
+        scenario.scheduler.prefix_cache,
+    );
+    let mut scheduler = scenario.scheduler.clone();
+    // Early reuse only shows while a step is in flight at release time: pipeline the steps.
+    if opts.fault == Some(Fault::EarlyReuse) {
+        scheduler.async_steps = true;
+    }
+    let cfg = EngineConfig {
+        mode,
+        block_size: cache.block_size(),
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        max_seq_len: scenario.cache.max_seq_len,
+        reservation: scenario.cache.contiguous_reservation,
+        scheduler,
+        model_name: setup.model.name.clone(),
+        trace_tokens: opts.trace_tokens,
+        invariant_check_every: opts.invariant_check_every,
+        fault: if mode == CacheMode::Paged {
+            opts.fault
+        } else {
+            None
+        },
+    };
+    let record = engine::run(&cfg, workload, cache.as_mut(), be.as_mut()).map_err(|source| {
+        ExperimentError::Engine {
+            mode: mode.name(),
+            source,
         }
-        let cfg = EngineConfig {
-            mode,
-            block_size: cache.block_size(),
-            kv_bytes_per_token,
-            max_seq_len: scenario.cache.max_seq_len,
-            reservation: scenario.cache.contiguous_reservation,
-            scheduler,
-            model_name: model.name.clone(),
-            trace_tokens: opts.trace_tokens,
-            invariant_check_every: opts.invariant_check_every,
-            fault: if mode == CacheMode::Paged {
-                opts.fault
-            } else {
-                None
-            },
-        };
-        let record =
-            engine::run(&cfg, &workload, cache.as_mut(), be.as_mut()).map_err(|source| {
-                ExperimentError::Engine {
-                    mode: mode.name(),
-                    source,
-                }
-            })?;
-        let metrics = metrics::compute(&record, &scenario.slo, kv_bytes_per_token);
-        runs.push(ModeRun { record, metrics });
+    })?;
+    let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
+    Ok((ModeRun { record, metrics }, backend_name))
+}
+
+/// Run `scenario` in both cache modes.
+pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment, ExperimentError> {
+    let setup = setup(scenario, opts)?;
+    let workload = workload::generate(scenario, setup.seed)?;
+    let mut runs = Vec::new();
+    let mut backend_name = setup.kind.name();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        let (run, name) = run_mode(scenario, &setup, &workload, opts, mode)?;
+        backend_name = name;
+        runs.push(run);
     }
     let token_mismatch = if runs.iter().all(|r| r.record.computes) {
         compare_tokens(&runs[0].record, &runs[1].record)
@@ -198,10 +238,10 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
     Ok(Experiment {
         scenario: scenario.clone(),
         backend: backend_name,
-        seed,
+        seed: setup.seed,
         workload,
-        kv_bytes_per_token,
-        kv_budget_bytes,
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        kv_budget_bytes: setup.kv_budget_bytes,
         fault: opts.fault,
         runs,
         token_mismatch,

@@ -81,6 +81,26 @@ pub fn parse_str(
     }
 }
 
+/// A problem found after loading (by the workload generator) placed in the scenario's file:
+/// the file is read again and `key` (or its nearest written ancestor) located.
+pub fn locate_in_source(source: Option<&Path>, key: &str, message: String) -> Diagnostic {
+    let located = source.and_then(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        let map = SourceMap::parse(&text).ok()?;
+        let (line, col) = map.position_of(key);
+        Some(Origin::File {
+            path: path.to_path_buf(),
+            line,
+            col,
+        })
+    });
+    Diagnostic {
+        origin: located.unwrap_or(Origin::Memory),
+        key: key.to_string(),
+        message,
+    }
+}
+
 fn invalid(d: Vec<Diagnostic>) -> ScenarioError {
     ScenarioError::Invalid(d)
 }
@@ -175,11 +195,13 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-/// The field in "unknown field `x`, expected ..." or "missing field `x`".
+/// The field in "unknown field `x`, expected ...", "missing field `x`" or "invalid value for
+/// field `x`: ..." (the tagged tables' wording, `tagged.rs`).
 fn quoted_field(message: &str) -> Option<String> {
     let rest = message
         .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("missing field `"))?;
+        .or_else(|| message.strip_prefix("missing field `"))
+        .or_else(|| message.strip_prefix("invalid value for field `"))?;
     rest.split('`').next().map(str::to_string)
 }
 

@@ -123,10 +123,13 @@ fn walk_table(table: &dyn TableLike, prefix: &str, out: &mut Vec<Entry>) {
                 .map(|s| s.end)
                 .or_else(|| key_span.as_ref().map(|s| s.end))
                 .unwrap_or(start);
+            // A `[table]` header's span starts at its `[`, before the key: errors about the
+            // table as a whole (a missing key) point there.
+            let span_start = item_span.as_ref().map_or(start, |s| s.start.min(start));
             out.push(Entry {
                 path: path.clone(),
                 key_start: start,
-                span: start..end.max(start),
+                span: span_start..end.max(start),
             });
         }
         let first_child = out.len();
