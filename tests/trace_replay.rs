@@ -253,7 +253,12 @@ fn csv_fixture_reads_back_exactly_with_sessions_tenants_and_groups() {
         r.iter().filter(|q| q.prefix_group == Some(1)).collect();
     assert_eq!(g.len(), 3);
     assert!(g.iter().all(|q| q.prompt[..64] == g[0].prompt[..64]));
-    assert_ne!(g[1].prompt[64..], g[0].prompt[64..g[1].prompt.len()]);
+    let n = g[0].prompt.len().min(g[1].prompt.len());
+    assert_ne!(
+        g[1].prompt[64..n],
+        g[0].prompt[64..n],
+        "fresh tokens after the prefix"
+    );
     assert_eq!(
         r.iter().map(|q| q.tenant).collect::<Vec<_>>(),
         rows.iter()
@@ -297,5 +302,50 @@ fn the_trace_is_part_of_the_workload_hash() {
     let base = workload::generate(&s, 1).unwrap();
     for (x, y) in base.requests.iter().zip(&w.requests) {
         assert_eq!((x.arrival_ms * 2e6).round(), (y.arrival_ms * 1e6).round());
+    }
+}
+
+#[test]
+fn windows_by_count_and_time_and_rate_scaling() {
+    let base = scenario("trace-azure");
+    let all = workload::generate(&base, 1).unwrap().requests;
+    let gen = |f: &dyn Fn(&mut Scenario)| {
+        let mut s = base.clone();
+        f(&mut s);
+        let w = workload::generate(&s, 1).unwrap();
+        (w.requests, w.trace.unwrap())
+    };
+    let ns = |ms: f64| (ms * 1e6).round() as i64;
+    // By count: the first five rows.
+    let (r, info) = gen(&|s| s.traffic.requests = Some(5));
+    assert_eq!((r.len(), info.outside_window), (5, 7));
+    assert_eq!(r[4].prompt, all[4].prompt);
+    // By time: rows from 5 s after the first, for 3 s, on a clock starting at the window.
+    let (r, info) = gen(&|s| {
+        s.traffic.duration_s = Some(3.0);
+        if let ArrivalSpec::Trace(t) = &mut s.traffic.arrival {
+            t.start_s = 5.0;
+        }
+    });
+    let start = ns(all[0].arrival_ms) + 5_000_000_000;
+    let want: Vec<i64> = all
+        .iter()
+        .map(|q| ns(q.arrival_ms) - start)
+        .filter(|&t| (0..3_000_000_000).contains(&t))
+        .collect();
+    assert!(!want.is_empty() && want.len() < all.len());
+    assert_eq!(r.iter().map(|q| ns(q.arrival_ms)).collect::<Vec<_>>(), want);
+    assert_eq!(info.outside_window as usize, all.len() - want.len());
+    // Rate x2: every arrival at half the time.
+    let (r, _) = gen(&|s| {
+        if let ArrivalSpec::Trace(t) = &mut s.traffic.arrival {
+            t.rate_scale = 2.0;
+        }
+    });
+    for (x, y) in all.iter().zip(&r) {
+        assert_eq!(
+            ns(x.arrival_ms),
+            2 * ns(y.arrival_ms) - (ns(x.arrival_ms) % 2)
+        );
     }
 }
