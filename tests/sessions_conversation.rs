@@ -12,7 +12,7 @@ use kvbench::backend::{RunSetup, StepOutput, StepPlan};
 use kvbench::engine::{self, EngineConfig, RunRecord, StreamStatus};
 use kvbench::scenario::{Scenario, SessionOverflow};
 use kvbench::workload::{self, Workload};
-use kvbench_cache_api::{CacheMode, KvCacheManager, SeqId};
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};
 
 /// A backend that remembers the prompt each sequence was registered with.
 struct Recording {
@@ -27,9 +27,14 @@ impl Backend for Recording {
     fn computes(&self) -> bool {
         self.inner.computes()
     }
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError> {
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError> {
         self.prompts.entry(seq).or_insert_with(|| prompt.to_vec());
-        self.inner.register(seq, prompt)
+        self.inner.register(seq, prompt, scope)
     }
     fn fork(&mut self, parent: SeqId, child: SeqId, rank: u32) -> Result<u32, BackendError> {
         self.inner.fork(parent, child, rank)
