@@ -67,6 +67,8 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
         max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
+        profile: None,
+        clock: Default::default(),
     };
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let mut cache = kvbench::cache::build(

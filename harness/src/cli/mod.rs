@@ -5,6 +5,7 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod calibrate;
 mod fuzz;
 mod kernel_bench;
 mod plan;
@@ -45,6 +46,8 @@ pub enum Command {
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// Fit a device profile to measured step times (`--check`: its error against a real run).
+    Calibrate(calibrate::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Suite(a) => suite::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
     };
     match result {
         Ok(code) => code,

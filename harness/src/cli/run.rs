@@ -59,6 +59,10 @@ pub struct RunFlags {
     /// Check cache invariants every N steps (0: only after the run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub check_every: u32,
+    /// On cpu: advance the clock by each step's measured time, or by the device profile's cost
+    /// model (real, checked math; the same schedule on every machine and under any load).
+    #[arg(long, value_enum, default_value = "measured")]
+    pub clock: crate::backend::Clock,
 }
 
 impl RunFlags {
@@ -69,6 +73,8 @@ impl RunFlags {
             fault: parse_fault(self.inject_fault.as_deref())?,
             trace_tokens: self.trace_level == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
+            clock: self.clock,
+            profile: None,
         })
     }
 }

@@ -4,7 +4,8 @@
 
 use kvbench_cache_api::{CacheMode, Fault};
 
-use crate::backend::{self, BackendKind, RunSetup};
+use crate::backend::sim::profile::DeviceProfile;
+use crate::backend::{self, BackendKind, Clock, RunSetup};
 use crate::engine::{self, EngineConfig, RunRecord};
 use crate::metrics::{self, RunMetrics};
 use crate::scenario::Scenario;
@@ -20,6 +21,10 @@ pub struct RunOptions {
     pub trace_tokens: bool,
     /// `check_invariants` every n steps (1 = every step; 0 = only at the end).
     pub invariant_check_every: u32,
+    /// Measured or modelled step times on a computing backend (`--clock`).
+    pub clock: Clock,
+    /// A device profile that replaces the scenario's `device` (`calibrate --check`).
+    pub profile: Option<DeviceProfile>,
 }
 
 impl Default for RunOptions {
@@ -30,6 +35,8 @@ impl Default for RunOptions {
             fault: None,
             trace_tokens: true,
             invariant_check_every: 1,
+            clock: Clock::Measured,
+            profile: None,
         }
     }
 }
@@ -37,6 +44,9 @@ impl Default for RunOptions {
 pub struct ModeRun {
     pub record: RunRecord,
     pub metrics: RunMetrics,
+    /// Wall seconds the backend spent in steps, where it measures them (under `--clock model`
+    /// the clock did not advance by these).
+    pub measured_step_s: Option<f64>,
 }
 
 pub struct Experiment {
@@ -117,12 +127,12 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         .as_deref()
         .and_then(|p| p.parent())
         .map(|p| p.to_path_buf());
-    let device_memory = match kind {
-        BackendKind::Sim => Some(
-            backend::sim::profile::DeviceProfile::load(&scenario.device, scenario_dir.as_deref())?
-                .memory_bytes,
-        ),
-        _ => crate::scenario::device_memory_bytes(kind.name()),
+    let device_memory = match (kind, &opts.profile) {
+        (BackendKind::Sim, Some(p)) => Some(p.memory_bytes),
+        (BackendKind::Sim, None) => {
+            Some(DeviceProfile::load(&scenario.device, scenario_dir.as_deref())?.memory_bytes)
+        }
+        (_, _) => crate::scenario::device_memory_bytes(kind.name()),
     };
     let kv_budget_bytes = scenario
         .kv_budget_bytes(device_memory)
@@ -150,6 +160,8 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
             max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
             swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
             workspace_bytes,
+            profile: opts.profile.clone(),
+            clock: opts.clock,
         };
         let mut be = backend::create(kind, &setup)?;
         backend_name = be.name();
@@ -188,7 +200,11 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
                 }
             })?;
         let metrics = metrics::compute(&record, &scenario.slo, kv_bytes_per_token);
-        runs.push(ModeRun { record, metrics });
+        runs.push(ModeRun {
+            record,
+            metrics,
+            measured_step_s: be.measured_step_s(),
+        });
     }
     let token_mismatch = if runs.iter().all(|r| r.record.computes) {
         compare_tokens(&runs[0].record, &runs[1].record)

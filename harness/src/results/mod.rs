@@ -9,6 +9,7 @@
 //! Writes are atomic: everything goes into a temporary folder beside the target, which is renamed
 //! into place only when complete; an existing folder is replaced only with `force`.
 
+pub mod calibration;
 pub mod env;
 pub mod experiment;
 pub mod fuzz;

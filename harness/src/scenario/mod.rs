@@ -15,6 +15,6 @@ pub use budget::{length_range, request_need, LengthRange, RequestNeed};
 pub use device::{device_memory_bytes, KNOWN_DEVICES};
 pub use empirical::read_lengths;
 pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
-pub use load::{load, parse_str};
+pub use load::{load, parse_document, parse_str};
 pub use locate::SourceMap;
 pub use types::*;
