@@ -8,8 +8,8 @@
 //! - coefficients are non-negative (Lawson–Hanson NNLS): a cost below the noise is 0, never a
 //!   negative time that would cancel another term.
 //!
-//! Paged attention gets one column of its own (the extra time per paged KV byte), from which
-//! `paged_attention_efficiency` follows. A rate whose coefficient comes out 0 is written at its
+//! Paged KV reads get a column of their own (time per paged KV byte read), from which
+//! `paged_attention_efficiency` follows as its ratio to the contiguous one. A rate whose coefficient comes out 0 is written at its
 //! range's upper bound; a column the grid never exercises keeps the base profile's value. Each
 //! constant's source line says which of the three happened.
 
@@ -71,17 +71,7 @@ fn load_model(grid: &Grid, base: &DeviceProfile) -> CostModel {
 fn row(f: &[f64; 10]) -> [f64; 9] {
     // features: step, seqs, weight, kv_write, kv_read_contiguous, kv_read_paged, dense, attn,
     // copy, swap.
-    [
-        f[0],
-        f[1],
-        f[2],
-        f[3] + f[4] + f[5],
-        f[5],
-        f[6],
-        f[7],
-        f[8],
-        f[9],
-    ]
+    [f[0], f[1], f[2], f[3] + f[4], f[5], f[6], f[7], f[8], f[9]]
 }
 
 /// Fits `grid`; constants it cannot see keep `base`'s values, and `name` names the result.
@@ -243,11 +233,12 @@ fn to_profile(
     p.attention_flops_per_s = Some(attn);
     p.copy_bytes_per_s = Some(copy);
     if seen[4] {
-        // Seconds per paged KV byte = 1/bw + extra; efficiency = (1/bw) / that. Where the
-        // contiguous cost is too small for the efficiency's range (1/bw at its bound), the
-        // bandwidth gives way instead, so that paged reads keep their fitted cost exactly.
+        // Seconds per paged KV byte read; efficiency = (1/bw) / that (above 1 where paged reads
+        // measured faster). Where the contiguous cost is too small for the efficiency's range
+        // (1/bw at its bound), the bandwidth gives way instead, so that paged reads keep their
+        // fitted cost exactly.
         let per_byte = 1.0 / p.hbm_effective_bytes_per_s;
-        let per_paged = per_byte + coef[4];
+        let per_paged = coef[4].max(per_byte / range(PARAMS[4]).1);
         let (lo, hi) = range(PARAMS[4]);
         let eff = per_byte / per_paged;
         if eff < lo {

@@ -6,6 +6,7 @@
 //! ```json
 //! { "format": "kvbench-grid/1", "backend": "cuda", "device": "NVIDIA H200 (driver …)",
 //!   "date": "2026-12-01T10:00:00Z", "model": { ModelShape }, "block_size": 16,
+//!   "load_average": [0.1, 0.9],
 //!   "points": [ { "kind": "decode", "cache": "paged",
 //!                 "groups": [ { "count": 8, "context_tokens": 128, "new_tokens": 1 } ],
 //!                 "copy_tokens": 0, "swap_out_tokens": 0, "swap_in_tokens": 0,
@@ -71,7 +72,17 @@ pub struct Grid {
     pub date: String,
     pub model: ModelShape,
     pub block_size: u32,
+    /// The machine's 1-minute load average before and after measuring, where known: a figure
+    /// fitted on a busy machine says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_average: Option<[f64; 2]>,
     pub points: Vec<Point>,
+}
+
+/// The 1-minute load average (Linux), if readable.
+pub fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 impl Point {

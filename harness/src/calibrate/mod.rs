@@ -76,7 +76,9 @@ pub fn measure_grid(
 ) -> Result<Grid, CalibrateError> {
     let model = s.model_shape().ok_or(CalibrateError::Model)?;
     let mut points = grid::default_points(&limits(s));
+    let load_before = grid::load_average();
     measure_points(&mut points, source, repeats, progress)?;
+    let load_average = load_before.zip(grid::load_average()).map(|(a, b)| [a, b]);
     Ok(Grid {
         format: GRID_FORMAT.into(),
         backend: source.backend().into(),
@@ -84,6 +86,7 @@ pub fn measure_grid(
         date: crate::results::env::now_utc(),
         model,
         block_size: s.block_size(),
+        load_average,
         points,
     })
 }

@@ -9,8 +9,12 @@ use super::grid::Grid;
 /// The profile file's text.
 pub fn profile_toml(fit: &Fit, grid: &Grid, base_name: &str) -> String {
     let p = &fit.profile;
+    let load = grid
+        .load_average
+        .map(|[a, b]| format!(" (load average {a:.1} → {b:.1})"))
+        .unwrap_or_default();
     let fitted = format!(
-        "Fitted on {} ({} backend, model {}) at {}, {} points, R² {:.4}, median |error| {:.1}%, max {:.1}%.",
+        "Fitted on {} ({} backend, model {}) at {}{load}, {} points, R² {:.4}, median |error| {:.1}%, max {:.1}%.",
         grid.device,
         grid.backend,
         grid.model.name,

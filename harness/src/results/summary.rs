@@ -53,6 +53,10 @@ pub struct RunSummary {
     pub invariants: InvariantSummary,
     pub numerics: Option<NumericsReport>,
     pub steps: u64,
+    /// Wall seconds of step execution on a backend that measures it; under `--clock model` the
+    /// timeline above is modelled and this is what the steps really took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_step_s: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,5 +168,6 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
         },
         numerics: rec.numerics,
         steps: rec.steps.len() as u64,
+        measured_step_s: r.measured_step_s,
     }
 }
