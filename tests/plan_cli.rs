@@ -110,3 +110,30 @@ fn bad_input_exits_2() {
         assert!(!out.stderr.is_empty());
     }
 }
+
+#[test]
+fn tensor_parallel_that_splits_a_kv_head_is_refused_like_scenarios() {
+    let out = plan(&with(&["--tp", "3", "--tokens", "1024"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("does not divide 8 KV heads"), "{err}");
+    let ok = plan(&with(&["--tp", "2", "--tokens", "1024"]));
+    assert!(ok.status.success());
+}
+
+#[test]
+fn non_physical_shapes_are_refused_not_wrapped() {
+    let out = plan(&[
+        "--layers",
+        "2147483648",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "2147483648",
+        "--tokens",
+        "1024",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("overflow"), "{err}");
+}

@@ -132,29 +132,56 @@ impl ModelShape {
         self.kv_heads.div_ceil(self.tp.max(1))
     }
 
-    /// Bytes of K and V for one token on one device.
+    /// Bytes of K and V for one token on one device; saturates at `u64::MAX` for shapes that
+    /// validation refuses ([`ModelShape::checked_kv_bytes_per_token`]).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        2 * self.layers as u64
-            * self.kv_heads_per_device() as u64
-            * self.head_dim as u64
-            * self.kv_dtype.bytes()
+        self.checked_kv_bytes_per_token().unwrap_or(u64::MAX)
     }
 
-    /// Parameter count of the dense decoder (embedding, attention, gated MLP, norms, LM head).
+    /// [`ModelShape::kv_bytes_per_token`], `None` when it does not fit in 64 bits.
+    pub fn checked_kv_bytes_per_token(&self) -> Option<u64> {
+        2u64.checked_mul(self.layers as u64)?
+            .checked_mul(self.kv_heads_per_device() as u64)?
+            .checked_mul(self.head_dim as u64)?
+            .checked_mul(self.kv_dtype.bytes())
+    }
+
+    /// Parameter count of the dense decoder (embedding, attention, gated MLP, norms, LM head);
+    /// saturating.
     pub fn parameter_count(&self) -> u64 {
-        let d = self.d_model as u64;
-        let q = self.q_heads as u64 * self.head_dim as u64;
-        let kv = self.kv_heads as u64 * self.head_dim as u64;
-        let attn = d * q + 2 * d * kv + q * d;
-        let mlp = 3 * d * self.ffn_dim as u64;
-        let per_layer = attn + mlp + 2 * d;
-        let embed = self.vocab as u64 * d;
-        self.layers as u64 * per_layer + 2 * embed + d
+        self.checked_parameter_count().unwrap_or(u64::MAX)
     }
 
-    /// Weight bytes resident on one device.
+    /// [`ModelShape::parameter_count`], `None` when it does not fit in 64 bits.
+    pub fn checked_parameter_count(&self) -> Option<u64> {
+        let d = self.d_model as u64;
+        let q = (self.q_heads as u64).checked_mul(self.head_dim as u64)?;
+        let kv = (self.kv_heads as u64).checked_mul(self.head_dim as u64)?;
+        let attn = d
+            .checked_mul(q)?
+            .checked_add(d.checked_mul(kv)?.checked_mul(2)?)?
+            .checked_add(q.checked_mul(d)?)?;
+        let mlp = d.checked_mul(self.ffn_dim as u64)?.checked_mul(3)?;
+        let per_layer = attn.checked_add(mlp)?.checked_add(d.checked_mul(2)?)?;
+        let embed = (self.vocab as u64).checked_mul(d)?;
+        (self.layers as u64)
+            .checked_mul(per_layer)?
+            .checked_add(embed.checked_mul(2)?)?
+            .checked_add(d)
+    }
+
+    /// Weight bytes resident on one device; saturating.
     pub fn weight_bytes_per_device(&self) -> u64 {
-        self.parameter_count() * self.weight_dtype.bytes() / self.tp.max(1) as u64
+        self.checked_weight_bytes_per_device().unwrap_or(u64::MAX)
+    }
+
+    /// [`ModelShape::weight_bytes_per_device`], `None` when it does not fit in 64 bits.
+    pub fn checked_weight_bytes_per_device(&self) -> Option<u64> {
+        Some(
+            self.checked_parameter_count()?
+                .checked_mul(self.weight_dtype.bytes())?
+                / self.tp.max(1) as u64,
+        )
     }
 }
 
@@ -174,6 +201,17 @@ mod tests {
         let mut m = ModelShape::llama3_8b();
         m.tp = 2;
         assert_eq!(m.kv_bytes_per_token(), 65_536);
+    }
+
+    #[test]
+    fn huge_shapes_overflow_to_none_not_zero() {
+        let mut m = ModelShape::llama3_8b();
+        m.layers = 1 << 31;
+        m.head_dim = 1 << 31;
+        m.kv_heads = 1 << 31;
+        assert_eq!(m.checked_kv_bytes_per_token(), None);
+        assert_eq!(m.kv_bytes_per_token(), u64::MAX);
+        assert_eq!(m.checked_weight_bytes_per_device(), None);
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub enum PlanError {
     TooLong { tokens: u32, max_seq_len: u32 },
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    #[error("tensor-parallel degree {tp} does not divide {kv_heads} KV heads")]
+    TpDoesNotDivide { tp: u32, kv_heads: u32 },
+    #[error("{0} overflow 64 bits; the shape or length is not physical")]
+    Overflow(&'static str),
 }
 
 /// The plan for one sequence length.
@@ -76,6 +80,20 @@ impl PlanInput {
                 return Err(PlanError::Zero(name));
             }
         }
+        // The same rule scenarios follow (`scenario::check`): a KV head is never split.
+        if !self.shape.kv_heads.is_multiple_of(self.shape.tp) {
+            return Err(PlanError::TpDoesNotDivide {
+                tp: self.shape.tp,
+                kv_heads: self.shape.kv_heads,
+            });
+        }
+        self.shape
+            .checked_kv_bytes_per_token()
+            .ok_or(PlanError::Overflow("bytes per token"))?;
+        (self.max_seq_len as u64)
+            .checked_mul(self.block_size as u64)
+            .and_then(|x| x.checked_mul(self.shape.kv_bytes_per_token()))
+            .ok_or(PlanError::Overflow("reservation bytes"))?;
         Ok(())
     }
 }
@@ -174,8 +192,9 @@ impl DistributionPlan {
                 Reservation::PromptPlusOutput => t,
             };
         }
-        let mean_paged_bytes = (blocks * b * bpt) as f64 / n;
-        let mean_contiguous_bytes = (reserved * bpt) as f64 / n;
+        // In f64: the sums over millions of sequences may pass 64 bits once multiplied.
+        let mean_paged_bytes = blocks as f64 * b as f64 * bpt as f64 / n;
+        let mean_contiguous_bytes = reserved as f64 * bpt as f64 / n;
         let fits = |per: f64| {
             input.budget_bytes.map(|x| {
                 if per > 0.0 {
@@ -192,7 +211,7 @@ impl DistributionPlan {
             block_size: input.block_size,
             mean_blocks: blocks as f64 / n,
             mean_empty_slots: empty as f64 / n,
-            paged_waste_share: empty as f64 / (blocks * b) as f64,
+            paged_waste_share: empty as f64 / (blocks as f64 * b as f64),
             contiguous_waste_share: (reserved - used) as f64 / reserved as f64,
             mean_paged_bytes,
             mean_contiguous_bytes,

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 pub enum UnitsError {
     #[error("empty size")]
     Empty,
-    #[error("`{0}` is not a number followed by an optional unit (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")]
+    #[error("`{0}` is not a number followed by an optional unit (B, KiB, MiB, GiB, TiB, PiB, EiB, kB, MB, GB, TB, PB, EB)")]
     Malformed(String),
-    #[error("unknown unit `{unit}` in `{text}` (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")]
+    #[error("unknown unit `{unit}` in `{text}` (use B, KiB, MiB, GiB, TiB, PiB, EiB, kB, MB, GB, TB, PB, EB)")]
     UnknownUnit { text: String, unit: String },
     #[error("`{0}` is negative or not finite")]
     OutOfRange(String),
@@ -90,10 +90,14 @@ fn unit_multiplier(unit: &str) -> Option<u64> {
         "mib" | "mi" => 1 << 20,
         "gib" | "gi" => 1 << 30,
         "tib" | "ti" => 1 << 40,
+        "pib" | "pi" => 1 << 50,
+        "eib" | "ei" => 1 << 60,
         "kb" | "k" => 1_000,
         "mb" | "m" => 1_000_000,
         "gb" | "g" => 1_000_000_000,
         "tb" | "t" => 1_000_000_000_000,
+        "pb" | "p" => 1_000_000_000_000_000,
+        "eb" => 1_000_000_000_000_000_000,
         _ => return None,
     };
     Some(m)
@@ -150,7 +154,7 @@ impl fmt::Display for KvBudget {
 /// Human form with a binary unit and at most three decimals, trailing zeros trimmed:
 /// 131072 → "128 KiB", 1966080 → "1.875 MiB", 1000 → "1000 B".
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut unit = 0;
     let mut scale = 1u64;
     while unit + 1 < UNITS.len() && bytes >= scale * 1024 {
@@ -211,5 +215,17 @@ mod tests {
         assert_eq!(format_bytes(1_966_080), "1.875 MiB");
         assert_eq!(format_bytes(536_870_912), "512 MiB");
         assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bytes(1 << 60), "1 EiB");
+        assert_eq!(format_bytes(u64::MAX), "16 EiB");
+    }
+
+    #[test]
+    fn parses_exbibytes() {
+        assert_eq!(parse_bytes("1 EiB"), Ok(1 << 60));
+        assert_eq!(parse_bytes("8 TiB"), Ok(8 << 40));
+        assert!(matches!(
+            parse_bytes("16 EiB"),
+            Err(UnitsError::Overflow(_))
+        ));
     }
 }

@@ -121,6 +121,9 @@ pub enum BackendError {
     Unavailable(String),
     #[error("backend configuration: {0}")]
     Config(String),
+    /// A device profile that does not validate: `FILE:LINE:COL: KEY: message`, one per line.
+    #[error("{0}")]
+    Profile(String),
     /// A step could not be executed (bad plan, unknown sequence, missing layout...).
     #[error("step failed: {0}")]
     Step(String),

@@ -165,3 +165,100 @@ impl PrefixIndex {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! A key match alone is never a hit: each test plants an entry under the very key a lookup
+    //! computes, with one stored field different, and requires a miss.
+    use super::*;
+
+    const BLOCK: u32 = 4;
+
+    fn scope(tenant: u32) -> Arc<ScopeInfo> {
+        ScopeInfo::new(&ScopeKey {
+            model: "tiny".into(),
+            tokenizer: "tiny".into(),
+            reuse: ReuseScope::Tenant(tenant),
+        })
+        .expect("a tenant scope reuses")
+    }
+
+    fn entry(
+        block: u32,
+        parent: Option<PrefixKey>,
+        tokens: &[u32],
+        scope: &Arc<ScopeInfo>,
+    ) -> Published {
+        Published {
+            block,
+            parent,
+            tokens: tokens.into(),
+            scope: Arc::clone(scope),
+            publisher: 1,
+        }
+    }
+
+    /// An index holding the honest first block of `tokens` under `s`, and that block's key.
+    fn with_first_block(tokens: &[u32], s: &Arc<ScopeInfo>) -> (PrefixIndex, PrefixKey) {
+        let mut idx = PrefixIndex::default();
+        let first = &tokens[..BLOCK as usize];
+        let key = idx.block_key(None, s, first);
+        idx.insert(key, entry(7, None, first, s));
+        (idx, key)
+    }
+
+    #[test]
+    fn an_honest_entry_hits() {
+        let s = scope(0);
+        let tokens: Vec<u32> = (0..8).collect();
+        let (mut idx, k0) = with_first_block(&tokens, &s);
+        let k1 = idx.block_key(Some(&k0), &s, &tokens[4..8]);
+        idx.insert(k1, entry(9, Some(k0), &tokens[4..8], &s));
+        assert_eq!(idx.lookup(&s, &tokens, BLOCK, 8), vec![(7, k0), (9, k1)]);
+    }
+
+    #[test]
+    fn stored_tokens_that_differ_under_a_matching_key_miss() {
+        let s = scope(0);
+        let tokens: Vec<u32> = (0..4).collect();
+        let mut idx = PrefixIndex::default();
+        let key = idx.block_key(None, &s, &tokens);
+        idx.insert(key, entry(7, None, &[0, 1, 2, 99], &s));
+        assert_eq!(idx.lookup(&s, &tokens, BLOCK, 8), vec![]);
+    }
+
+    #[test]
+    fn a_stored_scope_that_differs_under_a_matching_key_misses() {
+        let (mine, other) = (scope(0), scope(1));
+        let tokens: Vec<u32> = (0..4).collect();
+        let mut idx = PrefixIndex::default();
+        let key = idx.block_key(None, &mine, &tokens);
+        idx.insert(key, entry(7, None, &tokens, &other));
+        assert_eq!(idx.lookup(&mine, &tokens, BLOCK, 8), vec![]);
+    }
+
+    #[test]
+    fn a_stored_parent_that_differs_under_a_matching_key_misses() {
+        let s = scope(0);
+        let tokens: Vec<u32> = (0..8).collect();
+        let (mut idx, k0) = with_first_block(&tokens, &s);
+        let k1 = idx.block_key(Some(&k0), &s, &tokens[4..8]);
+        // Same tokens and scope, but published as the second block of another prefix.
+        idx.insert(k1, entry(9, Some([0xAB; 32]), &tokens[4..8], &s));
+        assert_eq!(idx.lookup(&s, &tokens, BLOCK, 8), vec![(7, k0)]);
+        // A first block stored as if it had a parent is not a first block.
+        let (mut idx, k0) = with_first_block(&tokens, &s);
+        idx.insert(k0, entry(7, Some([0xCD; 32]), &tokens[..4], &s));
+        assert_eq!(idx.lookup(&s, &tokens, BLOCK, 8), vec![]);
+    }
+
+    #[test]
+    fn tenants_with_one_prompt_compute_different_keys() {
+        let tokens: Vec<u32> = (0..4).collect();
+        let idx = PrefixIndex::default();
+        assert_ne!(
+            idx.block_key(None, &scope(0), &tokens),
+            idx.block_key(None, &scope(1), &tokens)
+        );
+    }
+}

@@ -15,6 +15,7 @@ use anyhow::Context;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::BackendKind;
 use crate::calibrate::{self, fit, grid::Grid, measure::BackendSource, write};
+use crate::results::staging::write_file_atomic;
 use crate::scenario;
 
 #[derive(clap::Args, Debug)]
@@ -116,14 +117,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let text = write::profile_toml(&fitted, &grid, &base_name);
     // The written file must load like a shipped one.
     DeviceProfile::parse(&text, Some(&out)).context("the fitted profile does not validate")?;
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
-    }
     if a.from_grid.is_none() {
-        let json = serde_json::to_string_pretty(&grid)?;
-        std::fs::write(&grid_out, json + "\n").with_context(|| grid_out.display().to_string())?;
+        let json = serde_json::to_string_pretty(&grid)? + "\n";
+        write_file_atomic(&grid_out, &json)?;
     }
-    std::fs::write(&out, text).with_context(|| out.display().to_string())?;
+    write_file_atomic(&out, &text)?;
     println!(
         "fitted {} points on {}: R² {:.4}, median |error| {:.1}%, max {:.1}%",
         fitted.points,
@@ -182,14 +180,9 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("results/latest/calibration-{}", sc.name)));
-    if out.exists() && !a.force {
-        anyhow::bail!(
-            "{}: output folder exists (use --force to replace it)",
-            out.display()
-        );
-    }
+    let staging = crate::results::Staging::begin(&out, a.force)?;
     let c = calibrate::check::check(&sc, a.backend, &profile, a.seed)?;
-    crate::results::calibration::write(&c, profile_path, &out, a.force)
+    crate::results::calibration::write(&c, profile_path, staging)
         .with_context(|| format!("writing {}", out.display()))?;
     println!(
         "# calibrate --check: {} on {} vs sim with profile {:?}\n",

@@ -2,7 +2,8 @@
 //! at every lifecycle point, shared prefixes, forks, pipelined (delayed-retirement) steps, tight
 //! pools that force preemption — with cache invariants checked after every step and the
 //! reclamation check after every run. A failure prints its seed; `--seed S` replays exactly that
-//! case (and prints its scenario).
+//! case (and prints its scenario). `--seed` with `--seconds` is refused: a replay is one case, and
+//! a time limit there would be silently meaningless.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -15,8 +16,8 @@ pub struct Args {
     /// Keep generating cases for this long.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Replay one case.
-    #[arg(long)]
+    /// Replay one case (runs exactly that case; cannot be combined with --seconds).
+    #[arg(long, conflicts_with = "seconds")]
     pub seed: Option<u64>,
 }
 
@@ -34,14 +35,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
     }
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        anyhow::bail!("--seconds: must be a non-negative number");
-    }
+    let deadline = Duration::try_from_secs_f64(args.seconds)
+        .ok()
+        .and_then(|d| Instant::now().checked_add(d))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--seconds {}: expected a non-negative number of seconds this machine's clock can \
+                 reach",
+                args.seconds
+            )
+        })?;
     let base = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     println!("fuzzing for {} s from seed {base}", args.seconds);
-    let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
     let (mut passed, mut refused) = (0u64, 0u64);
     let mut i = 0u64;
     while Instant::now() < deadline || i == 0 {

@@ -7,15 +7,30 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 
 use crate::backend::cpu::bench::{last_level_cache_bytes, run_grid, BenchConfig, BenchResult};
-use crate::backend::BackendKind;
 use crate::model::ModelShape;
 use kvbench_kernels::AttnDims;
 
+/// The backends with attention kernels in this build (the others exit 2, so they are not offered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum KernelBackend {
+    /// The best backend with attention kernels in this build and a usable device (this build:
+    /// cpu).
+    Auto,
+    Cpu,
+}
+
+/// Bounds that keep every grid point's byte count (batch × context × row × 2 × element) far
+/// inside u64, so the sizes below are refused rather than wrapped.
+const MAX_BATCH: usize = 1 << 16;
+const MAX_CONTEXT_TOKENS: usize = 1 << 24;
+const MAX_BLOCK_SIZE: usize = 1 << 16;
+const MAX_GIB: f64 = (1u64 << 20) as f64;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Compute backend (`auto` = cpu in this build).
+    /// Compute backend.
     #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendKind,
+    backend: KernelBackend,
     /// Folder for kernel_bench.csv (created if missing).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -34,7 +49,7 @@ pub struct Args {
     /// Context lengths in tokens (comma-separated), overriding the grid.
     #[arg(long, value_delimiter = ',')]
     context: Vec<usize>,
-    /// Block sizes (comma-separated), overriding the grid.
+    /// Block sizes (comma-separated, powers of two), overriding the grid.
     #[arg(long, value_delimiter = ',')]
     block_size: Vec<usize>,
     /// Skip grid points whose K/V exceed this many GiB.
@@ -45,13 +60,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match args.backend.resolve() {
-        BackendKind::Cpu => {}
-        other => bail!(
-            "kernel-bench: backend {} has no attention kernels in this build (use --backend cpu)",
-            other.name()
-        ),
-    }
+    // Both run the cpu kernels today; a device kernel path would branch here.
+    let (KernelBackend::Auto | KernelBackend::Cpu) = args.backend;
+    check_flags(&args)?;
     let Some(shape) = ModelShape::preset(&args.model) else {
         bail!(
             "kernel-bench: --model {}: unknown preset (known: {})",
@@ -94,25 +105,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         min_time_s: if args.quick { 0.1 } else { 0.6 },
         seed: args.seed,
     };
-    if cfg.batches.contains(&0) || cfg.contexts.contains(&0) || cfg.block_sizes.contains(&0) {
-        bail!("kernel-bench: batch, context and block size must be positive");
-    }
+    // The output folder is made (or refused) before minutes of measurement, not after.
+    let csv_path = match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join("kernel_bench.csv");
+            if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+                bail!(
+                    "{}: is not a regular file; refusing to replace it",
+                    path.display()
+                );
+            }
+            Some(path)
+        }
+        None => None,
+    };
     let res = run_grid(&cfg).context("kernel-bench")?;
     print_table(&res, &cfg, llc);
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("kernel_bench.csv");
-        let mut w =
-            csv::Writer::from_path(&path).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(path) = &csv_path {
+        let mut w = csv::Writer::from_writer(Vec::new());
         for r in &res.rows {
             w.serialize(r)
-                .with_context(|| format!("writing {}", path.display()))?;
+                .map_err(|e| anyhow::anyhow!("kernel_bench.csv: {e}"))?;
         }
-        w.flush()
-            .with_context(|| format!("writing {}", path.display()))?;
+        let bytes = w
+            .into_inner()
+            .map_err(|e| anyhow::anyhow!("kernel_bench.csv: {e}"))?;
+        let text = String::from_utf8(bytes).context("kernel_bench.csv")?;
+        crate::results::staging::write_file_atomic(path, &text)?;
         println!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuse flags the grid cannot honour, before any measurement.
+fn check_flags(args: &Args) -> anyhow::Result<()> {
+    let in_range = |flag: &str, xs: &[usize], max: usize| -> anyhow::Result<()> {
+        match xs.iter().find(|&&x| x == 0 || x > max) {
+            Some(x) => bail!("kernel-bench: --{flag} {x}: expected 1 to {max}"),
+            None => Ok(()),
+        }
+    };
+    in_range("batch", &args.batch, MAX_BATCH)?;
+    in_range("context", &args.context, MAX_CONTEXT_TOKENS)?;
+    in_range("block-size", &args.block_size, MAX_BLOCK_SIZE)?;
+    if let Some(b) = args.block_size.iter().find(|b| !b.is_power_of_two()) {
+        bail!("kernel-bench: --block-size {b}: not a power of two (1, 2, 4, ..., 16, 32, ...)");
+    }
+    if !(args.max_gib.is_finite() && args.max_gib > 0.0 && args.max_gib <= MAX_GIB) {
+        bail!(
+            "kernel-bench: --max-gib {}: expected a number of GiB above 0 and at most {MAX_GIB}",
+            args.max_gib
+        );
+    }
+    Ok(())
 }
 
 fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {

@@ -9,6 +9,7 @@ mod calibrate;
 mod fuzz;
 mod kernel_bench;
 mod plan;
+mod progress;
 mod run;
 mod scenario_cmd;
 mod suite;
@@ -64,6 +65,11 @@ impl std::error::Error for ExitStatus {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = crate::results::staging::install_interrupt_cleanup() {
+        eprintln!(
+            "warning: no interrupt handler ({e}): an interrupted run may leave a temporary folder"
+        );
+    }
     let result = match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Validate(a) => validate::run(a),
@@ -77,6 +83,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
+            crate::results::staging::wait_if_interrupted();
             eprintln!("error: {err:#}");
             let code = err
                 .chain()

@@ -11,6 +11,7 @@ use anyhow::Context;
 use kvbench_cache_api::Fault;
 
 use crate::backend::BackendKind;
+use crate::cli::progress::Progress;
 use crate::cli::ExitStatus;
 use crate::results::{self, Experiment, RunOptions};
 use crate::scenario::{self, Scenario};
@@ -28,10 +29,13 @@ pub struct Args {
     /// Scenario files.
     #[arg(required = true)]
     pub scenarios: Vec<PathBuf>,
-    /// Output folder (default results/latest/<scenario-name>; with several scenarios, DIR/<name>).
+    /// Output folder (default results/latest/<scenario-name>, or results/fault-<KIND>/<name> with
+    /// --inject-fault; with several scenarios, DIR/<name>).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Replace an existing output folder.
+    /// Replace an existing results folder at --out (folders under the default results/latest are
+    /// replaced without it). Only a results folder (one holding summary.json) or an empty folder
+    /// is ever replaced: never a file or other data.
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
@@ -41,7 +45,8 @@ pub struct Args {
 /// How each scenario runs; shared by `run` and `suite`.
 #[derive(clap::Args, Debug)]
 pub struct RunFlags {
-    /// Where steps run: auto = cuda if a device is found, else cpu; sim = the cost model.
+    /// Where steps run: auto = cuda where this build has it and a device is usable, else cpu
+    /// (this build: cpu); sim = the cost model.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Seed of the workload (and model weights), overriding the scenario's.
@@ -99,25 +104,61 @@ pub fn load_all(paths: &[PathBuf], overrides: &[String]) -> anyhow::Result<Vec<S
         .collect()
 }
 
-/// Run one scenario and write its folder. Returns the experiment and the check failures.
+/// Where a scenario's results go by default: `results/latest/<name>`, or with a planted fault
+/// `results/fault-<kind>/<name>`, so a self-test never replaces the latest real results. Both are
+/// kvbench's own folders: results there are replaced by the next run.
+pub fn default_root(fault: Option<Fault>) -> PathBuf {
+    match fault {
+        None => PathBuf::from("results/latest"),
+        Some(f) => PathBuf::from(format!("results/fault-{}", f.name())),
+    }
+}
+
+/// The folder each scenario writes, checked before any scenario runs: a bad name, a target that
+/// is a file or not a results folder, or two scenarios sharing one folder are refused up front.
+pub fn plan_targets(
+    scenarios: &[Scenario],
+    folder: impl Fn(&Scenario) -> Result<PathBuf, results::ResultsError>,
+    replace: bool,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let mut seen = std::collections::BTreeMap::new();
+    let mut out = Vec::with_capacity(scenarios.len());
+    for s in scenarios {
+        let dir = folder(s).with_context(|| scenario_origin(s))?;
+        if let Some(other) = seen.insert(dir.clone(), s.name.clone()) {
+            anyhow::bail!(
+                "{}: scenarios {other:?} and {:?} would both write this folder",
+                dir.display(),
+                s.name
+            );
+        }
+        results::check_target(&dir, replace)?;
+        out.push(dir);
+    }
+    Ok(out)
+}
+
+fn scenario_origin(s: &Scenario) -> String {
+    match &s.source {
+        Some(p) => format!("{}: name", p.display()),
+        None => "name".into(),
+    }
+}
+
+/// Run one scenario and write its folder (staged before the run, so an unwritable target costs
+/// no work). Returns the experiment and the check failures.
 pub fn run_one(
     s: &Scenario,
     opts: &RunOptions,
     out: &Path,
-    force: bool,
+    replace: bool,
 ) -> anyhow::Result<(Experiment, Vec<String>)> {
-    if out.exists() && !force {
-        anyhow::bail!(
-            "{}: output folder exists (use --force to replace it)",
-            out.display()
-        );
-    }
+    let staging = results::Staging::begin(out, replace)?;
     let exp = results::run_scenario(s, opts).map_err(|e| match e {
         results::ExperimentError::Engine { .. } => anyhow::Error::new(e).context(ExitStatus(1)),
         other => anyhow::Error::new(other),
     })?;
-    results::write(&exp, out, force, opts.trace_tokens)
-        .with_context(|| format!("writing {}", out.display()))?;
+    results::write_into(&exp, staging, opts.trace_tokens)?;
     let failures = exp.failures();
     Ok((exp, failures))
 }
@@ -125,39 +166,52 @@ pub fn run_one(
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = args.flags.options()?;
     let scenarios = load_all(&args.scenarios, &args.flags.overrides)?;
+    let single = scenarios.len() == 1;
+    let root = default_root(opts.fault);
+    // The default folders are kvbench's own; a folder named with --out is the user's.
+    let replace = args.out.is_none() || args.force;
+    let targets = plan_targets(
+        &scenarios,
+        |s| match &args.out {
+            Some(d) if single => Ok(d.clone()),
+            Some(d) => results::scenario_folder(d, &s.name),
+            None => results::scenario_folder(&root, &s.name),
+        },
+        replace,
+    )?;
+    let progress = Progress::new(scenarios.len());
     let mut failed = false;
-    for s in &scenarios {
-        let out = match (&args.out, scenarios.len()) {
-            (Some(d), 1) => d.clone(),
-            (Some(d), _) => d.join(&s.name),
-            (None, _) => PathBuf::from("results/latest").join(&s.name),
-        };
+    for (s, out) in scenarios.iter().zip(&targets) {
+        progress.start(&format!("{} on {}", s.name, opts.backend.resolve().name()));
         let t0 = Instant::now();
-        let (exp, failures) = run_one(s, &opts, &out, args.force)?;
+        let (exp, failures) = run_one(s, &opts, out, replace)?;
         let wall = t0.elapsed().as_secs_f64();
-        println!("{}", results::report::markdown(&exp));
+        let mut text = format!("{}\n", results::report::markdown(&exp));
         for r in &exp.runs {
             let per_seq_step_us = if r.record.seq_steps > 0 {
                 1e6 * r.record.host_overhead_s / r.record.seq_steps as f64
             } else {
                 0.0
             };
-            println!(
-                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step",
+            text.push_str(&format!(
+                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step\n",
                 r.record.mode.name(),
                 r.record.steps.len(),
                 r.record.seq_steps,
                 per_seq_step_us
-            );
+            ));
         }
-        println!("wrote {} ({wall:.2} s wall)", out.display());
+        text.push_str(&format!("wrote {} ({wall:.2} s wall)", out.display()));
+        progress.println(&text);
+        progress.done_one();
         if !failures.is_empty() {
             failed = true;
             for f in &failures {
-                eprintln!("check failed: {}: {f}", s.name);
+                progress.eprintln(&format!("check failed: {}: {f}", s.name));
             }
         }
     }
+    progress.finish();
     if failed {
         return Err(anyhow::Error::new(ExitStatus(1)).context("one or more checks failed"));
     }

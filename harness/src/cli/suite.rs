@@ -1,26 +1,28 @@
 //! `kvbench suite [SCENARIOS...]`: run a set of scenarios (default: every `scenarios/*.toml`
 //! suited to the backend — the `quick-*` ones on cpu, all on sim) and write one combined table,
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
-//! output folder: per-scenario folders in it are replaced. A progress bar shows on a terminal.
+//! output folder, as `run` owns `results/latest`: results folders in it are replaced (never a
+//! file or a folder that holds no `summary.json`). A progress bar shows on a terminal.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 
 use crate::backend::BackendKind;
-use crate::cli::run::{load_all, run_one, RunFlags};
+use crate::cli::progress::Progress;
+use crate::cli::run::{default_root, load_all, plan_targets, run_one, RunFlags};
 use crate::cli::ExitStatus;
-use crate::results::Experiment;
+use crate::results::{self, Experiment};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Scenario files (default: scenarios/*.toml suited to the backend).
     pub scenarios: Vec<PathBuf>,
-    /// Output folder for the per-scenario folders and the combined table.
-    #[arg(long, value_name = "DIR", default_value = "results/latest")]
-    pub out: PathBuf,
+    /// Output folder for the per-scenario folders and the combined table (default results/latest,
+    /// or results/fault-<KIND> with --inject-fault). Results folders in it are replaced.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     #[command(flatten)]
     pub flags: RunFlags,
 }
@@ -96,31 +98,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no scenarios to run");
     }
     let scenarios = load_all(&paths, &args.flags.overrides)?;
-    let bar = if std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(scenarios.len() as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}") {
-            b.set_style(style);
+    let out = args.out.clone().unwrap_or_else(|| default_root(opts.fault));
+    // Everything the suite will write is checked before the first scenario runs.
+    let targets = plan_targets(
+        &scenarios,
+        |s| results::scenario_folder(&out, &s.name),
+        true,
+    )?;
+    for table_file in ["suite.csv", "suite.md"] {
+        let path = out.join(table_file);
+        if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+            anyhow::bail!(
+                "{}: is not a regular file; refusing to replace it",
+                path.display()
+            );
         }
-        Some(b)
-    } else {
-        None
-    };
+    }
+    let progress = Progress::new(scenarios.len());
     let mut table: Vec<Vec<String>> = Vec::new();
     let mut failed = Vec::new();
-    for s in &scenarios {
-        if let Some(b) = &bar {
-            b.set_message(s.name.clone());
-        }
-        let (exp, failures) = run_one(s, &opts, &args.out.join(&s.name), true)?;
+    for (s, dir) in scenarios.iter().zip(&targets) {
+        progress.start(&s.name);
+        let (exp, failures) = run_one(s, &opts, dir, true)?;
         table.extend(rows(&exp));
         failed.extend(failures.into_iter().map(|f| format!("{}: {f}", s.name)));
-        if let Some(b) = &bar {
-            b.inc(1);
-        }
+        progress.done_one();
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     let mut csv = format!("{CSV_HEADER}\n");
     for r in &table {
         csv.push_str(&r.join(","));
@@ -135,11 +139,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for r in &table {
         md.push_str(&format!("| {} |\n", r.join(" | ")));
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
-    write_atomic(&args.out.join("suite.csv"), &csv)?;
-    write_atomic(&args.out.join("suite.md"), &md)?;
+    results::staging::write_file_atomic(&out.join("suite.csv"), &csv)?;
+    results::staging::write_file_atomic(&out.join("suite.md"), &md)?;
     print!("{md}");
-    println!("wrote {}", args.out.join("suite.md").display());
+    println!("wrote {}", out.join("suite.md").display());
     if !failed.is_empty() {
         for f in &failed {
             eprintln!("check failed: {f}");
@@ -147,11 +150,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(anyhow::Error::new(ExitStatus(1)).context("one or more checks failed"));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).with_context(|| format!("{}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
-    Ok(())
 }

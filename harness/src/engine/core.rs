@@ -11,6 +11,7 @@ use super::admission::AdmissionConfig;
 use super::policy::{self, queue::WaitQueue, Policy};
 use super::record::{Reclamation, RunRecord, StepSample, StreamStatus, TraceEvent, TraceKind};
 use super::state::{Phase, Stream};
+use super::timers::CancelTimers;
 use super::{EngineConfig, EngineError};
 use crate::backend::{Backend, StepPlan};
 use crate::workload::Workload;
@@ -46,7 +47,7 @@ pub(super) struct Engine<'a> {
     pub waiting: WaitQueue,
     pub swapped: VecDeque<u32>,
     pub arrivals: BinaryHeap<Reverse<(u64, u32)>>,
-    pub timers: BinaryHeap<Reverse<(u64, u32)>>,
+    pub timers: CancelTimers,
     pub next_closed_loop: u32,
     pub unresolved: usize,
     pub now_ns: u64,
@@ -133,7 +134,7 @@ pub fn run(
         waiting: WaitQueue::new(cfg.scheduler.tenant_fairness, tenants),
         swapped: VecDeque::new(),
         arrivals,
-        timers: BinaryHeap::new(),
+        timers: CancelTimers::new(n),
         next_closed_loop,
         unresolved: n,
         now_ns: 0,
@@ -163,12 +164,27 @@ pub fn run(
     Ok(e.finish_record(device_start))
 }
 
+/// Milliseconds to virtual nanoseconds, saturating: negative or NaN is 0, and anything past
+/// `u64::MAX` ns (584 years) is `u64::MAX` (Rust's float-to-int cast saturates). Scenario
+/// validation refuses non-physical times; this keeps the clock monotone whatever gets through.
 pub(super) fn ms_to_ns(ms: f64) -> u64 {
-    if ms.is_finite() && ms > 0.0 {
+    if ms > 0.0 {
         (ms * 1e6).round() as u64
     } else {
         0
     }
+}
+
+/// A step's duration in seconds as virtual nanoseconds; a negative, NaN or infinite duration is
+/// a backend error, never silently a free (0 ns) or endless step.
+fn step_ns(duration_s: f64, step: u64) -> Result<u64, EngineError> {
+    if !(duration_s.is_finite() && duration_s >= 0.0 && duration_s * 1e9 < u64::MAX as f64) {
+        return Err(crate::backend::BackendError::Step(format!(
+            "step {step} took {duration_s} s: not a finite, representable duration"
+        ))
+        .into());
+    }
+    Ok((duration_s * 1e9).round() as u64)
 }
 
 impl Engine<'_> {
@@ -188,14 +204,19 @@ impl Engine<'_> {
                 self.complete_step()?;
                 continue;
             }
-            let next = [self.arrivals.peek(), self.timers.peek()]
+            // Nothing in flight and nothing to plan: done, or jump to the next live event. Arrivals
+            // belong to unresolved requests only, and dead timers are dropped, so the clock never
+            // advances past the last real event.
+            if self.unresolved == 0 {
+                break;
+            }
+            let next_arrival = self.arrivals.peek().map(|Reverse((t, _))| *t);
+            let next = [next_arrival, self.timers.next_due_ns()]
                 .into_iter()
                 .flatten()
-                .map(|Reverse((t, _))| *t)
                 .min();
             match next {
                 Some(t) => self.now_ns = self.now_ns.max(t),
-                None if self.unresolved == 0 => break,
                 None => {
                     return Err(EngineError::Stalled {
                         t_ms: self.now_ns as f64 / 1e6,
@@ -236,13 +257,17 @@ impl Engine<'_> {
             ))
             .into());
         }
-        let duration_ns = if out.duration_s.is_finite() && out.duration_s > 0.0 {
-            (out.duration_s * 1e9).round() as u64
-        } else {
-            0
-        };
+        let duration_ns = step_ns(out.duration_s, inf.index)?;
         let start = self.device_free_ns.max(inf.planned_ns);
-        let end = start + duration_ns;
+        let end = start
+            .checked_add(duration_ns)
+            .ok_or_else(|| EngineError::Stalled {
+                t_ms: start as f64 / 1e6,
+                detail: format!(
+                    "step {} of {duration_ns} ns overflows the virtual clock",
+                    inf.index
+                ),
+            })?;
         self.device_free_ns = end;
         self.now_ns = self.now_ns.max(end);
         self.cache.retire_step(inf.cache_step);

@@ -24,11 +24,7 @@ impl Engine<'_> {
             self.arrivals.pop();
             self.arrive(r, t);
         }
-        while let Some(&Reverse((t, r))) = self.timers.peek() {
-            if t > self.now_ns {
-                break;
-            }
-            self.timers.pop();
+        while let Some(r) = self.timers.pop_due(self.now_ns) {
             self.fire_timer(r);
         }
     }
@@ -113,7 +109,7 @@ impl Engine<'_> {
         }
         match req.cancel {
             Some(CancelPoint::Queued { after_ms }) | Some(CancelPoint::AfterDelay { after_ms }) => {
-                self.timers.push(Reverse((t + ms_to_ns(after_ms), r)));
+                self.timers.arm(r, t.saturating_add(ms_to_ns(after_ms)));
             }
             _ => {}
         }
@@ -230,11 +226,12 @@ impl Engine<'_> {
         }
     }
 
-    fn request_resolved(&mut self, _r: u32) {
+    fn request_resolved(&mut self, r: u32) {
         self.unresolved -= 1;
+        self.timers.disarm(r);
         if let Some(cl) = self.workload.closed_loop {
             if (self.next_closed_loop as usize) < self.workload.requests.len() {
-                let t = self.now_ns + ms_to_ns(cl.think_ms);
+                let t = self.now_ns.saturating_add(ms_to_ns(cl.think_ms));
                 self.arrivals.push(Reverse((t, self.next_closed_loop)));
                 self.next_closed_loop += 1;
             }

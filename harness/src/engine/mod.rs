@@ -22,6 +22,7 @@ pub mod record;
 mod start;
 mod state;
 mod step;
+mod timers;
 
 pub use core::{run, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
 pub use record::{RunRecord, StepSample, StreamRecord, StreamStatus, TraceEvent, TraceKind};

@@ -201,6 +201,15 @@ impl Engine<'_> {
         }
         self.running.push(s);
         self.decode_reserve = None;
+        let (request, rank) = (st.request, st.rank);
+        let queued_cancel = matches!(
+            self.workload.requests[request as usize].cancel,
+            Some(crate::workload::CancelPoint::Queued { .. })
+        );
+        if first && rank == 0 && queued_cancel {
+            // Admitted: a cancellation "while queued" can no longer fire.
+            self.timers.disarm(request);
+        }
         self.trace(
             s,
             if first {

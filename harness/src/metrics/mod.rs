@@ -15,13 +15,14 @@
 //!   (TTFT ≤ `slo.ttft_p99_ms`, TPOT ≤ `slo.itl_p99_ms`) ÷ duration; with no SLO stated, every
 //!   completed request counts.
 //!
-//! Percentiles come from an hdrhistogram of integer nanoseconds at 3 significant digits (the
-//! reported value is the histogram's equivalent value, within 0.1% of the exact one); `mean` and
-//! `max` are exact.
+//! Percentiles come from a [`LatencyHist`] (an auto-resizing hdrhistogram of integer nanoseconds
+//! at 3 significant digits, never clipped: the reported value is the histogram's equivalent
+//! value, within 0.1% of the exact one); `mean` and `max` are exact.
 
+pub mod hist;
 pub mod ledger;
 
-use hdrhistogram::Histogram;
+pub use hist::{LatencyHist, HDR_SIGFIGS};
 use serde::Serialize;
 
 use crate::engine::{RunRecord, StreamStatus};
@@ -38,38 +39,10 @@ pub struct Dist {
     pub count: u64,
 }
 
-/// Significant digits of every latency histogram.
-pub const HDR_SIGFIGS: u8 = 3;
-/// Largest latency a histogram tracks exactly (2^46 ns ≈ 19.5 hours); longer ones saturate.
-pub const HDR_MAX_NS: u64 = 1 << 46;
-
 impl Dist {
     /// The distribution of `values_ns` (empty → all zeros).
     pub fn of_ns(values_ns: &[u64]) -> Dist {
-        if values_ns.is_empty() {
-            return Dist::default();
-        }
-        let mut h =
-            Histogram::<u64>::new(HDR_SIGFIGS).expect("3 significant digits is a valid histogram");
-        let mut sum = 0u128;
-        let mut max = 0u64;
-        for &v in values_ns {
-            // Clamped explicitly: `saturating_record` in hdrhistogram 7.6 mis-records values.
-            if h.record(v.min(HDR_MAX_NS)).is_err() {
-                h.saturating_record(v);
-            }
-            sum += v as u128;
-            max = max.max(v);
-        }
-        let ms = |v: u64| v as f64 / 1e6;
-        Dist {
-            p50: ms(h.value_at_quantile(0.50)),
-            p90: ms(h.value_at_quantile(0.90)),
-            p99: ms(h.value_at_quantile(0.99)),
-            max: ms(max),
-            mean: (sum as f64 / values_ns.len() as f64) / 1e6,
-            count: values_ns.len() as u64,
-        }
+        LatencyHist::of_ns(values_ns).dist()
     }
 }
 
@@ -144,6 +117,13 @@ pub struct RunMetrics {
     pub e2e: Dist,
     pub tpot: Dist,
     pub queue: Dist,
+    /// The samples behind `ttft` and `itl`, for consumers that need ranks (the sweep's
+    /// order-statistic intervals) or to fold several runs together.
+    pub ttft_hist: LatencyHist,
+    pub itl_hist: LatencyHist,
+    /// Requests whose every stream completed and met every stated per-request target: the
+    /// goodput numerator; SLO attainment is `good_requests / counts.total`.
+    pub good_requests: u64,
     pub preemptions: u64,
     pub recomputed_tokens: u64,
     pub swapped_bytes: u64,
@@ -173,6 +153,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
     }
     let good = good_by_request.values().filter(|&&g| g).count() as u64;
     let s = samples(r);
+    let (ttft_hist, itl_hist) = (LatencyHist::of_ns(&s.ttft), LatencyHist::of_ns(&s.itl));
     let duration_s = r.end_ns as f64 / 1e9;
     let per_s = |x: f64| {
         if duration_s > 0.0 {
@@ -189,11 +170,14 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         throughput_tokens_per_s: per_s(output_tokens as f64),
         requests_per_s: per_s(counts.completed as f64),
         goodput_requests_per_s: per_s(good as f64),
-        ttft: Dist::of_ns(&s.ttft),
-        itl: Dist::of_ns(&s.itl),
+        ttft: ttft_hist.dist(),
+        itl: itl_hist.dist(),
         e2e: Dist::of_ns(&s.e2e),
         tpot: Dist::of_ns(&s.tpot),
         queue: Dist::of_ns(&s.queue),
+        ttft_hist,
+        itl_hist,
+        good_requests: good,
         preemptions,
         recomputed_tokens: recomputed,
         swapped_bytes: swapped,

@@ -6,8 +6,9 @@
 //! runs with one seed: times are integer nanoseconds, floats come from deterministic formatting,
 //! and nothing iterates a hash map.
 //!
-//! Writes are atomic: everything goes into a temporary folder beside the target, which is renamed
-//! into place only when complete; an existing folder is replaced only with `force`.
+//! Writes are atomic (`staging.rs`): everything goes into a temporary folder beside the target,
+//! created before the run and renamed into place only when complete; only an existing results
+//! folder is ever replaced, and only when the caller allows it.
 
 pub mod calibration;
 pub mod env;
@@ -15,6 +16,7 @@ pub mod experiment;
 pub mod fuzz;
 pub mod perfetto;
 pub mod report;
+pub mod staging;
 pub mod summary;
 pub mod tables;
 pub mod trace;
@@ -24,22 +26,34 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub use experiment::{run_scenario, Experiment, ExperimentError, ModeRun, RunOptions};
+pub use staging::{check_target, scenario_folder, Staging};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
     #[error("{}: output folder exists (use --force to replace it)", .0.display())]
     Exists(PathBuf),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("{}: is not a folder; refusing to replace it", .0.display())]
+    NotAFolder(PathBuf),
+    #[error(
+        "{}: holds files but no summary.json (not a kvbench results folder); refusing to replace it",
+        .0.display()
+    )]
+    NotResults(PathBuf),
+    #[error(
+        "scenario name {0:?} cannot name a results folder: use letters, digits, '-', '_', '.' \
+         (not \".\" or \"..\")"
+    )]
+    BadName(String),
+    /// The OS message is part of this one's text, so it is deliberately not a `source`: an error
+    /// chain prints it once.
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
-    move |source| ResultsError::Io {
+    move |err| ResultsError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     }
 }
 
@@ -54,43 +68,26 @@ fn write_file(
     f(&mut w).and_then(|_| w.flush()).map_err(io(&path))
 }
 
-/// Write every results file of `exp` into `out`.
+/// Write every results file of `exp` into `out` (see [`Staging`] for what may be replaced:
+/// with `force`, an existing results folder).
 pub fn write(
     exp: &Experiment,
     out: &Path,
     force: bool,
     trace_tokens: bool,
 ) -> Result<(), ResultsError> {
-    if out.exists() && !force {
-        return Err(ResultsError::Exists(out.to_path_buf()));
-    }
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-    let name = out
-        .file_name()
-        .map_or_else(|| "results".into(), |n| n.to_string_lossy().to_string());
-    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    std::fs::create_dir(&tmp).map_err(io(&tmp))?;
-    let result = write_all(exp, &tmp, trace_tokens).and_then(|_| {
-        if out.exists() {
-            let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-            std::fs::rename(out, &old).map_err(io(out))?;
-            std::fs::rename(&tmp, out).map_err(io(out))?;
-            std::fs::remove_dir_all(&old).map_err(io(&old))
-        } else {
-            std::fs::rename(&tmp, out).map_err(io(out))
-        }
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    result
+    let staging = Staging::begin(out, force)?;
+    write_into(exp, staging, trace_tokens)
+}
+
+/// Write every results file of `exp` into a folder staged before the run, and put it in place.
+pub fn write_into(
+    exp: &Experiment,
+    staging: Staging,
+    trace_tokens: bool,
+) -> Result<(), ResultsError> {
+    write_all(exp, staging.dir(), trace_tokens)?;
+    staging.commit()
 }
 
 fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), ResultsError> {

@@ -64,6 +64,21 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
             "VIOLATED".into()
         }
     });
+    // Only compute backends check numerics; on `sim` there is no figure to show.
+    if exp.runs.iter().any(|r| r.record.numerics.is_some()) {
+        add(
+            "numerics max rel err (tolerance)",
+            &|r| match r.record.numerics {
+                Some(n) => format!(
+                    "{:.2e} ({:.0e}){}",
+                    n.max_rel_err,
+                    n.tolerance,
+                    if n.ok { "" } else { " FAILED" }
+                ),
+                None => "-".into(),
+            },
+        );
+    }
     rows
 }
 

@@ -50,8 +50,11 @@ pub fn length_range(
             if !finite_pos(*median) {
                 return Err(bad("median", "must be positive"));
             }
-            if !(sigma.is_finite() && *sigma >= 0.0) {
-                return Err(bad("sigma", "must be >= 0"));
+            if !(sigma.is_finite() && *sigma >= 0.0 && *sigma <= super::ranges::MAX_SIGMA) {
+                return Err(bad(
+                    "sigma",
+                    &format!("must be in [0, {}]", super::ranges::MAX_SIGMA),
+                ));
             }
             (min.unwrap_or(1), max.unwrap_or(max_seq_len), u32::MAX)
         }
@@ -65,8 +68,12 @@ pub fn length_range(
             if *n == 0 {
                 return Err(bad("n", "must be at least 1"));
             }
-            if !(exponent.is_finite() && *exponent >= 0.0) {
-                return Err(bad("s", "must be >= 0"));
+            if !(exponent.is_finite() && *exponent >= 0.0 && *exponent <= super::ranges::MAX_ZIPF_S)
+            {
+                return Err(bad(
+                    "s",
+                    &format!("must be in [0, {}]", super::ranges::MAX_ZIPF_S),
+                ));
             }
             if !finite_pos(*scale) {
                 return Err(bad("scale", "must be positive"));
@@ -161,11 +168,16 @@ pub fn request_need(s: &Scenario, shape: &ModelShape) -> Result<RequestNeed, Key
         Reservation::MaxSeqLen => msl as u64,
         Reservation::PromptPlusOutput => tokens as u64,
     };
+    // Saturating: a figure past 64 bits is refused by every budget, which is the right answer.
     Ok(RequestNeed {
         tokens,
         samples,
-        paged_bytes: samples as u64 * paged_tokens * bpt,
-        contiguous_bytes: samples as u64 * reserved * bpt,
+        paged_bytes: (samples as u64)
+            .saturating_mul(paged_tokens)
+            .saturating_mul(bpt),
+        contiguous_bytes: (samples as u64)
+            .saturating_mul(reserved)
+            .saturating_mul(bpt),
     })
 }
 
@@ -234,6 +246,31 @@ impl Scenario {
         let Some(bytes) = budget.resolve(device, weights) else {
             return;
         };
+        if let (KvBudget::Bytes(_), Some(dev)) = (budget, device) {
+            let workspace = self
+                .memory
+                .workspace
+                .as_deref()
+                .and_then(|w| crate::units::parse_bytes(w).ok())
+                .unwrap_or(0);
+            let total = weights.saturating_add(workspace).saturating_add(bytes);
+            if total > dev {
+                p.push(KeyProblem::new(
+                    key,
+                    format!(
+                        "weights {} + workspace {} + KV budget {} = {} do not fit in device \
+                         `{}` ({})",
+                        format_bytes(weights),
+                        format_bytes(workspace),
+                        format_bytes(bytes),
+                        format_bytes(total),
+                        self.device,
+                        format_bytes(dev)
+                    ),
+                ));
+                return;
+            }
+        }
         let need = match request_need(self, shape) {
             Ok(n) => n,
             Err(k) => {
@@ -257,5 +294,126 @@ impl Scenario {
                 ),
             ));
         }
+    }
+}
+
+/// A typical length of a distribution (for memory estimates, not for admission): its mean where
+/// that is simple, else the middle of its range; always within the range.
+pub(super) fn typical_length(d: &LengthDist, r: LengthRange) -> f64 {
+    let (lo, hi) = (r.lo as f64, r.hi as f64);
+    let mean = match d {
+        LengthDist::Fixed { value } => *value as f64,
+        LengthDist::Normal { mean, .. } => *mean,
+        LengthDist::Lognormal { median, sigma, .. } => median * (sigma * sigma / 2.0).exp(),
+        _ => (lo + hi) / 2.0,
+    };
+    if mean.is_nan() {
+        hi
+    } else {
+        mean.clamp(lo, hi)
+    }
+}
+
+impl Scenario {
+    /// Refuses a run whose host-side state (request list, both modes' records, block metadata,
+    /// the cpu backend's KV pool) would not fit in the memory this process can still get.
+    pub(super) fn check_host_memory(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
+        let Some(need) = self.host_need(shape) else {
+            return;
+        };
+        let bytes = need.bytes();
+        let t = &self.traffic;
+        let most = super::ranges::MAX_REQUESTS;
+        let available = super::host::available_bytes();
+        if need.requests > most {
+            let have = available.map_or(String::new(), |(a, source)| {
+                format!(", and {} is available ({source})", format_bytes(a))
+            });
+            p.push(KeyProblem::new(
+                if t.requests.is_some() {
+                    "traffic.requests"
+                } else {
+                    "traffic.duration_s"
+                },
+                format!(
+                    "{} requests would need about {} of host memory; the limit is {most} \
+                     requests{have}",
+                    need.requests,
+                    format_bytes(bytes)
+                ),
+            ));
+            return;
+        }
+        let Some((available, source)) = available else {
+            return;
+        };
+        if bytes <= available {
+            return;
+        }
+        let key = if need.host_kv_bytes >= bytes / 2 {
+            "memory.kv_budget"
+        } else if t.requests.is_some() {
+            "traffic.requests"
+        } else {
+            "traffic.duration_s"
+        };
+        p.push(KeyProblem::new(
+            key,
+            format!(
+                "this run needs about {} of host memory ({} requests, {:.0} output tokens per \
+                 stream, {} paged blocks, {} of host KV), and {} is available ({source})",
+                format_bytes(bytes),
+                need.requests,
+                need.mean_output_tokens,
+                need.paged_blocks,
+                format_bytes(need.host_kv_bytes),
+                format_bytes(available)
+            ),
+        ));
+    }
+
+    /// The inputs of the host-memory estimate; `None` when the scenario is not sound enough to
+    /// estimate (other checks report why).
+    pub(super) fn host_need(&self, shape: &ModelShape) -> Option<super::host::HostNeed> {
+        let t = &self.traffic;
+        let msl = self.cache.max_seq_len;
+        let requests = match (t.requests, t.duration_s, &t.arrival) {
+            (Some(n), _, _) => n as f64,
+            (
+                None,
+                Some(d),
+                ArrivalSpec::Poisson { rate_per_s }
+                | ArrivalSpec::Gamma { rate_per_s, .. }
+                | ArrivalSpec::Constant { rate_per_s },
+            ) => (d * rate_per_s).ceil(),
+            _ => 0.0,
+        };
+        let prompt = length_range(self, &t.prompt_tokens, "traffic.prompt_tokens", msl).ok()?;
+        let output = length_range(self, &t.output_tokens, "traffic.output_tokens", msl).ok()?;
+        let prefix = t
+            .shared_prefix
+            .as_ref()
+            .map_or(0.0, |sp| sp.prefix_tokens as f64 * sp.share);
+        let mean_prompt = (typical_length(&t.prompt_tokens, prompt) + prefix).min(msl as f64);
+        let mean_output = typical_length(&t.output_tokens, output).min(msl as f64);
+        let mean_samples = t
+            .parallel_sampling
+            .as_ref()
+            .map_or(1.0, |ps| 1.0 + (ps.n.max(1) - 1) as f64 * ps.share);
+        let weights = shape.weight_bytes_per_device();
+        let budget = KvBudget::parse(&self.memory.kv_budget).ok()?;
+        let kv_bytes = budget.resolve(device_memory_bytes(&self.device), weights)?;
+        let bpt = shape.kv_bytes_per_token().max(1);
+        let block = self.block_size().max(1) as u64;
+        let paged_blocks = kv_bytes / bpt / block;
+        let host_kv_bytes = if self.device == "cpu" { kv_bytes } else { 0 };
+        Some(super::host::HostNeed {
+            requests: requests.min(u64::MAX as f64) as u64,
+            mean_prompt_tokens: mean_prompt,
+            mean_output_tokens: mean_output,
+            mean_samples,
+            paged_blocks,
+            host_kv_bytes,
+        })
     }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::error::{Diagnostic, KeyProblem, Origin, ScenarioError};
+use super::ranges::{self, range_message, within, MAX_DELAY_MS, MAX_HORIZON_S};
 use super::types::*;
 use crate::model::ModelShape;
 use crate::units::{parse_bytes, KvBudget};
@@ -12,8 +13,15 @@ impl Scenario {
     /// All problems found; empty when the scenario can run.
     pub fn check(&self) -> Vec<KeyProblem> {
         let mut p = Vec::new();
-        if self.name.trim().is_empty() {
-            p.push(KeyProblem::new("name", "must not be empty"));
+        if !ranges::safe_slug(&self.name) {
+            p.push(KeyProblem::new(
+                "name",
+                format!(
+                    "{:?} is not a safe folder name: use letters, digits, `-`, `_` and `.` \
+                     (not `.` or `..`)",
+                    self.name
+                ),
+            ));
         }
         if self.device.trim().is_empty() {
             p.push(KeyProblem::new("device", "must not be empty"));
@@ -35,6 +43,9 @@ impl Scenario {
         if p.is_empty() {
             if let Some(shape) = shape {
                 self.check_budget(&shape, &mut p);
+                if p.is_empty() {
+                    self.check_host_memory(&shape, &mut p);
+                }
             }
         }
         p
@@ -110,16 +121,24 @@ impl Scenario {
         };
         let before = p.len();
         for (key, v) in [
-            ("model.layers", shape.layers),
-            ("model.q_heads", shape.q_heads),
-            ("model.kv_heads", shape.kv_heads),
-            ("model.head_dim", shape.head_dim),
-            ("model.d_model", shape.d_model),
-            ("model.vocab", shape.vocab),
-            ("model.tp", shape.tp),
+            ("layers", shape.layers),
+            ("q_heads", shape.q_heads),
+            ("kv_heads", shape.kv_heads),
+            ("head_dim", shape.head_dim),
+            ("d_model", shape.d_model),
+            ("ffn_dim", shape.ffn_dim),
+            ("vocab", shape.vocab),
+            ("tp", shape.tp),
         ] {
-            if v == 0 {
-                p.push(KeyProblem::new(key, "must be at least 1"));
+            let most = ranges::MODEL_MAX
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(u32::MAX, |(_, m)| *m);
+            if v == 0 || v > most {
+                p.push(KeyProblem::new(
+                    format!("model.{key}"),
+                    format!("must be in 1..={most} (got {v})"),
+                ));
             }
         }
         if p.len() > before {
@@ -132,6 +151,18 @@ impl Scenario {
                     "{} query heads cannot be grouped over {} KV heads",
                     shape.q_heads, shape.kv_heads
                 ),
+            ));
+        }
+        if shape.checked_kv_bytes_per_token().is_none() {
+            p.push(KeyProblem::new(
+                "model.layers",
+                "KV bytes per token (2 x layers x kv_heads/tp x head_dim x dtype) overflow 64 bits",
+            ));
+        }
+        if shape.checked_weight_bytes_per_device().is_none() {
+            p.push(KeyProblem::new(
+                "model.d_model",
+                "the weight bytes of this shape overflow 64 bits",
             ));
         }
         if shape.kv_heads % shape.tp != 0 {
@@ -157,12 +188,24 @@ impl Scenario {
                     "cache.block_size",
                     format!("{b} is not a power of two (1, 2, 4, ..., 16, 32, ...)"),
                 ));
+            } else if b > ranges::MAX_BLOCK_SIZE {
+                p.push(KeyProblem::new(
+                    "cache.block_size",
+                    format!(
+                        "{b} tokens per block; the most is {}",
+                        ranges::MAX_BLOCK_SIZE
+                    ),
+                ));
             }
         }
-        if self.cache.max_seq_len < 2 {
+        let msl = self.cache.max_seq_len;
+        if !(2..=ranges::MAX_SEQ_LEN).contains(&msl) {
             p.push(KeyProblem::new(
                 "cache.max_seq_len",
-                "must be at least 2 (one prompt token and one output token)",
+                format!(
+                    "must be in 2..={} (one prompt token and one output token at least; got {msl})",
+                    ranges::MAX_SEQ_LEN
+                ),
             ));
         }
     }
@@ -183,8 +226,11 @@ impl Scenario {
             _ => {}
         }
         if let Some(d) = t.duration_s {
-            if !(d.is_finite() && d > 0.0) {
-                p.push(KeyProblem::new("traffic.duration_s", "must be positive"));
+            if !(d.is_finite() && d > 0.0 && d <= MAX_HORIZON_S) {
+                p.push(KeyProblem::new(
+                    "traffic.duration_s",
+                    format!("must be in (0, {MAX_HORIZON_S:e}] seconds (got {d:e})"),
+                ));
             } else if !open_loop {
                 p.push(KeyProblem::new(
                     "traffic.duration_s",
@@ -193,6 +239,7 @@ impl Scenario {
             }
         }
         check_arrival(&t.arrival, p);
+        check_horizon(t, p);
         check_length(self, &t.prompt_tokens, "traffic.prompt_tokens", msl, p);
         check_length(self, &t.output_tokens, "traffic.output_tokens", msl, p);
         if let Some(sp) = &t.shared_prefix {
@@ -212,10 +259,10 @@ impl Scenario {
         }
         if let Some(ps) = &t.parallel_sampling {
             check_share(ps.share, "traffic.parallel_sampling.share", p);
-            if ps.n == 0 {
+            if ps.n == 0 || ps.n > ranges::MAX_SAMPLES {
                 p.push(KeyProblem::new(
                     "traffic.parallel_sampling.n",
-                    "must be at least 1",
+                    format!("must be in 1..={} (got {})", ranges::MAX_SAMPLES, ps.n),
                 ));
             }
         }
@@ -292,10 +339,10 @@ impl Scenario {
             p.push(KeyProblem::new("scheduler.watermark", "must be in [0, 1)"));
         }
         if let Some(bw) = s.swap_gbytes_per_s {
-            if !(bw.is_finite() && bw > 0.0) {
+            if !within(bw, ranges::SWAP_GBYTES_PER_S) {
                 p.push(KeyProblem::new(
                     "scheduler.swap_gbytes_per_s",
-                    "must be positive",
+                    range_message(ranges::SWAP_GBYTES_PER_S, bw),
                 ));
             }
         }
@@ -304,8 +351,11 @@ impl Scenario {
             ("slo.itl_p99_ms", self.slo.itl_p99_ms),
         ] {
             if let Some(v) = v {
-                if !(v.is_finite() && v > 0.0) {
-                    p.push(KeyProblem::new(key, "must be positive"));
+                if !(v.is_finite() && v > 0.0 && v <= MAX_DELAY_MS) {
+                    p.push(KeyProblem::new(
+                        key,
+                        format!("must be in (0, {MAX_DELAY_MS:e}] ms (got {v:e})"),
+                    ));
                 }
             }
         }
@@ -322,32 +372,32 @@ fn check_share(share: f64, key: &str, p: &mut Vec<KeyProblem>) {
     }
 }
 
-fn positive(v: f64) -> bool {
-    v.is_finite() && v > 0.0
-}
-
 fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
     let key = "traffic.arrival";
+    let rate = |rate_per_s: f64, p: &mut Vec<KeyProblem>| {
+        if !within(rate_per_s, ranges::RATE_PER_S) {
+            p.push(KeyProblem::new(
+                format!("{key}.rate_per_s"),
+                format!(
+                    "{} requests per second",
+                    range_message(ranges::RATE_PER_S, rate_per_s)
+                ),
+            ));
+        }
+    };
     match a {
         ArrivalSpec::Poisson { rate_per_s } | ArrivalSpec::Constant { rate_per_s } => {
-            if !positive(*rate_per_s) {
-                p.push(KeyProblem::new(
-                    format!("{key}.rate_per_s"),
-                    "must be positive",
-                ));
-            }
+            rate(*rate_per_s, p)
         }
         ArrivalSpec::Gamma { rate_per_s, shape } => {
-            if !positive(*rate_per_s) {
-                p.push(KeyProblem::new(
-                    format!("{key}.rate_per_s"),
-                    "must be positive",
-                ));
-            }
-            if !positive(*shape) {
+            rate(*rate_per_s, p);
+            if !within(*shape, ranges::GAMMA_SHAPE) {
                 p.push(KeyProblem::new(
                     format!("{key}.shape"),
-                    "must be positive (1 = Poisson, < 1 burstier)",
+                    format!(
+                        "{} (1 = Poisson, < 1 burstier)",
+                        range_message(ranges::GAMMA_SHAPE, *shape)
+                    ),
                 ));
             }
         }
@@ -359,8 +409,11 @@ fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
                     "must be at least 1",
                 ));
             }
-            if !(think_ms.is_finite() && *think_ms >= 0.0) {
-                p.push(KeyProblem::new(format!("{key}.think_ms"), "must be >= 0"));
+            if !within(*think_ms, (0.0, MAX_DELAY_MS)) {
+                p.push(KeyProblem::new(
+                    format!("{key}.think_ms"),
+                    format!("must be in [0, {MAX_DELAY_MS:e}] ms (got {think_ms:e})"),
+                ));
             }
         }
         ArrivalSpec::Trace {
@@ -369,25 +422,84 @@ fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
             if path.trim().is_empty() {
                 p.push(KeyProblem::new(format!("{key}.path"), "must not be empty"));
             }
-            if !positive(*time_scale) {
+            if !within(*time_scale, ranges::TIME_SCALE) {
                 p.push(KeyProblem::new(
                     format!("{key}.time_scale"),
-                    "must be positive",
+                    range_message(ranges::TIME_SCALE, *time_scale),
                 ));
             }
         }
     }
 }
 
+/// The span of virtual time the arrivals need, from their means: refused past
+/// [`MAX_HORIZON_S`], so the clock can never wrap.
+fn check_horizon(t: &TrafficSpec, p: &mut Vec<KeyProblem>) {
+    // A request count past the limit is refused by the host-memory check, with its estimate.
+    let most = ranges::MAX_REQUESTS;
+    if t.requests.is_some_and(|n| n as u64 > most) {
+        return;
+    }
+    let rate = match t.arrival {
+        ArrivalSpec::Poisson { rate_per_s }
+        | ArrivalSpec::Gamma { rate_per_s, .. }
+        | ArrivalSpec::Constant { rate_per_s } => rate_per_s,
+        ArrivalSpec::ClosedLoop { clients, think_ms } if clients > 0 => {
+            let rounds = t.requests.unwrap_or(0).div_ceil(clients) as f64;
+            let span_s = rounds * think_ms / 1000.0;
+            if span_s > MAX_HORIZON_S {
+                p.push(KeyProblem::new(
+                    "traffic.arrival.think_ms",
+                    format!(
+                        "{rounds} rounds of {think_ms:e} ms think time span {span_s:e} s of \
+                         virtual time; the most is {MAX_HORIZON_S:e} s"
+                    ),
+                ));
+            }
+            return;
+        }
+        _ => return,
+    };
+    if !within(rate, ranges::RATE_PER_S) {
+        return;
+    }
+    if let Some(n) = t.requests {
+        let span_s = n as f64 / rate;
+        if span_s > MAX_HORIZON_S {
+            p.push(KeyProblem::new(
+                "traffic.arrival.rate_per_s",
+                format!(
+                    "{n} requests at {rate:e}/s span about {span_s:e} s of virtual time; the \
+                     most is {MAX_HORIZON_S:e} s"
+                ),
+            ));
+        }
+    } else if let Some(d) = t.duration_s.filter(|d| d.is_finite() && *d > 0.0) {
+        let expected = rate * d;
+        if expected > most as f64 {
+            p.push(KeyProblem::new(
+                "traffic.duration_s",
+                format!(
+                    "{d:e} s at {rate:e}/s is about {expected:e} requests, more than the \
+                     limit of {most}; lower the rate or the duration"
+                ),
+            ));
+        }
+    }
+}
+
 fn check_delay(d: &DelayDist, key: &str, p: &mut Vec<KeyProblem>) {
-    let ok = |v: f64| v.is_finite() && v >= 0.0;
+    let ok = |v: f64| within(v, (0.0, MAX_DELAY_MS));
+    let msg = |v: f64| format!("must be in [0, {MAX_DELAY_MS:e}] ms (got {v:e})");
     match d {
         DelayDist::Fixed { ms } if !ok(*ms) => {
-            p.push(KeyProblem::new(format!("{key}.ms"), "must be >= 0"))
+            p.push(KeyProblem::new(format!("{key}.ms"), msg(*ms)))
         }
         DelayDist::Uniform { min_ms, max_ms } => {
-            if !ok(*min_ms) || !ok(*max_ms) {
-                p.push(KeyProblem::new(key, "min_ms and max_ms must be >= 0"));
+            if !ok(*min_ms) {
+                p.push(KeyProblem::new(format!("{key}.min_ms"), msg(*min_ms)));
+            } else if !ok(*max_ms) {
+                p.push(KeyProblem::new(format!("{key}.max_ms"), msg(*max_ms)));
             } else if min_ms > max_ms {
                 p.push(KeyProblem::new(
                     format!("{key}.min_ms"),
@@ -395,10 +507,12 @@ fn check_delay(d: &DelayDist, key: &str, p: &mut Vec<KeyProblem>) {
                 ));
             }
         }
-        DelayDist::Exponential { mean_ms } if !positive(*mean_ms) => p.push(KeyProblem::new(
-            format!("{key}.mean_ms"),
-            "must be positive",
-        )),
+        DelayDist::Exponential { mean_ms } if !(ok(*mean_ms) && *mean_ms > 0.0) => {
+            p.push(KeyProblem::new(
+                format!("{key}.mean_ms"),
+                format!("{} and > 0", msg(*mean_ms)),
+            ))
+        }
         _ => {}
     }
 }

@@ -111,6 +111,26 @@ pub fn parse_document<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// A problem found after loading (by the workload generator) placed in the scenario's file:
+/// the file is read again and `key` (or its nearest written ancestor) located.
+pub fn locate_in_source(source: Option<&Path>, key: &str, message: String) -> Diagnostic {
+    let located = source.and_then(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        let map = SourceMap::parse(&text).ok()?;
+        let (line, col) = map.position_of(key);
+        Some(Origin::File {
+            path: path.to_path_buf(),
+            line,
+            col,
+        })
+    });
+    Diagnostic {
+        origin: located.unwrap_or(Origin::Memory),
+        key: key.to_string(),
+        message,
+    }
+}
+
 fn invalid(d: Vec<Diagnostic>) -> ScenarioError {
     ScenarioError::Invalid(d)
 }
@@ -170,6 +190,15 @@ impl Placer<'_> {
         let mut key = e.span().map(|s| map.key_at(s.start)).unwrap_or_default();
         // Unknown and missing fields name the field in the message; point at it where written.
         if let Some(field) = quoted_field(&message) {
+            if message.starts_with("missing field") {
+                // The field is missing from the table the span lies in, not from the first key
+                // of that table the span happens to start at (`model`, not `name.model`).
+                while !map.is_table(&key) {
+                    key = key
+                        .rsplit_once('.')
+                        .map_or(String::new(), |(p, _)| p.to_string());
+                }
+            }
             let candidate = join(&key, &field);
             let written = e.span().and_then(|s| map.field_in(&s, &field));
             if message.starts_with("missing field") || map.contains(&candidate) {
@@ -205,11 +234,13 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-/// The field in "unknown field `x`, expected ..." or "missing field `x`".
+/// The field in "unknown field `x`, expected ...", "missing field `x`" or "invalid value for
+/// field `x`: ..." (the tagged tables' wording, `tagged.rs`).
 fn quoted_field(message: &str) -> Option<String> {
     let rest = message
         .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("missing field `"))?;
+        .or_else(|| message.strip_prefix("missing field `"))
+        .or_else(|| message.strip_prefix("invalid value for field `"))?;
     rest.split('`').next().map(str::to_string)
 }
 

@@ -9,6 +9,8 @@ use toml_edit::{ImDocument, Item, TableLike, Value};
 #[derive(Debug, Clone)]
 struct Entry {
     path: String,
+    /// A `[table]` or an inline `{ ... }` table.
+    table: bool,
     key_start: usize,
     span: Range<usize>,
 }
@@ -58,6 +60,11 @@ impl SourceMap {
     /// Whether `path` is written in the text.
     pub fn contains(&self, path: &str) -> bool {
         self.entries.iter().any(|e| e.path == path)
+    }
+
+    /// Whether `path` is a table written in the text (empty: the top level).
+    pub fn is_table(&self, path: &str) -> bool {
+        path.is_empty() || self.entries.iter().any(|e| e.path == path && e.table)
     }
 
     /// A key named `field` (last path segment) written inside `span`, e.g. the unknown key an
@@ -123,10 +130,14 @@ fn walk_table(table: &dyn TableLike, prefix: &str, out: &mut Vec<Entry>) {
                 .map(|s| s.end)
                 .or_else(|| key_span.as_ref().map(|s| s.end))
                 .unwrap_or(start);
+            // A `[table]` header's span starts at its `[`, before the key: errors about the
+            // table as a whole (a missing key) point there.
+            let span_start = item_span.as_ref().map_or(start, |s| s.start.min(start));
             out.push(Entry {
                 path: path.clone(),
+                table: matches!(item, Item::Table(_) | Item::Value(Value::InlineTable(_))),
                 key_start: start,
-                span: start..end.max(start),
+                span: span_start..end.max(start),
             });
         }
         let first_child = out.len();

@@ -110,7 +110,11 @@ fn default_block_size() -> BlockSizes {
 
 /// A length distribution, clamped to `[min, max]` after drawing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "dist",
+    rename_all = "snake_case",
+    try_from = "super::tagged::RawLength"
+)]
 pub enum LengthDist {
     Fixed {
         value: u32,
@@ -139,7 +143,7 @@ pub enum LengthDist {
     Zipf {
         n: u64,
         s: f64,
-        #[serde(default = "one_f64")]
+        #[serde(default)]
         scale: f64,
         #[serde(default)]
         min: Option<u32>,
@@ -157,13 +161,13 @@ pub enum LengthDist {
     },
 }
 
-fn one_f64() -> f64 {
-    1.0
-}
-
 /// A delay distribution in milliseconds (cancellation delays, think times).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "dist",
+    rename_all = "snake_case",
+    try_from = "super::tagged::RawDelay"
+)]
 pub enum DelayDist {
     Fixed { ms: f64 },
     Uniform { min_ms: f64, max_ms: f64 },
@@ -171,7 +175,11 @@ pub enum DelayDist {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    try_from = "super::tagged::RawArrival"
+)]
 pub enum ArrivalSpec {
     /// Open loop, exponential gaps.
     Poisson { rate_per_s: f64 },
@@ -191,7 +199,7 @@ pub enum ArrivalSpec {
     Trace {
         path: String,
         format: String,
-        #[serde(default = "one_f64")]
+        #[serde(default)]
         time_scale: f64,
     },
 }

@@ -4,6 +4,8 @@
 //! one knob (say, the cancellation share) leaves the arrivals and token ids of the others as they
 //! were: two scenarios that differ in one setting differ in one thing.
 
+use std::collections::BTreeMap;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -14,8 +16,13 @@ use super::WorkloadError;
 use crate::scenario::{ArrivalSpec, CancelWhen, Scenario};
 
 /// Most requests a duration-based workload may produce; beyond this a typo in a rate is likelier
-/// than an intent.
-pub const MAX_REQUESTS: usize = 5_000_000;
+/// than an intent. Load refuses the expected count past it; this bounds the draw itself.
+pub const MAX_REQUESTS: usize = crate::scenario::ranges::MAX_REQUESTS as usize;
+
+/// Latest arrival the generator produces, in ms: ten times the load-time horizon (whose check
+/// uses the mean gap), 1e18 ns, so the engine's `u64` nanosecond clock keeps an 18x margin.
+/// Every generated time (arrival, delay) is at most this; an arrival past it is refused.
+pub const MAX_TIME_MS: f64 = crate::scenario::ranges::MAX_HORIZON_S * 1000.0 * 10.0;
 
 mod stream {
     pub const ARRIVALS: u64 = 0;
@@ -46,6 +53,22 @@ pub fn prefix_tokens(seed: u64, group: u32, len: u32, vocab: u32) -> Vec<u32> {
 /// Generates the request list. `seed` is usually `scenario.seed`; it is a parameter so sweeps
 /// can vary it without editing the scenario.
 pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadError> {
+    generate_unplaced(scenario, seed).map_err(|e| place(scenario, e))
+}
+
+/// A problem with a key, placed in the scenario's file (`FILE:LINE:COL: KEY`) when it has one.
+fn place(scenario: &Scenario, e: WorkloadError) -> WorkloadError {
+    let (key, message) = match e {
+        WorkloadError::Distribution { key, message } => (key, message),
+        e @ WorkloadError::TooMany { .. } => ("traffic.duration_s".to_string(), e.to_string()),
+        other => return other,
+    };
+    WorkloadError::Scenario(crate::scenario::ScenarioError::Invalid(vec![
+        crate::scenario::locate_in_source(scenario.source.as_deref(), &key, message),
+    ]))
+}
+
+fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadError> {
     scenario.validate().map_err(WorkloadError::Scenario)?;
     let t = &scenario.traffic;
     if let ArrivalSpec::Trace { path, .. } = &t.arrival {
@@ -81,13 +104,9 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
         )),
         None => None,
     };
-    let tenant_cdf = tenant_cdf(scenario);
-    let prefixes: Vec<Vec<u32>> = match &t.shared_prefix {
-        Some(sp) => (0..sp.groups)
-            .map(|g| prefix_tokens(seed, g, sp.prefix_tokens, vocab))
-            .collect(),
-        None => Vec::new(),
-    };
+    let tenants = Tenants::new(scenario);
+    // Built on first use: ten million groups drawn by a hundred requests cost a hundred.
+    let mut prefixes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
 
     let mut r_tenant = rng(seed, stream::TENANTS);
     let mut r_prefix = rng(seed, stream::PREFIX_CHOICE);
@@ -99,17 +118,19 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
 
     let mut requests = Vec::with_capacity(n);
     for (i, arrival_ms) in arrivals.into_iter().enumerate() {
-        let u: f64 = r_tenant.gen();
-        let tenant = tenant_cdf
-            .iter()
-            .position(|&c| u < c)
-            .unwrap_or(tenant_cdf.len() - 1) as u32;
+        let tenant = tenants.pick(r_tenant.gen());
 
         let group = match &t.shared_prefix {
             Some(sp) if r_prefix.gen::<f64>() < sp.share => Some(r_prefix.gen_range(0..sp.groups)),
             _ => None,
         };
-        let mut prompt: Vec<u32> = group.map_or_else(Vec::new, |g| prefixes[g as usize].clone());
+        let mut prompt: Vec<u32> = match (group, &t.shared_prefix) {
+            (Some(g), Some(sp)) => prefixes
+                .entry(g)
+                .or_insert_with(|| prefix_tokens(seed, g, sp.prefix_tokens, vocab))
+                .clone(),
+            _ => Vec::new(),
+        };
         // Truncate to leave room for one output token: both cache modes must fit every request.
         let own = prompt_len
             .draw(&mut r_plen)
@@ -175,28 +196,45 @@ pub fn generate(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadErro
     })
 }
 
-/// Cumulative tenant shares; the last entry is 1.
-fn tenant_cdf(s: &Scenario) -> Vec<f64> {
-    let Some(t) = &s.traffic.tenants else {
-        return vec![1.0];
-    };
-    let count = t.count.max(1) as usize;
-    let shares: Vec<f64> = match &t.shares {
-        Some(v) if v.len() == count => v.clone(),
-        _ => vec![1.0 / count as f64; count],
-    };
-    let mut acc = 0.0;
-    let mut cdf: Vec<f64> = shares
-        .iter()
-        .map(|s| {
-            acc += s;
-            acc
-        })
-        .collect();
-    if let Some(last) = cdf.last_mut() {
-        *last = f64::INFINITY;
+/// Who sends a request: equal shares by a multiply (any tenant count costs nothing), stated
+/// shares by their cumulative sums (as many as the file lists).
+enum Tenants {
+    Equal(u32),
+    Shares(Vec<f64>),
+}
+
+impl Tenants {
+    fn new(s: &Scenario) -> Tenants {
+        let Some(t) = &s.traffic.tenants else {
+            return Tenants::Equal(1);
+        };
+        let count = t.count.max(1);
+        match &t.shares {
+            Some(v) if v.len() == count as usize => {
+                let mut acc = 0.0;
+                let mut cdf: Vec<f64> = v
+                    .iter()
+                    .map(|s| {
+                        acc += s;
+                        acc
+                    })
+                    .collect();
+                if let Some(last) = cdf.last_mut() {
+                    *last = f64::INFINITY;
+                }
+                Tenants::Shares(cdf)
+            }
+            _ => Tenants::Equal(count),
+        }
     }
-    cdf
+
+    /// The tenant for a uniform draw `u` in [0, 1).
+    fn pick(&self, u: f64) -> u32 {
+        match self {
+            Tenants::Equal(n) => ((u * *n as f64) as u32).min(n - 1),
+            Tenants::Shares(cdf) => cdf.iter().position(|&c| u < c).unwrap_or(cdf.len() - 1) as u32,
+        }
+    }
 }
 
 /// Arrival times in ms, in order. Open loop starts at t = 0 and adds drawn gaps.
@@ -215,6 +253,16 @@ fn arrival_times(s: &Scenario, seed: u64) -> Result<Vec<f64>, WorkloadError> {
     while out.len() < cap {
         if end_ms.is_some_and(|e| now >= e) {
             break;
+        }
+        if now.is_nan() || now > MAX_TIME_MS {
+            return Err(WorkloadError::Distribution {
+                key: "traffic.arrival.rate_per_s".into(),
+                message: format!(
+                    "arrival {} at {now:e} ms is past the {MAX_TIME_MS:e} ms the virtual clock \
+                     holds; raise the rate or lower the request count",
+                    out.len()
+                ),
+            });
         }
         out.push(now);
         now += gaps.draw(&mut r);

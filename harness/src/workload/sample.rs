@@ -109,12 +109,19 @@ impl DelaySampler {
         })
     }
 
+    /// A delay in `[0, MAX_TIME_MS]`: an exponential's rare far tail saturates there rather than
+    /// overflowing the clock it is added to.
     pub fn draw(&self, rng: &mut ChaCha20Rng) -> f64 {
-        match self {
+        let ms = match self {
             DelaySampler::Fixed(ms) => *ms,
             DelaySampler::Uniform(a, b) if a < b => rng.gen_range(*a..*b),
             DelaySampler::Uniform(a, _) => *a,
             DelaySampler::Exponential(d) => d.sample(rng),
+        };
+        if ms.is_nan() {
+            0.0
+        } else {
+            ms.clamp(0.0, super::generate::MAX_TIME_MS)
         }
     }
 }

@@ -62,6 +62,15 @@ pub struct DeviceProfile {
     pub combine: Combine,
 }
 
+/// A number as a reader expects it: plain in [1e-3, 1e6), else in exponent form.
+fn num(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e6).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }
@@ -140,7 +149,7 @@ impl DeviceProfile {
     /// Parses and validates profile text; `path` names it in errors.
     pub fn parse(text: &str, path: Option<&Path>) -> Result<DeviceProfile, BackendError> {
         scenario::parse_document(text, path, DeviceProfile::problems)
-            .map_err(|e| BackendError::Config(e.to_string()))
+            .map_err(|e| BackendError::Profile(e.to_string()))
     }
 
     /// Every constant outside its physical range, by key.
@@ -175,7 +184,12 @@ impl DeviceProfile {
             if !(v.is_finite() && v >= lo && v <= hi) {
                 out.push(KeyProblem::new(
                     key,
-                    format!("must be between {lo:e} and {hi:e}, got {v:e}"),
+                    format!(
+                        "must be between {} and {}, got {}",
+                        num(lo),
+                        num(hi),
+                        num(v)
+                    ),
                 ));
             }
         }

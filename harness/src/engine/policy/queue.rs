@@ -5,43 +5,43 @@
 //! Entries are removed lazily: the engine skips entries whose stream is no longer waiting
 //! (cancelled while queued), so cancellation is O(1).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
+/// The wait queue. Lanes exist only for tenants with someone waiting, so a step's cost follows
+/// the tenants in the queue, never the tenant count (a hundred million tenants cost nothing
+/// until they send).
 #[derive(Debug, Clone, Default)]
 pub struct WaitQueue {
     front: VecDeque<u32>,
-    /// One FIFO per tenant (a single one without fairness).
-    tenants: Vec<VecDeque<u32>>,
+    /// One FIFO per tenant with entries (a single lane, tenant 0, without fairness).
+    lanes: BTreeMap<u32, VecDeque<u32>>,
     fair: bool,
-    /// Next tenant to serve (round-robin).
-    cursor: usize,
+    /// Round-robin position: the next tenant to serve is the first lane at or after it.
+    cursor: u64,
 }
 
 impl WaitQueue {
-    pub fn new(fair: bool, tenants: u32) -> WaitQueue {
-        let lanes = if fair { tenants.max(1) as usize } else { 1 };
+    /// `_tenants` is the tenant count; lanes are made on demand, so it sizes nothing.
+    pub fn new(fair: bool, _tenants: u32) -> WaitQueue {
         WaitQueue {
             front: VecDeque::new(),
-            tenants: vec![VecDeque::new(); lanes],
+            lanes: BTreeMap::new(),
             fair,
             cursor: 0,
         }
     }
 
     pub fn push_back(&mut self, stream: u32, tenant: u32) {
-        let lane = if self.fair {
-            tenant as usize % self.tenants.len()
-        } else {
-            0
-        };
-        self.tenants[lane].push_back(stream);
+        let lane = if self.fair { tenant } else { 0 };
+        self.lanes.entry(lane).or_default().push_back(stream);
     }
 
     pub fn push_front(&mut self, stream: u32) {
         self.front.push_front(stream);
     }
 
-    /// The next candidate, dropping entries `live` rejects. Does not remove it.
+    /// The next candidate, dropping entries `live` rejects (and lanes they empty). Does not
+    /// remove it.
     pub fn peek(&mut self, live: impl Fn(u32) -> bool) -> Option<u32> {
         while let Some(&s) = self.front.front() {
             if live(s) {
@@ -49,18 +49,23 @@ impl WaitQueue {
             }
             self.front.pop_front();
         }
-        let n = self.tenants.len();
-        for i in 0..n {
-            let lane = (self.cursor + i) % n;
-            while let Some(&s) = self.tenants[lane].front() {
+        // Lanes at or after the cursor, then those before it: round-robin over waiting tenants.
+        loop {
+            let lane = u32::try_from(self.cursor)
+                .ok()
+                .and_then(|c| self.lanes.range(c..).next())
+                .or_else(|| self.lanes.iter().next())
+                .map(|(&k, _)| k)?;
+            let queue = self.lanes.get_mut(&lane)?;
+            while let Some(&s) = queue.front() {
                 if live(s) {
-                    self.cursor = lane;
+                    self.cursor = lane as u64;
                     return Some(s);
                 }
-                self.tenants[lane].pop_front();
+                queue.pop_front();
             }
+            self.lanes.remove(&lane);
         }
-        None
     }
 
     /// Remove the candidate `peek` returned; round-robin moves on to the next tenant.
@@ -69,15 +74,27 @@ impl WaitQueue {
             self.front.pop_front();
             return;
         }
-        let lane = self.cursor;
-        if self.tenants[lane].front() == Some(&stream) {
-            self.tenants[lane].pop_front();
-            self.cursor = (lane + 1) % self.tenants.len();
+        let Ok(lane) = u32::try_from(self.cursor) else {
+            return;
+        };
+        if let Some(queue) = self.lanes.get_mut(&lane) {
+            if queue.front() == Some(&stream) {
+                queue.pop_front();
+                if queue.is_empty() {
+                    self.lanes.remove(&lane);
+                }
+                self.cursor = lane as u64 + 1;
+            }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.front.is_empty() && self.tenants.iter().all(VecDeque::is_empty)
+        self.front.is_empty() && self.lanes.values().all(VecDeque::is_empty)
+    }
+
+    /// Tenants with a lane (someone queued, or entries not yet dropped): what a step may visit.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
     }
 }
 
@@ -113,6 +130,17 @@ mod tests {
         q.push_back(10, 1);
         q.push_back(11, 1);
         assert_eq!(drain(&mut q), [1, 10, 2, 11, 3]);
+    }
+
+    #[test]
+    fn fairness_wraps_around_and_cost_follows_waiting_tenants() {
+        let mut q = WaitQueue::new(true, u32::MAX);
+        for (s, t) in [(1, u32::MAX), (2, 100_000_000), (3, 5), (4, u32::MAX)] {
+            q.push_back(s, t);
+        }
+        assert_eq!(q.lanes(), 3);
+        assert_eq!(drain(&mut q), [3, 2, 1, 4]);
+        assert_eq!(q.lanes(), 0);
     }
 
     #[test]

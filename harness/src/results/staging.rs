@@ -1,0 +1,321 @@
+//! Where a run's files go before they are complete, and what may be replaced.
+//!
+//! A results folder is built in a temporary folder beside its target (`.NAME.tmp-PID-N`) and
+//! renamed into place only when every file is written, so a reader never sees half a result. The
+//! temporary folder is created before the run starts: a target that cannot be written (a regular
+//! file, a folder that is not a results folder, an unwritable parent) is refused before any work.
+//!
+//! Every temporary folder alive is listed in one process-wide registry. An interrupt (SIGINT,
+//! SIGTERM, SIGHUP) removes them all and exits with 128 + the signal number, as a shell reports a
+//! killed process; the final renames take the registry's lock, so an interrupt either finds the
+//! temporary folder (and removes it) or finds the result already in place — never half of a swap.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
+
+use super::{io, ResultsError};
+
+/// Temporary folders to remove if the process is interrupted.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static NEXT: AtomicU64 = AtomicU64::new(0);
+static INSTALL: Once = Once::new();
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    // A panic while holding the lock leaves a usable list (pushes and removals are atomic).
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Install the interrupt handler (once per process; later calls do nothing).
+///
+/// The handler runs on an ordinary thread (signal-hook's iterator), not inside the signal
+/// handler, so removing folders there is safe.
+pub fn install_interrupt_cleanup() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut result = Ok(());
+    INSTALL.call_once(|| {
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                result = Err(e);
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Held until exit: no rename can start after this point.
+                let dirs = live();
+                INTERRUPTED.store(true, Ordering::SeqCst);
+                for d in dirs.iter() {
+                    if remove(d).is_ok() {
+                        eprintln!("interrupted: removed {}", d.display());
+                    }
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+    result
+}
+
+/// Remove a temporary folder or file.
+fn remove(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
+
+/// If an interrupt is being handled, wait for its handler to exit the process (an I/O error
+/// caused by the handler removing a folder must not race it to an exit code of its own).
+pub fn wait_if_interrupted() {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        let _blocks_until_exit = live();
+        // Unreachable in practice: the handler exits while holding the lock.
+    }
+}
+
+/// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench results
+/// folder) or a `calibration.json` (a `calibrate --check` folder). Anything else is someone's data.
+fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
+    if dir.join("summary.json").is_file() || dir.join("calibration.json").is_file() {
+        return Ok(true);
+    }
+    let mut entries = std::fs::read_dir(dir).map_err(io(dir))?;
+    Ok(entries.next().is_none())
+}
+
+/// May a results folder be written at `out`? `replace`: an existing results folder there may be
+/// replaced. Never replaced, whatever `replace` says: a regular file or link, or a folder that is
+/// neither empty nor a results folder.
+pub fn check_target(out: &Path, replace: bool) -> Result<(), ResultsError> {
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(out)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(ResultsError::NotAFolder(out.to_path_buf()));
+    }
+    if !replace {
+        return Err(ResultsError::Exists(out.to_path_buf()));
+    }
+    if !is_replaceable(out)? {
+        return Err(ResultsError::NotResults(out.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// A results folder being written: a temporary folder that becomes `out` on [`Staging::commit`]
+/// and is removed if dropped uncommitted.
+#[derive(Debug)]
+pub struct Staging {
+    out: PathBuf,
+    tmp: PathBuf,
+    replace: bool,
+    done: bool,
+}
+
+impl Staging {
+    /// Check `out` ([`check_target`]) and create the temporary folder beside it.
+    pub fn begin(out: &Path, replace: bool) -> Result<Staging, ResultsError> {
+        check_target(out, replace)?;
+        let name = out
+            .file_name()
+            .ok_or_else(|| ResultsError::NotAFolder(out.to_path_buf()))?
+            .to_string_lossy()
+            .to_string();
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = parent.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
+        let mut dirs = live();
+        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+        dirs.push(tmp.clone());
+        Ok(Staging {
+            out: out.to_path_buf(),
+            tmp,
+            replace,
+            done: false,
+        })
+    }
+
+    /// The temporary folder to write into.
+    pub fn dir(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Put the finished folder in place (replacing a results folder there when allowed).
+    pub fn commit(mut self) -> Result<(), ResultsError> {
+        // Something may have appeared at `out` while the run went on.
+        check_target(&self.out, self.replace)?;
+        let mut dirs = live();
+        let result = if self.out.exists() {
+            let mut old = self.tmp.clone().into_os_string();
+            old.push(".old");
+            let old = PathBuf::from(old);
+            std::fs::rename(&self.out, &old)
+                .map_err(io(&self.out))
+                .and_then(|_| match std::fs::rename(&self.tmp, &self.out) {
+                    Ok(()) => std::fs::remove_dir_all(&old).map_err(io(&old)),
+                    Err(e) => {
+                        // Put the previous results back rather than leave nothing.
+                        let _ = std::fs::rename(&old, &self.out);
+                        Err(io(&self.out)(e))
+                    }
+                })
+        } else {
+            std::fs::rename(&self.tmp, &self.out).map_err(io(&self.out))
+        };
+        if result.is_ok() {
+            dirs.retain(|d| d != &self.tmp);
+            self.done = true;
+        }
+        drop(dirs);
+        result
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut dirs = live();
+            let _ = std::fs::remove_dir_all(&self.tmp);
+            dirs.retain(|d| d != &self.tmp);
+        }
+    }
+}
+
+/// Write one file through a registered temporary file beside it (creating its folder), so an
+/// interrupt leaves either the old file or the new one.
+pub fn write_file_atomic(path: &Path, text: &str) -> Result<(), ResultsError> {
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    live().push(tmp.clone());
+    let result = std::fs::write(&tmp, text).map_err(io(&tmp)).and_then(|_| {
+        let mut dirs = live();
+        let r = std::fs::rename(&tmp, path).map_err(io(path));
+        dirs.retain(|d| d != &tmp);
+        r
+    });
+    if result.is_err() {
+        let mut dirs = live();
+        let _ = std::fs::remove_file(&tmp);
+        dirs.retain(|d| d != &tmp);
+    }
+    result
+}
+
+/// A scenario's folder under `root`. The name comes from a scenario file, so it is checked here
+/// as well as at load time: a slug of letters, digits, `-`, `_` and `.`, not `.` or `..` — never
+/// an absolute path, a separator or a traversal.
+pub fn scenario_folder(root: &Path, name: &str) -> Result<PathBuf, ResultsError> {
+    let slug = !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if slug {
+        Ok(root.join(name))
+    } else {
+        Err(ResultsError::BadName(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_slugs_name_folders() {
+        let root = Path::new("results/latest");
+        for ok in ["quick-basic", "a.b_c-1", ".hidden", "..x"] {
+            assert_eq!(scenario_folder(root, ok).expect(ok), root.join(ok));
+        }
+        let long = "a".repeat(256);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../../x",
+            "/etc",
+            "a/b",
+            "a\\b",
+            "x\0",
+            "caf\u{e9}",
+            &long,
+        ] {
+            assert!(
+                matches!(scenario_folder(root, bad), Err(ResultsError::BadName(_))),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn targets_that_are_not_results_folders_are_never_replaceable() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let p = tmp.path();
+        assert!(check_target(&p.join("new"), false).is_ok());
+        std::fs::write(p.join("file"), "x").expect("write");
+        for replace in [false, true] {
+            assert!(matches!(
+                check_target(&p.join("file"), replace),
+                Err(ResultsError::NotAFolder(_))
+            ));
+        }
+        std::fs::create_dir(p.join("data")).expect("mkdir");
+        std::fs::write(p.join("data/notes"), "x").expect("write");
+        assert!(matches!(
+            check_target(&p.join("data"), true),
+            Err(ResultsError::NotResults(_))
+        ));
+        std::fs::create_dir(p.join("res")).expect("mkdir");
+        std::fs::write(p.join("res/summary.json"), "{}").expect("write");
+        assert!(matches!(
+            check_target(&p.join("res"), false),
+            Err(ResultsError::Exists(_))
+        ));
+        assert!(check_target(&p.join("res"), true).is_ok());
+        assert!(matches!(
+            check_target(&p.join("file/sub"), true),
+            Err(ResultsError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn a_dropped_staging_leaves_nothing_and_a_commit_replaces_a_results_folder() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let out = tmp.path().join("r");
+        let s = Staging::begin(&out, false).expect("begin");
+        assert!(s.dir().is_dir());
+        drop(s);
+        assert_eq!(std::fs::read_dir(tmp.path()).expect("ls").count(), 0);
+
+        std::fs::create_dir(&out).expect("mkdir");
+        std::fs::write(out.join("summary.json"), "old").expect("write");
+        let s = Staging::begin(&out, true).expect("begin");
+        std::fs::write(s.dir().join("summary.json"), "new").expect("write");
+        s.commit().expect("commit");
+        assert_eq!(
+            std::fs::read_to_string(out.join("summary.json")).expect("read"),
+            "new"
+        );
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["r"]);
+    }
+}

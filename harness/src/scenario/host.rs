@@ -1,0 +1,126 @@
+//! What a run must hold in host memory, estimated before anything is allocated, and what the
+//! host can give: a plausible typo (`requests = 4294967295`) is refused with the figure it
+//! would need instead of aborting on a failed allocation.
+
+/// Host memory this process can still allocate: the smaller of `MemAvailable` and the room left
+/// under the address-space limit (`ulimit -v`). `None` where neither is known (not Linux).
+pub fn available_bytes() -> Option<(u64, &'static str)> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let available = meminfo
+        .as_deref()
+        .and_then(|t| kib_field(t, "MemAvailable:"));
+    let limits = std::fs::read_to_string("/proc/self/limits").ok();
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    let room = limits
+        .as_deref()
+        .and_then(address_space_limit)
+        .map(|limit| {
+            let used = status
+                .as_deref()
+                .and_then(|t| kib_field(t, "VmSize:"))
+                .unwrap_or(0);
+            limit.saturating_sub(used)
+        });
+    match (available, room) {
+        (Some(a), Some(r)) if r < a => Some((r, "address-space limit")),
+        (Some(a), _) => Some((a, "MemAvailable")),
+        (None, Some(r)) => Some((r, "address-space limit")),
+        (None, None) => None,
+    }
+}
+
+/// A `Name:   123 kB` line of `/proc/meminfo` or `/proc/self/status`, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    let kib: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The soft "Max address space" of `/proc/self/limits`; `None` when unlimited.
+fn address_space_limit(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("Max address space"))?;
+    line["Max address space".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Per-request and per-token host costs of one run (request list, per-stream records, token
+/// stamps, trace events), from peak RSS on `sim`: 20,000 quick-basic requests (28 output tokens
+/// each) peak at 6.1 KB per request, 4,000 of 150 tokens at 13.3 KB; these figures estimate
+/// 7.4 KB and 19 KB, erring high.
+pub mod cost {
+    /// One request in the list and its engine bookkeeping (queues, heaps, lookups).
+    pub const PER_REQUEST_BYTES: u64 = 256;
+    /// One prompt token: the id in the request list plus the copy a start builds.
+    pub const PER_PROMPT_TOKEN_BYTES: u64 = 8;
+    /// One stream's record (state, timestamps, counters, trace events).
+    pub const PER_STREAM_BYTES: u64 = 2048;
+    /// One output token: its time stamp (8) and id (4), trace events, vector slack.
+    pub const PER_OUTPUT_TOKEN_BYTES: u64 = 48;
+    /// One paged block's metadata (state, counts, prefix key, LRU links, free list).
+    pub const PER_BLOCK_BYTES: u64 = 128;
+}
+
+/// The inputs of a host-memory estimate, all already validated.
+#[derive(Debug, Clone, Copy)]
+pub struct HostNeed {
+    pub requests: u64,
+    pub mean_prompt_tokens: f64,
+    pub mean_output_tokens: f64,
+    pub mean_samples: f64,
+    pub paged_blocks: u64,
+    /// KV bytes the cpu backend keeps in host memory (0 for a device).
+    pub host_kv_bytes: u64,
+}
+
+impl HostNeed {
+    /// Bytes for the request list once plus both cache modes' records (both are kept until the
+    /// results are written), the block metadata and any host-resident KV pool. Saturating.
+    pub fn bytes(&self) -> u64 {
+        let n = self.requests as f64;
+        let list = n
+            * (cost::PER_REQUEST_BYTES as f64
+                + self.mean_prompt_tokens * cost::PER_PROMPT_TOKEN_BYTES as f64);
+        let records = n
+            * self.mean_samples
+            * (cost::PER_STREAM_BYTES as f64
+                + self.mean_output_tokens * cost::PER_OUTPUT_TOKEN_BYTES as f64);
+        let blocks = self.paged_blocks as f64 * cost::PER_BLOCK_BYTES as f64;
+        let total = list + 2.0 * records + blocks + self.host_kv_bytes as f64;
+        if total >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            total.ceil() as u64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_proc_fields() {
+        let t = "MemTotal:  100 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(kib_field(t, "MemAvailable:"), Some(2048 * 1024));
+        let l = "Limit Soft Hard Units\nMax address space         4294967296           unlimited            bytes\n";
+        assert_eq!(address_space_limit(l), Some(4 << 30));
+        let u = "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_limit(u), None);
+    }
+
+    #[test]
+    fn estimate_saturates() {
+        let need = HostNeed {
+            requests: u64::MAX,
+            mean_prompt_tokens: 1e9,
+            mean_output_tokens: 1e9,
+            mean_samples: 4096.0,
+            paged_blocks: u64::MAX,
+            host_kv_bytes: u64::MAX,
+        };
+        assert_eq!(need.bytes(), u64::MAX);
+    }
+}
