@@ -43,6 +43,7 @@ pub struct Args {
     /// cuda grid); it also names the result unless --name does.
     #[arg(long, value_name = "NAME")]
     pub base: Option<String>,
+    /// The `name` written into the profile (default: the base's).
     #[arg(long)]
     pub name: Option<String>,
     /// Run SCENARIO on the measured backend and on sim with --profile; report the errors.
