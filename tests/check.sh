@@ -13,7 +13,23 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== cargo test"
+# Includes kernels/cuda/tests/nvrtc_compile.rs: every CUDA kernel program compiled by NVRTC for
+# sm_80 and sm_90, failing on any error or warning (SKIP where NVRTC is absent, unless
+# KVBENCH_REQUIRE_NVRTC=1, which .ci/run sets after installing the nvidia-cuda-nvrtc-cu12 wheel).
+# Tests that need a GPU print "SKIP: no CUDA device" and pass nothing.
+echo "   NVRTC required: ${KVBENCH_REQUIRE_NVRTC:-0}"
 cargo test --workspace --locked
+
+# The merge gate (README "Throughput at a latency target, compare, gate"): a fresh sweep on the
+# deterministic sim backend against the committed baseline; exit 1 on a significant regression
+# beyond 5%, 2 when the workload or scenario definition no longer matches. It uses the binary
+# `cargo test` just built (its integration tests run it), so nothing is compiled again.
+echo "== gate: sim sweep against results/baseline/sim"
+kvbench="${CARGO_TARGET_DIR:-target}/debug/kvbench"
+"$kvbench" sweep scenarios/chat-8b-h200.toml --backend sim --seeds 2 --set traffic.requests=800 \
+  --out "${CARGO_TARGET_DIR:-target}/gate/chat-8b-h200" --force
+"$kvbench" gate --baseline results/baseline/sim/chat-8b-h200 \
+  --current "${CARGO_TARGET_DIR:-target}/gate/chat-8b-h200" --max-regression 5
 
 # The attention kernels pick AVX2+FMA micro-kernels where the CPU has them; rerun the kernel tests
 # with the slower paths forced, so the portable and AVX2-only code is checked here too.

@@ -17,7 +17,7 @@ use kvbench::model::ModelShape;
 use kvbench::results::experiment::compare_tokens;
 use kvbench::scenario::{PreemptionMode, Reservation, SchedulerSpec};
 use kvbench::workload::{CancelPoint, Request, Workload};
-use kvbench_cache_api::{CacheMode, KvCacheManager, SeqId};
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};
 
 #[derive(Default)]
 struct Greedy {
@@ -44,7 +44,12 @@ impl Backend for Greedy {
     fn computes(&self) -> bool {
         true
     }
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError> {
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        _scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError> {
         if self.history.insert(seq, prompt.to_vec()).is_some() {
             self.errors.push(format!("seq {seq} registered twice"));
         }

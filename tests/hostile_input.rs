@@ -332,13 +332,19 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
     None
 }
 
-/// `FILE:LINE:COL: KEY: message` lines naming `file`: (line, key) of each.
+/// `FILE:LINE:COL: KEY: message` lines naming `file` (after any `error: ...:` context a
+/// command puts in front): (line, key) of each.
 fn diagnostics(stderr: &str, file: &str) -> Vec<(usize, String)> {
     let prefix = format!("{file}:");
     stderr
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix(&prefix)?;
+            let at = l.find(&prefix)?;
+            // The whole file name, not the tail of a longer one.
+            if at > 0 && !l[..at].ends_with([' ', '/']) {
+                return None;
+            }
+            let rest = &l[at + prefix.len()..];
             let mut parts = rest.splitn(4, ": ");
             let pos = parts.next()?;
             let key = parts.next()?.to_string();
@@ -403,6 +409,20 @@ fn every_mutation_of_every_shipped_scenario_exits_cleanly_and_names_its_key() {
             for (line, key) in &found {
                 assert!(valid_key(key), "{what}: key `{key}` is not a dotted key");
                 assert!(*line >= 1, "{what}: line {line}");
+            }
+            // A key reported missing is named by its full path, wherever it sat.
+            if let Some(leaf) = m.label.strip_suffix(" removed") {
+                let short = leaf.rsplit('.').next().unwrap_or(leaf);
+                let missing = format!("missing field `{short}`");
+                for l in o.stderr.lines().filter(|l| l.contains(file.as_str())) {
+                    if l.contains(&missing) {
+                        assert!(
+                            l.contains(&format!(": {}: ", m.key)),
+                            "{what}: a missing key must be named `{}`: {l}",
+                            m.key
+                        );
+                    }
+                }
             }
             if m.wrong_type {
                 let want_line = line_of(&m.text, &m.key);
@@ -636,7 +656,8 @@ fn huge_group_and_tenant_counts_cost_what_is_used() {
     );
 }
 
-/// Device profiles mutated field by field and run on `sim` beside a small scenario.
+/// Device profiles mutated field by field and run on `sim` beside a small scenario; every exit 2
+/// must be `devices/<name>.toml:LINE:COL: KEY`.
 ///
 /// Profiles are validated like scenarios (`backend/sim/profile.rs`): every exit 2 names
 /// `devices/<device>.toml:LINE:COL: KEY` for the mutated key.
@@ -695,15 +716,10 @@ fn every_mutation_of_every_device_profile_exits_cleanly() {
             let what = format!("{device} profile: {label}");
             assert_clean_exit(&o, &what);
             if o.code == Some(2) {
-                let lines: Vec<&str> = o
-                    .stderr
-                    .lines()
-                    .map(|l| l.strip_prefix("error: ").unwrap_or(l))
-                    .collect();
-                let found = diagnostics(&lines.join("\n"), &format!("devices/{device}.toml"));
+                let found = diagnostics(&o.stderr, &format!("devices/{device}.toml"));
                 assert!(
-                    found.iter().any(|(_, k)| k == &key),
-                    "{what}: exit 2 must say devices/{device}.toml:LINE:COL: {key}\n{}",
+                    found.iter().any(|(_, k)| *k == key),
+                    "{what}: exit 2 must be `devices/{device}.toml:LINE:COL: {key}`\n{}",
                     o.stderr
                 );
             }

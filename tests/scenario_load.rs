@@ -279,3 +279,78 @@ fn every_shipped_scenario_loads() {
     }
     assert!(n >= 8, "only {n} scenarios");
 }
+
+#[test]
+fn a_wrong_type_inside_a_tagged_table_names_its_own_key_and_line() {
+    let text = BASE.replace("min = 4, max = 32", "min = \"four\", max = 32");
+    let (origin, key, message) = only_error(parse(&text, &[]));
+    assert_eq!(key, "traffic.prompt_tokens.min");
+    assert_eq!(line_of(&origin), Some(18));
+    assert!(message.contains("invalid type"), "{message}");
+}
+
+#[test]
+fn a_key_the_chosen_variant_does_not_use_is_unknown() {
+    let text = BASE.replace(
+        "arrival = { kind = \"poisson\", rate_per_s = 10.0 }",
+        "arrival = { kind = \"burst\", rate_per_s = 10.0 }",
+    );
+    let (origin, key, message) = only_error(parse(&text, &[]));
+    assert_eq!(key, "traffic.arrival.rate_per_s");
+    assert_eq!(line_of(&origin), Some(17));
+    assert!(message.starts_with("unknown field"), "{message}");
+}
+
+#[test]
+fn a_missing_required_key_names_its_full_path() {
+    let text = BASE.replace("kv_budget = \"1 MiB\"", "");
+    let (_, key, message) = only_error(parse(&text, &[]));
+    assert_eq!(key, "memory.kv_budget");
+    assert!(message.contains("missing field"), "{message}");
+}
+
+#[test]
+fn values_outside_the_stated_ranges_are_refused_at_their_key() {
+    let cases = [
+        (
+            "rate_per_s = 10.0",
+            "rate_per_s = 1e-9",
+            "traffic.arrival.rate_per_s",
+        ),
+        (
+            "rate_per_s = 10.0",
+            "rate_per_s = 1e-320",
+            "traffic.arrival.rate_per_s",
+        ),
+        ("name = \"base\"", "name = \"../../x\"", "name"),
+        ("device = \"cpu\"", "device = \"../cpu\"", "device"),
+        (
+            "max_seq_len = 128",
+            "max_seq_len = 4294967295",
+            "cache.max_seq_len",
+        ),
+    ];
+    for (old, new, want) in cases {
+        let (origin, key, _) = only_error(parse(&BASE.replace(old, new), &[]));
+        assert_eq!(key, want, "{new}");
+        assert!(line_of(&origin).is_some(), "{new}: {origin:?}");
+    }
+    // A thousand requests at one per ~11.6 days span 1e9 s: past the 1e8 s horizon.
+    let text = BASE
+        .replace("requests = 10", "requests = 1000")
+        .replace("rate_per_s = 10.0", "rate_per_s = 1e-6");
+    let (_, key, message) = only_error(parse(&text, &[]));
+    assert_eq!(key, "traffic.arrival.rate_per_s");
+    assert!(message.contains("virtual time"), "{message}");
+}
+
+#[test]
+fn a_fixed_budget_must_fit_the_device_with_the_weights() {
+    let text = BASE.replace("kv_budget = \"1 MiB\"", "kv_budget = \"1 EiB\"");
+    let (_, key, message) = only_error(parse(&text, &[]));
+    assert_eq!(key, "memory.kv_budget");
+    assert!(
+        message.contains("weights") && message.contains("1 EiB") && message.contains("16 GiB"),
+        "{message}"
+    );
+}

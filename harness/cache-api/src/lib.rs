@@ -250,6 +250,16 @@ impl Fault {
     pub fn parse(s: &str) -> Option<Fault> {
         Fault::ALL.into_iter().find(|f| f.name() == s)
     }
+
+    /// What the fault needs in order to fire: why a run where it never fired proved nothing.
+    pub fn precondition(self) -> &'static str {
+        match self {
+            Fault::SkipCow => "no write into a shared partially filled block",
+            Fault::EarlyReuse => "no block was released while a step was in flight",
+            Fault::Leak => "no sequence released its blocks",
+            Fault::BadBlockTable => "no block table was handed to the backend",
+        }
+    }
 }
 
 /// A KV cache manager: the paged one or the contiguous baseline.
@@ -306,4 +316,10 @@ pub trait KvCacheManager: Send {
     fn assert_quiescent(&self) -> Result<(), String>;
     /// Arm a planted bug.
     fn inject_fault(&mut self, fault: Fault);
+    /// Times the armed fault took effect (a copy skipped, a fence ignored, a release dropped, a
+    /// corrupted layout handed out). A planted fault that never fired proves nothing, so a run
+    /// reports it as a failed check. Managers without planted faults report 0.
+    fn fault_fired(&self) -> u64 {
+        0
+    }
 }

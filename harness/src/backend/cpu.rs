@@ -27,7 +27,7 @@ pub use setup::{model_config, oracle_for, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use kvbench_cache_api::{KvCacheManager, SeqId};
+use kvbench_cache_api::{KvCacheManager, ScopeKey, SeqId};
 use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
 
 use self::addr::Addr;
@@ -263,7 +263,12 @@ impl Backend for CpuBackend {
         true
     }
 
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError> {
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        _scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError> {
         let checked = is_sampled(seq, self.registered);
         self.add_seq(
             seq,

@@ -12,11 +12,12 @@
 //! synchronous backend may do all its work in `submit` and merely return it from `complete`.
 
 pub mod cpu;
+pub mod cuda;
 pub mod sim;
 
 use std::path::PathBuf;
 
-use kvbench_cache_api::{CopyOp, KvCacheManager, SeqId};
+use kvbench_cache_api::{CopyOp, KvCacheManager, ScopeKey, SeqId};
 use serde::{Deserialize, Serialize};
 
 use crate::model::ModelShape;
@@ -136,8 +137,14 @@ pub trait Backend {
     /// per stream and compares paged against contiguous).
     fn computes(&self) -> bool;
 
-    /// A new sequence with its prompt; called before its first step.
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError>;
+    /// A new sequence with its prompt and its prefix-reuse scope (`None`: it shares with no other
+    /// request); called before its first step. Continuations inherit their parent's scope.
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError>;
     /// `child` continues `parent` after the step that sampled the parent's first token has been
     /// submitted. Continuation k takes the rank-k token at that position (so continuations
     /// diverge even under greedy decoding); the token is returned.
@@ -179,11 +186,12 @@ impl BackendKind {
         }
     }
 
-    /// The concrete backend `auto` stands for in this build: no `cuda` backend exists yet, so
-    /// `auto` is `cpu`. `sim` is only ever chosen explicitly.
+    /// The concrete backend `auto` stands for on this machine: `cuda` where it works, else
+    /// `cpu`, saying on stderr (once) why it fell back ([`cuda::resolve_auto`]). `sim` is only
+    /// ever chosen explicitly.
     pub fn resolve(self) -> BackendKind {
         match self {
-            BackendKind::Auto => BackendKind::Cpu,
+            BackendKind::Auto => cuda::resolve_auto(),
             k => k,
         }
     }
@@ -240,7 +248,7 @@ pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, B
     match kind.resolve() {
         BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
         BackendKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(setup)?)),
-        BackendKind::Cuda => Err(BackendError::NotBuilt("cuda")),
+        BackendKind::Cuda => cuda::create(),
         BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
     }
 }

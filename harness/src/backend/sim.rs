@@ -1,19 +1,26 @@
 //! The `sim` backend: no tensor math. Each step's duration comes from the roofline
 //! [`cost::CostModel`] over the real context lengths of the batch, on the engine's virtual clock,
 //! so a simulated hour takes seconds and is fully deterministic.
+//!
+//! With [`SimBackend::with_shadow`] (what `kvbench run` does unless `--no-shadow`), a
+//! [`shadow::Shadow`] payload stands in for K/V: every step writes and reads tags through the
+//! cache manager's layouts, so placement bugs are caught at device scale.
 
 pub mod cost;
 pub mod profile;
+pub mod shadow;
+mod shadow_store;
 
 use std::collections::VecDeque;
 
-use kvbench_cache_api::{CacheMode, KvCacheManager, SeqId};
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};
 
 use crate::backend::{
     Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
 };
 use cost::CostModel;
 use profile::DeviceProfile;
+use shadow::{Shadow, ShadowReport};
 
 pub struct SimBackend {
     cost: CostModel,
@@ -21,6 +28,8 @@ pub struct SimBackend {
     vocab: u32,
     memory: MemoryParts,
     in_flight: VecDeque<StepOutput>,
+    cache_slots: u64,
+    shadow: Option<Shadow>,
 }
 
 impl SimBackend {
@@ -53,7 +62,20 @@ impl SimBackend {
             },
             profile,
             in_flight: VecDeque::new(),
+            cache_slots: setup.cache_slots,
+            shadow: None,
         })
+    }
+
+    /// Carry the shadow KV payload (tags per slot, checked on every read).
+    pub fn with_shadow(mut self) -> Result<SimBackend, BackendError> {
+        self.shadow = Some(Shadow::new(self.cache_slots)?);
+        Ok(self)
+    }
+
+    /// What the shadow payload saw, if it is carried.
+    pub fn shadow_report(&self) -> Option<ShadowReport> {
+        self.shadow.as_ref().map(Shadow::report)
     }
 
     pub fn profile(&self) -> &DeviceProfile {
@@ -80,20 +102,30 @@ impl Backend for SimBackend {
         false
     }
 
-    fn register(&mut self, _seq: SeqId, _prompt: &[u32]) -> Result<(), BackendError> {
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError> {
+        if let Some(sh) = &mut self.shadow {
+            sh.register(seq, prompt, scope);
+        }
         Ok(())
     }
 
-    fn fork(
-        &mut self,
-        _parent: SeqId,
-        child: SeqId,
-        sample_rank: u32,
-    ) -> Result<u32, BackendError> {
-        Ok(self.fake_token(child, u64::MAX - sample_rank as u64))
+    fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
+        let token = self.fake_token(child, u64::MAX - sample_rank as u64);
+        if let Some(sh) = &mut self.shadow {
+            sh.fork(parent, child, token);
+        }
+        Ok(token)
     }
 
-    fn forget(&mut self, _seq: SeqId) -> Result<(), BackendError> {
+    fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
+        if let Some(sh) = &mut self.shadow {
+            sh.forget(seq);
+        }
         Ok(())
     }
 
@@ -108,7 +140,10 @@ impl Backend for SimBackend {
                 seq: s.seq,
                 token: self.fake_token(s.seq, s.context_tokens as u64 + s.new_tokens as u64),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if let Some(sh) = &mut self.shadow {
+            sh.submit(plan, cache, &sampled);
+        }
         self.in_flight.push_back(StepOutput {
             duration_s: cost.total_s,
             sampled,
@@ -117,9 +152,14 @@ impl Backend for SimBackend {
     }
 
     fn complete(&mut self) -> Result<StepOutput, BackendError> {
-        self.in_flight
+        let out = self
+            .in_flight
             .pop_front()
-            .ok_or_else(|| BackendError::Step("complete() with no step in flight".into()))
+            .ok_or_else(|| BackendError::Step("complete() with no step in flight".into()))?;
+        if let Some(sh) = &mut self.shadow {
+            sh.complete();
+        }
+        Ok(out)
     }
 
     fn memory(&self) -> MemoryParts {

@@ -77,6 +77,8 @@ pub(crate) struct BlockPool {
     pub early_reuse: Vec<(u32, StepId)>,
     /// Test fault: release ignores the fence.
     pub ignore_fence: bool,
+    /// Releases whose fence `ignore_fence` skipped (a step was in flight): early-reuse fired.
+    pub fences_ignored: u64,
 }
 
 impl BlockPool {
@@ -109,6 +111,7 @@ impl BlockPool {
             fence: FenceQueue::new(),
             early_reuse: Vec::new(),
             ignore_fence: false,
+            fences_ignored: 0,
         }
     }
 
@@ -222,6 +225,9 @@ impl BlockPool {
         self.mapped_blocks -= 1;
         self.live_slots -= u64::from(m.written_slots);
         if self.ignore_fence || fence == 0 {
+            if fence != 0 {
+                self.fences_ignored += 1;
+            }
             return self.settle(block);
         }
         let m = &mut self.meta[block as usize];

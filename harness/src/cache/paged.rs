@@ -23,6 +23,7 @@
 //!
 //! All state transitions live in `block.rs`; this file keeps block tables and the prefix index.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub struct PagedCache {
     pub(crate) faults: Faults,
     /// Protocol errors and fault effects seen so far (shared-block writes, unknown retires).
     pub(crate) violations: Vec<String>,
+    /// Corrupted layouts handed out by `layout` (bad-block-table fired); a `Cell` because
+    /// handing out a layout is a read.
+    bad_layouts_read: Cell<u64>,
 }
 
 impl PagedCache {
@@ -71,6 +75,7 @@ impl PagedCache {
             seqs: HashMap::default(),
             faults: Faults::default(),
             violations: Vec::new(),
+            bad_layouts_read: Cell::new(0),
         }
     }
 
@@ -273,6 +278,7 @@ impl KvCacheManager for PagedCache {
                 }
             } else {
                 if self.pool.meta[shared as usize].ref_count > 1 {
+                    self.faults.skipped_copies += 1;
                     self.note_violation(format!(
                         "append of seq {seq_id} wrote slot {offset} of block {shared} shared by {} holders \
                          without copy-on-write",
@@ -341,6 +347,7 @@ impl KvCacheManager for PagedCache {
             .remove(&seq_id)
             .ok_or(AllocError::UnknownSeq(seq_id))?;
         if self.faults.leak && !self.faults.leaked_once {
+            // Fires once: `leaked_once` is the count.
             self.faults.leaked_once = true;
             return Ok(());
         }
@@ -364,6 +371,9 @@ impl KvCacheManager for PagedCache {
 
     fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>> {
         let s = self.seqs.get(&seq)?;
+        if s.bad_layout.is_some() {
+            self.bad_layouts_read.set(self.bad_layouts_read.get() + 1);
+        }
         let blocks = s.bad_layout.as_deref().unwrap_or(&s.blocks);
         Some(SeqLayout::Paged {
             block_size: self.bs(),
@@ -408,6 +418,13 @@ impl KvCacheManager for PagedCache {
 
     fn assert_quiescent(&self) -> Result<(), String> {
         super::check::quiescent_paged(self)
+    }
+
+    fn fault_fired(&self) -> u64 {
+        self.faults.skipped_copies
+            + u64::from(self.faults.leaked_once)
+            + self.pool.fences_ignored
+            + self.bad_layouts_read.get()
     }
 
     fn inject_fault(&mut self, fault: Fault) {

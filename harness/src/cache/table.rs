@@ -33,6 +33,8 @@ pub(crate) struct Seq {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Faults {
     pub skip_cow: bool,
+    /// Appends that wrote a shared partially filled block in place (skip-cow fired).
+    pub skipped_copies: u64,
     pub leak: bool,
     pub leaked_once: bool,
     pub bad_block_table: bool,

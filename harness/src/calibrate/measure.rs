@@ -127,7 +127,7 @@ impl BackendSource {
             let history = self.tokens(seq, total);
             let first = total.min(self.block_size);
             let bench = &mut self.benches[b].1;
-            bench.backend.register(seq, &history)?;
+            bench.backend.register(seq, &history, None)?;
             let req = StartRequest {
                 seq,
                 tokens: &history[..first as usize],

@@ -13,10 +13,11 @@ use kvbench_kernels::AttnDims;
 /// The backends with attention kernels in this build (the others exit 2, so they are not offered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum KernelBackend {
-    /// The best backend with attention kernels in this build and a usable device (this build:
-    /// cpu).
+    /// The cpu kernels (cuda runs only when named).
     Auto,
     Cpu,
+    /// The CUDA kernels (needs a GPU; exits 2 naming what is missing otherwise).
+    Cuda,
 }
 
 /// Bounds that keep every grid point's byte count (batch × context × row × 2 × element) far
@@ -59,10 +60,28 @@ pub struct Args {
     seed: u64,
 }
 
+impl Args {
+    fn cuda_args(&self) -> super::kernel_bench_cuda::CudaBenchArgs {
+        super::kernel_bench_cuda::CudaBenchArgs {
+            out: self.out.clone(),
+            quick: self.quick,
+            model: self.model.clone(),
+            dtype: self.dtype.clone(),
+            batch: self.batch.clone(),
+            context: self.context.clone(),
+            block_size: self.block_size.clone(),
+            max_gib: self.max_gib,
+            seed: self.seed,
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Both run the cpu kernels today; a device kernel path would branch here.
-    let (KernelBackend::Auto | KernelBackend::Cpu) = args.backend;
     check_flags(&args)?;
+    // Auto and cpu run the cpu kernels; cuda its own benchmark.
+    if args.backend == KernelBackend::Cuda {
+        return super::kernel_bench_cuda::run(&args.cuda_args());
+    }
     let Some(shape) = ModelShape::preset(&args.model) else {
         bail!(
             "kernel-bench: --model {}: unknown preset (known: {})",

@@ -6,13 +6,21 @@
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
 mod calibrate;
+mod compare;
+mod cuda_check;
+mod doctor;
 mod fuzz;
+mod gate;
 mod kernel_bench;
+mod kernel_bench_cuda;
+mod merge;
 mod plan;
 mod progress;
+mod report_cmd;
 mod run;
 mod scenario_cmd;
 mod suite;
+mod sweep;
 mod validate;
 
 use std::process::ExitCode;
@@ -43,10 +51,25 @@ pub enum Command {
     Run(run::Args),
     /// Run a set of scenarios and write one combined table.
     Suite(suite::Args),
+    /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
+    Sweep(sweep::Args),
+    /// Compare two results folders (runs, suites or sweeps): change, 95% interval, significance.
+    Compare(compare::Args),
+    /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
+    Gate(gate::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// What this machine offers: CPU, memory, CUDA driver, GPU, NVRTC, cuBLAS; compiles every
+    /// CUDA kernel for sm_80/sm_90 where NVRTC exists.
+    Doctor(doctor::Args),
+    /// The CUDA kernels against an f64 reference over the correctness grid (needs a GPU).
+    CudaCheck(cuda_check::Args),
+    /// (Re)render report.html for results folders (run, sweep or suite).
+    Report(report_cmd::Args),
+    /// Combine `suite --shard K/N` folders into one suite.
+    Merge(merge::Args),
     /// Fit a device profile to measured step times (`--check`: its error against a real run).
     Calibrate(calibrate::Args),
 }
@@ -76,8 +99,15 @@ pub fn main() -> ExitCode {
         Command::Scenario(c) => scenario_cmd::run(c),
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Compare(a) => compare::run(a),
+        Command::Gate(a) => gate::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::CudaCheck(a) => cuda_check::run(a),
+        Command::Report(a) => report_cmd::run(a),
+        Command::Merge(a) => merge::run(a),
         Command::Calibrate(a) => calibrate::run(a),
     };
     match result {

@@ -45,8 +45,8 @@ pub struct Args {
 /// How each scenario runs; shared by `run` and `suite`.
 #[derive(clap::Args, Debug)]
 pub struct RunFlags {
-    /// Where steps run: auto = cuda where this build has it and a device is usable, else cpu
-    /// (this build: cpu); sim = the cost model.
+    /// Where steps run: auto = cuda where it is built and usable on this machine, else cpu (saying
+    /// why on stderr); sim = the cost model.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
     /// Seed of the workload (and model weights), overriding the scenario's.
@@ -64,6 +64,9 @@ pub struct RunFlags {
     /// Check cache invariants every N steps (0: only after the run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub check_every: u32,
+    /// On sim: do not carry the shadow KV payload that checks every read (summary.json says so).
+    #[arg(long)]
+    pub no_shadow: bool,
     /// On cpu: advance the clock by each step's measured time, or by the device profile's cost
     /// model (real, checked math; the same schedule on every machine and under any load).
     #[arg(long, value_enum, default_value = "measured")]
@@ -78,6 +81,7 @@ impl RunFlags {
             fault: parse_fault(self.inject_fault.as_deref())?,
             trace_tokens: self.trace_level == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
+            shadow: !self.no_shadow,
             clock: self.clock,
             profile: None,
         })

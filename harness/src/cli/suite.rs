@@ -3,6 +3,8 @@
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
 //! output folder, as `run` owns `results/latest`: results folders in it are replaced (never a
 //! file or a folder that holds no `summary.json`). A progress bar shows on a terminal.
+//! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
+//! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,9 +13,11 @@ use anyhow::Context;
 
 use crate::backend::BackendKind;
 use crate::cli::progress::Progress;
-use crate::cli::run::{default_root, load_all, plan_targets, run_one, RunFlags};
+use crate::cli::run::{default_root, load_all, run_one, RunFlags};
 use crate::cli::ExitStatus;
-use crate::results::{self, Experiment};
+use crate::results::suite::{self, CellResult, PlanItem, Shard, SuiteMeta};
+use crate::results::{self, html, Experiment};
+use crate::scenario::Scenario;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,6 +27,13 @@ pub struct Args {
     /// or results/fault-<KIND> with --inject-fault). Results folders in it are replaced.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Seeds per scenario: the scenario's (or --seed's) and the N-1 after it.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub seeds: u32,
+    /// Run only shard K of N (K 0-based) of the (scenario, block size, seed) cells; combine the
+    /// shard folders with `kvbench merge`.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
     #[command(flatten)]
     pub flags: RunFlags,
 }
@@ -49,7 +60,7 @@ pub fn default_scenarios(kind: BackendKind) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok";
+pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok,block_size";
 
 fn rows(exp: &Experiment) -> Vec<Vec<String>> {
     let checks_ok = exp.failures().is_empty();
@@ -82,7 +93,29 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
                 format!("{hit:.4}"),
                 rec.reclamation.ok.to_string(),
                 checks_ok.to_string(),
+                exp.scenario.block_size().to_string(),
             ]
+        })
+        .collect()
+}
+
+/// Per scenario, one loaded copy per block size it lists (`cache.block_size = [..]`).
+fn block_size_variants(
+    path: &std::path::Path,
+    s: &Scenario,
+    overrides: &[String],
+) -> anyhow::Result<Vec<Scenario>> {
+    let sizes = s.cache.block_size.as_slice();
+    if sizes.len() == 1 {
+        return Ok(vec![s.clone()]);
+    }
+    sizes
+        .iter()
+        .map(|b| {
+            let mut o = overrides.to_vec();
+            o.push(format!("cache.block_size={b}"));
+            let mut v = load_all(&[path.to_path_buf()], &o)?;
+            v.pop().context("scenario did not load")
         })
         .collect()
 }
@@ -98,14 +131,45 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no scenarios to run");
     }
     let scenarios = load_all(&paths, &args.flags.overrides)?;
+    let mut items = Vec::new();
+    let mut variants: Vec<Vec<Scenario>> = Vec::new();
+    for (p, s) in paths.iter().zip(&scenarios) {
+        let base = args.flags.seed.unwrap_or(s.seed);
+        let seeds = (0..u64::from(args.seeds))
+            .map(|i| base.checked_add(i))
+            .collect::<Option<Vec<u64>>>()
+            .context("--seeds: the seeds overflow u64")?;
+        items.push(PlanItem {
+            scenario: s.name.clone(),
+            block_sizes: s.cache.block_size.as_slice().to_vec(),
+            seeds,
+        });
+        variants.push(block_size_variants(p, s, &args.flags.overrides)?);
+    }
+    let cells = suite::plan(&items).map_err(anyhow::Error::msg)?;
+    let scenario_json = variants
+        .iter()
+        .flatten()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    let backend = opts.backend.resolve().name();
+    let plan_hash = suite::plan_hash(&cells, &scenario_json, backend, &format!("{opts:?}"));
+    let selected: Vec<&suite::Cell> = cells
+        .iter()
+        .filter(|c| match args.shard {
+            Some(s) => s.owns(c),
+            None => true,
+        })
+        .collect();
     let out = args.out.clone().unwrap_or_else(|| default_root(opts.fault));
-    // Everything the suite will write is checked before the first scenario runs.
-    let targets = plan_targets(
-        &scenarios,
-        |s| results::scenario_folder(&out, &s.name),
-        true,
-    )?;
-    for table_file in ["suite.csv", "suite.md"] {
+    // Everything the suite will write is checked before the first cell runs.
+    let mut targets = Vec::with_capacity(selected.len());
+    for cell in &selected {
+        let dir = results::scenario_folder(&out, &cell.dir)?;
+        results::check_target(&dir, true)?;
+        targets.push(dir);
+    }
+    for table_file in ["suite.csv", "suite.md", "suite.json", "report.html"] {
         let path = out.join(table_file);
         if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
             anyhow::bail!(
@@ -114,35 +178,49 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let progress = Progress::new(scenarios.len());
-    let mut table: Vec<Vec<String>> = Vec::new();
-    let mut failed = Vec::new();
-    for (s, dir) in scenarios.iter().zip(&targets) {
-        progress.start(&s.name);
-        let (exp, failures) = run_one(s, &opts, dir, true)?;
-        table.extend(rows(&exp));
-        failed.extend(failures.into_iter().map(|f| format!("{}: {f}", s.name)));
+    let progress = Progress::new(selected.len());
+    let mut results = Vec::new();
+    for (cell, dir) in selected.iter().zip(&targets) {
+        progress.start(&cell.dir);
+        let item = items
+            .iter()
+            .position(|i| i.scenario == cell.scenario)
+            .context("cell of no scenario")?;
+        let bs = items[item]
+            .block_sizes
+            .iter()
+            .position(|&b| b == cell.block_size)
+            .context("cell of no block size")?;
+        let s = &variants[item][bs];
+        let cell_opts = crate::results::RunOptions {
+            seed: Some(cell.seed),
+            ..opts.clone()
+        };
+        let (exp, failures) = run_one(s, &cell_opts, dir, true)?;
+        results.push(CellResult {
+            index: cell.index,
+            rows: rows(&exp),
+            failures,
+        });
         progress.done_one();
     }
     progress.finish();
-    let mut csv = format!("{CSV_HEADER}\n");
-    for r in &table {
-        csv.push_str(&r.join(","));
-        csv.push('\n');
-    }
-    let head: Vec<&str> = CSV_HEADER.split(',').collect();
-    let mut md = format!(
-        "# kvbench suite\n\n| {} |\n|{}\n",
-        head.join(" | "),
-        " --- |".repeat(head.len())
-    );
-    for r in &table {
-        md.push_str(&format!("| {} |\n", r.join(" | ")));
-    }
-    results::staging::write_file_atomic(&out.join("suite.csv"), &csv)?;
-    results::staging::write_file_atomic(&out.join("suite.md"), &md)?;
+    let meta = SuiteMeta {
+        format: suite::FORMAT,
+        revision: suite::revision(),
+        backend: backend.into(),
+        plan_hash,
+        shard: args.shard,
+        merged_from: Vec::new(),
+        header: CSV_HEADER.split(',').map(String::from).collect(),
+        plan: cells.clone(),
+        results,
+    };
+    let md = suite::write(&out, &meta)?;
+    html::write_suite_report(&out)?;
     print!("{md}");
     println!("wrote {}", out.join("suite.md").display());
+    let failed = meta.failures();
     if !failed.is_empty() {
         for f in &failed {
             eprintln!("check failed: {f}");

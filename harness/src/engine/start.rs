@@ -174,7 +174,9 @@ impl Engine<'_> {
         self.waiting.pop(s);
         if !self.streams[s as usize].registered {
             let t0 = Instant::now();
-            let registered = self.backend.register(Stream::seq(s), &tokens);
+            let registered = self
+                .backend
+                .register(Stream::seq(s), &tokens, scope.as_ref());
             self.backend_hook_s += t0.elapsed().as_secs_f64();
             if let Err(e) = registered {
                 self.fail(format!("backend register of stream {s}: {e}"));

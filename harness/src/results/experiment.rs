@@ -5,7 +5,9 @@
 use kvbench_cache_api::{CacheMode, Fault};
 
 use crate::backend::sim::profile::DeviceProfile;
-use crate::backend::{self, BackendKind, Clock, RunSetup};
+use crate::backend::sim::shadow::ShadowReport;
+use crate::backend::sim::SimBackend;
+use crate::backend::{self, Backend, BackendKind, Clock, RunSetup};
 use crate::engine::{self, EngineConfig, RunRecord};
 use crate::metrics::{self, RunMetrics};
 use crate::scenario::Scenario;
@@ -21,6 +23,8 @@ pub struct RunOptions {
     pub trace_tokens: bool,
     /// `check_invariants` every n steps (1 = every step; 0 = only at the end).
     pub invariant_check_every: u32,
+    /// Carry the shadow KV payload on `sim` (`--no-shadow` turns it off).
+    pub shadow: bool,
     /// Measured or modelled step times on a computing backend (`--clock`).
     pub clock: Clock,
     /// A device profile that replaces the scenario's `device` (`calibrate --check`).
@@ -35,6 +39,7 @@ impl Default for RunOptions {
             fault: None,
             trace_tokens: true,
             invariant_check_every: 1,
+            shadow: true,
             clock: Clock::Measured,
             profile: None,
         }
@@ -44,6 +49,11 @@ impl Default for RunOptions {
 pub struct ModeRun {
     pub record: RunRecord,
     pub metrics: RunMetrics,
+    /// Times the planted fault took effect in this run (0 without one; the contiguous run never
+    /// has one armed).
+    pub fault_fired: u64,
+    /// The shadow payload's findings, on `sim` unless it was switched off.
+    pub shadow: Option<ShadowReport>,
     /// Wall seconds the backend spent in steps, where it measures them (under `--clock model`
     /// the clock did not advance by these).
     pub measured_step_s: Option<f64>,
@@ -57,6 +67,9 @@ pub struct Experiment {
     pub kv_bytes_per_token: u64,
     pub kv_budget_bytes: u64,
     pub fault: Option<Fault>,
+    /// Whether `sim` carried the shadow payload (false with `--no-shadow`; always false on other
+    /// backends).
+    pub shadow: bool,
     /// Paged first, then contiguous.
     pub runs: Vec<ModeRun>,
     /// On compute backends: the first stream whose greedy tokens differ between the modes.
@@ -94,6 +107,15 @@ impl Experiment {
                     r.record.reclamation.detail
                 ));
             }
+            if let Some(sh) = &r.shadow {
+                if sh.violations > 0 {
+                    out.push(format!(
+                        "{mode}: shadow payload: {} bad reads; first: {}",
+                        sh.violations,
+                        sh.messages.first().map_or("", String::as_str)
+                    ));
+                }
+            }
             if let Some(n) = r.record.numerics {
                 if !n.ok {
                     out.push(format!(
@@ -106,7 +128,21 @@ impl Experiment {
         if let Some(m) = &self.token_mismatch {
             out.push(format!("paged vs contiguous tokens differ: {m}"));
         }
+        if let Some(f) = self.fault {
+            if self.fault_fired() == 0 {
+                out.push(format!(
+                    "{} never fired: {}, so the run proves nothing",
+                    f.name(),
+                    f.precondition()
+                ));
+            }
+        }
         out
+    }
+
+    /// Times the planted fault took effect, over both runs.
+    pub fn fault_fired(&self) -> u64 {
+        self.runs.iter().map(|r| r.fault_fired).sum()
     }
 
     pub fn run(&self, mode: CacheMode) -> Option<&ModeRun> {
@@ -114,14 +150,26 @@ impl Experiment {
     }
 }
 
-/// Run `scenario` in both cache modes.
-pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment, ExperimentError> {
+/// What both cache modes of one experiment share: sizes derived from the scenario and backend.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub kind: BackendKind,
+    pub model: crate::model::ModelShape,
+    pub seed: u64,
+    pub scenario_dir: Option<std::path::PathBuf>,
+    pub kv_bytes_per_token: u64,
+    pub kv_budget_bytes: u64,
+    pub total_slots: u64,
+    pub workspace_bytes: Option<u64>,
+}
+
+/// Resolve the model shape, the KV budget and the slot count of `scenario` on `opts.backend`.
+pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, ExperimentError> {
     let kind = opts.backend.resolve();
     let model = scenario.model_shape().ok_or_else(|| {
         ExperimentError::Scenario("model: unknown preset or incomplete shape".into())
     })?;
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let workload = workload::generate(scenario, seed)?;
     let scenario_dir = scenario
         .source
         .as_deref()
@@ -146,65 +194,107 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         ),
         None => None,
     };
+    Ok(Setup {
+        kind,
+        model,
+        seed,
+        scenario_dir,
+        kv_bytes_per_token,
+        kv_budget_bytes,
+        total_slots,
+        workspace_bytes,
+    })
+}
+
+/// Run `workload` through one cache mode; returns the run and the backend's name.
+pub fn run_mode(
+    scenario: &Scenario,
+    setup: &Setup,
+    workload: &Workload,
+    opts: &RunOptions,
+    mode: CacheMode,
+) -> Result<(ModeRun, &'static str), ExperimentError> {
     let block_size = scenario.block_size();
-    let mut runs = Vec::new();
-    let mut backend_name = kind.name();
-    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        let setup = RunSetup {
-            model: model.clone(),
-            device: scenario.device.clone(),
-            scenario_dir: scenario_dir.clone(),
-            cache_slots: total_slots,
-            block_size,
-            seed,
-            max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
-            swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
-            workspace_bytes,
-            profile: opts.profile.clone(),
-            clock: opts.clock,
-        };
-        let mut be = backend::create(kind, &setup)?;
-        backend_name = be.name();
-        let mut cache = crate::cache::build(
-            mode,
-            total_slots,
-            block_size,
-            scenario.scheduler.prefix_cache,
-        );
-        let mut scheduler = scenario.scheduler.clone();
-        // Early reuse only shows while a step is in flight at release time: pipeline the steps.
-        if opts.fault == Some(Fault::EarlyReuse) {
-            scheduler.async_steps = true;
+    let run_setup = RunSetup {
+        model: setup.model.clone(),
+        device: scenario.device.clone(),
+        scenario_dir: setup.scenario_dir.clone(),
+        cache_slots: setup.total_slots,
+        block_size,
+        seed: setup.seed,
+        max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
+        swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
+        workspace_bytes: setup.workspace_bytes,
+        profile: opts.profile.clone(),
+        clock: opts.clock,
+    };
+    // `sim` is kept concrete so its shadow report can be read after the run.
+    let mut sim: Option<SimBackend> = None;
+    let mut other: Option<Box<dyn Backend>> = None;
+    let be: &mut dyn Backend = if setup.kind == BackendKind::Sim {
+        let b = SimBackend::new(&run_setup)?;
+        sim.insert(if opts.shadow { b.with_shadow()? } else { b })
+    } else {
+        other
+            .insert(backend::create(setup.kind, &run_setup)?)
+            .as_mut()
+    };
+    let backend_name = be.name();
+    let mut cache = crate::cache::build(
+        mode,
+        setup.total_slots,
+        block_size,
+        scenario.scheduler.prefix_cache,
+    );
+    let mut scheduler = scenario.scheduler.clone();
+    // Early reuse only shows while a step is in flight at release time: pipeline the steps.
+    if opts.fault == Some(Fault::EarlyReuse) {
+        scheduler.async_steps = true;
+    }
+    let cfg = EngineConfig {
+        mode,
+        block_size: cache.block_size(),
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        max_seq_len: scenario.cache.max_seq_len,
+        reservation: scenario.cache.contiguous_reservation,
+        scheduler,
+        model_name: setup.model.name.clone(),
+        trace_tokens: opts.trace_tokens,
+        invariant_check_every: opts.invariant_check_every,
+        fault: if mode == CacheMode::Paged {
+            opts.fault
+        } else {
+            None
+        },
+    };
+    let record = engine::run(&cfg, workload, cache.as_mut(), be).map_err(|source| {
+        ExperimentError::Engine {
+            mode: mode.name(),
+            source,
         }
-        let cfg = EngineConfig {
-            mode,
-            block_size: cache.block_size(),
-            kv_bytes_per_token,
-            max_seq_len: scenario.cache.max_seq_len,
-            reservation: scenario.cache.contiguous_reservation,
-            scheduler,
-            model_name: model.name.clone(),
-            trace_tokens: opts.trace_tokens,
-            invariant_check_every: opts.invariant_check_every,
-            fault: if mode == CacheMode::Paged {
-                opts.fault
-            } else {
-                None
-            },
-        };
-        let record =
-            engine::run(&cfg, &workload, cache.as_mut(), be.as_mut()).map_err(|source| {
-                ExperimentError::Engine {
-                    mode: mode.name(),
-                    source,
-                }
-            })?;
-        let metrics = metrics::compute(&record, &scenario.slo, kv_bytes_per_token);
-        runs.push(ModeRun {
-            record,
-            metrics,
-            measured_step_s: be.measured_step_s(),
-        });
+    })?;
+    let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
+    let measured_step_s = be.measured_step_s();
+    let run = ModeRun {
+        record,
+        metrics,
+        fault_fired: cache.fault_fired(),
+        shadow: sim.as_ref().and_then(SimBackend::shadow_report),
+        measured_step_s,
+    };
+    Ok((run, backend_name))
+}
+
+/// Run `scenario` in both cache modes.
+pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment, ExperimentError> {
+    let setup = setup(scenario, opts)?;
+    let workload = workload::generate(scenario, setup.seed)?;
+    let mut runs = Vec::new();
+    let mut backend_name = setup.kind.name();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        let (run, name) = run_mode(scenario, &setup, &workload, opts, mode)?;
+        backend_name = name;
+        runs.push(run);
     }
     let token_mismatch = if runs.iter().all(|r| r.record.computes) {
         compare_tokens(&runs[0].record, &runs[1].record)
@@ -214,11 +304,12 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
     Ok(Experiment {
         scenario: scenario.clone(),
         backend: backend_name,
-        seed,
+        seed: setup.seed,
         workload,
-        kv_bytes_per_token,
-        kv_budget_bytes,
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        kv_budget_bytes: setup.kv_budget_bytes,
         fault: opts.fault,
+        shadow: setup.kind == BackendKind::Sim && opts.shadow,
         runs,
         token_mismatch,
     })

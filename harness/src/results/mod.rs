@@ -2,9 +2,9 @@
 //!
 //! Contract (field names fixed; fields may be added): `summary.json`, `requests.csv`,
 //! `trace.jsonl`, `report.md`, `environment.json`, plus `memory.csv` (the ledger timeline) and
-//! `trace.perfetto.json`. On `sim` every file but `environment.json` is byte-identical between two
-//! runs with one seed: times are integer nanoseconds, floats come from deterministic formatting,
-//! and nothing iterates a hash map.
+//! `trace.perfetto.json`, and `report.html` (see [`html`]). On `sim` every file but
+//! `environment.json` is byte-identical between two runs with one seed: times are integer
+//! nanoseconds, floats come from deterministic formatting, and nothing iterates a hash map.
 //!
 //! Writes are atomic (`staging.rs`): everything goes into a temporary folder beside the target,
 //! created before the run and renamed into place only when complete; only an existing results
@@ -14,9 +14,12 @@ pub mod calibration;
 pub mod env;
 pub mod experiment;
 pub mod fuzz;
+pub mod html;
 pub mod perfetto;
+pub mod plot;
 pub mod report;
 pub mod staging;
+pub mod suite;
 pub mod summary;
 pub mod tables;
 pub mod trace;
@@ -32,7 +35,7 @@ pub use staging::{check_target, scenario_folder, Staging};
 pub enum ResultsError {
     #[error("{}: output folder exists (use --force to replace it)", .0.display())]
     Exists(PathBuf),
-    #[error("{}: is not a folder; refusing to replace it", .0.display())]
+    #[error("{}: not a folder (a file or a link); refusing to replace it", .0.display())]
     NotAFolder(PathBuf),
     #[error(
         "{}: holds files but no summary.json (not a kvbench results folder); refusing to replace it",
@@ -48,6 +51,8 @@ pub enum ResultsError {
     /// chain prints it once.
     #[error("{}: {err}", path.display())]
     Io { path: PathBuf, err: std::io::Error },
+    #[error(transparent)]
+    Report(#[from] html::ReportError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResultsError + '_ {
@@ -106,5 +111,7 @@ fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), Res
         serde_json::to_writer_pretty(&mut *w, &env::collect(exp.backend))?;
         writeln!(w)
     })?;
+    // Last, and from the files just written, so the page shows only what the folder holds.
+    html::write_run_report(dir)?;
     Ok(())
 }

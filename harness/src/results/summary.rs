@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::experiment::{Experiment, ModeRun};
+use crate::backend::sim::shadow::ShadowReport;
 use crate::backend::NumericsReport;
 use crate::metrics::ledger::LedgerSummary;
 use crate::metrics::{Counts, Dist};
@@ -14,7 +15,13 @@ pub struct Summary {
     pub seed: u64,
     pub workload_hash: String,
     pub fault: Option<String>,
-    /// All checks of the run: invariants, reclamation, numerics, cross-mode tokens.
+    /// Times the planted fault took effect over both runs (null without a fault); 0 fails the
+    /// checks: a fault that never fired proves nothing.
+    pub fault_fired: Option<u64>,
+    /// Whether `sim` carried the shadow KV payload (false with `--no-shadow` and off `sim`).
+    pub shadow: bool,
+    /// All checks of the run: invariants, reclamation, numerics, cross-mode tokens, shadow reads,
+    /// a planted fault that never fired.
     pub checks: Checks,
     pub runs: Vec<RunSummary>,
 }
@@ -53,6 +60,10 @@ pub struct RunSummary {
     pub invariants: InvariantSummary,
     pub numerics: Option<NumericsReport>,
     pub steps: u64,
+    /// Times the planted fault took effect in this run.
+    pub fault_fired: u64,
+    /// The shadow payload's findings (null when it was not carried).
+    pub shadow: Option<ShadowReport>,
     /// Wall seconds of step execution on a backend that measures it; under `--clock model` the
     /// timeline above is modelled and this is what the steps really took.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,6 +109,8 @@ pub fn build(exp: &Experiment) -> Summary {
         seed: exp.seed,
         workload_hash: exp.workload.workload_hash.clone(),
         fault: exp.fault.map(|f| f.name().to_string()),
+        fault_fired: exp.fault.map(|_| exp.fault_fired()),
+        shadow: exp.shadow,
         checks: Checks {
             ok: failures.is_empty(),
             failures,
@@ -168,6 +181,8 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
         },
         numerics: rec.numerics,
         steps: rec.steps.len() as u64,
+        fault_fired: r.fault_fired,
+        shadow: r.shadow.clone(),
         measured_step_s: r.measured_step_s,
     }
 }

@@ -23,8 +23,15 @@ impl Scenario {
                 ),
             ));
         }
-        if self.device.trim().is_empty() {
-            p.push(KeyProblem::new("device", "must not be empty"));
+        // A device name picks `devices/<name>.toml`: a name, never a path.
+        if !ranges::safe_slug(&self.device) {
+            p.push(KeyProblem::new(
+                "device",
+                format!(
+                    "{:?} is not a device profile name: use letters, digits, `-`, `_` and `.`",
+                    self.device
+                ),
+            ));
         }
         let shape = self.check_model(&mut p);
         if let Err(e) = KvBudget::parse(&self.memory.kv_budget) {
@@ -264,6 +271,19 @@ impl Scenario {
                     "traffic.parallel_sampling.n",
                     format!("must be in 1..={} (got {})", ranges::MAX_SAMPLES, ps.n),
                 ));
+            } else if let Some(n) = t.requests {
+                // Streams are numbered in 32 bits; keep half of that range as margin.
+                let streams = n as u64 * ps.n as u64;
+                if ps.share > 0.0 && streams > ranges::MAX_STREAMS {
+                    p.push(KeyProblem::new(
+                        "traffic.parallel_sampling.n",
+                        format!(
+                            "{n} requests x {} continuations = {streams} streams; the most is {}",
+                            ps.n,
+                            ranges::MAX_STREAMS
+                        ),
+                    ));
+                }
             }
         }
         if let Some(c) = &t.cancellation {

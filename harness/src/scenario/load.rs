@@ -187,21 +187,22 @@ impl Placer<'_> {
     ) -> Diagnostic {
         let message = e.message().trim().to_string();
         let map = rendered.unwrap_or(file_map);
-        let mut key = e.span().map(|s| map.key_at(s.start)).unwrap_or_default();
+        let missing = message.starts_with("missing field");
+        let mut key = e
+            .span()
+            .map(|s| {
+                if missing {
+                    map.key_enclosing(&s)
+                } else {
+                    map.key_at(s.start)
+                }
+            })
+            .unwrap_or_default();
         // Unknown and missing fields name the field in the message; point at it where written.
         if let Some(field) = quoted_field(&message) {
-            if message.starts_with("missing field") {
-                // The field is missing from the table the span lies in, not from the first key
-                // of that table the span happens to start at (`model`, not `name.model`).
-                while !map.is_table(&key) {
-                    key = key
-                        .rsplit_once('.')
-                        .map_or(String::new(), |(p, _)| p.to_string());
-                }
-            }
             let candidate = join(&key, &field);
             let written = e.span().and_then(|s| map.field_in(&s, &field));
-            if message.starts_with("missing field") || map.contains(&candidate) {
+            if missing || map.contains(&candidate) {
                 key = candidate;
             } else if let Some(found) = written {
                 key = found;

@@ -9,8 +9,6 @@ use toml_edit::{ImDocument, Item, TableLike, Value};
 #[derive(Debug, Clone)]
 struct Entry {
     path: String,
-    /// A `[table]` or an inline `{ ... }` table.
-    table: bool,
     key_start: usize,
     span: Range<usize>,
 }
@@ -62,11 +60,6 @@ impl SourceMap {
         self.entries.iter().any(|e| e.path == path)
     }
 
-    /// Whether `path` is a table written in the text (empty: the top level).
-    pub fn is_table(&self, path: &str) -> bool {
-        path.is_empty() || self.entries.iter().any(|e| e.path == path && e.table)
-    }
-
     /// A key named `field` (last path segment) written inside `span`, e.g. the unknown key an
     /// error's span encloses.
     pub fn field_in(&self, span: &Range<usize>, field: &str) -> Option<String> {
@@ -75,6 +68,18 @@ impl SourceMap {
             .filter(|e| span.contains(&e.key_start))
             .find(|e| e.path.rsplit('.').next() == Some(field))
             .map(|e| e.path.clone())
+    }
+
+    /// The deepest table whose span encloses all of `span` (empty for the top level): the
+    /// parent of a key reported missing there. Unlike [`SourceMap::key_at`], a span over the whole
+    /// document is not mistaken for its first key.
+    pub fn key_enclosing(&self, span: &Range<usize>) -> String {
+        self.entries
+            .iter()
+            .filter(|e| e.span.start <= span.start && span.end <= e.span.end.max(e.span.start + 1))
+            .max_by_key(|e| (e.path.matches('.').count(), e.key_start))
+            .map(|e| e.path.clone())
+            .unwrap_or_default()
     }
 
     /// The deepest key whose key-and-value span holds `offset` (empty for the top level).
@@ -135,7 +140,6 @@ fn walk_table(table: &dyn TableLike, prefix: &str, out: &mut Vec<Entry>) {
             let span_start = item_span.as_ref().map_or(start, |s| s.start.min(start));
             out.push(Entry {
                 path: path.clone(),
-                table: matches!(item, Item::Table(_) | Item::Value(Value::InlineTable(_))),
                 key_start: start,
                 span: span_start..end.max(start),
             });
@@ -189,6 +193,17 @@ mod tests {
         assert_eq!(map.key_at(off), "traffic.prompt_tokens.value");
         let off = TEXT.find("\"burst\"").unwrap_or(0);
         assert_eq!(map.key_at(off), "traffic.arrival.kind");
+    }
+
+    #[test]
+    fn a_span_over_the_whole_document_is_the_top_level() {
+        let text = "a = 1\nb = 2\n";
+        let map = SourceMap::parse(text).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(map.key_enclosing(&(0..text.len())), "");
+        assert_eq!(map.key_at(0), "a");
+        let map = SourceMap::parse(TEXT).unwrap_or_else(|e| panic!("{e:?}"));
+        let header = TEXT.find("[traffic.arrival]").unwrap_or(0);
+        assert_eq!(map.key_enclosing(&(header..header + 17)), "traffic.arrival");
     }
 
     #[test]

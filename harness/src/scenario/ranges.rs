@@ -26,6 +26,8 @@ pub const MAX_SEQ_LEN: u32 = 1 << 24;
 pub const MAX_BLOCK_SIZE: u32 = 1 << 16;
 /// Continuations of one prompt.
 pub const MAX_SAMPLES: u32 = 4096;
+/// Streams (requests x continuations) in one run: stream ids are 32-bit.
+pub const MAX_STREAMS: u64 = 1 << 31;
 /// Log-space spread of a lognormal length; beyond it every draw is a clamp.
 pub const MAX_SIGMA: f64 = 100.0;
 /// Zipf exponent.

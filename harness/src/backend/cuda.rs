@@ -1,0 +1,108 @@
+//! The `cuda` backend's host side: whether this machine can run it (and, if not, exactly what
+//! is missing), the choice `--backend auto` makes, and the device-free pieces of the backend —
+//! ledger reconciliation against `cuMemGetInfo` ([`ledger`]) and event fences ([`fence`]).
+//!
+//! The scenario model on the GPU (issue 13) is not built yet: with everything present,
+//! `--backend cuda` says so and exits 2, and `auto` keeps to `cpu`. The CUDA kernels themselves
+//! run today through `kvbench cuda-check` and `kernel-bench --backend cuda`.
+
+pub mod fence;
+pub mod ledger;
+
+use std::sync::OnceLock;
+
+use kvbench_cuda::probe::Probe;
+
+use super::{BackendError, BackendKind};
+
+/// True once the scenario model runs on `cuda`; until then `auto` never picks it.
+pub const SCENARIO_MODEL_BUILT: bool = false;
+
+/// What stands between this machine and the cuda backend (empty: nothing). Probed once.
+pub fn missing() -> &'static [String] {
+    static MISSING: OnceLock<Vec<String>> = OnceLock::new();
+    MISSING.get_or_init(|| Probe::run().missing())
+}
+
+/// `auto`'s choice given what is missing, and the line that explains it.
+pub fn choose_auto(missing: &[String], model_built: bool) -> (BackendKind, String) {
+    if !missing.is_empty() {
+        (
+            BackendKind::Cpu,
+            format!(
+                "--backend auto: cuda unavailable ({}); falling back to cpu",
+                missing.join("; ")
+            ),
+        )
+    } else if !model_built {
+        (
+            BackendKind::Cpu,
+            "--backend auto: a usable GPU is present but the cuda scenario backend is not built \
+             yet; falling back to cpu"
+                .into(),
+        )
+    } else {
+        (BackendKind::Cuda, "--backend auto: using cuda".into())
+    }
+}
+
+/// `auto` resolved on this machine; the explanation is printed to stderr once per process.
+pub fn resolve_auto() -> BackendKind {
+    static NOTE: OnceLock<()> = OnceLock::new();
+    let (kind, note) = choose_auto(missing(), SCENARIO_MODEL_BUILT);
+    NOTE.get_or_init(|| eprintln!("kvbench: {note}"));
+    kind
+}
+
+/// Why `--backend cuda` cannot run here.
+pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
+    if !missing.is_empty() {
+        BackendError::Unavailable(format!("cuda: missing {}", missing.join("; ")))
+    } else {
+        debug_assert!(!model_built);
+        BackendError::Unavailable(
+            "cuda: the GPU is usable but the cuda scenario backend (issue 13) is not built yet; \
+             the kernels run with `kvbench cuda-check` and `kernel-bench --backend cuda`"
+                .into(),
+        )
+    }
+}
+
+/// Constructs the cuda backend, or says what is missing.
+pub fn create() -> Result<Box<dyn super::Backend>, BackendError> {
+    Err(unavailable(missing(), SCENARIO_MODEL_BUILT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_falls_back_to_cpu_naming_what_is_missing() {
+        let miss = vec!["CUDA driver (libcuda) not found".to_string()];
+        let (k, note) = choose_auto(&miss, true);
+        assert_eq!(k, BackendKind::Cpu);
+        assert!(
+            note.contains("libcuda") && note.contains("falling back to cpu"),
+            "{note}"
+        );
+        let (k, note) = choose_auto(&[], false);
+        assert_eq!(k, BackendKind::Cpu);
+        assert!(note.contains("not built"), "{note}");
+        assert_eq!(choose_auto(&[], true).0, BackendKind::Cuda);
+    }
+
+    #[test]
+    fn cuda_unavailable_names_every_missing_piece() {
+        let miss = vec![
+            "CUDA driver (libcuda) not found".to_string(),
+            "NVRTC (libnvrtc) not found".to_string(),
+            "cuBLAS (libcublas) not found".to_string(),
+        ];
+        let msg = unavailable(&miss, true).to_string();
+        for m in &miss {
+            assert!(msg.contains(m.as_str()), "{msg}");
+        }
+        assert!(unavailable(&[], false).to_string().contains("not built"));
+    }
+}

@@ -1,0 +1,878 @@
+//! The shadow KV payload of the `sim` backend: correctness checks at device scale without tensor
+//! math.
+//!
+//! Every slot holds a [`Tag`] — the stream, position and token id written there and the writer's
+//! reuse scope — in place of K/V. A step writes tags through the layout the cache manager hands
+//! out at submit time (as a device would), copy-on-write copies and swaps move tags as they would
+//! move data, and every position a step reads must hold what the reading stream put (or was
+//! entitled to find) there: the same position, the same token, the same reuse scope. So an
+//! address-translation fault, a missed copy, a slot reused too early and a stale or cross-scope
+//! prefix hit all show up as a wrong tag, whatever `--check-every` says, and independently of the
+//! cache manager's fence code.
+//!
+//! **Incremental.** A step does not re-read a stream's whole context. Each stream keeps the layout
+//! it was last checked against: positions are checked when they first enter the context and when
+//! the block-table entry (or contiguous base) covering them changes. What keeps the unchanged part
+//! valid is the reverse index: every grain of slots (a paged block, or 16 contiguous slots) lists
+//! the streams whose checked context covers it, and a write that changes a slot to something one
+//! of them does not expect marks that stream's chunk for re-checking at its next read — and, when a
+//! step reading it is still in flight, adds the slot to that step's checks.
+//!
+//! **When reads are checked.** Writes apply at submit; a step's reads are checked when it
+//! completes. A slot handed out again and written while a step that reads it is in flight is
+//! therefore seen by that step's check, as a device reading it late would see it.
+
+use std::collections::{HashMap, VecDeque};
+
+use kvbench_cache_api::{CacheMode, KvCacheManager, ReuseScope, ScopeKey, SeqId, SeqLayout};
+use serde::Serialize;
+
+use super::shadow_store::{Holder, LazyArray, Tag, MAX_ENTRIES};
+use crate::backend::{BackendError, Sampled, StepPlan, SwapDirection};
+
+/// Grain of the reverse index for contiguous layouts, slots.
+const CONTIGUOUS_GRAIN: u32 = 16;
+/// Violation messages kept (all are counted).
+const MAX_MESSAGES: usize = 16;
+/// Scope ids at or above this are private to one root stream (no prefix sharing allowed).
+const PRIVATE_SCOPE: u32 = 1 << 31;
+const NEVER: u64 = u64::MAX;
+
+/// What the shadow saw in one run (`summary.json` `runs[].shadow`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ShadowReport {
+    /// Context positions the steps read (Σ context + new tokens over scheduled sequences, plus
+    /// swap-outs): what the shadow vouches for.
+    pub read_slots: u64,
+    /// Tags compared with the reader's expectation: positions a stream reads that it did not
+    /// write through its current layout (prefix hits, forks, changed or invalidated table
+    /// entries, swapped-in data, slots overwritten while a step read them). A stream's own
+    /// writes are checked as they are made and kept valid by the reverse index.
+    pub checked_slots: u64,
+    /// Tags written (steps, copies, swap-ins).
+    pub written_slots: u64,
+    pub violations: u64,
+    /// The first violations, in order.
+    pub messages: Vec<String>,
+    /// Memory the shadow allocated (tags and reverse index pages), bytes.
+    pub allocated_bytes: u64,
+}
+
+/// The layout a stream was last checked against.
+#[derive(Debug, Clone)]
+enum Table {
+    None,
+    /// Physical block of each checked chunk.
+    Paged(Vec<u32>),
+    /// Base slot; `grains` grains from `base / grain` on are registered.
+    Contiguous {
+        base: u64,
+        grains: u32,
+    },
+}
+
+#[derive(Debug)]
+struct SeqShadow {
+    id: SeqId,
+    /// Token id at each position: the prompt, then every sampled token.
+    history: Vec<u32>,
+    /// Position the latest sampled token occupies (a fork continues from there).
+    last_sample_pos: Option<u32>,
+    scope: u32,
+    table: Table,
+    /// Positions covered by `table` and checked (or queued for checking).
+    extent: u32,
+    /// The newest step that read this stream's slots.
+    last_step: u64,
+    /// Chunks a conflicting write invalidated: re-checked at the next read.
+    recheck: Vec<u32>,
+    /// Tags copied out by a swap-out, written back by the swap-in.
+    host: Option<Vec<Tag>>,
+    forgotten: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Check {
+    seq: u32,
+    pos: u32,
+    slot: u64,
+    len: u32,
+    /// Queued by a write made while the step was in flight.
+    clobbered: bool,
+}
+
+/// Sequence id → index in the shadow's table. Engine ids are dense stream indices, so a plain
+/// vector serves them; anything beyond falls back to a map.
+#[derive(Debug, Default)]
+struct SeqIndex {
+    dense: Vec<u32>,
+    sparse: HashMap<SeqId, u32>,
+}
+
+const DENSE_IDS: u64 = 1 << 24;
+
+impl SeqIndex {
+    #[inline]
+    fn get(&self, id: SeqId) -> Option<u32> {
+        if id < DENSE_IDS {
+            self.dense
+                .get(id as usize)
+                .copied()
+                .filter(|&i| i != u32::MAX)
+        } else {
+            self.sparse.get(&id).copied()
+        }
+    }
+
+    fn insert(&mut self, id: SeqId, idx: u32) {
+        if id < DENSE_IDS {
+            if self.dense.len() <= id as usize {
+                self.dense.resize(id as usize + 1, u32::MAX);
+            }
+            self.dense[id as usize] = idx;
+        } else {
+            self.sparse.insert(id, idx);
+        }
+    }
+
+    fn remove(&mut self, id: SeqId) {
+        if id < DENSE_IDS {
+            if let Some(x) = self.dense.get_mut(id as usize) {
+                *x = u32::MAX;
+            }
+        } else {
+            self.sparse.remove(&id);
+        }
+    }
+}
+
+pub struct Shadow {
+    tags: LazyArray<Tag>,
+    /// Per grain: streams whose checked context covers it. Sized at the first step, when the
+    /// layout kind is known.
+    holders: Option<LazyArray<Vec<Holder>>>,
+    grain: u32,
+    mode: Option<CacheMode>,
+    seqs: Vec<SeqShadow>,
+    free: Vec<u32>,
+    index: SeqIndex,
+    /// Emptied check lists, reused.
+    spare: Vec<Vec<Check>>,
+    scope_keys: Vec<ScopeKey>,
+    scope_ids: HashMap<ScopeKey, u32>,
+    in_flight: VecDeque<Vec<Check>>,
+    submitted: u64,
+    completed: u64,
+    /// Forgotten streams whose slots an in-flight step still reads.
+    deferred: Vec<u32>,
+    plan_idx: Vec<u32>,
+    changed: Vec<u32>,
+    report: ShadowReport,
+}
+
+/// Why a tag is not what `reader` expects at `pos`, or `None` when it is.
+fn mismatch(reader: &SeqShadow, pos: u32, tag: &Tag, scopes: &[ScopeKey]) -> Option<String> {
+    if *tag == Tag::EMPTY {
+        return Some("the slot was never written".into());
+    }
+    if tag.pos != pos {
+        return Some(format!(
+            "it holds stream {}'s position {}",
+            tag.writer, tag.pos
+        ));
+    }
+    let Some(&want) = reader.history.get(pos as usize) else {
+        return Some("no token is known at that position".into());
+    };
+    if tag.token != want {
+        return Some(format!(
+            "it holds stream {}'s token {} there, expected {want}",
+            tag.writer, tag.token
+        ));
+    }
+    if tag.scope != reader.scope {
+        return Some(format!(
+            "it holds stream {}'s data of reuse scope {}, the reader's scope is {} (tokens match)",
+            tag.writer,
+            scope_name(tag.scope, scopes),
+            scope_name(reader.scope, scopes)
+        ));
+    }
+    None
+}
+
+fn expects(reader: &SeqShadow, pos: u32, tag: &Tag) -> bool {
+    tag.pos == pos
+        && tag.scope == reader.scope
+        && reader.history.get(pos as usize) == Some(&tag.token)
+}
+
+fn scope_name(id: u32, scopes: &[ScopeKey]) -> String {
+    if id >= PRIVATE_SCOPE {
+        return format!("private to stream {}", id - PRIVATE_SCOPE);
+    }
+    match scopes.get(id as usize).map(|k| k.reuse) {
+        Some(ReuseScope::Tenant(t)) => format!("tenant:{t}"),
+        Some(ReuseScope::Global) => "global".into(),
+        Some(ReuseScope::None) => "none".into(),
+        None => format!("#{id}"),
+    }
+}
+
+/// Slot of position `pos` under `layout`, if mapped.
+#[inline]
+fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
+    match *layout {
+        SeqLayout::Paged { block_size, blocks } => {
+            let b = *blocks.get((pos / block_size.max(1)) as usize)?;
+            Some(u64::from(b) * u64::from(block_size) + u64::from(pos % block_size.max(1)))
+        }
+        SeqLayout::Contiguous {
+            base_slot,
+            capacity_tokens,
+        } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
+    }
+}
+
+impl Shadow {
+    pub fn new(total_slots: u64) -> Result<Shadow, BackendError> {
+        let tags = LazyArray::new(total_slots, Tag::EMPTY).ok_or_else(|| {
+            BackendError::Config(format!(
+                "the shadow payload tracks at most {MAX_ENTRIES} slots, the cache has {total_slots} \
+                 (run with --no-shadow)"
+            ))
+        })?;
+        Ok(Shadow {
+            tags,
+            holders: None,
+            grain: 1,
+            mode: None,
+            seqs: Vec::new(),
+            free: Vec::new(),
+            index: SeqIndex::default(),
+            spare: Vec::new(),
+            scope_keys: Vec::new(),
+            scope_ids: HashMap::new(),
+            in_flight: VecDeque::new(),
+            submitted: 0,
+            completed: 0,
+            deferred: Vec::new(),
+            plan_idx: Vec::new(),
+            changed: Vec::new(),
+            report: ShadowReport::default(),
+        })
+    }
+
+    pub fn report(&self) -> ShadowReport {
+        let mut r = self.report.clone();
+        r.allocated_bytes =
+            self.tags.allocated_bytes() + self.holders.as_ref().map_or(0, |h| h.allocated_bytes());
+        r
+    }
+
+    fn violation(&mut self, msg: String) {
+        self.report.violations += 1;
+        if self.report.messages.len() < MAX_MESSAGES {
+            self.report.messages.push(msg);
+        }
+    }
+
+    fn add_seq(&mut self, id: SeqId, s: SeqShadow) {
+        if self.index.get(id).is_some() {
+            self.violation(format!("stream {id} registered twice"));
+            return;
+        }
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.seqs[i as usize] = s;
+                i
+            }
+            None => {
+                self.seqs.push(s);
+                (self.seqs.len() - 1) as u32
+            }
+        };
+        self.index.insert(id, idx);
+    }
+
+    fn new_seq(id: SeqId, history: Vec<u32>, scope: u32) -> SeqShadow {
+        SeqShadow {
+            id,
+            history,
+            last_sample_pos: None,
+            scope,
+            table: Table::None,
+            extent: 0,
+            last_step: NEVER,
+            recheck: Vec::new(),
+            host: None,
+            forgotten: false,
+        }
+    }
+
+    pub fn register(&mut self, seq: SeqId, prompt: &[u32], scope: Option<&ScopeKey>) {
+        let scope = match scope {
+            Some(k) => match self.scope_ids.get(k) {
+                Some(&id) => id,
+                None => {
+                    let id = self.scope_keys.len() as u32;
+                    self.scope_keys.push(k.clone());
+                    self.scope_ids.insert(k.clone(), id);
+                    id
+                }
+            },
+            None => PRIVATE_SCOPE | (seq as u32 & (PRIVATE_SCOPE - 1)),
+        };
+        self.add_seq(seq, Self::new_seq(seq, prompt.to_vec(), scope));
+    }
+
+    /// `child` continues `parent` from the parent's latest sample, taking `token` there.
+    pub fn fork(&mut self, parent: SeqId, child: SeqId, token: u32) {
+        let Some(p) = self.index.get(parent).map(|i| &self.seqs[i as usize]) else {
+            self.violation(format!("fork of unknown stream {parent}"));
+            return;
+        };
+        let Some(pos) = p.last_sample_pos else {
+            self.violation(format!("fork of stream {parent} before it sampled a token"));
+            return;
+        };
+        let mut history = p.history[..(pos as usize).min(p.history.len())].to_vec();
+        history.push(token);
+        let scope = p.scope;
+        self.add_seq(child, Self::new_seq(child, history, scope));
+    }
+
+    /// The stream is gone; its slots stop being protected once no in-flight step reads them.
+    pub fn forget(&mut self, seq: SeqId) {
+        let Some(idx) = self.index.get(seq) else {
+            self.violation(format!("forget of unknown stream {seq}"));
+            return;
+        };
+        let s = &mut self.seqs[idx as usize];
+        s.forgotten = true;
+        if s.last_step == NEVER || s.last_step < self.completed {
+            self.remove(idx);
+        } else {
+            self.deferred.push(idx);
+        }
+    }
+
+    fn remove(&mut self, idx: u32) {
+        let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
+        self.unhold_from(idx, &table, 0);
+        let s = &mut self.seqs[idx as usize];
+        self.index.remove(s.id);
+        s.history = Vec::new();
+        s.recheck = Vec::new();
+        s.host = None;
+        self.free.push(idx);
+    }
+
+    fn ensure_mode(&mut self, cache: &dyn KvCacheManager) {
+        if self.mode.is_some() {
+            return;
+        }
+        let mode = cache.mode();
+        self.grain = match mode {
+            CacheMode::Paged => cache.block_size().max(1),
+            CacheMode::Contiguous => CONTIGUOUS_GRAIN,
+        };
+        self.holders = LazyArray::new(self.tags.len().div_ceil(u64::from(self.grain)), Vec::new());
+        self.mode = Some(mode);
+    }
+
+    /// Register `idx` as a holder of grain `g` (chunk `chunk` of its layout).
+    fn hold(&mut self, g: u64, idx: u32, chunk: u32) {
+        if let Some(h) = self.holders.as_mut().and_then(|h| h.get_mut(g)) {
+            h.push(Holder { seq: idx, chunk });
+        }
+    }
+
+    fn unhold(&mut self, g: u64, idx: u32, chunk: u32) {
+        if let Some(h) = self.holders.as_mut().and_then(|h| h.get_mut(g)) {
+            if let Some(i) = h.iter().position(|x| x.seq == idx && x.chunk == chunk) {
+                h.swap_remove(i);
+            }
+        }
+    }
+
+    /// Drop the holder entries of `table` from chunk `from` on.
+    fn unhold_from(&mut self, idx: u32, table: &Table, from: u32) {
+        match table {
+            Table::None => {}
+            Table::Paged(blocks) => {
+                for (k, &b) in blocks.iter().enumerate().skip(from as usize) {
+                    self.unhold(u64::from(b), idx, k as u32);
+                }
+            }
+            Table::Contiguous { base, grains } => {
+                let g0 = base / u64::from(self.grain);
+                for k in from..*grains {
+                    self.unhold(g0 + u64::from(k), idx, k);
+                }
+            }
+        }
+    }
+
+    fn queue(&mut self, c: Check) {
+        if c.len > 0 {
+            if let Some(s) = self.in_flight.back_mut() {
+                s.push(c);
+            }
+        }
+    }
+
+    /// Bring stream `idx`'s checked layout up to `layout` for a read of positions `0..n_read`
+    /// by the step being submitted: queue checks for positions that are new or whose chunk
+    /// changed (or was invalidated), and move its reverse-index entries. Positions from
+    /// `written_from` on are written by the step itself through this same layout, so they hold
+    /// the reader's own tags by construction (a later write over them is caught by the reverse
+    /// index) and are not queued.
+    fn observe(
+        &mut self,
+        idx: u32,
+        layout: &SeqLayout<'_>,
+        n_read: u32,
+        written_from: u32,
+        step: u64,
+    ) {
+        self.report.read_slots += u64::from(n_read);
+        self.seqs[idx as usize].last_step = step;
+        let extent = self.seqs[idx as usize].extent;
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.clear();
+        changed.append(&mut self.seqs[idx as usize].recheck);
+        let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
+        let grain = self.grain;
+        let new_table = match *layout {
+            SeqLayout::Paged { block_size, blocks } => {
+                let bs = block_size.max(1);
+                let mut n_chunks = n_read.div_ceil(bs) as usize;
+                if blocks.len() < n_chunks {
+                    let id = self.seqs[idx as usize].id;
+                    self.violation(format!(
+                        "step {step}: stream {id} reads {n_read} positions but its layout maps only \
+                         {} blocks of {bs}",
+                        blocks.len()
+                    ));
+                    n_chunks = blocks.len();
+                }
+                let new = &blocks[..n_chunks];
+                let mut old = match table {
+                    Table::Paged(v) => v,
+                    other => {
+                        self.unhold_from(idx, &other, 0);
+                        Vec::new()
+                    }
+                };
+                let common = old.len().min(n_chunks);
+                if old[..common] != new[..common] {
+                    for k in 0..common {
+                        if old[k] != new[k] {
+                            self.unhold(u64::from(old[k]), idx, k as u32);
+                            self.hold(u64::from(new[k]), idx, k as u32);
+                            changed.push(k as u32);
+                            old[k] = new[k];
+                        }
+                    }
+                }
+                for (k, &b) in old.iter().enumerate().skip(common) {
+                    self.unhold(u64::from(b), idx, k as u32);
+                }
+                for (k, &b) in new.iter().enumerate().skip(common) {
+                    self.hold(u64::from(b), idx, k as u32);
+                }
+                old.truncate(common);
+                old.extend_from_slice(&new[common..]);
+                let mapped = (n_chunks as u32 * bs).min(n_read);
+                let n_read = mapped.min(written_from);
+                changed.sort_unstable();
+                changed.dedup();
+                let first_new = (extent.min(n_read) / bs) as usize;
+                for &k in changed.iter().filter(|&&k| (k as usize) < first_new) {
+                    let lo = k * bs;
+                    self.queue(Check {
+                        seq: idx,
+                        pos: lo,
+                        slot: u64::from(new[k as usize]) * u64::from(bs),
+                        len: (lo + bs).min(n_read) - lo,
+                        clobbered: false,
+                    });
+                }
+                for (k, &b) in new.iter().enumerate().skip(first_new) {
+                    let lo = k as u32 * bs;
+                    let from = if changed.binary_search(&(k as u32)).is_ok() {
+                        lo
+                    } else {
+                        lo.max(extent)
+                    };
+                    let hi = (lo + bs).min(n_read);
+                    if from < hi {
+                        self.queue(Check {
+                            seq: idx,
+                            pos: from,
+                            slot: u64::from(b) * u64::from(bs) + u64::from(from - lo),
+                            len: hi - from,
+                            clobbered: false,
+                        });
+                    }
+                }
+                self.seqs[idx as usize].extent = mapped;
+                Table::Paged(old)
+            }
+            SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => {
+                let mut n_read = n_read;
+                if n_read > capacity_tokens {
+                    let id = self.seqs[idx as usize].id;
+                    self.violation(format!(
+                        "step {step}: stream {id} reads {n_read} positions but its region holds \
+                         {capacity_tokens}"
+                    ));
+                    n_read = capacity_tokens;
+                }
+                let g = u64::from(grain);
+                let g0 = base_slot / g;
+                let grains = if n_read == 0 {
+                    0
+                } else {
+                    ((base_slot + u64::from(n_read) - 1) / g - g0 + 1) as u32
+                };
+                let (from, old_grains) = match table {
+                    Table::Contiguous { base, grains } if base == base_slot => (extent, grains),
+                    other => {
+                        self.unhold_from(idx, &other, 0);
+                        (0, 0)
+                    }
+                };
+                if old_grains > grains {
+                    let t = Table::Contiguous {
+                        base: base_slot,
+                        grains: old_grains,
+                    };
+                    self.unhold_from(idx, &t, grains);
+                }
+                for k in old_grains..grains {
+                    self.hold(g0 + u64::from(k), idx, k);
+                }
+                let mapped = n_read;
+                let n_read = n_read.min(written_from);
+                let from = from.min(n_read);
+                // Invalidated grains before the new positions, clipped to the read range.
+                changed.sort_unstable();
+                changed.dedup();
+                for &k in &changed {
+                    let lo_slot = (g0 + u64::from(k)) * g;
+                    let lo = lo_slot.saturating_sub(base_slot) as u32;
+                    let hi = ((lo_slot + g - base_slot) as u32).min(from);
+                    if lo < hi {
+                        self.queue(Check {
+                            seq: idx,
+                            pos: lo,
+                            slot: base_slot + u64::from(lo),
+                            len: hi - lo,
+                            clobbered: false,
+                        });
+                    }
+                }
+                self.queue(Check {
+                    seq: idx,
+                    pos: from,
+                    slot: base_slot + u64::from(from),
+                    len: n_read - from,
+                    clobbered: false,
+                });
+                self.seqs[idx as usize].extent = mapped;
+                Table::Contiguous {
+                    base: base_slot,
+                    grains,
+                }
+            }
+        };
+        self.seqs[idx as usize].table = new_table;
+        changed.clear();
+        self.changed = changed;
+    }
+
+    /// Slot of `pos` under stream `idx`'s checked table (within its extent).
+    #[inline]
+    fn table_slot(&self, idx: u32, pos: u32) -> Option<u64> {
+        let s = &self.seqs[idx as usize];
+        if pos >= s.extent {
+            return None;
+        }
+        match &s.table {
+            Table::Paged(blocks) => {
+                let b = *blocks.get((pos / self.grain) as usize)?;
+                Some(u64::from(b) * u64::from(self.grain) + u64::from(pos % self.grain))
+            }
+            Table::Contiguous { base, .. } => Some(base + u64::from(pos)),
+            Table::None => None,
+        }
+    }
+
+    /// Write `tag` into `slot` (`own`: the writing stream, when it writes its own position
+    /// through its own table). A change that a stream whose checked context covers the slot does
+    /// not expect invalidates that stream's chunk, and queues the slot on its in-flight step.
+    fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
+        let g = slot / u64::from(self.grain);
+        let holders = self.holders.as_ref().and_then(|h| h.get(g));
+        let own_chunk = match self.mode {
+            Some(CacheMode::Paged) => tag.pos / self.grain,
+            _ => u32::MAX,
+        };
+        // The writer reads its own position back: its expectation holds by construction.
+        let is_own = |h: &Holder| h.seq == own && (h.chunk == own_chunk || own_chunk == u32::MAX);
+        let foreign = holders.is_some_and(|hs| hs.iter().any(|h| !is_own(h)));
+        let Some(t) = self.tags.get_mut(slot) else {
+            let n = self.tags.len();
+            self.violation(format!(
+                "step {step}: stream {} wrote position {} to slot {slot}, outside the cache's {n} slots",
+                tag.writer, tag.pos
+            ));
+            return;
+        };
+        self.report.written_slots += 1;
+        // Nobody else's checked context covers the slot: a blind store (no load of the old tag,
+        // the common case, and the one that keeps the shadow cheap).
+        let changed = foreign && *t != tag;
+        *t = tag;
+        let Some(holders) = holders.filter(|_| changed) else {
+            return;
+        };
+        for h in holders {
+            if is_own(h) {
+                continue;
+            }
+            let r = &mut self.seqs[h.seq as usize];
+            let pos = match &r.table {
+                Table::Paged(blocks) => {
+                    let bs = u64::from(self.grain);
+                    if blocks.get(h.chunk as usize).map(|&b| u64::from(b)) != Some(slot / bs) {
+                        continue;
+                    }
+                    u64::from(h.chunk) * bs + slot % bs
+                }
+                Table::Contiguous { base, .. } => match slot.checked_sub(*base) {
+                    Some(p) => p,
+                    None => continue,
+                },
+                Table::None => continue,
+            };
+            if pos >= u64::from(r.extent) || expects(r, pos as u32, &tag) {
+                continue;
+            }
+            if !r.recheck.contains(&h.chunk) {
+                r.recheck.push(h.chunk);
+            }
+            if r.last_step != NEVER && r.last_step >= self.completed {
+                if let Some(s) = self
+                    .in_flight
+                    .get_mut((r.last_step - self.completed) as usize)
+                {
+                    s.push(Check {
+                        seq: h.seq,
+                        pos: pos as u32,
+                        slot,
+                        len: 1,
+                        clobbered: true,
+                    });
+                }
+            }
+        }
+    }
+
+    fn idx_of(&mut self, seq: SeqId, step: u64, what: &str) -> Option<u32> {
+        let idx = self.index.get(seq);
+        if idx.is_none() {
+            self.violation(format!(
+                "step {step}: {what} of stream {seq}, which the backend does not know"
+            ));
+        }
+        idx
+    }
+
+    /// A step is handed to the device: check layouts, move tags (copies, swaps), write the new
+    /// tokens' tags, queue the step's reads for checking at completion.
+    pub fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager, sampled: &[Sampled]) {
+        self.ensure_mode(cache);
+        let step = self.submitted;
+        self.submitted += 1;
+        let checks = self.spare.pop().unwrap_or_default();
+        self.in_flight.push_back(checks);
+        let mut plan_idx = std::mem::take(&mut self.plan_idx);
+        plan_idx.clear();
+        // Reads: every scheduled stream's context, and what swap-outs copy to the host.
+        for w in &plan.seqs {
+            let idx = self.idx_of(w.seq, step, "a step").unwrap_or(u32::MAX);
+            plan_idx.push(idx);
+            if idx == u32::MAX {
+                continue;
+            }
+            match cache.layout(w.seq) {
+                Some(l) => {
+                    let end = w.context_tokens + w.new_tokens;
+                    self.observe(idx, &l, end, w.context_tokens, step)
+                }
+                None => self.violation(format!(
+                    "step {step}: stream {} is scheduled but has no cache layout",
+                    w.seq
+                )),
+            }
+        }
+        for c in &plan.copies {
+            for k in 0..u64::from(c.len_tokens) {
+                let tag = self.tags.get(c.src_slot + k).copied().unwrap_or(Tag::EMPTY);
+                self.write(c.dst_slot + k, tag, u32::MAX, step);
+            }
+        }
+        for s in &plan.swaps {
+            let Some(idx) = self.idx_of(s.seq, step, "a swap") else {
+                continue;
+            };
+            let Some(layout) = cache.layout(s.seq) else {
+                self.violation(format!(
+                    "step {step}: swap of stream {}, which has no cache layout",
+                    s.seq
+                ));
+                continue;
+            };
+            match s.direction {
+                SwapDirection::Out => {
+                    self.observe(idx, &layout, s.tokens, s.tokens, step);
+                    let host = (0..s.tokens)
+                        .map(|p| {
+                            slot_of(&layout, p)
+                                .and_then(|x| self.tags.get(x).copied())
+                                .unwrap_or(Tag::EMPTY)
+                        })
+                        .collect();
+                    self.seqs[idx as usize].host = Some(host);
+                }
+                SwapDirection::In => {
+                    let Some(host) = self.seqs[idx as usize].host.take() else {
+                        self.violation(format!(
+                            "step {step}: swap-in of stream {}, which was never swapped out",
+                            s.seq
+                        ));
+                        continue;
+                    };
+                    if host.len() < s.tokens as usize {
+                        self.violation(format!(
+                            "step {step}: swap-in of {} tokens of stream {}, {} were swapped out",
+                            s.tokens,
+                            s.seq,
+                            host.len()
+                        ));
+                    }
+                    for (p, tag) in host.into_iter().enumerate().take(s.tokens as usize) {
+                        match slot_of(&layout, p as u32) {
+                            Some(x) => self.write(x, tag, u32::MAX, step),
+                            None => self.violation(format!(
+                                "step {step}: swap-in of stream {}: position {p} is not mapped",
+                                s.seq
+                            )),
+                        }
+                    }
+                }
+            }
+        }
+        // Writes of the new tokens, through the layout as handed out now (`observe` just made
+        // the stream's table equal to it over every position the step touches).
+        for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
+            if idx == u32::MAX {
+                continue;
+            }
+            let (writer, scope) = (w.seq as u32, self.seqs[idx as usize].scope);
+            for pos in w.context_tokens..w.context_tokens + w.new_tokens {
+                let Some(&token) = self.seqs[idx as usize].history.get(pos as usize) else {
+                    self.violation(format!(
+                        "step {step}: stream {} writes position {pos}, whose token is unknown",
+                        w.seq
+                    ));
+                    break;
+                };
+                let tag = Tag {
+                    writer,
+                    pos,
+                    token,
+                    scope,
+                };
+                match self.table_slot(idx, pos) {
+                    Some(x) => self.write(x, tag, idx, step),
+                    None => {
+                        self.violation(format!(
+                            "step {step}: stream {} writes position {pos}, which its layout does \
+                             not map",
+                            w.seq
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        // The sampled tokens extend the histories (a recompute re-derives the same ones).
+        let mut sampled = sampled.iter();
+        for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
+            if !w.sample {
+                continue;
+            }
+            let Some(sm) = sampled.next() else { break };
+            if idx == u32::MAX {
+                continue;
+            }
+            let s = &mut self.seqs[idx as usize];
+            let pos = w.context_tokens + w.new_tokens;
+            s.history.truncate(pos as usize);
+            s.history.push(sm.token);
+            s.last_sample_pos = Some(pos);
+        }
+        self.plan_idx = plan_idx;
+    }
+
+    /// The oldest in-flight step completed: check what it read against what its readers expect.
+    pub fn complete(&mut self) {
+        let Some(mut done) = self.in_flight.pop_front() else {
+            return;
+        };
+        let step = self.completed;
+        for c in &done {
+            for k in 0..c.len {
+                let slot = c.slot + u64::from(k);
+                let tag = self.tags.get(slot).copied().unwrap_or(Tag::EMPTY);
+                self.report.checked_slots += 1;
+                let r = &self.seqs[c.seq as usize];
+                if expects(r, c.pos + k, &tag) {
+                    continue;
+                }
+                let why = mismatch(r, c.pos + k, &tag, &self.scope_keys).unwrap_or_default();
+                let msg = format!(
+                    "step {step}: stream {} read position {} at slot {slot}, but {why}{}",
+                    r.id,
+                    c.pos + k,
+                    if c.clobbered {
+                        " (overwritten while the step was in flight)"
+                    } else {
+                        ""
+                    }
+                );
+                self.violation(msg);
+            }
+        }
+        done.clear();
+        self.spare.push(done);
+        self.completed += 1;
+        let mut i = 0;
+        while i < self.deferred.len() {
+            let idx = self.deferred[i];
+            if self.seqs[idx as usize].last_step < self.completed {
+                self.deferred.swap_remove(i);
+                self.remove(idx);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}

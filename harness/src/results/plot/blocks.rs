@@ -1,0 +1,74 @@
+//! The block-size trade-off: per cache mode, one point per block size at (KV waste, throughput)
+//! — or throughput at target when the figures come from a sweep — labelled with its block size.
+//! Smaller blocks waste less of the last block but cost more table entries and gather work.
+
+use plotters::prelude::*;
+
+use super::{color, msg, render, span, PlotError, FONT, HEIGHT_PX, WIDTH_PX};
+
+/// One cache mode's points: `(block size, x, y)`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tradeoff {
+    pub label: String,
+    pub points: Vec<(u32, f64, f64)>,
+}
+
+pub fn svg(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Tradeoff],
+) -> Result<String, PlotError> {
+    render(title, (WIDTH_PX, HEIGHT_PX), |root| {
+        let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.2));
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, (FONT, 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(span(xs, true), span(ys, true))
+            .map_err(msg)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style((FONT, 12))
+            .draw()
+            .map_err(msg)?;
+        for (i, s) in series.iter().enumerate() {
+            let c = color(&s.label, i);
+            let mut pts: Vec<(u32, f64, f64)> = s
+                .points
+                .iter()
+                .copied()
+                .filter(|p| p.1.is_finite() && p.2.is_finite())
+                .collect();
+            pts.sort_by_key(|p| p.0);
+            chart
+                .draw_series(LineSeries::new(
+                    pts.iter().map(|p| (p.1, p.2)),
+                    c.stroke_width(1),
+                ))
+                .map_err(msg)?
+                .label(s.label.as_str())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
+            chart
+                .draw_series(pts.iter().map(|p| {
+                    EmptyElement::at((p.1, p.2))
+                        + Circle::new((0, 0), 4, c.filled())
+                        + Text::new(format!("{}", p.0), (6, -14), (FONT, 12).into_font())
+                }))
+                .map_err(msg)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(msg)?;
+        Ok(())
+    })
+}

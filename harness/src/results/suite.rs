@@ -1,0 +1,359 @@
+//! Suites: the cells `kvbench suite` runs — one per (scenario, block size, seed) — their
+//! deterministic split into shards, the combined table (`suite.csv`, `suite.md`), and
+//! `suite.json`, the metadata that lets `kvbench merge` combine shard folders run on different
+//! machines into the suite an unsharded run would have written.
+//!
+//! A shard `K/N` (0-based, so a Kubernetes completion index or a Slurm array index from 0 maps
+//! straight onto it) runs the cells whose plan index is `K mod N`: round-robin over the plan, so
+//! the seeds of one scenario spread across shards. `suite.json` records the whole plan, its hash
+//! (scenarios after overrides, seeds, block sizes, run options, backend), the build's revision and
+//! each cell's table rows; merging checks plan and revision agree, that no cell ran twice and none
+//! is missing, and lays the rows out in plan order, so the merged table equals the unsharded one
+//! byte for byte.
+
+mod merge;
+
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use merge::{merge, MergeError};
+
+use super::plot::data::{file_error, FileError};
+
+pub const FORMAT: u32 = 1;
+
+/// One unit of a suite: a scenario at one block size and one seed, written to `dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cell {
+    pub index: usize,
+    pub scenario: String,
+    pub block_size: u32,
+    pub seed: u64,
+    /// Its results folder, relative to the suite folder.
+    pub dir: String,
+}
+
+/// What to run of one scenario: its name, block sizes and seeds.
+#[derive(Debug, Clone)]
+pub struct PlanItem {
+    pub scenario: String,
+    pub block_sizes: Vec<u32>,
+    pub seeds: Vec<u64>,
+}
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    pub fn owns(&self, cell: &Cell) -> bool {
+        cell.index % self.count as usize == self.index as usize
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected K/N with 0 <= K < N (e.g. 0/4), K 0-based");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Every cell of the plan, in order: scenarios as given, then block sizes, then seeds. A folder
+/// name gains `-bs<B>` only when its scenario lists several block sizes and `-seed<S>` only with
+/// several seeds, so a one-seed suite keeps its folders named after the scenarios.
+pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
+    let mut cells: Vec<Cell> = Vec::new();
+    for it in items {
+        for &b in &it.block_sizes {
+            for &seed in &it.seeds {
+                let mut dir = it.scenario.clone();
+                if it.block_sizes.len() > 1 {
+                    dir.push_str(&format!("-bs{b}"));
+                }
+                if it.seeds.len() > 1 {
+                    dir.push_str(&format!("-seed{seed}"));
+                }
+                if let Some(c) = cells.iter().find(|c| c.dir == dir) {
+                    return Err(format!(
+                        "two cells would write {dir:?} (scenario {:?} appears twice?)",
+                        c.scenario
+                    ));
+                }
+                cells.push(Cell {
+                    index: cells.len(),
+                    scenario: it.scenario.clone(),
+                    block_size: b,
+                    seed,
+                    dir,
+                });
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// A hash of everything that decides a suite's results besides the code: the plan's cells,
+/// each cell's scenario as loaded (overrides applied), the backend and the run options.
+pub fn plan_hash(
+    cells: &[Cell],
+    scenarios_json: &[String],
+    backend: &str,
+    options: &str,
+) -> String {
+    let mut h = blake3::Hasher::new();
+    let mut field = |s: &str| {
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    field(backend);
+    field(options);
+    for c in cells {
+        field(&format!(
+            "{}|{}|{}|{}|{}",
+            c.index, c.scenario, c.block_size, c.seed, c.dir
+        ));
+    }
+    for s in scenarios_json {
+        field(s);
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The build that ran a suite: `KVBENCH_REVISION` when set (declare two builds of one commit
+/// the same, e.g. to the git commit or a container image digest), else the package version and a
+/// hash of the running executable — shards merge only when this agrees, so a shard run by other
+/// code is refused rather than mixed in.
+pub fn revision() -> String {
+    if let Ok(r) = std::env::var("KVBENCH_REVISION") {
+        if !r.trim().is_empty() {
+            return r.trim().to_string();
+        }
+    }
+    let exe_hash = std::env::current_exe()
+        .and_then(std::fs::File::open)
+        .and_then(|mut f| {
+            let mut h = blake3::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Ok(h.finalize().to_hex()[..16].to_string())
+        })
+        .unwrap_or_else(|_| "unknown-executable".into());
+    format!("kvbench {} exe {exe_hash}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The table rows and check failures of one cell that ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub index: usize,
+    pub rows: Vec<Vec<String>>,
+    pub failures: Vec<String>,
+}
+
+/// `suite.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteMeta {
+    pub format: u32,
+    pub revision: String,
+    pub backend: String,
+    pub plan_hash: String,
+    /// The shard this folder holds; `null` for a whole (or merged) suite.
+    pub shard: Option<Shard>,
+    /// For a merged suite, the shards it was merged from.
+    #[serde(default)]
+    pub merged_from: Vec<Shard>,
+    /// The header of `suite.csv`.
+    pub header: Vec<String>,
+    /// Every cell of the whole suite, whether or not this folder ran it.
+    pub plan: Vec<Cell>,
+    /// The cells this folder holds, in plan order.
+    pub results: Vec<CellResult>,
+}
+
+impl SuiteMeta {
+    /// The table rows in plan order.
+    pub fn rows(&self) -> Vec<Vec<String>> {
+        let mut r: Vec<&CellResult> = self.results.iter().collect();
+        r.sort_by_key(|c| c.index);
+        r.into_iter().flat_map(|c| c.rows.iter().cloned()).collect()
+    }
+
+    /// The cells of the plan this folder holds.
+    pub fn ran(&self) -> Vec<&Cell> {
+        self.plan
+            .iter()
+            .filter(|c| self.results.iter().any(|r| r.index == c.index))
+            .collect()
+    }
+
+    pub fn failures(&self) -> Vec<String> {
+        self.results
+            .iter()
+            .flat_map(|r| {
+                let dir = self.plan.get(r.index).map_or("?", |c| c.dir.as_str());
+                r.failures.iter().map(move |f| format!("{dir}: {f}"))
+            })
+            .collect()
+    }
+}
+
+pub fn csv(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut s = format!("{}\n", header.join(","));
+    for r in rows {
+        s.push_str(&r.join(","));
+        s.push('\n');
+    }
+    s
+}
+
+pub fn markdown(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut md = format!(
+        "# kvbench suite\n\n| {} |\n|{}\n",
+        header.join(" | "),
+        " --- |".repeat(header.len())
+    );
+    for r in rows {
+        md.push_str(&format!("| {} |\n", r.join(" | ")));
+    }
+    md
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<(), FileError> {
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().to_string());
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| file_error(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        file_error(path, e)
+    })
+}
+
+/// Write `suite.csv`, `suite.md` and `suite.json` into `dir`; returns the markdown.
+pub fn write(dir: &Path, meta: &SuiteMeta) -> Result<String, FileError> {
+    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
+    let rows = meta.rows();
+    let md = markdown(&meta.header, &rows);
+    write_atomic(&dir.join("suite.csv"), &csv(&meta.header, &rows))?;
+    write_atomic(&dir.join("suite.md"), &md)?;
+    let json =
+        serde_json::to_string_pretty(meta).map_err(|e| file_error(&dir.join("suite.json"), e))?;
+    write_atomic(&dir.join("suite.json"), &format!("{json}\n"))?;
+    Ok(md)
+}
+
+pub fn read(dir: &Path) -> Result<SuiteMeta, FileError> {
+    let path = dir.join("suite.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
+    let meta: SuiteMeta = serde_json::from_str(&text).map_err(|e| file_error(&path, e))?;
+    if meta.format != FORMAT {
+        return Err(file_error(
+            &path,
+            format!("format: {} is not the supported {FORMAT}", meta.format),
+        ));
+    }
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items() -> Vec<PlanItem> {
+        vec![
+            PlanItem {
+                scenario: "a".into(),
+                block_sizes: vec![16],
+                seeds: vec![1, 2, 3],
+            },
+            PlanItem {
+                scenario: "b".into(),
+                block_sizes: vec![8, 32],
+                seeds: vec![7],
+            },
+        ]
+    }
+
+    #[test]
+    fn plan_names_folders_and_shards_partition_it() {
+        let cells = plan(&items()).expect("plan");
+        let dirs: Vec<&str> = cells.iter().map(|c| c.dir.as_str()).collect();
+        assert_eq!(dirs, ["a-seed1", "a-seed2", "a-seed3", "b-bs8", "b-bs32"]);
+        for n in 1..=6u32 {
+            let mut owners = vec![0; cells.len()];
+            for k in 0..n {
+                let s = Shard { index: k, count: n };
+                for c in cells.iter().filter(|c| s.owns(c)) {
+                    owners[c.index] += 1;
+                }
+            }
+            assert!(owners.iter().all(|&o| o == 1), "N={n}: {owners:?}");
+        }
+    }
+
+    #[test]
+    fn one_seed_one_block_size_keeps_the_scenario_name() {
+        let cells = plan(&[PlanItem {
+            scenario: "x".into(),
+            block_sizes: vec![16],
+            seeds: vec![5],
+        }])
+        .expect("plan");
+        assert_eq!(cells[0].dir, "x");
+    }
+
+    #[test]
+    fn a_scenario_twice_is_refused() {
+        let it = PlanItem {
+            scenario: "x".into(),
+            block_sizes: vec![16],
+            seeds: vec![5],
+        };
+        assert!(plan(&[it.clone(), it]).is_err());
+    }
+
+    #[test]
+    fn shard_parsing() {
+        assert_eq!("1/4".parse::<Shard>(), Ok(Shard { index: 1, count: 4 }));
+        assert!("4/4".parse::<Shard>().is_err());
+        assert!("0/0".parse::<Shard>().is_err());
+        assert!("x".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn plan_hash_changes_with_any_input() {
+        let cells = plan(&items()).expect("plan");
+        let h = plan_hash(&cells, &["{}".into()], "sim", "o");
+        assert_eq!(h, plan_hash(&cells, &["{}".into()], "sim", "o"));
+        assert_ne!(h, plan_hash(&cells, &["{ }".into()], "sim", "o"));
+        assert_ne!(h, plan_hash(&cells, &["{}".into()], "cpu", "o"));
+        assert_ne!(h, plan_hash(&cells[1..], &["{}".into()], "sim", "o"));
+    }
+}

@@ -1,0 +1,216 @@
+//! `sweep.json` and `sweep.md`, written together into one folder.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::aggregate::{ProbeJson, SweepJson};
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+}
+
+fn ci(v: [Option<f64>; 2], digits: usize) -> String {
+    let side =
+        |x: Option<f64>, inf: &str| x.map_or_else(|| inf.to_string(), |x| format!("{x:.digits$}"));
+    format!("[{}, {}]", side(v[0], "-inf"), side(v[1], "inf"))
+}
+
+fn verdict_cell(p: &ProbeJson) -> String {
+    let mut s = p.verdict.name().to_string();
+    if p.oversaturated {
+        s.push_str(", oversaturated");
+    }
+    if p.request_factor > 1 {
+        let _ = write!(s, ", {}x requests", p.request_factor);
+    }
+    s
+}
+
+/// The markdown table of a sweep: one row per cache mode, then every probe.
+pub fn markdown(j: &SweepJson) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# kvbench sweep: {}\n", j.scenario);
+    let target = [
+        j.slo.ttft_p99_ms.map(|t| format!("p99 TTFT ≤ {t} ms")),
+        j.slo
+            .itl_p99_ms
+            .map(|t| format!("p99 inter-token gap ≤ {t} ms")),
+        j.slo.attainment.map(|a| format!("attainment ≥ {a}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let _ = writeln!(
+        md,
+        "Backend `{}`, by {}, seeds {:?}, precision {}%; target: {target}. Intervals are {}%; the first and last {}% of requests are trimmed.\n",
+        j.backend,
+        j.by.name(),
+        j.seeds,
+        j.precision_pct,
+        j.confidence * 100.0,
+        j.trim_share * 100.0
+    );
+    let _ = writeln!(
+        md,
+        "| cache | rate at target (req/s) | 95% interval | throughput at target (tok/s) | 95% interval | TTFT p99 (ms) | ITL p99 (ms) |\n| --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &j.runs {
+        let _ = writeln!(
+            md,
+            "| {} | {}{} | [{:.3}, {:.3}] | {} | [{:.1}, {:.1}] | {:.1} | {:.1} |",
+            r.cache,
+            opt(r.rate_at_target_rps, 3),
+            if r.capped { " (search limit)" } else { "" },
+            r.rate_at_target_rps_ci[0],
+            r.rate_at_target_rps_ci[1],
+            opt(r.throughput_at_target_tokens_per_s, 1),
+            r.throughput_at_target_tokens_per_s_ci[0],
+            r.throughput_at_target_tokens_per_s_ci[1],
+            r.ttft_ms.p99,
+            r.itl_ms.p99,
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nPaged / contiguous rate at target: {} (95% interval [{:.3}, {:.3}]).\n",
+        opt(j.ratio_paged_over_contiguous, 3),
+        j.ratio_paged_over_contiguous_ci[0],
+        j.ratio_paged_over_contiguous_ci[1]
+    );
+    let _ = writeln!(
+        md,
+        "## Probes\n\n| cache | seed | load | offered (req/s) | achieved (req/s) | throughput (tok/s) | TTFT p99 (ms) [95%] | ITL p99 (ms) [95%] | attainment [95%] | samples | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &j.runs {
+        for p in &r.probes {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} {} | {:.1} {} | {:.3} [{:.3}, {:.3}] | {} | {} |",
+                p.cache,
+                p.seed,
+                p.load,
+                p.offered_rps,
+                p.achieved_rps,
+                p.throughput_tokens_per_s,
+                p.ttft_p99_ms,
+                ci(p.ttft_p99_ms_ci_ends, 1),
+                p.itl_p99_ms,
+                ci(p.itl_p99_ms_ci_ends, 1),
+                p.attainment,
+                p.attainment_ci[0],
+                p.attainment_ci[1],
+                p.samples,
+                verdict_cell(p),
+            );
+        }
+    }
+    if !j.check_failures.is_empty() {
+        let _ = writeln!(md, "\n## Check failures\n");
+        for f in &j.check_failures {
+            let _ = writeln!(md, "- {f}");
+        }
+    }
+    md
+}
+
+/// The per-mode figures as a few lines for the terminal (the probes are in `sweep.md`).
+pub fn summary_lines(j: &SweepJson) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{} on {} (by {}):", j.scenario, j.backend, j.by.name());
+    for r in &j.runs {
+        let _ =
+            writeln!(
+            s,
+            "  {:<10} rate at target {} req/s [{:.3}, {:.3}], throughput {} tok/s [{:.1}, {:.1}]{}",
+            r.cache,
+            opt(r.rate_at_target_rps, 3),
+            r.rate_at_target_rps_ci[0],
+            r.rate_at_target_rps_ci[1],
+            opt(r.throughput_at_target_tokens_per_s, 1),
+            r.throughput_at_target_tokens_per_s_ci[0],
+            r.throughput_at_target_tokens_per_s_ci[1],
+            if r.capped { " (search limit: a lower bound)" } else { "" }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  paged/contiguous {} [{:.3}, {:.3}]",
+        opt(j.ratio_paged_over_contiguous, 3),
+        j.ratio_paged_over_contiguous_ci[0],
+        j.ratio_paged_over_contiguous_ci[1]
+    );
+    s
+}
+
+fn io(p: &Path, e: std::io::Error) -> String {
+    format!("{}: {e}", p.display())
+}
+
+/// May a sweep folder be written at `out`? Refused: a file or link there, an existing folder
+/// without `force`, and — whatever `force` says — a folder that is neither empty nor a sweep
+/// folder (holding `sweep.json`): that is someone's data.
+pub fn check_target(out: &Path, force: bool) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(out, e)),
+    };
+    if !meta.is_dir() {
+        return Err(format!("{}: exists and is not a folder", out.display()));
+    }
+    if !force {
+        return Err(format!(
+            "{}: output folder exists (use --force to replace it)",
+            out.display()
+        ));
+    }
+    let empty = std::fs::read_dir(out)
+        .map_err(|e| io(out, e))?
+        .next()
+        .is_none();
+    if !empty && !out.join("sweep.json").is_file() {
+        return Err(format!(
+            "{}: not a sweep folder (no sweep.json); refusing to replace it",
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Write both files into `out` via a temporary sibling folder renamed into place; a replaced
+/// folder is moved aside first and removed only once the new one is in place.
+pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String> {
+    check_target(out, force)?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+    let name = out
+        .file_name()
+        .map_or_else(|| "sweep".into(), |n| n.to_string_lossy().to_string());
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    }
+    std::fs::create_dir(&tmp).map_err(|e| io(&tmp, e))?;
+    let result = (|| {
+        let mut text = serde_json::to_string_pretty(j).map_err(|e| e.to_string())?;
+        text.push('\n');
+        std::fs::write(tmp.join("sweep.json"), text).map_err(|e| io(&tmp, e))?;
+        std::fs::write(tmp.join("sweep.md"), markdown(j)).map_err(|e| io(&tmp, e))?;
+        if out.exists() {
+            std::fs::rename(out, &old).map_err(|e| io(out, e))?;
+            std::fs::rename(&tmp, out).map_err(|e| io(out, e))?;
+            std::fs::remove_dir_all(&old).map_err(|e| io(&old, e))
+        } else {
+            std::fs::rename(&tmp, out).map_err(|e| io(out, e))
+        }
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}

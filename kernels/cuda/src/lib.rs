@@ -1,0 +1,28 @@
+//! CUDA kernels for kvbench: decode and chunked-prefill attention over the paged cache and the
+//! contiguous baseline, KV writes by slot mapping, slot copies and swaps, written in CUDA C and
+//! compiled at run time by NVRTC through cudarc. No CUDA library is linked at build time; where
+//! one is missing, callers get an error value naming it ([`libs`]).
+//!
+//! **Layouts** are the CPU backend's: per layer K and V are `[num_slots, kv_heads, head_dim]`
+//! (NHD) and a paged slot is block × block_size + offset, so one slot index addresses the same
+//! bytes on both backends.
+//!
+//! **Architecture invariant:** like `kvbench-kernels`, this crate knows nothing of cache
+//! managers, scenarios or the harness; it takes plain block tables, base slots and lengths.
+
+pub mod libs;
+pub mod nvrtc;
+pub mod source;
+
+pub use libs::{CudaLib, LibError};
+pub use source::{KvDtype, ProgramId};
+pub mod device;
+pub mod error;
+pub mod launch;
+
+pub use error::CudaError;
+pub mod bench;
+pub mod check;
+pub mod probe;
+pub mod reference;
+pub mod rng;

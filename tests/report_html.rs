@@ -1,0 +1,399 @@
+//! `report.html`: written by `kvbench run`, `suite` and `report` for run, sweep and suite folders;
+//! self-contained; its plotted figures agree with the folder's files; and in headless Chromium
+//! every plot draws and nothing fails to load. Without Chromium the browser checks print
+//! `SKIP: chromium not installed`, unless `KVBENCH_REQUIRE_CHROMIUM=1` (CI), where they fail.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::kvbench;
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn svg_count(html: &str) -> usize {
+    html.matches("<svg ").count()
+}
+
+/// No `src`/`href` pointing off the page: only the SVG namespace URI may name a host.
+fn assert_self_contained(html: &str, what: &str) {
+    for attr in [
+        "src=\"http",
+        "href=\"http",
+        "src=\"//",
+        "href=\"//",
+        "@import",
+        "url(",
+    ] {
+        assert!(!html.contains(attr), "{what}: external reference {attr:?}");
+    }
+    assert!(html.contains("default-src 'none'"), "{what}: no CSP");
+}
+
+fn run_sim(out: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "run",
+        "scenarios/quick-basic.toml",
+        "--backend",
+        "sim",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ];
+    args.extend_from_slice(extra);
+    let (code, text) = kvbench(&args);
+    assert_eq!(code, 0, "{text}");
+}
+
+fn summary_count(dir: &Path, cache: &str, dist: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(&read(&dir.join("summary.json"))).expect("json");
+    let runs = v["runs"].as_array().expect("runs");
+    let run = runs
+        .iter()
+        .find(|r| r["cache"] == cache)
+        .expect("cache run");
+    run[dist]["count"].as_u64().expect("count")
+}
+
+#[test]
+fn a_run_writes_a_self_contained_page_whose_plots_count_the_files_samples() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    run_sim(&out, &[]);
+    let html = read(&out.join("report.html"));
+    assert_self_contained(&html, "run page");
+    // TTFT CDF, inter-token CDF, a KV timeline per cache mode.
+    assert_eq!(svg_count(&html), 4, "{html}");
+    assert!(html.contains("<h1>kvbench run: quick-basic</h1>"));
+    // The legends name each mode's sample count; recount those from requests.csv and trace.jsonl
+    // here and check both against summary.json's latency counts.
+    let mut ttft: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut r = csv::Reader::from_path(out.join("requests.csv")).expect("requests.csv");
+    let head = r.headers().expect("header").clone();
+    let col = |n: &str| head.iter().position(|h| h == n).expect("column");
+    let (cache, first, status) = (col("cache"), col("first_token_ms"), col("status"));
+    for rec in r.records() {
+        let rec = rec.expect("row");
+        if !rec[first].is_empty() && &rec[status] != "rejected" {
+            *ttft.entry(rec[cache].to_string()).or_default() += 1;
+        }
+    }
+    let mut tokens: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut firsts: std::collections::BTreeMap<String, u64> = Default::default();
+    for line in read(&out.join("trace.jsonl")).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("trace line");
+        let c = v["cache"].as_str().expect("cache").to_string();
+        match v["event"].as_str() {
+            Some("token") => *tokens.entry(c).or_default() += 1,
+            Some("first_token") => *firsts.entry(c).or_default() += 1,
+            _ => {}
+        }
+    }
+    for mode in ["paged", "contiguous"] {
+        let n_ttft = ttft[mode];
+        assert_eq!(
+            n_ttft,
+            summary_count(&out, mode, "ttft_ms"),
+            "{mode} TTFT count"
+        );
+        assert!(
+            html.contains(&format!("{mode} (n={n_ttft})")),
+            "{mode} TTFT legend"
+        );
+        // Every token but a stream's first closes one gap.
+        let n_itl = tokens[mode];
+        assert_eq!(
+            n_itl,
+            summary_count(&out, mode, "itl_ms"),
+            "{mode} gap count"
+        );
+        assert!(
+            html.contains(&format!("{mode} (n={n_itl})")),
+            "{mode} gap legend"
+        );
+        assert!(firsts[mode] >= n_ttft);
+    }
+    // Deterministic on sim, like every other file but environment.json.
+    let again = tmp.path().join("again");
+    run_sim(&again, &[]);
+    assert!(
+        read(&again.join("report.html")) == html,
+        "report.html differs between two sim runs"
+    );
+    browser_check(&out.join("report.html"));
+}
+
+#[test]
+fn a_requests_level_trace_says_why_there_is_no_gap_cdf() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    run_sim(&out, &["--trace-level", "requests"]);
+    let html = read(&out.join("report.html"));
+    assert_eq!(svg_count(&html), 3);
+    assert!(html.contains("no inter-token CDF"), "{html}");
+}
+
+#[test]
+fn report_renders_a_sweep_folder_from_sweep_json_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("sweep");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep/sweep.json");
+    std::fs::copy(&fixture, dir.join("sweep.json")).expect("copy fixture");
+    let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&dir.join("report.html"));
+    assert_self_contained(&html, "sweep page");
+    // p99 TTFT and p99 gap against throughput; the fixture states no attainment target.
+    assert_eq!(svg_count(&html), 2, "{html}");
+    let sweep: serde_json::Value = serde_json::from_str(&read(&fixture)).expect("fixture");
+    for run in sweep["runs"].as_array().expect("runs") {
+        let rate = run["rate_at_target_rps"].as_f64().expect("rate");
+        let tput = run["throughput_at_target_tokens_per_s"]
+            .as_f64()
+            .expect("tput");
+        assert!(
+            html.contains(&format!("<td class=\"num\">{rate:.3}</td>")),
+            "rate {rate}"
+        );
+        assert!(
+            html.contains(&format!("<td class=\"num\">{tput:.1}</td>")),
+            "tput {tput}"
+        );
+        for p in run["probes"].as_array().expect("probes") {
+            assert!(html.contains(p["verdict"].as_str().expect("verdict")));
+        }
+    }
+    let ratio = sweep["ratio_paged_over_contiguous"]
+        .as_f64()
+        .expect("ratio");
+    assert!(html.contains(&format!("<b>{ratio:.3}</b>")));
+    browser_check(&dir.join("report.html"));
+}
+
+#[test]
+fn a_sweep_over_block_sizes_plots_throughput_at_target_per_size() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("sweep");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep/sweep.json");
+    let mut sweep: serde_json::Value = serde_json::from_str(&read(&fixture)).expect("fixture");
+    // One run per mode and block size: the fixture's runs at 16, scaled copies at 8 and 32.
+    let base = sweep["runs"].as_array().expect("runs").clone();
+    let mut runs = Vec::new();
+    for (bs, scale) in [(8u32, 0.9), (16, 1.0), (32, 0.95)] {
+        for r in &base {
+            let mut r = r.clone();
+            r["block_size"] = bs.into();
+            let t = r["throughput_at_target_tokens_per_s"]
+                .as_f64()
+                .expect("tput");
+            r["throughput_at_target_tokens_per_s"] = (t * scale).into();
+            runs.push(r);
+        }
+    }
+    sweep["runs"] = runs.into();
+    std::fs::write(dir.join("sweep.json"), sweep.to_string()).expect("write");
+    let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&dir.join("report.html"));
+    assert!(
+        html.contains("Block size against throughput at target"),
+        "{html}"
+    );
+    assert_eq!(svg_count(&html), 3);
+    assert!(html.contains("<h3>paged bs32</h3>"));
+}
+
+#[test]
+fn a_suite_with_block_sizes_gets_a_trade_off_plot_and_cell_pages() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("suite");
+    let (code, text) = kvbench(&[
+        "suite",
+        "scenarios/quick-basic.toml",
+        "--backend",
+        "sim",
+        "--check-every",
+        "0",
+        "--set",
+        "cache.block_size=[8,32]",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&out.join("report.html"));
+    assert_self_contained(&html, "suite page");
+    // Throughput and p99 TTFT bars, and quick-basic's block-size trade-off.
+    assert_eq!(svg_count(&html), 3, "{html}");
+    assert!(html.contains("Block size trade-off, quick-basic"));
+    for cell in ["quick-basic-bs8", "quick-basic-bs32"] {
+        assert!(out.join(cell).join("report.html").is_file(), "{cell}");
+        assert!(
+            html.contains(&format!("href=\"{cell}/report.html\"")),
+            "{cell} link"
+        );
+        let s: serde_json::Value =
+            serde_json::from_str(&read(&out.join(cell).join("summary.json"))).expect("summary");
+        let want: u64 = cell
+            .trim_start_matches("quick-basic-bs")
+            .parse()
+            .expect("bs");
+        assert_eq!(
+            s["runs"][0]["block_size"].as_u64(),
+            Some(want),
+            "{cell} ran its size"
+        );
+    }
+    // Re-rendering from the folder alone gives the same page.
+    std::fs::remove_file(out.join("report.html")).expect("rm");
+    let (code, text) = kvbench(&["report", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        read(&out.join("report.html")) == html,
+        "re-rendered suite page differs"
+    );
+    browser_check(&out.join("report.html"));
+}
+
+#[test]
+fn report_renders_the_trimmed_reference_suite_from_its_table() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/reference/sim");
+    let dir = tmp.path().join("reference");
+    for entry in std::fs::read_dir(&src).expect("reference") {
+        let entry = entry.expect("entry");
+        let to = dir.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&to).expect("mkdir");
+            for f in std::fs::read_dir(entry.path()).expect("cell") {
+                let f = f.expect("file");
+                std::fs::copy(f.path(), to.join(f.file_name())).expect("copy");
+            }
+        } else {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            std::fs::copy(entry.path(), &to).expect("copy");
+        }
+    }
+    let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&dir.join("report.html"));
+    let rows = read(&dir.join("suite.csv")).lines().count() - 1;
+    assert_eq!(
+        html.matches("<tr>").count(),
+        rows + 1,
+        "one table row per suite.csv row"
+    );
+    assert_eq!(svg_count(&html), 2, "throughput and p99 TTFT bars");
+    assert!(
+        html.contains("<li>chat-8b-h200</li>"),
+        "trimmed cells listed without links"
+    );
+}
+
+#[test]
+fn report_refuses_a_folder_that_holds_no_results() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (code, text) = kvbench(&["report", tmp.path().to_str().expect("utf-8")]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("not a results folder"), "{text}");
+}
+
+#[test]
+fn the_browser_check_catches_an_empty_plot_and_a_failed_load() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("run");
+    run_sim(&out, &["--trace-level", "requests"]);
+    let html = read(&out.join("report.html"));
+    let broken = html.replacen(
+        "</body>",
+        "<svg width=\"10\" height=\"10\"></svg><img src=\"missing.png\"></body>",
+        1,
+    );
+    let page = tmp.path().join("broken.html");
+    std::fs::write(&page, broken).expect("write");
+    let Some(dom) = render(&page) else { return };
+    let marker = check_marker(&dom);
+    assert!(marker.contains("data-status=\"failed\""), "{marker}");
+    assert!(marker.contains("is empty"), "{marker}");
+    assert!(marker.contains("missing.png"), "{marker}");
+}
+
+fn chromium() -> Option<PathBuf> {
+    let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
+        Command::new(name)
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from(name))
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("KVBENCH_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+            "KVBENCH_REQUIRE_CHROMIUM=1 but chromium is not installed"
+        );
+        println!("SKIP: chromium not installed");
+    }
+    found
+}
+
+/// The DOM after load, from headless Chromium; `None` (with a SKIP line) without Chromium.
+fn render(page: &Path) -> Option<String> {
+    let bin = chromium()?;
+    let profile = tempfile::tempdir().expect("profile dir");
+    let url = format!(
+        "file://{}",
+        page.canonicalize().expect("page path").display()
+    );
+    let out = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn check_marker(dom: &str) -> String {
+    let start = dom
+        .find("<div id=\"kvbench-check\"")
+        .unwrap_or_else(|| panic!("no check marker in the rendered page:\n{dom}"));
+    let end = dom[start..].find("</div>").map_or(dom.len(), |e| start + e);
+    dom[start..end].to_string()
+}
+
+/// In headless Chromium every `<svg>` of the page drew and nothing failed to load.
+fn browser_check(page: &Path) {
+    let Some(dom) = render(page) else { return };
+    let marker = check_marker(&dom);
+    let plots = svg_count(&read(page));
+    assert!(
+        marker.contains("data-status=\"ok\""),
+        "{}: {marker}",
+        page.display()
+    );
+    assert!(
+        marker.contains(&format!("data-plots=\"{plots}\"")),
+        "{}: expected {plots} drawn plots: {marker}",
+        page.display()
+    );
+}
