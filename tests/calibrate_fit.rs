@@ -292,3 +292,48 @@ fn a_bad_profile_beside_a_scenario_fails_the_run_with_exit_2() {
     );
     assert!(!dir.path().join("out").exists());
 }
+
+/// The README's calibration figures: every error in the committed `calibration.json` files
+/// recomputes from the two runs' `summary.json` beside it.
+#[test]
+fn committed_calibration_errors_recompute_from_their_summaries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/calibration");
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("read")).expect("json")
+    };
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).expect("results/calibration") {
+        let dir = entry.expect("entry").path();
+        let cal = read(&dir.join("calibration.json"));
+        let (m, s) = (
+            read(&dir.join("measured/summary.json")),
+            read(&dir.join("sim/summary.json")),
+        );
+        for (i, run) in cal["runs"].as_array().expect("runs").iter().enumerate() {
+            for (key, path) in [
+                ("ttft_p50", ["ttft_ms", "p50"]),
+                ("ttft_p99", ["ttft_ms", "p99"]),
+                ("itl_p50", ["itl_ms", "p50"]),
+                ("itl_p99", ["itl_ms", "p99"]),
+                ("e2e_p50", ["e2e_ms", "p50"]),
+            ] {
+                let x = m["runs"][i][path[0]][path[1]].as_f64().expect(key);
+                let y = s["runs"][i][path[0]][path[1]].as_f64().expect(key);
+                let e = run["errors"][key].as_f64().expect(key);
+                assert!((e - (y - x) / x).abs() < 1e-12, "{}: {key}", dir.display());
+                checked += 1;
+            }
+            for (key, field) in [
+                ("throughput", "throughput_tokens_per_s"),
+                ("goodput", "goodput_requests_per_s"),
+            ] {
+                let x = m["runs"][i][field].as_f64().expect(key);
+                let y = s["runs"][i][field].as_f64().expect(key);
+                let e = run["errors"][key].as_f64().expect(key);
+                assert!((e - (y - x) / x).abs() < 1e-12, "{}: {key}", dir.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 28, "{checked}");
+}
