@@ -190,3 +190,75 @@ fn run_comparison_recomputes_from_summary_json() {
     }
     assert_eq!(checked, 6, "{rows:?}");
 }
+
+/// Two suites of two seeds each: per (scenario, cache) the mean over seeds, and — the seeds
+/// being the same — the paired interval of the per-seed relative changes.
+#[test]
+fn suite_comparison_recomputes_from_suite_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for (out, budget) in [(&a, "2048"), (&b, "64")] {
+        let (code, text) = kvbench(&[
+            "suite",
+            "scenarios/quick-basic.toml",
+            "--backend",
+            "sim",
+            "--seeds",
+            "2",
+            "--set",
+            &format!("scheduler.max_tokens_per_step={budget}"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{text}");
+    }
+    let rows = compare(&a, &b, &dir.path().join("cmp"));
+    let table = |dir: &Path| -> Vec<BTreeMap<String, String>> {
+        let mut rdr = csv::Reader::from_path(dir.join("suite.csv")).unwrap();
+        let head = rdr.headers().unwrap().clone();
+        rdr.records()
+            .map(|r| {
+                let r = r.unwrap();
+                head.iter()
+                    .zip(r.iter())
+                    .map(|(h, v)| (h.to_string(), v.to_string()))
+                    .collect()
+            })
+            .collect()
+    };
+    let (ta, tb) = (table(&a), table(&b));
+    let mut checked = 0;
+    for row in rows
+        .iter()
+        .filter(|r| r["metric"] == "throughput_tokens_per_s")
+    {
+        let per_seed = |t: &[BTreeMap<String, String>]| -> Vec<(String, f64)> {
+            t.iter()
+                .filter(|r| row["cache"].starts_with(r["cache"].as_str()))
+                .map(|r| (r["seed"].clone(), f(r, "throughput_tokens_per_s")))
+                .collect()
+        };
+        let (pa, pb) = (per_seed(&ta), per_seed(&tb));
+        assert_eq!(pa.len(), 2, "{row:?}");
+        let mean = |v: &[(String, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64;
+        assert!(
+            close(f(row, "a"), mean(&pa)) && close(f(row, "b"), mean(&pb)),
+            "{row:?}"
+        );
+        let rel: Vec<f64> = pa.iter().zip(&pb).map(|(x, y)| y.1 / x.1 - 1.0).collect();
+        let m = (rel[0] + rel[1]) / 2.0;
+        let sd = ((rel[0] - m).powi(2) + (rel[1] - m).powi(2)).sqrt();
+        let t = StudentsT::new(0.0, 1.0, 1.0).unwrap().inverse_cdf(0.975);
+        let half = t * sd / 2f64.sqrt();
+        assert!(
+            close(f(row, "rel_change_ci_low_pct"), (m - half) * 100.0),
+            "{row:?}"
+        );
+        assert!(
+            close(f(row, "rel_change_ci_high_pct"), (m + half) * 100.0),
+            "{row:?}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "{rows:?}");
+}

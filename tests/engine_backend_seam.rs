@@ -168,12 +168,14 @@ fn workload() -> Workload {
                 3 => Some(CancelPoint::AfterTokens { tokens: 5 }),
                 _ => None,
             },
+            session: None,
         })
         .collect();
     Workload {
         requests,
         closed_loop: None,
         workload_hash: "seam".into(),
+        trace: None,
     }
 }
 

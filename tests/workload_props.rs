@@ -312,15 +312,19 @@ fn closed_loop_burst_and_duration() {
 }
 
 #[test]
-fn trace_arrivals_are_a_clear_error() {
-    let s = scenario(&[
-        "traffic.arrival={ kind = \"trace\", path = \"t.jsonl\", format = \"mooncake\" }",
-    ]);
+fn a_missing_trace_file_is_a_clear_error() {
+    let mut s = scenario(&[]);
+    s.traffic.arrival =
+        kvbench::scenario::ArrivalSpec::Trace(kvbench::scenario::TraceSpec::new("t.jsonl"));
     match workload::generate(&s, 1) {
-        Err(e @ WorkloadError::TraceNotYet { .. }) => {
-            assert!(e.to_string().contains("t.jsonl"), "{e}")
+        Err(e @ WorkloadError::Scenario(_)) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("traffic.arrival.path") && m.contains("t.jsonl"),
+                "{m}"
+            )
         }
-        other => panic!("expected TraceNotYet, got {other:?}"),
+        other => panic!("expected a scenario error naming the path, got {other:?}"),
     }
 }
 

@@ -22,6 +22,7 @@ pub fn req(id: u64, arrival_ms: f64, prompt: u32, output: u32) -> Request {
         output_tokens: output,
         samples: 1,
         cancel: None,
+        session: None,
     }
 }
 
@@ -30,6 +31,7 @@ pub fn workload(requests: Vec<Request>) -> Workload {
         requests,
         closed_loop: None,
         workload_hash: "test".into(),
+        trace: None,
     }
 }
 

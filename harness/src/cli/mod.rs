@@ -21,6 +21,7 @@ mod run;
 mod scenario_cmd;
 mod suite;
 mod sweep;
+mod trace_cmd;
 mod validate;
 
 use std::process::ExitCode;
@@ -61,6 +62,9 @@ pub enum Command {
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
     KernelBench(kernel_bench::Args),
+    /// Inspect request traces (Azure, BurstGPT, Mooncake, plain CSV).
+    #[command(subcommand)]
+    Trace(trace_cmd::Command),
     /// What this machine offers: CPU, memory, CUDA driver, GPU, NVRTC, cuBLAS; compiles every
     /// CUDA kernel for sm_80/sm_90 where NVRTC exists.
     Doctor(doctor::Args),
@@ -104,6 +108,7 @@ pub fn main() -> ExitCode {
         Command::Gate(a) => gate::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
+        Command::Trace(c) => trace_cmd::run(c),
         Command::Doctor(a) => doctor::run(a),
         Command::CudaCheck(a) => cuda_check::run(a),
         Command::Report(a) => report_cmd::run(a),

@@ -40,6 +40,8 @@ pub struct Args {
     pub force: bool,
     #[command(flatten)]
     pub flags: RunFlags,
+    #[command(flatten)]
+    pub trace: crate::cli::trace_cmd::TraceFlags,
 }
 
 /// How each scenario runs; shared by `run` and `suite`.
@@ -169,7 +171,10 @@ pub fn run_one(
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = args.flags.options()?;
-    let scenarios = load_all(&args.scenarios, &args.flags.overrides)?;
+    let mut scenarios = load_all(&args.scenarios, &args.flags.overrides)?;
+    for s in &mut scenarios {
+        args.trace.apply(s)?;
+    }
     let single = scenarios.len() == 1;
     let root = default_root(opts.fault);
     // The default folders are kvbench's own; a folder named with --out is the user's.

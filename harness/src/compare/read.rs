@@ -306,6 +306,7 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
     // (scenario, cache) → column → (seed, value) over seeds.
     let mut groups: BTreeMap<(String, String), SeedValues> = BTreeMap::new();
     let seed_col = col("seed");
+    let bs = col("block_size");
     let mut backend = String::new();
     for (line, rec) in rdr.records().enumerate() {
         let rec = rec.map_err(|e| CompareError::Format {
@@ -317,11 +318,14 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
             .and_then(|i| rec.get(i))
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
+        // A scenario listing several block sizes has a row per size: each is its own figure.
+        let cache = rec.get(ca).unwrap_or_default();
+        let cache = match bs.and_then(|i| rec.get(i)).filter(|b| !b.is_empty()) {
+            Some(b) => format!("{cache} b{b}"),
+            None => cache.to_string(),
+        };
         let g = groups
-            .entry((
-                rec.get(sc).unwrap_or_default().to_string(),
-                rec.get(ca).unwrap_or_default().to_string(),
-            ))
+            .entry((rec.get(sc).unwrap_or_default().to_string(), cache))
             .or_default();
         for (name, _, _) in SUITE_COLUMNS {
             if let Some(v) = col(name)

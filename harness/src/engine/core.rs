@@ -76,6 +76,9 @@ pub(super) struct Engine<'a> {
     /// backend work (a compute backend's oracle check runs in `forget`), not host overhead.
     pub backend_hook_s: f64,
     pub seq_steps: u64,
+    /// The built prompt of each later session turn (empty until it is issued, and again once
+    /// it resolved): the conversation so far plus its new tokens (`lifecycle.rs`).
+    pub session_prompts: Vec<Vec<u32>>,
 }
 
 /// Per-sequence metadata the ledger counts under "other" (ids, lengths, state), bytes.
@@ -108,7 +111,12 @@ pub fn run(
             next_closed_loop = first;
         }
         None => {
-            for r in &workload.requests {
+            // A later session turn is issued when its previous turn resolves.
+            for r in workload
+                .requests
+                .iter()
+                .filter(|r| r.session.is_none_or(|s| s.turn == 0))
+            {
                 arrivals.push(Reverse((ms_to_ns(r.arrival_ms), r.id as u32)));
             }
         }
@@ -159,6 +167,11 @@ pub fn run(
         host_s: 0.0,
         backend_hook_s: 0.0,
         seq_steps: 0,
+        session_prompts: if workload.requests.iter().any(|r| r.session.is_some()) {
+            vec![Vec::new(); n]
+        } else {
+            Vec::new()
+        },
     };
     e.main_loop()?;
     Ok(e.finish_record(device_start))

@@ -29,8 +29,18 @@ impl Engine<'_> {
         }
     }
 
+    /// The prompt of request `r`: as generated, or for a later session turn as built when the
+    /// previous turn resolved.
+    pub(super) fn prompt_of(&self, r: u32) -> &[u32] {
+        match self.session_prompts.get(r as usize) {
+            Some(p) if !p.is_empty() => p,
+            _ => &self.workload.requests[r as usize].prompt,
+        }
+    }
+
     fn arrive(&mut self, r: u32, t: u64) {
         let req = &self.workload.requests[r as usize];
+        let prompt_len = self.prompt_of(r).len();
         let samples = req.samples.max(1);
         let first = self.streams.len() as u32;
         self.req_first[r as usize] = first;
@@ -41,7 +51,8 @@ impl Engine<'_> {
             }
             _ => (req.output_tokens, false),
         };
-        let intended = if self.workload.closed_loop.is_some() {
+        let follow_up = req.session.is_some_and(|s| s.turn > 0);
+        let intended = if self.workload.closed_loop.is_some() || follow_up {
             t
         } else {
             ms_to_ns(req.arrival_ms)
@@ -72,7 +83,7 @@ impl Engine<'_> {
                     arrival_ns: t,
                     admitted_ns: None,
                     finish_ns: t,
-                    prompt_tokens: req.prompt.len() as u32,
+                    prompt_tokens: prompt_len as u32,
                     cached_prompt_tokens: 0,
                     status: StreamStatus::Completed,
                     preemptions: 0,
@@ -84,8 +95,8 @@ impl Engine<'_> {
             });
         }
         self.trace(first, TraceKind::Arrive);
-        let total = req.prompt.len() as u64 + req.output_tokens as u64;
-        let reject = if req.prompt.is_empty() {
+        let total = prompt_len as u64 + req.output_tokens as u64;
+        let reject = if prompt_len == 0 {
             Some("empty prompt".to_string())
         } else if total > self.cfg.max_seq_len as u64 {
             Some(format!(
@@ -93,7 +104,7 @@ impl Engine<'_> {
                 self.cfg.max_seq_len
             ))
         } else {
-            let need = self.slots_needed(req.prompt.len() as u32, req.output_tokens);
+            let need = self.slots_needed(prompt_len as u32, req.output_tokens);
             let have = self.cache.accounting().total_slots;
             (need > have).then(|| format!("needs {need} slots, the cache holds {have}"))
         };
@@ -229,6 +240,9 @@ impl Engine<'_> {
     fn request_resolved(&mut self, r: u32) {
         self.unresolved -= 1;
         self.timers.disarm(r);
+        if self.workload.requests[r as usize].session.is_some() {
+            self.session_follow_up(r);
+        }
         if let Some(cl) = self.workload.closed_loop {
             if (self.next_closed_loop as usize) < self.workload.requests.len() {
                 let t = self.now_ns.saturating_add(ms_to_ns(cl.think_ms));
@@ -236,6 +250,51 @@ impl Engine<'_> {
                 self.next_closed_loop += 1;
             }
         }
+    }
+
+    /// Turn `r` of a session resolved: issue the next turn `think_ms` after now (its last
+    /// token) with the whole conversation as its prompt, or end the session when this turn did
+    /// not complete (cancelled or rejected): its remaining turns are never issued.
+    fn session_follow_up(&mut self, r: u32) {
+        let Some(turn) = self.workload.requests[r as usize].session else {
+            return;
+        };
+        let previous = std::mem::take(&mut self.session_prompts[r as usize]);
+        let Some(next) = turn.next.map(|n| n as u32) else {
+            return;
+        };
+        let first = self.req_first[r as usize] as usize;
+        let head = &self.streams[first].record;
+        if head.status != StreamStatus::Completed {
+            let mut at = Some(next);
+            while let Some(n) = at {
+                self.unresolved -= 1;
+                at = self.workload.requests[n as usize]
+                    .session
+                    .and_then(|s| s.next)
+                    .map(|n| n as u32);
+            }
+            return;
+        }
+        let req = &self.workload.requests[r as usize];
+        let nreq = &self.workload.requests[next as usize];
+        let before: &[u32] = if previous.is_empty() {
+            &req.prompt
+        } else {
+            &previous
+        };
+        let mut prompt =
+            Vec::with_capacity(before.len() + head.token_ids.len() + nreq.prompt.len());
+        prompt.extend_from_slice(before);
+        prompt.extend_from_slice(&head.token_ids);
+        prompt.extend_from_slice(&nreq.prompt);
+        let room = (self.cfg.max_seq_len as usize).saturating_sub(nreq.output_tokens as usize);
+        if turn.truncate_front && prompt.len() > room {
+            prompt.drain(..prompt.len() - room);
+        }
+        let think_ns = ms_to_ns(nreq.session.map_or(0.0, |s| s.think_ms));
+        self.session_prompts[next as usize] = prompt;
+        self.arrivals.push(Reverse((self.now_ns + think_ns, next)));
     }
 
     /// Release the stream's cache if it holds any (deferred by the manager past in-flight steps).

@@ -42,12 +42,12 @@ impl Engine<'_> {
     /// generated token is still in flight (a restart waits for it).
     pub(super) fn start_tokens(&self, s: u32, upto: Option<u32>) -> Option<Vec<u32>> {
         let st = &self.streams[s as usize];
-        let req = &self.workload.requests[st.request as usize];
+        let prompt = self.prompt_of(st.request);
         if st.record.token_ids.len() < st.generated as usize {
             return None;
         }
-        let mut t = Vec::with_capacity(req.prompt.len() + st.record.token_ids.len());
-        t.extend_from_slice(&req.prompt);
+        let mut t = Vec::with_capacity(prompt.len() + st.record.token_ids.len());
+        t.extend_from_slice(prompt);
         t.extend_from_slice(&st.record.token_ids);
         if let Some(n) = upto {
             t.truncate(n as usize);
@@ -88,8 +88,8 @@ impl Engine<'_> {
                 break;
             };
             let req = &self.workload.requests[request as usize];
-            let reserve =
-                super::reservation_tokens(self.cfg, req.prompt.len() as u32, req.output_tokens);
+            let prompt_len = self.prompt_of(request).len() as u32;
+            let reserve = super::reservation_tokens(self.cfg, prompt_len, req.output_tokens);
             let start = StartRequest {
                 seq: Stream::seq(s),
                 tokens: &tokens,
@@ -150,8 +150,8 @@ impl Engine<'_> {
         let st = &self.streams[s as usize];
         let req = &self.workload.requests[st.request as usize];
         let scope = self.scope_key(req.tenant);
-        let reserve =
-            super::reservation_tokens(self.cfg, req.prompt.len() as u32, req.output_tokens);
+        let prompt_len = self.prompt_of(st.request).len() as u32;
+        let reserve = super::reservation_tokens(self.cfg, prompt_len, req.output_tokens);
         let start = StartRequest {
             seq: Stream::seq(s),
             tokens: &tokens,

@@ -46,6 +46,20 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
             )
         }
     });
+    if let Some(ideal) = exp
+        .workload
+        .trace
+        .as_ref()
+        .and_then(|t| t.ideal_prefix_hit_rate)
+    {
+        add("prefix hit ceiling (infinite cache)", &|r| {
+            if r.record.prefix.lookup_tokens == 0 {
+                "-".into()
+            } else {
+                format!("{:.1}%", 100.0 * ideal)
+            }
+        });
+    }
     add("completed / cancelled / rejected", &|r| {
         let c = &r.metrics.counts;
         format!("{} / {} / {}", c.completed, c.cancelled, c.rejected)

@@ -14,6 +14,12 @@ pub struct Summary {
     pub backend: String,
     pub seed: u64,
     pub workload_hash: String,
+    /// The replayed trace (path, format, rows, blake3, what was skipped), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::workload::TraceInfo>,
+    /// Multi-turn sessions planned (turns issued per mode are that run's `requests.total`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionsSummary>,
     pub fault: Option<String>,
     /// Times the planted fault took effect over both runs (null without a fault); 0 fails the
     /// checks: a fault that never fired proves nothing.
@@ -24,6 +30,12 @@ pub struct Summary {
     /// a planted fault that never fired.
     pub checks: Checks,
     pub runs: Vec<RunSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionsSummary {
+    pub sessions: u64,
+    pub turns_planned: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -108,6 +120,19 @@ pub fn build(exp: &Experiment) -> Summary {
         backend: exp.backend.to_string(),
         seed: exp.seed,
         workload_hash: exp.workload.workload_hash.clone(),
+        trace: exp.workload.trace.clone(),
+        sessions: {
+            let turns = exp.workload.requests.iter().filter_map(|r| r.session);
+            let (mut sessions, mut turns_planned) = (0, 0);
+            for t in turns {
+                turns_planned += 1;
+                sessions += u64::from(t.turn == 0);
+            }
+            (turns_planned > 0).then_some(SessionsSummary {
+                sessions,
+                turns_planned,
+            })
+        },
         fault: exp.fault.map(|f| f.name().to_string()),
         fault_fired: exp.fault.map(|_| exp.fault_fired()),
         shadow: exp.shadow,

@@ -140,8 +140,15 @@ impl RequestNeed {
 pub fn request_need(s: &Scenario, shape: &ModelShape) -> Result<RequestNeed, KeyProblem> {
     let msl = s.cache.max_seq_len;
     let t = &s.traffic;
-    let prompt = length_range(s, &t.prompt_tokens, "traffic.prompt_tokens", msl)?;
-    let output = length_range(s, &t.output_tokens, "traffic.output_tokens", msl)?;
+    // A trace's lengths are known only when it is read, and a conversation grows to the limit:
+    // both need room for one `max_seq_len` request (longer trace rows are rejected and counted).
+    let whole = LengthRange { lo: 1, hi: msl };
+    let range = |d: &Option<LengthDist>, key: &str| match d {
+        Some(d) if t.sessions.is_none() => length_range(s, d, key, msl),
+        _ => Ok(whole),
+    };
+    let prompt = range(&t.prompt_tokens, "traffic.prompt_tokens")?;
+    let output = range(&t.output_tokens, "traffic.output_tokens")?;
     let prefix = t
         .shared_prefix
         .as_ref()
@@ -388,14 +395,18 @@ impl Scenario {
             ) => (d * rate_per_s).ceil(),
             _ => 0.0,
         };
-        let prompt = length_range(self, &t.prompt_tokens, "traffic.prompt_tokens", msl).ok()?;
-        let output = length_range(self, &t.output_tokens, "traffic.output_tokens", msl).ok()?;
+        // A trace's lengths are unknown until it is read: no estimate (the replay holds them).
+        let (Some(prompt_dist), Some(output_dist)) = (&t.prompt_tokens, &t.output_tokens) else {
+            return None;
+        };
+        let prompt = length_range(self, prompt_dist, "traffic.prompt_tokens", msl).ok()?;
+        let output = length_range(self, output_dist, "traffic.output_tokens", msl).ok()?;
         let prefix = t
             .shared_prefix
             .as_ref()
             .map_or(0.0, |sp| sp.prefix_tokens as f64 * sp.share);
-        let mean_prompt = (typical_length(&t.prompt_tokens, prompt) + prefix).min(msl as f64);
-        let mean_output = typical_length(&t.output_tokens, output).min(msl as f64);
+        let mean_prompt = (typical_length(prompt_dist, prompt) + prefix).min(msl as f64);
+        let mean_output = typical_length(output_dist, output).min(msl as f64);
         let mean_samples = t
             .parallel_sampling
             .as_ref()

@@ -222,9 +222,15 @@ impl Scenario {
         let msl = self.cache.max_seq_len;
         let open_loop = matches!(
             t.arrival,
-            ArrivalSpec::Poisson { .. } | ArrivalSpec::Gamma { .. } | ArrivalSpec::Constant { .. }
+            ArrivalSpec::Poisson { .. }
+                | ArrivalSpec::Gamma { .. }
+                | ArrivalSpec::Constant { .. }
+                | ArrivalSpec::Trace(_)
         );
+        let trace = matches!(t.arrival, ArrivalSpec::Trace(_));
         match (t.requests, t.duration_s) {
+            // A trace runs to its end unless a window is given.
+            (None, None) if trace => {}
             (None, None) => p.push(KeyProblem::new(
                 "traffic.requests",
                 "give `requests` or `duration_s`",
@@ -247,8 +253,32 @@ impl Scenario {
         }
         check_arrival(&t.arrival, p);
         check_horizon(t, p);
-        check_length(self, &t.prompt_tokens, "traffic.prompt_tokens", msl, p);
-        check_length(self, &t.output_tokens, "traffic.output_tokens", msl, p);
+        for (d, key) in [
+            (&t.prompt_tokens, "traffic.prompt_tokens"),
+            (&t.output_tokens, "traffic.output_tokens"),
+        ] {
+            match d {
+                Some(d) => check_length(self, d, key, msl, p),
+                None if !trace => p.push(KeyProblem::new(
+                    key,
+                    "required (only a trace gives its own lengths)",
+                )),
+                None => {}
+            }
+        }
+        if let Some(ss) = &t.sessions {
+            self.check_sessions(ss, p);
+        }
+        if let ArrivalSpec::Trace(tr) = &t.arrival {
+            // Its rows are checked when it is read (errors name the trace's own line and column).
+            let path = self.resolve_path(&tr.path);
+            if !tr.path.trim().is_empty() && !path.is_file() {
+                p.push(KeyProblem::new(
+                    "traffic.arrival.path",
+                    format!("{}: no such trace file", path.display()),
+                ));
+            }
+        }
         if let Some(sp) = &t.shared_prefix {
             check_share(sp.share, "traffic.shared_prefix.share", p);
             if sp.groups == 0 {
@@ -386,6 +416,23 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    fn check_sessions(&self, ss: &SessionsSpec, p: &mut Vec<KeyProblem>) {
+        let key = "traffic.sessions";
+        let msl = self.cache.max_seq_len;
+        match self.traffic.arrival {
+            ArrivalSpec::ClosedLoop { .. } | ArrivalSpec::Trace(_) => p.push(KeyProblem::new(
+                key,
+                "sessions start by an open-loop or burst arrival process, not closed_loop or a trace",
+            )),
+            _ => {}
+        }
+        check_length(self, &ss.turns, &format!("{key}.turns"), msl, p);
+        check_length(self, &ss.new_tokens, &format!("{key}.new_tokens"), msl, p);
+        check_delay(&ss.think, &format!("{key}.think"), p);
+    }
+}
+
 fn check_share(share: f64, key: &str, p: &mut Vec<KeyProblem>) {
     if !(share.is_finite() && (0.0..=1.0).contains(&share)) {
         p.push(KeyProblem::new(key, format!("{share} is outside [0, 1]")));
@@ -436,16 +483,28 @@ fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
                 ));
             }
         }
-        ArrivalSpec::Trace {
-            path, time_scale, ..
-        } => {
-            if path.trim().is_empty() {
+        ArrivalSpec::Trace(tr) => {
+            if tr.path.trim().is_empty() {
                 p.push(KeyProblem::new(format!("{key}.path"), "must not be empty"));
             }
-            if !within(*time_scale, ranges::TIME_SCALE) {
+            for (field, v) in [("time_scale", tr.time_scale), ("rate_scale", tr.rate_scale)] {
+                if !within(v, ranges::TIME_SCALE) {
+                    p.push(KeyProblem::new(
+                        format!("{key}.{field}"),
+                        range_message(ranges::TIME_SCALE, v),
+                    ));
+                }
+            }
+            if !within(tr.start_s, (0.0, MAX_HORIZON_S)) {
                 p.push(KeyProblem::new(
-                    format!("{key}.time_scale"),
-                    range_message(ranges::TIME_SCALE, *time_scale),
+                    format!("{key}.start_s"),
+                    range_message((0.0, MAX_HORIZON_S), tr.start_s),
+                ));
+            }
+            if tr.hash_block_tokens == 0 {
+                p.push(KeyProblem::new(
+                    format!("{key}.hash_block_tokens"),
+                    "must be at least 1",
                 ));
             }
         }

@@ -9,7 +9,7 @@
 
 use serde::Deserialize;
 
-use super::types::{ArrivalSpec, DelayDist, LengthDist};
+use super::types::{ArrivalSpec, DelayDist, FailedRows, LengthDist, TraceFormat, TraceSpec};
 
 /// The keys one variant takes, required first.
 struct Variant {
@@ -227,6 +227,14 @@ pub(super) struct RawArrival {
     path: Option<String>,
     format: Option<String>,
     time_scale: Option<f64>,
+    rate_scale: Option<f64>,
+    start_s: Option<f64>,
+    skip_bad_rows: Option<bool>,
+    model: Option<String>,
+    log_type: Option<String>,
+    failed: Option<String>,
+    hash_block_tokens: Option<u32>,
+    prefix_tokens: Option<u32>,
 }
 
 const ARRIVAL_VARIANTS: &[Variant] = &[
@@ -257,8 +265,19 @@ const ARRIVAL_VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "trace",
-        required: &["path", "format"],
-        optional: &["time_scale"],
+        required: &["path"],
+        optional: &[
+            "format",
+            "time_scale",
+            "rate_scale",
+            "start_s",
+            "skip_bad_rows",
+            "model",
+            "log_type",
+            "failed",
+            "hash_block_tokens",
+            "prefix_tokens",
+        ],
     },
 ];
 
@@ -274,6 +293,14 @@ impl TryFrom<RawArrival> for ArrivalSpec {
             ("path", r.path.is_some()),
             ("format", r.format.is_some()),
             ("time_scale", r.time_scale.is_some()),
+            ("rate_scale", r.rate_scale.is_some()),
+            ("start_s", r.start_s.is_some()),
+            ("skip_bad_rows", r.skip_bad_rows.is_some()),
+            ("model", r.model.is_some()),
+            ("log_type", r.log_type.is_some()),
+            ("failed", r.failed.is_some()),
+            ("hash_block_tokens", r.hash_block_tokens.is_some()),
+            ("prefix_tokens", r.prefix_tokens.is_some()),
         ];
         check_keys("kind", &r.kind, ARRIVAL_VARIANTS, &present)?;
         let rate_per_s = r.rate_per_s.unwrap_or_default();
@@ -289,11 +316,44 @@ impl TryFrom<RawArrival> for ArrivalSpec {
                 clients: r.clients.unwrap_or_default(),
                 think_ms: r.think_ms.unwrap_or_default(),
             },
-            _ => ArrivalSpec::Trace {
-                path: r.path.unwrap_or_default(),
-                format: r.format.unwrap_or_default(),
-                time_scale: r.time_scale.unwrap_or(1.0),
-            },
+            _ => {
+                let format = match r.format.as_deref() {
+                    None | Some("auto") => TraceFormat::Auto,
+                    Some("azure") => TraceFormat::Azure,
+                    Some("burstgpt") => TraceFormat::Burstgpt,
+                    Some("mooncake") => TraceFormat::Mooncake,
+                    Some("csv") => TraceFormat::Csv,
+                    Some(other) => {
+                        return Err(format!(
+                            "invalid value for field `format`: unknown trace format `{other}` \
+                             (known: auto, azure, burstgpt, mooncake, csv)"
+                        ))
+                    }
+                };
+                let failed = match r.failed.as_deref() {
+                    None | Some("skip") => FailedRows::Skip,
+                    Some("cancel") => FailedRows::Cancel,
+                    Some(other) => {
+                        return Err(format!(
+                            "invalid value for field `failed`: `{other}` (known: skip, cancel)"
+                        ))
+                    }
+                };
+                let d = TraceSpec::new(r.path.unwrap_or_default());
+                ArrivalSpec::Trace(TraceSpec {
+                    format,
+                    time_scale: r.time_scale.unwrap_or(d.time_scale),
+                    rate_scale: r.rate_scale.unwrap_or(d.rate_scale),
+                    start_s: r.start_s.unwrap_or(d.start_s),
+                    skip_bad_rows: r.skip_bad_rows.unwrap_or(d.skip_bad_rows),
+                    model: r.model,
+                    log_type: r.log_type,
+                    failed,
+                    hash_block_tokens: r.hash_block_tokens.unwrap_or(d.hash_block_tokens),
+                    prefix_tokens: r.prefix_tokens.unwrap_or(d.prefix_tokens),
+                    ..d
+                })
+            }
         })
     }
 }

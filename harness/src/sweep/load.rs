@@ -72,7 +72,7 @@ pub fn at_load(
         (ArrivalSpec::Poisson { rate_per_s }, By::Rate)
         | (ArrivalSpec::Gamma { rate_per_s, .. }, By::Rate)
         | (ArrivalSpec::Constant { rate_per_s }, By::Rate) => *rate_per_s = load,
-        (ArrivalSpec::Trace { time_scale, .. }, By::Rate) => *time_scale /= load,
+        (ArrivalSpec::Trace(tr), By::Rate) => tr.time_scale /= load,
         (ArrivalSpec::ClosedLoop { clients, .. }, By::Concurrency) => {
             *clients = load.round().clamp(1.0, f64::from(u32::MAX)) as u32;
         }

@@ -79,6 +79,13 @@ pub fn run(
     if !record.reclamation.ok {
         check_failures.push(format!("reclamation failed: {}", record.reclamation.detail));
     }
+    if let Some(sh) = run.shadow.as_ref().filter(|sh| sh.violations > 0) {
+        check_failures.push(format!(
+            "shadow payload: {} bad reads; first: {}",
+            sh.violations,
+            sh.messages.first().map_or("", String::as_str)
+        ));
+    }
     let win = window::window(&record);
     let (rates, over, window_s) = match &win {
         Some(w) => (

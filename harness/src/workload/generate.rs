@@ -37,7 +37,7 @@ mod stream {
     pub const PREFIX_IDS: u64 = 1 << 32;
 }
 
-fn rng(seed: u64, stream: u64) -> ChaCha20Rng {
+pub(super) fn rng(seed: u64, stream: u64) -> ChaCha20Rng {
     let mut r = ChaCha20Rng::seed_from_u64(seed);
     r.set_stream(stream);
     r
@@ -71,11 +71,6 @@ fn place(scenario: &Scenario, e: WorkloadError) -> WorkloadError {
 fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, WorkloadError> {
     scenario.validate().map_err(WorkloadError::Scenario)?;
     let t = &scenario.traffic;
-    if let ArrivalSpec::Trace { path, .. } = &t.arrival {
-        return Err(WorkloadError::TraceNotYet {
-            path: scenario.resolve_path(path),
-        });
-    }
     let shape = scenario
         .model_shape()
         .ok_or_else(|| WorkloadError::Distribution {
@@ -83,13 +78,22 @@ fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, Workloa
             message: "no model shape".into(),
         })?;
     let vocab = shape.vocab;
+    if let ArrivalSpec::Trace(spec) = &t.arrival {
+        return super::trace_workload(scenario, spec, seed, vocab);
+    }
+    let (Some(prompt_dist), Some(output_dist)) = (&t.prompt_tokens, &t.output_tokens) else {
+        return Err(WorkloadError::Distribution {
+            key: "traffic.prompt_tokens".into(),
+            message: "required (only a trace gives its own lengths)".into(),
+        });
+    };
     let msl = scenario.cache.max_seq_len;
 
     let arrivals = arrival_times(scenario, seed)?;
     let n = arrivals.len();
 
-    let prompt_len = LengthSampler::new(scenario, &t.prompt_tokens, "traffic.prompt_tokens")?;
-    let output_len = LengthSampler::new(scenario, &t.output_tokens, "traffic.output_tokens")?;
+    let prompt_len = LengthSampler::new(scenario, prompt_dist, "traffic.prompt_tokens")?;
+    let output_len = LengthSampler::new(scenario, output_dist, "traffic.output_tokens")?;
     let cancel = match &t.cancellation {
         Some(c) => Some((
             c,
@@ -181,9 +185,13 @@ fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, Workloa
             output_tokens,
             samples,
             cancel: cancel_point,
+            session: None,
         });
     }
 
+    if let Some(spec) = &t.sessions {
+        requests = super::sessions::expand(scenario, spec, seed, vocab, requests)?;
+    }
     let closed_loop = match t.arrival {
         ArrivalSpec::ClosedLoop { clients, think_ms } => Some(ClosedLoop { clients, think_ms }),
         _ => None,
@@ -193,6 +201,7 @@ fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, Workloa
         requests,
         closed_loop,
         workload_hash,
+        trace: None,
     })
 }
 

@@ -3,12 +3,36 @@
 //! Floats are encoded by their bits and every variable-length field by its length first, so the
 //! hash does not depend on how a formatter prints numbers or on the platform's endianness.
 
-use super::types::{CancelPoint, ClosedLoop, Request};
+use super::types::{CancelPoint, ClosedLoop, Request, TraceInfo};
 
 /// Bump when the encoding (not the generator) changes.
 const ENCODING: &[u8] = b"kvbench-workload-v1";
 
 pub fn workload_hash(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> String {
+    hasher(requests, closed_loop)
+        .finalize()
+        .to_hex()
+        .to_string()
+}
+
+/// A replay's hash covers the trace's identity too (path, format, rows, bytes), so two replays
+/// that happen to yield the same requests from different files still differ.
+pub fn workload_hash_with_trace(
+    requests: &[Request],
+    closed_loop: Option<&ClosedLoop>,
+    trace: &TraceInfo,
+) -> String {
+    let mut h = hasher(requests, closed_loop);
+    h.update(b"trace");
+    for s in [&trace.path, &trace.format, &trace.blake3] {
+        h.update(&(s.len() as u64).to_le_bytes())
+            .update(s.as_bytes());
+    }
+    h.update(&trace.rows.to_le_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+fn hasher(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> blake3::Hasher {
     let mut h = blake3::Hasher::new();
     h.update(ENCODING);
     match closed_loop {
@@ -48,6 +72,15 @@ pub fn workload_hash(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> 
                 h.update(&[3]).update(&tokens.to_le_bytes())
             }
         };
+        // Only session turns add bytes, so lone-request workloads hash as before.
+        if let Some(s) = &r.session {
+            h.update(b"S")
+                .update(&s.session.to_le_bytes())
+                .update(&s.turn.to_le_bytes())
+                .update(&s.next.map_or(u64::MAX, |n| n).to_le_bytes())
+                .update(&s.think_ms.to_bits().to_le_bytes())
+                .update(&[s.truncate_front as u8]);
+        }
     }
-    h.finalize().to_hex().to_string()
+    h
 }

@@ -6,13 +6,13 @@
 mod generate;
 mod hash;
 mod sample;
+mod sessions;
 mod summary;
+pub mod trace;
 mod types;
 
-use std::path::PathBuf;
-
 pub use generate::{generate, prefix_tokens, MAX_REQUESTS};
-pub use hash::workload_hash;
+pub use hash::{workload_hash, workload_hash_with_trace};
 pub use sample::{DelaySampler, GapSampler, LengthSampler};
 pub use summary::{Percentiles, Summary};
 pub use types::*;
@@ -23,10 +23,44 @@ use crate::scenario::ScenarioError;
 pub enum WorkloadError {
     #[error(transparent)]
     Scenario(ScenarioError),
-    #[error("{}: trace replay arrives with the trace issue; this build cannot read traces yet", path.display())]
-    TraceNotYet { path: PathBuf },
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
     #[error("{key}: {message}")]
     Distribution { key: String, message: String },
     #[error("traffic.duration_s: more than {limit} requests; lower the rate or the duration")]
     TooMany { limit: usize },
+}
+
+/// A trace replay's workload: the rows within the window as requests, the trace's identity and
+/// its ideal prefix reuse at the cache's block size.
+fn trace_workload(
+    scenario: &crate::scenario::Scenario,
+    spec: &crate::scenario::TraceSpec,
+    seed: u64,
+    vocab: u32,
+) -> Result<Workload, WorkloadError> {
+    let path = scenario.resolve_path(&spec.path);
+    let parsed = trace::read(&path, spec.format, spec.skip_bad_rows)?;
+    let limits = trace::ReplayLimits {
+        max_requests: scenario.traffic.requests,
+        duration_s: scenario.traffic.duration_s,
+    };
+    let trace::Replayed { requests, mut info } = trace::replay(&parsed, spec, &limits, seed, vocab);
+    if parsed.has_content_ids {
+        let per_tenant = scenario.scheduler.prefix_scope != crate::scenario::PrefixScope::Global;
+        let ideal = trace::ideal_prefix_reuse(
+            &requests,
+            scenario.block_size(),
+            scenario.cache.max_seq_len,
+            per_tenant,
+        );
+        info.ideal_prefix_hit_rate = Some(ideal.hit_rate);
+    }
+    let workload_hash = workload_hash_with_trace(&requests, None, &info);
+    Ok(Workload {
+        requests,
+        closed_loop: None,
+        workload_hash,
+        trace: Some(info),
+    })
 }

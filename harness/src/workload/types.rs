@@ -31,6 +31,26 @@ pub struct Request {
     /// Parallel continuations of this prompt (1 = none). Continuations fork after prefill.
     pub samples: u32,
     pub cancel: Option<CancelPoint>,
+    /// A turn of a multi-turn session (`workload/sessions.rs`); `None` for a lone request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionTurn>,
+}
+
+/// One turn of a conversation. A later turn's `prompt` holds only the user's new tokens: the
+/// engine prepends the conversation so far (every earlier prompt and output, token for token)
+/// when the turn arrives, `think_ms` after the previous turn's last token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SessionTurn {
+    pub session: u32,
+    /// 0 for the first turn (which arrives by the arrival process at `arrival_ms`).
+    pub turn: u32,
+    /// Request id of the next turn, if the session has one.
+    pub next: Option<u64>,
+    /// Think time before this turn (0 for the first).
+    pub think_ms: f64,
+    /// When the conversation would exceed `max_seq_len`: drop its oldest tokens (true) or let the
+    /// turn be rejected as too long, which ends the session (false).
+    pub truncate_front: bool,
 }
 
 /// A generated workload: the request list and how it is issued.
@@ -42,6 +62,35 @@ pub struct Workload {
     pub closed_loop: Option<ClosedLoop>,
     /// Hex digest of the request list; written into every result.
     pub workload_hash: String,
+    /// The trace the requests were replayed from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceInfo>,
+}
+
+/// Where a replayed workload came from: written to `summary.json` and hashed into the workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceInfo {
+    pub path: String,
+    pub format: String,
+    /// Data rows in the file (header excluded), parsed or not.
+    pub rows: u64,
+    /// blake3 of the file's bytes.
+    pub blake3: String,
+    /// Rows replayed as requests.
+    pub replayed: u64,
+    /// Malformed rows skipped under `skip_bad_rows`.
+    pub skipped_bad_rows: u64,
+    /// Rows left out by the model / log-type filters.
+    pub filtered_rows: u64,
+    /// BurstGPT rows with 0 response tokens: left out (`failed = "skip"`) ...
+    pub failed_skipped: u64,
+    /// ... or replayed as cancellations (`failed = "cancel"`).
+    pub failed_cancelled: u64,
+    /// Rows outside the window (`start_s`, `traffic.requests`, `traffic.duration_s`).
+    pub outside_window: u64,
+    /// Share of prompt tokens an infinite prefix cache could serve, at the cache's block size,
+    /// in the tenant's scope (None for traces without content ids).
+    pub ideal_prefix_hit_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

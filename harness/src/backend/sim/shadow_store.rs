@@ -105,7 +105,12 @@ mod tests {
     fn unwritten_entries_read_empty_and_writes_stick() {
         let mut a = LazyArray::new(3 * PAGE as u64 + 5, Tag::EMPTY).expect("fits");
         assert_eq!(a.get(0), Some(&Tag::EMPTY));
-        assert_eq!(a.allocated_bytes(), 4 * 8);
+        let table = 4 * std::mem::size_of::<Option<Box<[Tag]>>>() as u64;
+        assert_eq!(
+            a.allocated_bytes(),
+            table,
+            "nothing but the page table before a write"
+        );
         let t = Tag {
             writer: 1,
             pos: 2,
@@ -115,6 +120,11 @@ mod tests {
         *a.get_mut(PAGE as u64 + 7).expect("in range") = t;
         assert_eq!(a.get(PAGE as u64 + 7), Some(&t));
         assert_eq!(a.get(PAGE as u64 + 8), Some(&Tag::EMPTY));
+        assert_eq!(
+            a.allocated_bytes(),
+            table + (PAGE * 16) as u64,
+            "one page allocated"
+        );
         assert_eq!(a.get(a.len()), None);
         assert!(a.get_mut(a.len()).is_none());
         assert!(LazyArray::new(MAX_ENTRIES + 1, 0u8).is_none());

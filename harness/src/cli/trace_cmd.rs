@@ -1,0 +1,162 @@
+//! `kvbench trace stats FILE` and the `--trace` flags of `kvbench run`: parsing and printing only;
+//! the work is in `workload::trace`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::scenario::{ArrivalSpec, Scenario, TraceFormat, TraceSpec};
+use crate::workload::trace;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Rows, time span, rate, gap CV, length percentiles, share over max_seq_len, ideal reuse.
+    Stats(StatsArgs),
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum FormatArg {
+    Auto,
+    Azure,
+    Burstgpt,
+    Mooncake,
+    Csv,
+}
+
+impl FormatArg {
+    fn format(self) -> TraceFormat {
+        match self {
+            FormatArg::Auto => TraceFormat::Auto,
+            FormatArg::Azure => TraceFormat::Azure,
+            FormatArg::Burstgpt => TraceFormat::Burstgpt,
+            FormatArg::Mooncake => TraceFormat::Mooncake,
+            FormatArg::Csv => TraceFormat::Csv,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    pub file: PathBuf,
+    /// The trace's format (auto: from its header).
+    #[arg(long = "format", value_enum, default_value = "auto")]
+    pub format: FormatArg,
+    /// Report the share of requests whose prompt + output exceeds this.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_seq_len: Option<u32>,
+    /// Block granularity of the ideal prefix reuse (the cache's block size).
+    #[arg(long, default_value_t = 16, value_name = "TOKENS")]
+    pub block_size: u32,
+    /// Mooncake: prompt tokens per hash id.
+    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    pub hash_block_tokens: u32,
+    #[arg(long)]
+    pub skip_bad_rows: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Trace flags of `kvbench run`: replace a scenario's arrivals and lengths with a trace's.
+#[derive(clap::Args, Debug, Default)]
+pub struct TraceFlags {
+    /// Replay this trace instead of the scenario's arrivals and lengths.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// The trace's format (default: from its header).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub trace_format: Option<FormatArg>,
+    /// Skip and count malformed rows instead of refusing the trace.
+    #[arg(long)]
+    pub skip_bad_rows: bool,
+    /// Multiply the trace's times (2 = half the rate).
+    #[arg(long, value_name = "X")]
+    pub time_scale: Option<f64>,
+    /// Multiply the trace's rate (divide its times).
+    #[arg(long, value_name = "X")]
+    pub rate_scale: Option<f64>,
+}
+
+impl TraceFlags {
+    /// Apply the flags to a loaded scenario (a trace given here replaces its arrivals).
+    pub fn apply(&self, s: &mut Scenario) -> anyhow::Result<()> {
+        if let Some(file) = &self.trace {
+            let abs = std::env::current_dir()
+                .map(|d| d.join(file))
+                .unwrap_or_else(|_| file.clone());
+            s.traffic.arrival = ArrivalSpec::Trace(TraceSpec::new(abs.display().to_string()));
+        }
+        let any = self.trace_format.is_some()
+            || self.skip_bad_rows
+            || self.time_scale.is_some()
+            || self.rate_scale.is_some();
+        let ArrivalSpec::Trace(spec) = &mut s.traffic.arrival else {
+            if any {
+                anyhow::bail!(
+                    "{}: trace flags need --trace FILE or a scenario replaying a trace",
+                    s.name
+                );
+            }
+            return Ok(());
+        };
+        if let Some(f) = self.trace_format {
+            spec.format = f.format();
+        }
+        spec.skip_bad_rows |= self.skip_bad_rows;
+        if let Some(x) = self.time_scale {
+            spec.time_scale = x;
+        }
+        if let Some(x) = self.rate_scale {
+            spec.rate_scale = x;
+        }
+        s.validate().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
+pub fn run(c: Command) -> anyhow::Result<ExitCode> {
+    match c {
+        Command::Stats(a) => stats(a),
+    }
+}
+
+fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
+    let parsed = trace::read(&a.file, a.format.format(), a.skip_bad_rows)?;
+    let mut spec = TraceSpec::new(a.file.display().to_string());
+    spec.hash_block_tokens = a.hash_block_tokens.max(1);
+    let st = trace::trace_stats(&parsed, &spec, a.max_seq_len, a.block_size.max(1));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("trace        {} ({})", st.path, st.format);
+    println!("blake3       {}", st.blake3);
+    println!(
+        "rows         {} ({} malformed, skipped)",
+        st.rows, st.skipped_bad_rows
+    );
+    println!("time span    {:.3} s", st.span_s);
+    let opt = |v: Option<f64>, d: usize| v.map_or("-".into(), |x| format!("{x:.d$}"));
+    println!("mean rate    {} req/s", opt(st.mean_rate_per_s, 3));
+    println!("gap CV       {}", opt(st.gap_cv, 3));
+    let p = |x: &crate::workload::Percentiles| {
+        format!(
+            "p50 {} p90 {} p99 {} max {} mean {:.1}",
+            x.p50, x.p90, x.p99, x.max, x.mean
+        )
+    };
+    println!("prompt       {}", p(&st.prompt_tokens));
+    println!("output       {}", p(&st.output_tokens));
+    if let (Some(m), Some(share)) = (st.max_seq_len, st.over_max_seq_len_share) {
+        println!("over {m} tokens  {:.2}%", 100.0 * share);
+    }
+    match &st.ideal_prefix_reuse {
+        Some(r) => println!(
+            "ideal prefix reuse (infinite cache, {}-token blocks)  {:.2}% ({} of {} prompt tokens)",
+            r.block_tokens,
+            100.0 * r.hit_rate,
+            r.hit_tokens,
+            r.lookup_tokens
+        ),
+        None => println!("ideal prefix reuse  - (the trace has no content ids)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
