@@ -27,9 +27,14 @@ impl Backend for Recording {
     fn computes(&self) -> bool {
         self.inner.computes()
     }
-    fn register(&mut self, seq: SeqId, prompt: &[u32]) -> Result<(), BackendError> {
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        scope: Option<&kvbench_cache_api::ScopeKey>,
+    ) -> Result<(), BackendError> {
         self.prompts.entry(seq).or_insert_with(|| prompt.to_vec());
-        self.inner.register(seq, prompt)
+        self.inner.register(seq, prompt, scope)
     }
     fn fork(&mut self, parent: SeqId, child: SeqId, rank: u32) -> Result<u32, BackendError> {
         self.inner.fork(parent, child, rank)
@@ -76,6 +81,8 @@ fn run(
         max_tokens_per_step: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
+        profile: None,
+        clock: Default::default(),
     };
     let mut be = Recording {
         inner: backend::create(kind, &setup).expect("backend"),
