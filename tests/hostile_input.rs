@@ -659,13 +659,9 @@ fn huge_group_and_tenant_counts_cost_what_is_used() {
 /// Device profiles mutated field by field and run on `sim` beside a small scenario; every exit 2
 /// must be `devices/<name>.toml:LINE:COL: KEY`.
 ///
-/// LEAD: profile validation belongs to the calib helper (`backend/sim/profile.rs`). Without it,
-/// 1e-300 bandwidths and efficiencies overflow the step time (a panic in debug builds), so this
-/// test is ignored here; remove the `ignore` when merging calib. On a trial merge with calib
-/// (8919d49) it passed with every profile mutation (`KVBENCH_HOSTILE_RUNS=1000`) once the
-/// missing-key locator fix in this branch was in.
+/// Profiles are validated like scenarios (`backend/sim/profile.rs`): every exit 2 names
+/// `devices/<device>.toml:LINE:COL: KEY` for the mutated key.
 #[test]
-#[ignore = "enable once device-profile validation (calib, issue 8 item 3) is merged"]
 fn every_mutation_of_every_device_profile_exits_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("devices")).expect("devices/");

@@ -214,6 +214,8 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
         max_tokens_per_step: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
+        profile: None,
+        clock: Default::default(),
     };
     for planted in [false, true] {
         let mut cache = PagedCache::new(PagedConfig {

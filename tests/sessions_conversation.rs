@@ -81,6 +81,8 @@ fn run(
         max_tokens_per_step: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
+        profile: None,
+        clock: Default::default(),
     };
     let mut be = Recording {
         inner: backend::create(kind, &setup).expect("backend"),

@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod cache;
+pub mod calibrate;
 pub mod cli;
 pub mod compare;
 pub mod engine;

@@ -69,6 +69,8 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
         max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
+        profile: Some(engine_test_device()),
+        clock: Default::default(),
     };
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let mut cache = kvbench::cache::build(
@@ -104,4 +106,25 @@ pub fn count(r: &RunRecord, status: StreamStatus) -> usize {
 
 pub fn events(r: &RunRecord, name: &str) -> usize {
     r.events.iter().filter(|e| e.kind.name() == name).count()
+}
+
+/// The fixed device the engine tests time their steps with: the round assumptions the `cpu`
+/// profile had before it was fitted, so these tests' timings (cancellation delays landing at
+/// each lifecycle point) do not move whenever `scenarios/devices/cpu.toml` is refitted.
+pub fn engine_test_device() -> kvbench::backend::sim::profile::DeviceProfile {
+    kvbench::backend::sim::profile::DeviceProfile {
+        name: "engine-test".into(),
+        memory_bytes: 16 << 30,
+        hbm_datasheet_bytes_per_s: 76.8e9,
+        hbm_effective_bytes_per_s: 46e9,
+        peak_flops_per_s: 0.75e12,
+        host_link_bytes_per_s: 46e9,
+        step_overhead_s: 100e-6,
+        paged_attention_efficiency: 0.95,
+        seq_overhead_s: 0.0,
+        attention_flops_per_s: None,
+        weight_bytes_per_s: None,
+        copy_bytes_per_s: None,
+        combine: Default::default(),
+    }
 }

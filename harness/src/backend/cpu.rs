@@ -3,8 +3,11 @@
 //! oracle (`kvbench-oracle`).
 //!
 //! Execution is synchronous: `submit` performs the step's copies, swap transfers and forward
-//! pass, and `complete` returns the result. `duration_s` is the wall time of that work only;
-//! oracle checks run when a sequence is forgotten and are never timed.
+//! pass, and `complete` returns the result. `duration_s` is the wall time of that work only
+//! (oracle checks run when a sequence is forgotten and are never timed) — or, under
+//! [`Clock::Model`], the device profile's cost model of the same step, so that the schedule does
+//! not depend on the machine or its load while the math stays real and checked. The measured
+//! time is kept either way ([`Backend::measured_step_s`]).
 //!
 //! Each sequence's token history (prompt, then every sampled token) lives here: a step's
 //! `SeqWork` names positions `context_tokens .. context_tokens + new_tokens` of it, so a prefix
@@ -30,9 +33,10 @@ use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
 use self::addr::Addr;
 use self::check::{Checker, Record};
 use self::store::{HostKv, KvStore};
+use super::sim::cost::CostModel;
 use super::{
-    Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
-    SwapDirection,
+    Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
+    StepPlan, SwapDirection,
 };
 use crate::model::Dtype;
 
@@ -72,6 +76,9 @@ pub struct CpuBackend {
     registered: u64,
     workspace_bytes: u64,
     reported_failure: bool,
+    /// `Some` under [`Clock::Model`]: the cost model that times each step.
+    clock_model: Option<CostModel>,
+    measured_s: f64,
 }
 
 fn step_err(e: KernelError) -> BackendError {
@@ -123,6 +130,14 @@ impl CpuBackend {
         };
         let checker = Checker::new(oracle_for(&model)?, tolerance);
         let workspace_bytes = workspace_bytes(&model, setup.max_tokens_per_step.max(1) as u64);
+        let clock_model = match setup.clock {
+            Clock::Measured => None,
+            Clock::Model => Some(CostModel::new(
+                &setup.model,
+                &setup.device_profile()?,
+                setup.swap_gbytes_per_s.map(|g| g * 1e9),
+            )),
+        };
         Ok(CpuBackend {
             model,
             kv,
@@ -133,6 +148,8 @@ impl CpuBackend {
             registered: 0,
             workspace_bytes,
             reported_failure: false,
+            clock_model,
+            measured_s: 0.0,
         })
     }
 
@@ -312,7 +329,15 @@ impl Backend for CpuBackend {
         let t0 = Instant::now();
         self.transfer(plan, cache)?;
         let logits = self.compute(plan, cache)?;
-        let duration_s = t0.elapsed().as_secs_f64();
+        let measured_s = t0.elapsed().as_secs_f64();
+        self.measured_s += measured_s;
+        let duration_s = match &self.clock_model {
+            None => measured_s,
+            Some(m) => {
+                let paged = cache.mode() == kvbench_cache_api::CacheMode::Paged;
+                m.step(&plan.seqs, &plan.copies, &plan.swaps, paged).total_s
+            }
+        };
         let mut sampled = Vec::new();
         for (w, l) in plan.seqs.iter().zip(logits) {
             if !w.sample {
@@ -349,6 +374,10 @@ impl Backend for CpuBackend {
             other_bytes: 0,
             device_used_bytes: None,
         }
+    }
+
+    fn measured_step_s(&self) -> Option<f64> {
+        Some(self.measured_s)
     }
 
     fn numerics(&self) -> Option<NumericsReport> {

@@ -122,6 +122,9 @@ pub enum BackendError {
     Unavailable(String),
     #[error("backend configuration: {0}")]
     Config(String),
+    /// A device profile that does not validate: `FILE:LINE:COL: KEY: message`, one per line.
+    #[error("{0}")]
+    Profile(String),
     /// A step could not be executed (bad plan, unknown sequence, missing layout...).
     #[error("step failed: {0}")]
     Step(String),
@@ -156,6 +159,10 @@ pub trait Backend {
 
     fn memory(&self) -> MemoryParts;
     fn numerics(&self) -> Option<NumericsReport>;
+    /// Wall seconds spent executing steps so far, on a backend that measures them.
+    fn measured_step_s(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Which backend to run on, as given on the command line.
@@ -208,6 +215,32 @@ pub struct RunSetup {
     pub swap_gbytes_per_s: Option<f64>,
     /// Workspace reservation from the scenario (`memory.workspace`), if stated.
     pub workspace_bytes: Option<u64>,
+    /// A device profile given directly (`calibrate --check --profile FILE`); else `device` names it.
+    pub profile: Option<sim::profile::DeviceProfile>,
+    /// What a measured backend's steps advance the virtual clock by.
+    pub clock: Clock,
+}
+
+impl RunSetup {
+    /// The device profile this run prices steps with: the one given, else `device` looked up.
+    pub fn device_profile(&self) -> Result<sim::profile::DeviceProfile, BackendError> {
+        match &self.profile {
+            Some(p) => Ok(p.clone()),
+            None => sim::profile::DeviceProfile::load(&self.device, self.scenario_dir.as_deref()),
+        }
+    }
+}
+
+/// What the engine's clock advances by on a backend that computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// The measured wall time of each step.
+    #[default]
+    Measured,
+    /// The device profile's cost model of each step: the math is still real and checked, but
+    /// scheduling is the same on every machine and under any load.
+    Model,
 }
 
 /// Construct a backend. `auto` must be resolved first ([`BackendKind::resolve`]).

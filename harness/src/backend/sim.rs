@@ -34,7 +34,7 @@ pub struct SimBackend {
 
 impl SimBackend {
     pub fn new(setup: &RunSetup) -> Result<SimBackend, BackendError> {
-        let profile = DeviceProfile::load(&setup.device, setup.scenario_dir.as_deref())?;
+        let profile = setup.device_profile()?;
         let swap = setup.swap_gbytes_per_s.map(|g| g * 1e9);
         if let Some(s) = swap {
             if !(s.is_finite() && s > 0.0) {

@@ -5,6 +5,7 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+mod calibrate;
 mod compare;
 mod cuda_check;
 mod doctor;
@@ -73,6 +74,8 @@ pub enum Command {
     Report(report_cmd::Args),
     /// Combine `suite --shard K/N` folders into one suite.
     Merge(merge::Args),
+    /// Fit a device profile to measured step times (`--check`: its error against a real run).
+    Calibrate(calibrate::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::CudaCheck(a) => cuda_check::run(a),
         Command::Report(a) => report_cmd::run(a),
         Command::Merge(a) => merge::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
     };
     match result {
         Ok(code) => code,

@@ -69,6 +69,10 @@ pub struct RunFlags {
     /// On sim: do not carry the shadow KV payload that checks every read (summary.json says so).
     #[arg(long)]
     pub no_shadow: bool,
+    /// On cpu: advance the clock by each step's measured time, or by the device profile's cost
+    /// model (real, checked math; the same schedule on every machine and under any load).
+    #[arg(long, value_enum, default_value = "measured")]
+    pub clock: crate::backend::Clock,
 }
 
 impl RunFlags {
@@ -80,6 +84,8 @@ impl RunFlags {
             trace_tokens: self.trace_level == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
             shadow: !self.no_shadow,
+            clock: self.clock,
+            profile: None,
         })
     }
 }

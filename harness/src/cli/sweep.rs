@@ -85,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 trace_tokens: false,
                 invariant_check_every: args.check_every,
                 shadow: true,
+                ..RunOptions::default()
             },
         };
         let out = match (&args.out, scenarios.len()) {

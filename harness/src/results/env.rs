@@ -30,7 +30,7 @@ fn cmd(program: &str, args: &[&str]) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-fn cpu_model() -> Option<String> {
+pub fn cpu_model() -> Option<String> {
     let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     text.lines()
         .find(|l| l.starts_with("model name"))

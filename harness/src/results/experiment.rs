@@ -4,9 +4,10 @@
 
 use kvbench_cache_api::{CacheMode, Fault};
 
+use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::sim::shadow::ShadowReport;
 use crate::backend::sim::SimBackend;
-use crate::backend::{self, Backend, BackendKind, RunSetup};
+use crate::backend::{self, Backend, BackendKind, Clock, RunSetup};
 use crate::engine::{self, EngineConfig, RunRecord};
 use crate::metrics::{self, RunMetrics};
 use crate::scenario::Scenario;
@@ -24,6 +25,10 @@ pub struct RunOptions {
     pub invariant_check_every: u32,
     /// Carry the shadow KV payload on `sim` (`--no-shadow` turns it off).
     pub shadow: bool,
+    /// Measured or modelled step times on a computing backend (`--clock`).
+    pub clock: Clock,
+    /// A device profile that replaces the scenario's `device` (`calibrate --check`).
+    pub profile: Option<DeviceProfile>,
 }
 
 impl Default for RunOptions {
@@ -35,6 +40,8 @@ impl Default for RunOptions {
             trace_tokens: true,
             invariant_check_every: 1,
             shadow: true,
+            clock: Clock::Measured,
+            profile: None,
         }
     }
 }
@@ -47,6 +54,9 @@ pub struct ModeRun {
     pub fault_fired: u64,
     /// The shadow payload's findings, on `sim` unless it was switched off.
     pub shadow: Option<ShadowReport>,
+    /// Wall seconds the backend spent in steps, where it measures them (under `--clock model`
+    /// the clock did not advance by these).
+    pub measured_step_s: Option<f64>,
 }
 
 pub struct Experiment {
@@ -165,12 +175,12 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         .as_deref()
         .and_then(|p| p.parent())
         .map(|p| p.to_path_buf());
-    let device_memory = match kind {
-        BackendKind::Sim => Some(
-            backend::sim::profile::DeviceProfile::load(&scenario.device, scenario_dir.as_deref())?
-                .memory_bytes,
-        ),
-        _ => crate::scenario::device_memory_bytes(kind.name()),
+    let device_memory = match (kind, &opts.profile) {
+        (BackendKind::Sim, Some(p)) => Some(p.memory_bytes),
+        (BackendKind::Sim, None) => {
+            Some(DeviceProfile::load(&scenario.device, scenario_dir.as_deref())?.memory_bytes)
+        }
+        (_, _) => crate::scenario::device_memory_bytes(kind.name()),
     };
     let kv_budget_bytes = scenario
         .kv_budget_bytes(device_memory)
@@ -215,6 +225,8 @@ pub fn run_mode(
         max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
+        profile: opts.profile.clone(),
+        clock: opts.clock,
     };
     // `sim` is kept concrete so its shadow report can be read after the run.
     let mut sim: Option<SimBackend> = None;
@@ -262,11 +274,13 @@ pub fn run_mode(
         }
     })?;
     let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
+    let measured_step_s = be.measured_step_s();
     let run = ModeRun {
         record,
         metrics,
         fault_fired: cache.fault_fired(),
         shadow: sim.as_ref().and_then(SimBackend::shadow_report),
+        measured_step_s,
     };
     Ok((run, backend_name))
 }

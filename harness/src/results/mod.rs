@@ -10,6 +10,7 @@
 //! created before the run and renamed into place only when complete; only an existing results
 //! folder is ever replaced, and only when the caller allows it.
 
+pub mod calibration;
 pub mod env;
 pub mod experiment;
 pub mod fuzz;

@@ -78,9 +78,9 @@ pub fn wait_if_interrupted() {
 }
 
 /// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench results
-/// folder). Anything else is someone's data.
+/// folder) or a `calibration.json` (a `calibrate --check` folder). Anything else is someone's data.
 fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
-    if dir.join("summary.json").is_file() {
+    if dir.join("summary.json").is_file() || dir.join("calibration.json").is_file() {
         return Ok(true);
     }
     let mut entries = std::fs::read_dir(dir).map_err(io(dir))?;

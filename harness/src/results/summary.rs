@@ -76,6 +76,10 @@ pub struct RunSummary {
     pub fault_fired: u64,
     /// The shadow payload's findings (null when it was not carried).
     pub shadow: Option<ShadowReport>,
+    /// Wall seconds of step execution on a backend that measures it; under `--clock model` the
+    /// timeline above is modelled and this is what the steps really took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_step_s: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -204,5 +208,6 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
         steps: rec.steps.len() as u64,
         fault_fired: r.fault_fired,
         shadow: r.shadow.clone(),
+        measured_step_s: r.measured_step_s,
     }
 }

@@ -81,6 +81,36 @@ pub fn parse_str(
     }
 }
 
+/// Any other checked TOML document (a device profile): deserialize `T` with the same
+/// `FILE:LINE:COL: KEY: message` diagnostics as a scenario — unknown keys, missing keys, wrong
+/// types — then place every problem `check` reports at its key.
+pub fn parse_document<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: Option<&Path>,
+    check: impl FnOnce(&T) -> Vec<KeyProblem>,
+) -> Result<T, ScenarioError> {
+    let place = Placer {
+        path,
+        overrides: &[],
+    };
+    let map = SourceMap::parse(text).map_err(|(message, offset)| {
+        let (line, col) = crate::scenario::locate::line_col(text, offset);
+        invalid(vec![place.at(line, col, "(syntax)", message)])
+    })?;
+    let doc: T = toml::from_str(text).map_err(|e| invalid(vec![place.de_error(&e, &map, None)]))?;
+    let problems = check(&doc);
+    if problems.is_empty() {
+        Ok(doc)
+    } else {
+        Err(invalid(
+            problems
+                .into_iter()
+                .map(|p| place.problem(p, &map))
+                .collect(),
+        ))
+    }
+}
+
 /// A problem found after loading (by the workload generator) placed in the scenario's file:
 /// the file is read again and `key` (or its nearest written ancestor) located.
 pub fn locate_in_source(source: Option<&Path>, key: &str, message: String) -> Diagnostic {

@@ -19,6 +19,6 @@ pub use device::{device_memory_bytes, KNOWN_DEVICES};
 pub use empirical::read_lengths;
 pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
 pub use host::{available_bytes as host_available_bytes, HostNeed};
-pub use load::{load, locate_in_source, parse_str};
+pub use load::{load, locate_in_source, parse_document, parse_str};
 pub use locate::SourceMap;
 pub use types::*;

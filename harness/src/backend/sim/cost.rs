@@ -1,4 +1,4 @@
-//! The roofline cost model of one step.
+//! The roofline cost model of one step, with the few terms a measured device needs.
 //!
 //! A step reads the weights once, reads every scheduled sequence's K/V context (plus the tokens
 //! it adds) and writes the new tokens' K/V; it performs `2 × params` FLOPs per new token plus the
@@ -6,10 +6,20 @@
 //! per-step overhead. Copies (copy-on-write, contiguous forks) move bytes at the device copy
 //! bandwidth and swaps at the host-link bandwidth; both precede the compute, so they add.
 //! Paged attention reads its K/V at `paged_attention_efficiency` of the contiguous bandwidth.
+//!
+//! Calibration terms (`kvbench calibrate`; each absent from a datasheet profile, and then
+//! neutral, so the shipped H200 figures do not move):
+//! - `seq_overhead_s`: a fixed cost per scheduled sequence;
+//! - `attention_flops_per_s`: attention arithmetic at its own rate, apart from the GEMMs;
+//! - `weight_bytes_per_s`, `copy_bytes_per_s`: weights and copies at their own bandwidths;
+//! - `combine = "sum"`: memory and compute time add instead of overlapping.
+//!
+//! With `combine = "sum"` the time is linear in the reciprocal of every rate and in the overheads
+//! ([`StepLoad::features`]), which is what the least-squares fit relies on.
 
 use kvbench_cache_api::CopyOp;
 
-use crate::backend::sim::profile::DeviceProfile;
+use crate::backend::sim::profile::{Combine, DeviceProfile};
 use crate::backend::{SeqWork, SwapOp};
 use crate::model::ModelShape;
 
@@ -24,9 +34,70 @@ pub struct CostModel {
     attn_flops_per_pair: f64,
     bandwidth: f64,
     paged_bandwidth: f64,
+    weight_bandwidth: f64,
+    copy_bandwidth: f64,
     peak_flops: f64,
+    attn_flops: f64,
     host_link: f64,
     overhead_s: f64,
+    seq_overhead_s: f64,
+    combine: Combine,
+}
+
+/// What one step moves and computes, independent of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepLoad {
+    pub seqs: u64,
+    pub weight_bytes: f64,
+    pub kv_write_bytes: f64,
+    pub kv_read_bytes: f64,
+    pub dense_flops: f64,
+    pub attn_flops: f64,
+    /// Bytes read plus bytes written by copies.
+    pub copy_bytes: f64,
+    pub swap_bytes: f64,
+}
+
+/// The columns of the linear model (`combine = "sum"`), in [`FEATURES`] order: the step time is
+/// their dot product with the constants' reciprocals and overheads.
+pub const FEATURES: [&str; 10] = [
+    "step",
+    "seqs",
+    "weight_bytes",
+    "kv_write_bytes",
+    "kv_read_bytes_contiguous",
+    "kv_read_bytes_paged",
+    "dense_flops",
+    "attn_flops",
+    "copy_bytes",
+    "swap_bytes",
+];
+
+impl StepLoad {
+    pub fn is_empty(&self) -> bool {
+        self.seqs == 0 && self.copy_bytes == 0.0 && self.swap_bytes == 0.0
+    }
+
+    /// The step's quantities as the linear model's columns ([`FEATURES`]).
+    pub fn features(&self, paged: bool) -> [f64; 10] {
+        let (contiguous, paged_read) = if paged {
+            (0.0, self.kv_read_bytes)
+        } else {
+            (self.kv_read_bytes, 0.0)
+        };
+        [
+            if self.is_empty() { 0.0 } else { 1.0 },
+            self.seqs as f64,
+            self.weight_bytes,
+            self.kv_write_bytes,
+            contiguous,
+            paged_read,
+            self.dense_flops,
+            self.attn_flops,
+            self.copy_bytes,
+            self.swap_bytes,
+        ]
+    }
 }
 
 /// Totals of one step, kept for tests and traces.
@@ -45,26 +116,29 @@ impl CostModel {
     pub fn new(model: &ModelShape, device: &DeviceProfile, swap_bytes_per_s: Option<f64>) -> Self {
         let tp = model.tp.max(1) as f64;
         let q_per_device = (model.q_heads as f64 / tp).ceil();
+        let bandwidth = device.hbm_effective_bytes_per_s;
         CostModel {
             kv_bytes_per_token: model.kv_bytes_per_token() as f64,
             weight_bytes: model.weight_bytes_per_device() as f64,
             dense_flops_per_token: 2.0 * model.parameter_count() as f64 / tp,
             attn_flops_per_pair: 4.0 * model.layers as f64 * q_per_device * model.head_dim as f64,
-            bandwidth: device.hbm_effective_bytes_per_s,
-            paged_bandwidth: device.hbm_effective_bytes_per_s * device.paged_attention_efficiency,
+            bandwidth,
+            paged_bandwidth: bandwidth * device.paged_attention_efficiency,
+            weight_bandwidth: device.weight_bytes_per_s.unwrap_or(bandwidth),
+            copy_bandwidth: device.copy_bytes_per_s.unwrap_or(bandwidth),
             peak_flops: device.peak_flops_per_s,
+            attn_flops: device
+                .attention_flops_per_s
+                .unwrap_or(device.peak_flops_per_s),
             host_link: swap_bytes_per_s.unwrap_or(device.host_link_bytes_per_s),
             overhead_s: device.step_overhead_s,
+            seq_overhead_s: device.seq_overhead_s,
+            combine: device.combine,
         }
     }
 
-    pub fn step(
-        &self,
-        seqs: &[SeqWork],
-        copies: &[CopyOp],
-        swaps: &[SwapOp],
-        paged: bool,
-    ) -> StepCost {
+    /// What a step moves and computes on this model shape.
+    pub fn load(&self, seqs: &[SeqWork], copies: &[CopyOp], swaps: &[SwapOp]) -> StepLoad {
         let mut kv_read_tokens = 0u64;
         let mut new_tokens = 0u64;
         let mut attn_pairs = 0f64;
@@ -76,44 +150,85 @@ impl CostModel {
             // Causal: query i of the chunk sees the context plus i+1 chunk tokens.
             attn_pairs += (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
         }
+        let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
+        let swapped_tokens: u64 = swaps.iter().map(|s| s.tokens as u64).sum();
+        let has_seqs = !seqs.is_empty();
+        StepLoad {
+            seqs: seqs.len() as u64,
+            weight_bytes: if has_seqs { self.weight_bytes } else { 0.0 },
+            kv_write_bytes: new_tokens as f64 * self.kv_bytes_per_token,
+            kv_read_bytes: kv_read_tokens as f64 * self.kv_bytes_per_token,
+            dense_flops: new_tokens as f64 * self.dense_flops_per_token,
+            attn_flops: attn_pairs * self.attn_flops_per_pair,
+            // The measured copy bandwidth counts bytes read plus bytes written.
+            copy_bytes: 2.0 * copied_tokens as f64 * self.kv_bytes_per_token,
+            swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token,
+        }
+    }
+
+    pub fn step(
+        &self,
+        seqs: &[SeqWork],
+        copies: &[CopyOp],
+        swaps: &[SwapOp],
+        paged: bool,
+    ) -> StepCost {
+        self.time(&self.load(seqs, copies, swaps), paged)
+    }
+
+    /// The time of a step with `load`. Every rate is bounded by the profile's validation, so the
+    /// result is finite; a non-finite one (impossible from a validated profile) saturates.
+    pub fn time(&self, load: &StepLoad, paged: bool) -> StepCost {
         let kv_bw = if paged {
             self.paged_bandwidth
         } else {
             self.bandwidth
         };
-        let (weights, read, write) = if seqs.is_empty() {
-            (0.0, 0.0, 0.0)
-        } else {
-            (
-                self.weight_bytes,
-                kv_read_tokens as f64 * self.kv_bytes_per_token,
-                new_tokens as f64 * self.kv_bytes_per_token,
-            )
-        };
-        let memory_s = (weights + write) / self.bandwidth + read / kv_bw;
-        let flops =
-            new_tokens as f64 * self.dense_flops_per_token + attn_pairs * self.attn_flops_per_pair;
-        let compute_s = flops / self.peak_flops;
-        let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
-        // The measured copy bandwidth counts bytes read plus bytes written.
-        let copy_s = 2.0 * copied_tokens as f64 * self.kv_bytes_per_token / self.bandwidth;
-        let swapped_tokens: u64 = swaps.iter().map(|s| s.tokens as u64).sum();
-        let swap_s = swapped_tokens as f64 * self.kv_bytes_per_token / self.host_link;
-        let overhead = if seqs.is_empty() && copies.is_empty() && swaps.is_empty() {
+        let memory_s = load.weight_bytes / self.weight_bandwidth
+            + load.kv_write_bytes / self.bandwidth
+            + load.kv_read_bytes / kv_bw;
+        let compute_s = load.dense_flops / self.peak_flops + load.attn_flops / self.attn_flops;
+        let copy_s = load.copy_bytes / self.copy_bandwidth;
+        let swap_s = load.swap_bytes / self.host_link;
+        let overhead = if load.is_empty() {
             0.0
         } else {
-            self.overhead_s
+            self.overhead_s + load.seqs as f64 * self.seq_overhead_s
         };
-        let total_s = memory_s.max(compute_s) + copy_s + swap_s + overhead;
+        let core_s = match self.combine {
+            Combine::Max => memory_s.max(compute_s),
+            Combine::Sum => memory_s + compute_s,
+        };
+        let total_s = core_s + copy_s + swap_s + overhead;
         StepCost {
-            bytes_moved: weights + read + write,
-            flops,
+            bytes_moved: load.weight_bytes + load.kv_read_bytes + load.kv_write_bytes,
+            flops: load.dense_flops + load.attn_flops,
             memory_s,
             compute_s,
             copy_s,
             swap_s,
-            total_s,
+            total_s: if total_s.is_finite() {
+                total_s
+            } else {
+                f64::MAX
+            },
         }
+    }
+
+    /// The linear model's coefficients ([`FEATURES`] order) under `combine = "sum"`.
+    pub fn coefficients(&self) -> [f64; 10] {
+        [
+            self.overhead_s,
+            self.seq_overhead_s,
+            1.0 / self.weight_bandwidth,
+            1.0 / self.bandwidth,
+            1.0 / self.bandwidth,
+            1.0 / self.paged_bandwidth,
+            1.0 / self.peak_flops,
+            1.0 / self.attn_flops,
+            1.0 / self.copy_bandwidth,
+            1.0 / self.host_link,
+        ]
     }
 }
 
@@ -192,6 +307,40 @@ mod tests {
         let expect_swap = 1000.0 * 131_072.0 / 25e9;
         assert!((with.swap_s - expect_swap).abs() < 1e-12);
         assert!((with.total_s - paged.total_s - with.copy_s - with.swap_s).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sum_mode_is_the_dot_product_of_features_and_coefficients() {
+        let mut p = h200();
+        p.combine = Combine::Sum;
+        p.seq_overhead_s = 3e-6;
+        p.attention_flops_per_s = Some(100e12);
+        p.copy_bytes_per_s = Some(1e12);
+        p.weight_bytes_per_s = Some(2e12);
+        let m = CostModel::new(&ModelShape::llama3_8b(), &p, None);
+        let mut seqs: Vec<_> = (0..8).map(|i| decode(i, 500)).collect();
+        seqs.push(SeqWork {
+            seq: 9,
+            context_tokens: 64,
+            new_tokens: 128,
+            sample: true,
+        });
+        let copy = [CopyOp {
+            src_slot: 0,
+            dst_slot: 16,
+            len_tokens: 7,
+        }];
+        for paged in [false, true] {
+            let load = m.load(&seqs, &copy, &[]);
+            let dot: f64 = load
+                .features(paged)
+                .iter()
+                .zip(m.coefficients())
+                .map(|(f, c)| f * c)
+                .sum();
+            let t = m.time(&load, paged).total_s;
+            assert!((dot - t).abs() < 1e-12 * t, "{dot} vs {t}");
+        }
     }
 
     #[test]

@@ -1,12 +1,33 @@
 //! Device profiles for the `sim` cost model: files in `scenarios/devices/`, each constant with
 //! its source in a comment. The shipped profiles are also compiled in, so `sim` works from any
 //! working directory; a `devices/<name>.toml` beside the scenario file takes precedence.
+//!
+//! A profile is input like a scenario and is validated the same way (`scenario::parse_document`):
+//! unknown and missing keys, wrong types and every constant outside a physical range are refused
+//! as `FILE:LINE:COL: KEY: message`. The ranges keep every step time the cost model can produce
+//! finite and far from the clock's limits: a 1e-300 bytes/s device or a 20 s step overhead is a
+//! typo, not a device.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendError;
+use crate::scenario::{self, KeyProblem};
+
+/// How a step's memory time and compute time combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Combine {
+    /// The roofline: memory traffic and arithmetic overlap, the slower one sets the time (a GPU
+    /// with enough warps in flight).
+    #[default]
+    Max,
+    /// They add: a core that streams and computes in turn (a CPU running small GEMMs and
+    /// attention one after another). Fitted profiles of measured CPUs use this; it keeps the
+    /// model linear in its constants, so least squares fits it exactly.
+    Sum,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,7 +42,61 @@ pub struct DeviceProfile {
     pub step_overhead_s: f64,
     /// Paged attention's KV-read bandwidth relative to contiguous (1.0 = no penalty).
     pub paged_attention_efficiency: f64,
+    /// Fixed cost per scheduled sequence (its attention launch, sampling, block-table walk).
+    /// Absent = 0. Together with `step_overhead_s` it also stands for a GEMM whose efficiency
+    /// grows with its row count: efficiency m/(m + m½) costs exactly m½ rows extra per GEMM, a
+    /// constant per step (batched GEMMs) or per sequence (per-sequence work).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seq_overhead_s: f64,
+    /// Attention FLOPs run at their own rate, apart from the dense GEMMs. Absent = peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_flops_per_s: Option<f64>,
+    /// Weight streaming bandwidth. Absent = `hbm_effective_bytes_per_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_bytes_per_s: Option<f64>,
+    /// Copy-on-write / fork copy bandwidth (bytes read + written). Absent = effective HBM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_bytes_per_s: Option<f64>,
+    /// Absent = `max` (the roofline).
+    #[serde(default, skip_serializing_if = "is_max")]
+    pub combine: Combine,
 }
+
+/// A number as a reader expects it: plain in [1e-3, 1e6), else in exponent form.
+fn num(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e6).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+fn is_max(c: &Combine) -> bool {
+    *c == Combine::Max
+}
+
+/// Physical ranges of every rate and time, inclusive. Bandwidths from 1 MB/s (a slow disk) to
+/// 100 TB/s (twenty times an H200); FLOP/s from 1 MFLOP/s to 1 EFLOP/s; a step's fixed cost at
+/// most 1 s and a sequence's at most 100 ms (a real device's are microseconds).
+pub const RANGES: &[(&str, f64, f64)] = &[
+    ("hbm_datasheet_bytes_per_s", 1e6, 1e14),
+    ("hbm_effective_bytes_per_s", 1e6, 1e14),
+    ("peak_flops_per_s", 1e6, 1e18),
+    ("host_link_bytes_per_s", 1e6, 1e14),
+    ("step_overhead_s", 0.0, 1.0),
+    ("paged_attention_efficiency", 0.01, 2.0),
+    ("seq_overhead_s", 0.0, 0.1),
+    ("attention_flops_per_s", 1e6, 1e18),
+    ("weight_bytes_per_s", 1e6, 1e14),
+    ("copy_bytes_per_s", 1e6, 1e14),
+];
+
+/// Device memory between 1 MiB and 1 PiB.
+pub const MEMORY_RANGE_BYTES: (u64, u64) = (1 << 20, 1 << 50);
 
 const BUILTIN: &[(&str, &str)] = &[
     (
@@ -41,13 +116,14 @@ impl DeviceProfile {
         if let Some(dir) = scenario_dir {
             let path = dir.join("devices").join(format!("{name}.toml"));
             if path.is_file() {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| BackendError::Config(format!("{}: {e}", path.display())))?;
-                return Self::parse(&text, &path.display().to_string());
+                return Self::load_file(&path);
             }
         }
         match BUILTIN.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => Self::parse(text, &format!("scenarios/devices/{n}.toml")),
+            Some((n, text)) => Self::parse(
+                text,
+                Some(Path::new(&format!("scenarios/devices/{n}.toml"))),
+            ),
             None => Err(BackendError::Config(format!(
                 "device: unknown device profile {name:?} (known: {})",
                 BUILTIN
@@ -59,38 +135,82 @@ impl DeviceProfile {
         }
     }
 
+    /// A profile file given by path (`kvbench calibrate --check --profile FILE`).
+    pub fn load_file(path: &Path) -> Result<DeviceProfile, BackendError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BackendError::Config(format!("{}: {e}", path.display())))?;
+        Self::parse(&text, Some(path))
+    }
+
     pub fn builtin_names() -> impl Iterator<Item = &'static str> {
         BUILTIN.iter().map(|(n, _)| *n)
     }
 
-    fn parse(text: &str, origin: &str) -> Result<DeviceProfile, BackendError> {
-        let p: DeviceProfile =
-            toml::from_str(text).map_err(|e| BackendError::Config(format!("{origin}: {e}")))?;
-        let positive = [
-            ("hbm_datasheet_bytes_per_s", p.hbm_datasheet_bytes_per_s),
-            ("hbm_effective_bytes_per_s", p.hbm_effective_bytes_per_s),
-            ("peak_flops_per_s", p.peak_flops_per_s),
-            ("host_link_bytes_per_s", p.host_link_bytes_per_s),
-            ("paged_attention_efficiency", p.paged_attention_efficiency),
-        ];
-        for (key, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(BackendError::Config(format!(
-                    "{origin}: {key}: must be > 0, got {v}"
-                )));
+    /// Parses and validates profile text; `path` names it in errors.
+    pub fn parse(text: &str, path: Option<&Path>) -> Result<DeviceProfile, BackendError> {
+        scenario::parse_document(text, path, DeviceProfile::problems)
+            .map_err(|e| BackendError::Profile(e.to_string()))
+    }
+
+    /// Every constant outside its physical range, by key.
+    pub fn problems(&self) -> Vec<KeyProblem> {
+        let mut out = Vec::new();
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            out.push(KeyProblem::new(
+                "name",
+                format!(
+                    "must be letters, digits, '-', '_' or '.', got {:?}",
+                    self.name
+                ),
+            ));
+        }
+        let (lo, hi) = MEMORY_RANGE_BYTES;
+        if !(lo..=hi).contains(&self.memory_bytes) {
+            out.push(KeyProblem::new(
+                "memory_bytes",
+                format!(
+                    "must be between {lo} and {hi} bytes, got {}",
+                    self.memory_bytes
+                ),
+            ));
+        }
+        for &(key, lo, hi) in RANGES {
+            let Some(v) = self.value(key) else { continue };
+            if !(v.is_finite() && v >= lo && v <= hi) {
+                out.push(KeyProblem::new(
+                    key,
+                    format!(
+                        "must be between {} and {}, got {}",
+                        num(lo),
+                        num(hi),
+                        num(v)
+                    ),
+                ));
             }
         }
-        if !(p.step_overhead_s.is_finite() && p.step_overhead_s >= 0.0) {
-            return Err(BackendError::Config(format!(
-                "{origin}: step_overhead_s: must be >= 0"
-            )));
+        out
+    }
+
+    /// The constant called `key` (`None` for an optional one left out).
+    pub fn value(&self, key: &str) -> Option<f64> {
+        match key {
+            "hbm_datasheet_bytes_per_s" => Some(self.hbm_datasheet_bytes_per_s),
+            "hbm_effective_bytes_per_s" => Some(self.hbm_effective_bytes_per_s),
+            "peak_flops_per_s" => Some(self.peak_flops_per_s),
+            "host_link_bytes_per_s" => Some(self.host_link_bytes_per_s),
+            "step_overhead_s" => Some(self.step_overhead_s),
+            "paged_attention_efficiency" => Some(self.paged_attention_efficiency),
+            "seq_overhead_s" => Some(self.seq_overhead_s),
+            "attention_flops_per_s" => self.attention_flops_per_s,
+            "weight_bytes_per_s" => self.weight_bytes_per_s,
+            "copy_bytes_per_s" => self.copy_bytes_per_s,
+            _ => None,
         }
-        if p.paged_attention_efficiency > 1.0 {
-            return Err(BackendError::Config(format!(
-                "{origin}: paged_attention_efficiency: must be <= 1"
-            )));
-        }
-        Ok(p)
     }
 }
 
@@ -104,6 +224,7 @@ mod tests {
         assert_eq!(h.memory_bytes, 141_000_000_000);
         assert_eq!(h.hbm_datasheet_bytes_per_s, 4.8e12);
         assert!(h.hbm_effective_bytes_per_s < h.hbm_datasheet_bytes_per_s);
+        assert_eq!(h.combine, Combine::Max);
         DeviceProfile::load("cpu", None).expect("cpu");
     }
 
@@ -122,5 +243,29 @@ mod tests {
         std::fs::write(dir.path().join("devices/h200.toml"), text).expect("write");
         let err = DeviceProfile::load("h200", Some(dir.path())).expect_err("negative");
         assert!(err.to_string().contains("peak_flops_per_s"), "{err}");
+    }
+
+    #[test]
+    fn every_range_bound_is_enforced_at_its_line() {
+        let base = include_str!("../../../../scenarios/devices/h200.toml");
+        for (line, value) in [
+            ("hbm_effective_bytes_per_s = 4.3e12", "1e-300"),
+            ("peak_flops_per_s = 790e12", "1e-300"),
+            ("paged_attention_efficiency = 0.9", "1e-300"),
+            ("step_overhead_s = 40e-6", "20.0"),
+            ("host_link_bytes_per_s = 50e9", "inf"),
+        ] {
+            let key = line.split(' ').next().unwrap_or_default();
+            let text = base.replace(line, &format!("{key} = {value}"));
+            assert_ne!(text, base, "{line} not in the shipped profile");
+            let err = DeviceProfile::parse(&text, Some(Path::new("d.toml")))
+                .expect_err(key)
+                .to_string();
+            let want_line = base.lines().position(|l| l == line).unwrap_or(0) + 1;
+            assert!(
+                err.contains(&format!("d.toml:{want_line}:1: {key}: must be between")),
+                "{err}"
+            );
+        }
     }
 }

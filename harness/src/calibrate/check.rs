@@ -1,0 +1,152 @@
+//! `calibrate --check`: one scenario on the measured backend and on `sim` with a profile, and the
+//! signed relative error of each headline figure, per cache mode.
+
+use kvbench_cache_api::CacheMode;
+use serde::Serialize;
+
+use crate::backend::sim::profile::DeviceProfile;
+use crate::backend::{BackendKind, Clock};
+use crate::metrics::RunMetrics;
+use crate::results::{self, Experiment, ExperimentError, RunOptions};
+use crate::scenario::Scenario;
+
+/// The figures compared, by their `calibration.json` key.
+pub const FIGURES: [&str; 7] = [
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "e2e_p50",
+    "throughput",
+    "goodput",
+];
+
+/// The figure called `key` of a run (latencies in ms, throughput in tokens/s, goodput in
+/// requests/s), as `summary.json` reports it.
+pub fn figure(m: &RunMetrics, key: &str) -> Option<f64> {
+    Some(match key {
+        "ttft_p50" => m.ttft.p50,
+        "ttft_p99" => m.ttft.p99,
+        "itl_p50" => m.itl.p50,
+        "itl_p99" => m.itl.p99,
+        "e2e_p50" => m.e2e.p50,
+        "throughput" => m.throughput_tokens_per_s,
+        "goodput" => m.goodput_requests_per_s,
+        _ => return None,
+    })
+}
+
+/// (model − measured) / measured; `None` where the measured figure is 0.
+pub fn rel_err(measured: f64, model: f64) -> Option<f64> {
+    (measured != 0.0 && measured.is_finite() && model.is_finite())
+        .then(|| (model - measured) / measured)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    pub measured: f64,
+    pub model: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeCheck {
+    pub cache: CacheMode,
+    /// Signed relative error per [`FIGURES`] key (null where the measured figure is 0).
+    pub errors: std::collections::BTreeMap<&'static str, Option<f64>>,
+    pub figures: std::collections::BTreeMap<&'static str, Figure>,
+    /// Steps each run took (scheduling diverges where the step times do).
+    pub measured_steps: usize,
+    pub model_steps: usize,
+}
+
+pub struct Check {
+    /// The profile `sim` ran with.
+    pub profile: String,
+    pub measured: Experiment,
+    pub model: Experiment,
+    pub runs: Vec<ModeCheck>,
+}
+
+/// Runs `s` on `backend` (measured clock) and on `sim` with `profile`.
+pub fn check(
+    s: &Scenario,
+    backend: BackendKind,
+    profile: &DeviceProfile,
+    seed: Option<u64>,
+) -> Result<Check, ExperimentError> {
+    let measured_opts = RunOptions {
+        backend,
+        seed,
+        trace_tokens: true,
+        invariant_check_every: 0,
+        clock: Clock::Measured,
+        ..RunOptions::default()
+    };
+    let measured = results::run_scenario(s, &measured_opts)?;
+    let model_opts = RunOptions {
+        backend: BackendKind::Sim,
+        profile: Some(profile.clone()),
+        ..measured_opts
+    };
+    let model = results::run_scenario(s, &model_opts)?;
+    let mut runs = Vec::new();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        let (Some(a), Some(b)) = (measured.run(mode), model.run(mode)) else {
+            continue;
+        };
+        let mut errors = std::collections::BTreeMap::new();
+        let mut figures = std::collections::BTreeMap::new();
+        for key in FIGURES {
+            let (x, y) = (
+                figure(&a.metrics, key).unwrap_or(0.0),
+                figure(&b.metrics, key).unwrap_or(0.0),
+            );
+            errors.insert(key, rel_err(x, y));
+            figures.insert(
+                key,
+                Figure {
+                    measured: x,
+                    model: y,
+                },
+            );
+        }
+        runs.push(ModeCheck {
+            cache: mode,
+            errors,
+            figures,
+            measured_steps: a.record.steps.len(),
+            model_steps: b.record.steps.len(),
+        });
+    }
+    Ok(Check {
+        profile: profile.name.clone(),
+        measured,
+        model,
+        runs,
+    })
+}
+
+/// The error table, one row per figure, a column per cache mode.
+pub fn table(c: &Check) -> String {
+    let mut out = String::from("| figure | ");
+    for r in &c.runs {
+        out.push_str(&format!(
+            "{} measured | {} sim | error | ",
+            r.cache.name(),
+            r.cache.name()
+        ));
+    }
+    out.push('\n');
+    out.push_str(&"| --- ".repeat(1 + 3 * c.runs.len()));
+    out.push_str("|\n");
+    for key in FIGURES {
+        out.push_str(&format!("| {key} | "));
+        for r in &c.runs {
+            let f = &r.figures[key];
+            let e = r.errors[key].map_or("-".to_string(), |e| format!("{:+.1}%", 100.0 * e));
+            out.push_str(&format!("{:.3} | {:.3} | {e} | ", f.measured, f.model));
+        }
+        out.push('\n');
+    }
+    out
+}

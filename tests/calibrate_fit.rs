@@ -1,0 +1,339 @@
+//! The calibration fit and the profile validation, without measuring anything.
+//!
+//! - The fit recovers known constants from step times the cost model itself generates, with
+//!   seeded multiplicative noise (`KVBENCH_SEED` replays a seed; it is printed).
+//! - A fitted profile's text loads back as the same profile.
+//! - A profile with a constant missing, out of range or unknown is refused with FILE:LINE:COL:
+//!   KEY, for a file given by path and for one beside a scenario.
+
+use std::path::Path;
+
+use kvbench::backend::sim::cost::CostModel;
+use kvbench::backend::sim::profile::{Combine, DeviceProfile};
+use kvbench::calibrate::fit::{self, Origin, PARAMS};
+use kvbench::calibrate::grid::{default_points, Grid, GridLimits, GRID_FORMAT};
+use kvbench::calibrate::write::profile_toml;
+use kvbench::model::ModelShape;
+use kvbench_cache_api::CacheMode;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+fn seed() -> u64 {
+    let s = std::env::var("KVBENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x00ca_11b8);
+    println!("seed {s} (replay with KVBENCH_SEED={s})");
+    s
+}
+
+fn truth() -> DeviceProfile {
+    let mut p = DeviceProfile::load("cpu", None).expect("cpu profile");
+    p.name = "truth".into();
+    p.combine = Combine::Sum;
+    p.step_overhead_s = 50e-6;
+    p.seq_overhead_s = 20e-6;
+    p.weight_bytes_per_s = Some(10e9);
+    p.hbm_effective_bytes_per_s = 20e9;
+    p.paged_attention_efficiency = 0.8;
+    p.peak_flops_per_s = 50e9;
+    p.attention_flops_per_s = Some(10e9);
+    p.copy_bytes_per_s = Some(20e9);
+    p.host_link_bytes_per_s = 10e9;
+    p
+}
+
+/// The default grid for `quick-mixed`'s limits, timed by `profile`'s own cost model with
+/// multiplicative Gaussian noise of relative size `noise`.
+fn synthetic_grid(profile: &DeviceProfile, noise: f64, seed: u64) -> Grid {
+    let model = ModelShape::tiny();
+    let limits = GridLimits {
+        max_seq_len: 256,
+        max_tokens_per_step: 512,
+        max_seqs_per_step: 32,
+        block_size: 16,
+    };
+    let cost = CostModel::new(&model, profile, None);
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let mut points = default_points(&limits);
+    for p in &mut points {
+        let t = cost
+            .step(
+                &p.seq_work(),
+                &p.copies(16),
+                &p.swaps(),
+                p.cache == CacheMode::Paged,
+            )
+            .total_s;
+        for _ in 0..7 {
+            // Box–Muller: one standard normal from two uniforms.
+            let (u1, u2): (f64, f64) = (rng.gen_range(1e-12..1.0), rng.gen());
+            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            p.samples_s.push(t * (1.0 + noise * z));
+        }
+    }
+    Grid {
+        format: GRID_FORMAT.into(),
+        backend: "synthetic".into(),
+        device: "the cost model itself".into(),
+        date: "2026-12-01T00:00:00Z".into(),
+        model,
+        block_size: 16,
+        load_average: None,
+        points,
+    }
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+#[test]
+fn the_fit_recovers_the_constants_that_generated_the_times() {
+    let seed = seed();
+    let t = truth();
+    let base = DeviceProfile::load("cpu", None).expect("cpu");
+    // Without noise: exact recovery of every constant.
+    let f = fit::fit(&synthetic_grid(&t, 0.0, seed), &base, "fitted").expect("fit");
+    for key in PARAMS {
+        let (got, want) = (f.profile.value(key), t.value(key));
+        let (got, want) = (got.expect(key), want.expect(key));
+        assert!(
+            rel(got, want) < 1e-6,
+            "{key}: fitted {got:e}, true {want:e}"
+        );
+    }
+    assert!(f.r2 > 0.999_999, "{}", f.r2);
+    assert!(f.origins.iter().all(|o| *o == Origin::Fitted));
+    // With 1% noise per sample: the constants that carry most of the time come back within a
+    // few percent, and the model predicts every point within 5%.
+    let f = fit::fit(&synthetic_grid(&t, 0.01, seed), &base, "fitted").expect("fit");
+    for (key, tol) in [
+        ("step_overhead_s", 0.25),
+        ("seq_overhead_s", 0.10),
+        ("weight_bytes_per_s", 0.05),
+        ("peak_flops_per_s", 0.05),
+        ("attention_flops_per_s", 0.10),
+        ("copy_bytes_per_s", 0.10),
+        ("host_link_bytes_per_s", 0.10),
+    ] {
+        let (got, want) = (f.profile.value(key), t.value(key));
+        let (got, want) = (got.expect(key), want.expect(key));
+        assert!(
+            rel(got, want) < tol,
+            "{key}: fitted {got:e}, true {want:e} (seed {seed})"
+        );
+    }
+    assert!(
+        f.max_abs_rel_err < 0.05,
+        "max error {} (seed {seed})",
+        f.max_abs_rel_err
+    );
+}
+
+#[test]
+fn a_fitted_profile_loads_back_as_itself() {
+    let seed = seed();
+    let base = DeviceProfile::load("cpu", None).expect("cpu");
+    let grid = synthetic_grid(&truth(), 0.02, seed);
+    let f = fit::fit(&grid, &base, "cpu").expect("fit");
+    let text = profile_toml(&f, &grid, "cpu");
+    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
+    assert_eq!(back, f.profile);
+    // Every constant names its source.
+    for key in PARAMS {
+        let at = text.find(&format!("\n{key} = ")).expect(key);
+        let comment = text[..at].lines().last().unwrap_or_default();
+        assert!(
+            comment.starts_with("# Fitted on the cost model itself"),
+            "{key}: {comment}"
+        );
+        assert!(comment.contains("points, R²"), "{comment}");
+    }
+}
+
+#[test]
+fn a_grid_without_copies_or_swaps_keeps_those_constants_from_the_base() {
+    let base = DeviceProfile::load("h200", None).expect("h200");
+    let mut grid = synthetic_grid(&truth(), 0.0, 1);
+    grid.points
+        .retain(|p| p.copy_tokens == 0 && p.swap_in_tokens == 0 && p.swap_out_tokens == 0);
+    let f = fit::fit(&grid, &base, "h200").expect("fit");
+    let i = |k: &str| PARAMS.iter().position(|p| *p == k).unwrap_or(0);
+    assert_eq!(f.origins[i("copy_bytes_per_s")], Origin::Kept);
+    assert_eq!(f.origins[i("host_link_bytes_per_s")], Origin::Kept);
+    assert_eq!(f.profile.host_link_bytes_per_s, base.host_link_bytes_per_s);
+    assert!(rel(f.profile.peak_flops_per_s, 50e9) < 1e-6);
+}
+
+const CPU: &str = include_str!("../scenarios/devices/cpu.toml");
+
+fn refused(text: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).expect("write");
+    let err = DeviceProfile::load_file(&path)
+        .expect_err("must be refused")
+        .to_string();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    err.replace(&path.display().to_string(), "bad.toml")
+}
+
+fn line_of(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with(&format!("{key} =")))
+        .map_or(0, |i| i + 1)
+}
+
+#[test]
+fn a_missing_constant_is_refused_naming_it() {
+    for key in ["peak_flops_per_s", "step_overhead_s", "memory_bytes"] {
+        let text: String = CPU
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{key} =")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = refused(&text);
+        // The full key, not prefixed by the key the error's span starts at.
+        assert!(
+            err.contains(&format!("bad.toml:1:1: {key}: missing field")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn out_of_range_constants_are_refused_at_their_line() {
+    for (key, value) in [
+        ("hbm_effective_bytes_per_s", "1e-300"),
+        ("peak_flops_per_s", "1e-300"),
+        ("paged_attention_efficiency", "1e-300"),
+        ("step_overhead_s", "20.0"),
+        ("step_overhead_s", "-1e-6"),
+        ("seq_overhead_s", "nan"),
+        ("memory_bytes", "0"),
+    ] {
+        let line = line_of(CPU, key);
+        let text = if line == 0 {
+            format!("{CPU}\n{key} = {value}\n")
+        } else {
+            CPU.lines()
+                .map(|l| {
+                    if l.starts_with(&format!("{key} =")) {
+                        format!("{key} = {value}\n")
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect()
+        };
+        let line = line_of(&text, key);
+        let err = refused(&text);
+        assert!(
+            err.contains(&format!("bad.toml:{line}:1: {key}: must be between")),
+            "{key} = {value}: {err}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_refused_at_their_line() {
+    let text = format!("{CPU}\nhbm_bandwith = 5e9\n");
+    let err = refused(&text);
+    let line = line_of(&text, "hbm_bandwith");
+    assert!(
+        err.contains(&format!("bad.toml:{line}:1: hbm_bandwith: unknown field")),
+        "{err}"
+    );
+    let text = CPU.replace("peak_flops_per_s = ", "peak_flops_per_s = \"fast\" # ");
+    let err = refused(&text);
+    let line = line_of(&text, "peak_flops_per_s");
+    assert!(
+        err.contains(&format!("bad.toml:{line}:")) && err.contains("peak_flops_per_s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_profile_beside_a_scenario_fails_the_run_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("devices")).expect("mkdir");
+    let text = CPU
+        .lines()
+        .map(|l| {
+            if l.starts_with("step_overhead_s =") {
+                "step_overhead_s = 20.0\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect::<String>();
+    std::fs::write(dir.path().join("devices/cpu.toml"), &text).expect("write");
+    let scenario = dir.path().join("s.toml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quick-basic.toml"),
+        &scenario,
+    )
+    .expect("copy");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["run", "--backend", "sim", "--out"])
+        .arg(dir.path().join("out"))
+        .arg(&scenario)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line = line_of(&text, "step_overhead_s");
+    assert!(
+        stderr.contains(&format!(
+            "cpu.toml:{line}:1: step_overhead_s: must be between"
+        )),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("out").exists());
+}
+
+/// The README's calibration figures: every error in the committed `calibration.json` files
+/// recomputes from the two runs' `summary.json` beside it.
+#[test]
+fn committed_calibration_errors_recompute_from_their_summaries() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("results/calibration");
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).expect("read")).expect("json")
+    };
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).expect("results/calibration") {
+        let dir = entry.expect("entry").path();
+        let cal = read(&dir.join("calibration.json"));
+        let (m, s) = (
+            read(&dir.join("measured/summary.json")),
+            read(&dir.join("sim/summary.json")),
+        );
+        for (i, run) in cal["runs"].as_array().expect("runs").iter().enumerate() {
+            for (key, path) in [
+                ("ttft_p50", ["ttft_ms", "p50"]),
+                ("ttft_p99", ["ttft_ms", "p99"]),
+                ("itl_p50", ["itl_ms", "p50"]),
+                ("itl_p99", ["itl_ms", "p99"]),
+                ("e2e_p50", ["e2e_ms", "p50"]),
+            ] {
+                let x = m["runs"][i][path[0]][path[1]].as_f64().expect(key);
+                let y = s["runs"][i][path[0]][path[1]].as_f64().expect(key);
+                let e = run["errors"][key].as_f64().expect(key);
+                assert!((e - (y - x) / x).abs() < 1e-12, "{}: {key}", dir.display());
+                checked += 1;
+            }
+            for (key, field) in [
+                ("throughput", "throughput_tokens_per_s"),
+                ("goodput", "goodput_requests_per_s"),
+            ] {
+                let x = m["runs"][i][field].as_f64().expect(key);
+                let y = s["runs"][i][field].as_f64().expect(key);
+                let e = run["errors"][key].as_f64().expect(key);
+                assert!((e - (y - x) / x).abs() < 1e-12, "{}: {key}", dir.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 28, "{checked}");
+}
