@@ -64,14 +64,7 @@ pub fn svg(
             root.draw(&Text::new(name.as_str(), (px - 6, py), style.clone()))
                 .map_err(msg)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(msg)?;
+        super::draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
 }

@@ -61,14 +61,7 @@ pub fn svg(title: &str, x_label: &str, series: &[Series]) -> Result<String, Plot
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(msg)?;
+        super::draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
 }

@@ -166,14 +166,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .label(format!("{mode} at target"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(msg)?;
+        super::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }

@@ -83,6 +83,25 @@ pub fn render(
 }
 
 /// Error text of any plotters failure.
+/// Every chart's legend looks the same; only where it sits depends on where the data leaves room.
+pub fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font((FONT, 12))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(msg)
+}
+
 pub fn msg<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
