@@ -95,14 +95,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         d => bail!("kernel-bench: --dtype {d}: expected f32 or bf16"),
     };
     let llc = last_level_cache_bytes();
-    let pick = |given: &[usize], quick: &[usize], full: &[usize]| -> Vec<usize> {
-        if !given.is_empty() {
-            given.to_vec()
-        } else if args.quick {
-            quick.to_vec()
-        } else {
-            full.to_vec()
-        }
+    let pick = |given: &[usize], quick: &[usize], full: &[usize]| {
+        grid_axis(args.quick, given, quick, full)
     };
     let cfg = BenchConfig {
         batches: pick(&args.batch, &[1, 8], &[1, 8, 32]),
@@ -125,20 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
     };
     // The output folder is made (or refused) before minutes of measurement, not after.
-    let csv_path = match &args.out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let path = dir.join("kernel_bench.csv");
-            if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
-                bail!(
-                    "{}: is not a regular file; refusing to replace it",
-                    path.display()
-                );
-            }
-            Some(path)
-        }
-        None => None,
-    };
+    let csv_path = csv_target(args.out.as_deref())?;
     let res = run_grid(&cfg).context("kernel-bench")?;
     print_table(&res, &cfg, llc);
     if let Some(path) = &csv_path {
@@ -229,4 +210,39 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
             }
         );
     }
+}
+
+/// One axis of the grid: the values given on the command line, else the quick or the full set.
+pub(super) fn grid_axis(
+    quick_grid: bool,
+    given: &[usize],
+    quick: &[usize],
+    full: &[usize],
+) -> Vec<usize> {
+    if !given.is_empty() {
+        given.to_vec()
+    } else if quick_grid {
+        quick.to_vec()
+    } else {
+        full.to_vec()
+    }
+}
+
+/// Where `kernel_bench.csv` goes, with its folder made (or refused) before minutes of
+/// measurement, not after.
+pub(super) fn csv_target(
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Some(dir) = out else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("kernel_bench.csv");
+    if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+        bail!(
+            "{}: is not a regular file; refusing to replace it",
+            path.display()
+        );
+    }
+    Ok(Some(path))
 }

@@ -39,14 +39,8 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
     let Some(dtype) = KvDtype::parse(&args.dtype) else {
         bail!("kernel-bench: --dtype {}: expected f32 or bf16", args.dtype);
     };
-    let pick = |given: &[usize], quick: &[usize], full: &[usize]| -> Vec<usize> {
-        if !given.is_empty() {
-            given.to_vec()
-        } else if args.quick {
-            quick.to_vec()
-        } else {
-            full.to_vec()
-        }
+    let pick = |given: &[usize], quick: &[usize], full: &[usize]| {
+        super::kernel_bench::grid_axis(args.quick, given, quick, full)
     };
     let cfg = GpuBenchConfig {
         batches: pick(&args.batch, &[1, 64], &[1, 16, 64]),
@@ -70,20 +64,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.shape.check().context("kernel-bench --model")?;
     // The output folder is made (or refused) before any measurement, as on cpu.
-    let csv_path = match &args.out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let path = dir.join("kernel_bench.csv");
-            if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
-                bail!(
-                    "{}: is not a regular file; refusing to replace it",
-                    path.display()
-                );
-            }
-            Some(path)
-        }
-        None => None,
-    };
+    let csv_path = super::kernel_bench::csv_target(args.out.as_deref())?;
     let gpu = Gpu::open().context("kernel-bench --backend cuda: no usable GPU")?;
     let res = bench::run(&gpu, &cfg).context("kernel-bench")?;
     print_table(&gpu, &cfg, &res);
