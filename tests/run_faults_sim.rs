@@ -305,3 +305,12 @@ fn a_clean_run_passes_the_shadow_on_every_shipped_scenario() {
         }
     }
 }
+
+#[test]
+fn report_md_names_a_switched_off_shadow() {
+    let s = scenario("quick-basic", &[]);
+    let off = results::report::markdown(&run(&s, None, false));
+    let on = results::report::markdown(&run(&s, None, true));
+    assert!(off.contains("shadow KV payload was switched off"), "{off}");
+    assert!(!on.contains("switched off"), "{on}");
+}

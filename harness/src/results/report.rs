@@ -157,5 +157,12 @@ pub fn markdown(exp: &Experiment) -> String {
             s.push_str(&format!("- FAILED: {f}\n"));
         }
     }
+    if exp.backend == "sim" && !exp.shadow {
+        // A reader must not take a clean sim run for a shadow-checked one.
+        s.push_str(
+            "\nThe shadow KV payload was switched off (`--no-shadow`): reads were not checked \
+             against what was written.\n",
+        );
+    }
     s
 }
