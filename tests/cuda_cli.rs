@@ -2,21 +2,14 @@
 //! command that needs a device exits 2 naming what is missing — never a panic. The driver is
 //! hidden with `KVBENCH_CUDA_HIDE`, so these hold on GPU machines too.
 
-use std::process::Command;
+mod support;
 
 fn kvbench(args: &[&str], hide: &str) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("KVBENCH_CUDA_HIDE", hide)
-        .args(args)
-        .output()
-        .expect("run kvbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    support::kvbench_env(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &[("KVBENCH_CUDA_HIDE", hide)],
+        args,
+    )
 }
 
 #[test]

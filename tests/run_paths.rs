@@ -3,6 +3,8 @@
 //! interrupted runs (no temporary folder left), I/O errors (the OS message once), the default
 //! folders that both commands replace, and the smaller flag checks of `fuzz` and `kernel-bench`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,17 +15,7 @@ fn bin() -> &'static str {
 
 /// Runs the binary in `dir`; returns its exit code and stdout+stderr.
 fn kvbench_in(dir: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(bin())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run kvbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    support::kvbench_env(dir, &[], args)
 }
 
 fn repo() -> PathBuf {
