@@ -151,7 +151,7 @@ fn check_conversations(
             StreamStatus::Completed,
             "turn {next} issued after a failed turn"
         );
-        let new = &w.requests[next as usize].prompt;
+        let new = w.requests[next as usize].prompt.tokens();
         let pp = &prompts[&r.id];
         if cur.status == StreamStatus::Rejected {
             // Never computed: too long. Its length is still the whole conversation's.
@@ -163,7 +163,7 @@ fn check_conversations(
         let cp = &prompts[&next];
         let mut want: Vec<u32> = pp.clone();
         want.extend_from_slice(&prev.token_ids);
-        want.extend_from_slice(new);
+        want.extend_from_slice(&new);
         match truncate_at {
             None => assert_eq!(
                 cp, &want,

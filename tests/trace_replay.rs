@@ -246,17 +246,22 @@ fn csv_fixture_reads_back_exactly_with_sessions_tenants_and_groups() {
         .collect();
     assert_eq!(a.len(), 3);
     for k in 1..a.len() {
-        assert_eq!(a[k].prompt[..a[k - 1].prompt.len()], a[k - 1].prompt[..]);
+        assert_eq!(
+            a[k].prompt.tokens()[..a[k - 1].prompt.len_tokens() as usize],
+            a[k - 1].prompt.tokens()[..]
+        );
     }
     // Group 1: the first 64 tokens agree across tenants (the cache's scope keeps them apart).
     let g: Vec<&kvbench::workload::Request> =
         r.iter().filter(|q| q.prefix_group == Some(1)).collect();
     assert_eq!(g.len(), 3);
-    assert!(g.iter().all(|q| q.prompt[..64] == g[0].prompt[..64]));
-    let n = g[0].prompt.len().min(g[1].prompt.len());
+    assert!(g
+        .iter()
+        .all(|q| q.prompt.tokens()[..64] == g[0].prompt.tokens()[..64]));
+    let n = g[0].prompt.len_tokens().min(g[1].prompt.len_tokens()) as usize;
     assert_ne!(
-        g[1].prompt[64..n],
-        g[0].prompt[64..n],
+        g[1].prompt.tokens()[64..n],
+        g[0].prompt.tokens()[64..n],
         "fresh tokens after the prefix"
     );
     assert_eq!(
@@ -282,10 +287,10 @@ fn equal_hash_ids_give_equal_tokens_and_unequal_ones_differ() {
     // and then differ (3 vs 4).
     let s = scenario("trace-mooncake");
     let w = workload::generate(&s, s.seed).expect("workload");
-    let (r0, r2) = (&w.requests[0].prompt, &w.requests[2].prompt);
+    let (r0, r2) = (w.requests[0].prompt.tokens(), w.requests[2].prompt.tokens());
     assert_eq!(r0[..192], r2[..192]);
     assert_ne!(r0[192..200], r2[192..200]);
-    assert_ne!(w.requests[1].prompt[..64], r0[..64]);
+    assert_ne!(w.requests[1].prompt.tokens()[..64], r0[..64]);
 }
 
 #[test]

@@ -70,7 +70,12 @@ fn lognormal_median_within_tolerance() {
     let s =
         scenario(&["traffic.prompt_tokens={ dist = \"lognormal\", median = 600.0, sigma = 0.8 }"]);
     let w = gen(&s, seed());
-    let m = median(w.requests.iter().map(|r| r.prompt.len() as f64).collect());
+    let m = median(
+        w.requests
+            .iter()
+            .map(|r| r.prompt.len_tokens() as f64)
+            .collect(),
+    );
     assert!((m / 600.0 - 1.0).abs() < 0.05, "median {m}");
 }
 
@@ -114,7 +119,7 @@ fn clamps_are_respected() {
             &format!("traffic.output_tokens={dist}"),
         ]);
         let w = gen(&s, seed());
-        let lens: Vec<u32> = w.requests.iter().map(|r| r.prompt.len() as u32).collect();
+        let lens: Vec<u32> = w.requests.iter().map(|r| r.prompt.len_tokens()).collect();
         let outs: Vec<u32> = w.requests.iter().map(|r| r.output_tokens).collect();
         for v in lens.iter().chain(&outs) {
             assert!((10..=90).contains(v), "{dist}: {v}");
@@ -144,7 +149,7 @@ fn sequences_fit_max_seq_len() {
     for r in &w.requests {
         assert!(r.output_tokens >= 1);
         assert!(
-            r.prompt.len() as u32 + r.output_tokens <= 64,
+            r.prompt.len_tokens() + r.output_tokens <= 64,
             "request {}",
             r.id
         );
@@ -205,9 +210,9 @@ fn prefix_groups_share_actual_token_ids_across_tenants() {
     let w = gen(&s, seed);
     for r in &w.requests {
         let g = r.prefix_group.expect("share 1.0");
-        assert_eq!(r.prompt.len(), 32);
+        assert_eq!(r.prompt.len_tokens() as usize, 32);
         assert_eq!(
-            &r.prompt[..24],
+            &r.prompt.tokens()[..24],
             &workload::prefix_tokens(seed, g, 24, 512)[..]
         );
     }
@@ -231,7 +236,7 @@ fn token_ids_are_below_vocab_and_ids_are_dense() {
     let w = gen(&s, seed());
     for (i, r) in w.requests.iter().enumerate() {
         assert_eq!(r.id, i as u64);
-        assert!(r.prompt.iter().all(|&t| t < 512), "request {i}");
+        assert!(r.prompt.tokens().iter().all(|&t| t < 512), "request {i}");
     }
 }
 
@@ -252,7 +257,10 @@ fn same_seed_same_hash_different_seed_different_hash() {
     assert_ne!(a.workload_hash, c.workload_hash);
     // The hash covers the list: change one token, the hash changes.
     let mut d = a.clone();
-    d.requests[7].prompt[0] = (d.requests[7].prompt[0] + 1) % 512;
+    match &mut d.requests[7].prompt {
+        workload::Prompt::Explicit(t) => t[0] = (t[0] + 1) % 512,
+        other => panic!("a synthetic prompt is explicit, got {other:?}"),
+    }
     assert_ne!(
         workload::workload_hash(&d.requests, d.closed_loop.as_ref()),
         a.workload_hash
@@ -334,8 +342,11 @@ fn empirical_lengths_come_from_the_csv() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scenarios/empirical.toml");
     let s = scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
     let w = gen(&s, seed());
-    let prompts: std::collections::BTreeSet<usize> =
-        w.requests.iter().map(|r| r.prompt.len()).collect();
+    let prompts: std::collections::BTreeSet<usize> = w
+        .requests
+        .iter()
+        .map(|r| r.prompt.len_tokens() as usize)
+        .collect();
     let outputs: std::collections::BTreeSet<u32> =
         w.requests.iter().map(|r| r.output_tokens).collect();
     assert_eq!(prompts.into_iter().collect::<Vec<_>>(), vec![10, 20, 30]);
@@ -384,7 +395,7 @@ mod clamp_props {
             ]);
             let w = gen(&s, seed);
             for r in &w.requests {
-                prop_assert!((lo..=hi).contains(&(r.prompt.len() as u32)));
+                prop_assert!((lo..=hi).contains(&(r.prompt.len_tokens())));
             }
         }
     }

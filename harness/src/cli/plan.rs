@@ -142,7 +142,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .requests
                 .iter()
                 .flat_map(|r| {
-                    let len = r.prompt.len() as u32 + r.output_tokens;
+                    let len = r.prompt.len_tokens().saturating_add(r.output_tokens);
                     (0..r.samples).map(move |_| len)
                 })
                 .collect();

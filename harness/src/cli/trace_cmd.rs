@@ -119,10 +119,11 @@ pub fn run(c: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
-    let parsed = trace::read(&a.file, a.format.format(), a.skip_bad_rows)?;
     let mut spec = TraceSpec::new(a.file.display().to_string());
+    spec.format = a.format.format();
+    spec.skip_bad_rows = a.skip_bad_rows;
     spec.hash_block_tokens = a.hash_block_tokens.max(1);
-    let st = trace::trace_stats(&parsed, &spec, a.max_seq_len, a.block_size.max(1));
+    let st = trace::trace_stats(&a.file, &spec, a.max_seq_len, a.block_size.max(1))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(ExitCode::SUCCESS);

@@ -76,9 +76,10 @@ pub(super) struct Engine<'a> {
     /// backend work (a compute backend's oracle check runs in `forget`), not host overhead.
     pub backend_hook_s: f64,
     pub seq_steps: u64,
-    /// The built prompt of each later session turn (empty until it is issued, and again once
-    /// it resolved): the conversation so far plus its new tokens (`lifecycle.rs`).
-    pub session_prompts: Vec<Vec<u32>>,
+    /// The prompts made for live requests, by request (`lifecycle.rs`): a trace row's recipe
+    /// made when it arrives, a later session turn's conversation built when it is issued; each
+    /// dropped when its request resolves. Explicit prompts are read from the workload.
+    pub prompts: std::collections::BTreeMap<u32, Vec<u32>>,
 }
 
 /// Per-sequence metadata the ledger counts under "other" (ids, lengths, state), bytes.
@@ -167,11 +168,7 @@ pub fn run(
         host_s: 0.0,
         backend_hook_s: 0.0,
         seq_steps: 0,
-        session_prompts: if workload.requests.iter().any(|r| r.session.is_some()) {
-            vec![Vec::new(); n]
-        } else {
-            Vec::new()
-        },
+        prompts: std::collections::BTreeMap::new(),
     };
     e.main_loop()?;
     Ok(e.finish_record(device_start))

@@ -29,17 +29,23 @@ impl Engine<'_> {
         }
     }
 
-    /// The prompt of request `r`: as generated, or for a later session turn as built when the
-    /// previous turn resolved.
+    /// The prompt of live request `r`: as made at its arrival (a recipe) or built when the
+    /// previous session turn resolved, else as held in the workload.
     pub(super) fn prompt_of(&self, r: u32) -> &[u32] {
-        match self.session_prompts.get(r as usize) {
-            Some(p) if !p.is_empty() => p,
-            _ => &self.workload.requests[r as usize].prompt,
+        match self.prompts.get(&r) {
+            Some(p) => p,
+            None => self.workload.requests[r as usize]
+                .prompt
+                .explicit()
+                .unwrap_or(&[]),
         }
     }
 
     fn arrive(&mut self, r: u32, t: u64) {
         let req = &self.workload.requests[r as usize];
+        if req.prompt.explicit().is_none() && !self.prompts.contains_key(&r) {
+            self.prompts.insert(r, req.prompt.tokens().into_owned());
+        }
         let prompt_len = self.prompt_of(r).len();
         let samples = req.samples.max(1);
         let first = self.streams.len() as u32;
@@ -243,6 +249,7 @@ impl Engine<'_> {
         if self.workload.requests[r as usize].session.is_some() {
             self.session_follow_up(r);
         }
+        self.prompts.remove(&r);
         if let Some(cl) = self.workload.closed_loop {
             if (self.next_closed_loop as usize) < self.workload.requests.len() {
                 let t = self.now_ns.saturating_add(ms_to_ns(cl.think_ms));
@@ -259,7 +266,7 @@ impl Engine<'_> {
         let Some(turn) = self.workload.requests[r as usize].session else {
             return;
         };
-        let previous = std::mem::take(&mut self.session_prompts[r as usize]);
+        let previous = self.prompts.remove(&r);
         let Some(next) = turn.next.map(|n| n as u32) else {
             return;
         };
@@ -278,22 +285,21 @@ impl Engine<'_> {
         }
         let req = &self.workload.requests[r as usize];
         let nreq = &self.workload.requests[next as usize];
-        let before: &[u32] = if previous.is_empty() {
-            &req.prompt
-        } else {
-            &previous
+        let before = match previous {
+            Some(p) => std::borrow::Cow::Owned(p),
+            None => req.prompt.tokens(),
         };
-        let mut prompt =
-            Vec::with_capacity(before.len() + head.token_ids.len() + nreq.prompt.len());
-        prompt.extend_from_slice(before);
+        let new = nreq.prompt.tokens();
+        let mut prompt = Vec::with_capacity(before.len() + head.token_ids.len() + new.len());
+        prompt.extend_from_slice(&before);
         prompt.extend_from_slice(&head.token_ids);
-        prompt.extend_from_slice(&nreq.prompt);
+        prompt.extend_from_slice(&new);
         let room = (self.cfg.max_seq_len as usize).saturating_sub(nreq.output_tokens as usize);
         if turn.truncate_front && prompt.len() > room {
             prompt.drain(..prompt.len() - room);
         }
         let think_ns = ms_to_ns(nreq.session.map_or(0.0, |s| s.think_ms));
-        self.session_prompts[next as usize] = prompt;
+        self.prompts.insert(next, prompt);
         self.arrivals.push(Reverse((self.now_ns + think_ns, next)));
     }
 

@@ -421,6 +421,8 @@ impl Scenario {
         Some(super::host::HostNeed {
             requests: requests.min(u64::MAX as f64) as u64,
             mean_prompt_tokens: mean_prompt,
+            // A trace's prompts are recipes (`workload::Prompt`); its lengths are its own.
+            prompts_held: !matches!(t.arrival, ArrivalSpec::Trace(_)),
             mean_output_tokens: mean_output,
             mean_samples,
             paged_blocks,

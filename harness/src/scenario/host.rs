@@ -51,10 +51,15 @@ fn address_space_limit(text: &str) -> Option<u64> {
 /// each) peak at 6.1 KB per request, 4,000 of 150 tokens at 13.3 KB; these figures estimate
 /// 7.4 KB and 19 KB, erring high.
 pub mod cost {
-    /// One request in the list and its engine bookkeeping (queues, heaps, lookups).
+    /// One request in the list and its engine bookkeeping (queues, heaps, lookups). A trace
+    /// row's descriptor (request and prompt recipe, hash ids aside) is 144 bytes.
     pub const PER_REQUEST_BYTES: u64 = 256;
-    /// One prompt token: the id in the request list plus the copy a start builds.
+    /// One prompt token held in the list (explicit ids: synthetic scenarios) plus the copy a
+    /// start builds. A replayed trace holds recipes instead: its ids are made per request in
+    /// flight, so its list costs no bytes per token.
     pub const PER_PROMPT_TOKEN_BYTES: u64 = 8;
+    /// One Mooncake hash id held in a trace row's recipe.
+    pub const PER_HASH_ID_BYTES: u64 = 8;
     /// One stream's record (state, timestamps, counters, trace events).
     pub const PER_STREAM_BYTES: u64 = 2048;
     /// One output token: its time stamp (8) and id (4), trace events, vector slack.
@@ -68,6 +73,8 @@ pub mod cost {
 pub struct HostNeed {
     pub requests: u64,
     pub mean_prompt_tokens: f64,
+    /// Whether the list holds its prompts' ids (false for a trace replay's recipes).
+    pub prompts_held: bool,
     pub mean_output_tokens: f64,
     pub mean_samples: f64,
     pub paged_blocks: u64,
@@ -80,9 +87,13 @@ impl HostNeed {
     /// results are written), the block metadata and any host-resident KV pool. Saturating.
     pub fn bytes(&self) -> u64 {
         let n = self.requests as f64;
-        let list = n
-            * (cost::PER_REQUEST_BYTES as f64
-                + self.mean_prompt_tokens * cost::PER_PROMPT_TOKEN_BYTES as f64);
+        let per_token = if self.prompts_held {
+            cost::PER_PROMPT_TOKEN_BYTES as f64
+        } else {
+            // At most one hash id per 16 tokens (the smallest block releases use).
+            cost::PER_HASH_ID_BYTES as f64 / 16.0
+        };
+        let list = n * (cost::PER_REQUEST_BYTES as f64 + self.mean_prompt_tokens * per_token);
         let records = n
             * self.mean_samples
             * (cost::PER_STREAM_BYTES as f64
@@ -116,11 +127,33 @@ mod tests {
         let need = HostNeed {
             requests: u64::MAX,
             mean_prompt_tokens: 1e9,
+            prompts_held: true,
             mean_output_tokens: 1e9,
             mean_samples: 4096.0,
             paged_blocks: u64::MAX,
             host_kv_bytes: u64::MAX,
         };
         assert_eq!(need.bytes(), u64::MAX);
+    }
+
+    #[test]
+    fn a_trace_list_costs_its_descriptors_not_its_tokens() {
+        let held = HostNeed {
+            requests: 1_000_000,
+            mean_prompt_tokens: 4000.0,
+            prompts_held: true,
+            mean_output_tokens: 0.0,
+            mean_samples: 0.0,
+            paged_blocks: 0,
+            host_kv_bytes: 0,
+        };
+        let recipes = HostNeed {
+            prompts_held: false,
+            ..held
+        };
+        // 1M explicit prompts of 4000 tokens: 32 GB; as recipes: 256 B + 2 KB of hash ids each.
+        assert_eq!(held.bytes(), 1_000_000 * (256 + 4000 * 8));
+        assert_eq!(recipes.bytes(), 1_000_000 * (256 + 2000));
+        assert!(recipes.bytes() < held.bytes() / 10);
     }
 }

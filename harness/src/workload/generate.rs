@@ -180,7 +180,7 @@ fn generate_unplaced(scenario: &Scenario, seed: u64) -> Result<Workload, Workloa
             id: i as u64,
             tenant,
             arrival_ms,
-            prompt,
+            prompt: prompt.into(),
             prefix_group: group,
             output_tokens,
             samples,

@@ -3,6 +3,7 @@
 //! Floats are encoded by their bits and every variable-length field by its length first, so the
 //! hash does not depend on how a formatter prints numbers or on the platform's endianness.
 
+use super::prompt::Prompt;
 use super::types::{CancelPoint, ClosedLoop, Request, TraceInfo};
 
 /// Bump when the encoding (not the generator) changes.
@@ -50,9 +51,18 @@ fn hasher(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> blake3::Has
         h.update(&r.id.to_le_bytes());
         h.update(&r.tenant.to_le_bytes());
         h.update(&r.arrival_ms.to_bits().to_le_bytes());
-        h.update(&(r.prompt.len() as u64).to_le_bytes());
-        for t in &r.prompt {
-            h.update(&t.to_le_bytes());
+        match &r.prompt {
+            Prompt::Explicit(ids) => {
+                h.update(&(ids.len() as u64).to_le_bytes());
+                for t in ids {
+                    h.update(&t.to_le_bytes());
+                }
+            }
+            // No length is u64::MAX: a recipe's bytes cannot read as an explicit list.
+            Prompt::Recipe(recipe) => {
+                h.update(&u64::MAX.to_le_bytes());
+                recipe.hash_into(&mut h);
+            }
         }
         match r.prefix_group {
             None => h.update(&[0]),

@@ -5,6 +5,7 @@
 
 mod generate;
 mod hash;
+mod prompt;
 mod sample;
 mod sessions;
 mod summary;
@@ -13,6 +14,7 @@ mod types;
 
 pub use generate::{generate, prefix_tokens, MAX_REQUESTS};
 pub use hash::{workload_hash, workload_hash_with_trace};
+pub use prompt::{hash_block_tokens, Head, Prompt, Recipe};
 pub use sample::{DelaySampler, GapSampler, LengthSampler};
 pub use summary::{Percentiles, Summary};
 pub use types::*;
@@ -40,13 +42,16 @@ fn trace_workload(
     vocab: u32,
 ) -> Result<Workload, WorkloadError> {
     let path = scenario.resolve_path(&spec.path);
-    let parsed = trace::read(&path, spec.format, spec.skip_bad_rows)?;
     let limits = trace::ReplayLimits {
         max_requests: scenario.traffic.requests,
         duration_s: scenario.traffic.duration_s,
     };
-    let trace::Replayed { requests, mut info } = trace::replay(&parsed, spec, &limits, seed, vocab);
-    if parsed.has_content_ids {
+    let trace::Replayed {
+        requests,
+        mut info,
+        has_content_ids,
+    } = trace::replay(&path, spec, &limits, seed, vocab)?;
+    if has_content_ids {
         let per_tenant = scenario.scheduler.prefix_scope != crate::scenario::PrefixScope::Global;
         let ideal = trace::ideal_prefix_reuse(
             &requests,

@@ -13,6 +13,7 @@ use rand::Rng;
 use super::generate::rng;
 use super::sample::{DelaySampler, LengthSampler};
 use super::types::{Request, SessionTurn};
+use super::Prompt;
 use super::WorkloadError;
 use crate::scenario::{Scenario, SessionOverflow, SessionsSpec};
 
@@ -78,7 +79,7 @@ pub fn expand(
                 // Never used for issuing (the engine issues it after the previous turn); kept
                 // equal to the session's start so the list stays in arrival order.
                 arrival_ms,
-                prompt: (0..len).map(|_| r_tok.gen_range(0..vocab)).collect(),
+                prompt: Prompt::Explicit((0..len).map(|_| r_tok.gen_range(0..vocab)).collect()),
                 prefix_group: None,
                 // Below max_seq_len, so a front-truncated conversation keeps a prompt token.
                 output_tokens: output

@@ -68,7 +68,7 @@ impl Summary {
     /// `prefix_tokens` is the shared-prefix length (0 when the scenario has none).
     pub fn of(w: &Workload, prefix_tokens: u32) -> Summary {
         let r = &w.requests;
-        let prompts: Vec<u32> = r.iter().map(|q| q.prompt.len() as u32).collect();
+        let prompts: Vec<u32> = r.iter().map(|q| q.prompt.len_tokens()).collect();
         let outputs: Vec<u32> = r.iter().map(|q| q.output_tokens).collect();
         let gaps: Vec<f64> = r
             .windows(2)
@@ -98,7 +98,7 @@ impl Summary {
         let shared_tokens: u64 = r
             .iter()
             .filter(|q| q.prefix_group.is_some())
-            .map(|q| (prefix_tokens as u64).min(q.prompt.len() as u64))
+            .map(|q| (prefix_tokens as u64).min(q.prompt.len_tokens() as u64))
             .sum();
         let mut per_tenant = BTreeMap::new();
         for q in r {

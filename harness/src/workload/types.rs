@@ -22,8 +22,9 @@ pub struct Request {
     /// Intended arrival time (open loop). For closed-loop workloads this is 0 and the engine
     /// issues requests in id order as clients free up.
     pub arrival_ms: f64,
-    /// Prompt token ids; requests in one shared-prefix group start with the same ids.
-    pub prompt: Vec<u32>,
+    /// Prompt token ids (held, or a trace row's recipe made on demand); requests in one
+    /// shared-prefix group start with the same ids.
+    pub prompt: super::Prompt,
     /// Index of the shared-prefix group this prompt starts with, if any.
     pub prefix_group: Option<u32>,
     /// Output tokens to generate per continuation (no stop token: both cache modes do equal work).

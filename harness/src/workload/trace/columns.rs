@@ -93,7 +93,7 @@ impl Layout {
         self.session.is_some() || self.prefix_group.is_some()
     }
 
-    pub fn parse(&self, line: &str) -> Result<TraceRow, RowError> {
+    pub fn parse<'a>(&self, line: &'a str) -> Result<TraceRow<'a>, RowError> {
         let mut fields: Vec<(usize, &str)> = Vec::with_capacity(self.fields);
         let mut col = 1;
         for f in line.split(',') {
@@ -106,7 +106,7 @@ impl Layout {
                 message: format!("{} fields, the header has {}", fields.len(), self.fields),
             });
         }
-        let text = |i: usize| {
+        let text = |i: usize| -> (usize, &'a str) {
             let (c, f) = fields[i];
             let lead = f.len() - f.trim_start().len();
             (c + lead, unquote(f.trim()))
@@ -139,7 +139,7 @@ impl Layout {
                 message: format!("{what} `{v}` is not a whole number"),
             })
         };
-        let label = |i: Option<usize>| i.map(|i| text(i).1.to_string());
+        let label = |i: Option<usize>| i.map(|i| text(i).1);
         Ok(TraceRow {
             time_ns,
             prompt_tokens: count(self.prompt, "prompt length")?,

@@ -1,9 +1,11 @@
 //! Trace replay: real request traces (Azure LLM inference, BurstGPT, Mooncake, a plain CSV)
 //! read row by row into a request list, and their statistics (`kvbench trace stats`).
 //!
-//! `read` parses (`lines.rs` bounds each line and hashes every byte; `columns.rs` and
-//! `mooncake.rs` parse rows; `time.rs` keeps times exact); `replay.rs` turns rows into requests
-//! with token ids; `reuse.rs` computes the ideal prefix reuse an infinite cache would reach.
+//! `read_rows` streams rows to a visitor (`lines.rs` bounds each line and hashes every byte;
+//! `columns.rs` and `mooncake.rs` parse rows; `time.rs` keeps times exact): no whole-file buffer
+//! and no row is kept unless the visitor keeps it. `replay.rs` keeps compact rows and turns them
+//! into requests whose prompts are recipes; `reuse.rs` computes the ideal prefix reuse an
+//! infinite cache would reach; `stats.rs` folds rows into `kvbench trace stats`.
 
 mod columns;
 mod lines;
@@ -17,26 +19,27 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+pub use crate::workload::hash_block_tokens;
 pub use lines::MAX_LINE_BYTES;
-pub use replay::{hash_block_tokens, replay, ReplayLimits, Replayed};
+pub use replay::{replay, ReplayLimits, Replayed};
 pub use reuse::{ideal_prefix_reuse, IdealReuse};
 pub use stats::{trace_stats, TraceStats};
 pub use time::{azure_timestamp_ns, decimal_scaled};
 
 use crate::scenario::TraceFormat;
 
-/// One data row, in the trace's own units.
+/// One data row, in the trace's own units, borrowing its labels from the line.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TraceRow {
+pub struct TraceRow<'a> {
     /// The row's time in ns on the trace's clock (epoch for Azure, its own origin otherwise).
     pub time_ns: u64,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
     /// BurstGPT `Model` and `Log Type`.
-    pub model: Option<String>,
-    pub log_type: Option<String>,
+    pub model: Option<&'a str>,
+    pub log_type: Option<&'a str>,
     /// Plain CSV `session_id`, `tenant`, `prefix_group`.
-    pub session: Option<String>,
+    pub session: Option<&'a str>,
     pub tenant: Option<u32>,
     pub prefix_group: Option<u32>,
     /// Mooncake content ids, one per block of prompt.
@@ -68,14 +71,11 @@ pub enum TraceError {
     },
 }
 
-/// A trace file read whole, rows in file order.
+/// What reading a whole trace found (its rows went to the visitor).
 #[derive(Debug, Clone)]
-pub struct ParsedTrace {
+pub struct TraceRead {
     pub path: PathBuf,
     pub format: TraceFormat,
-    pub rows: Vec<TraceRow>,
-    /// 1-based line of each row (for messages about a row after parsing).
-    pub lines: Vec<u64>,
     /// Data rows seen (header and blank lines excluded), good or bad.
     pub data_rows: u64,
     pub skipped_bad_rows: u64,
@@ -86,13 +86,16 @@ pub struct ParsedTrace {
     pub has_content_ids: bool,
 }
 
-/// Read a trace: the format from `format` or, for `auto`, from the header line. A bad row is an
+/// Read a trace row by row, handing each good row (with the format and its 1-based line) to
+/// `on_row`: the format from `format` or, for `auto`, from the header line. A bad row is an
 /// error naming file, line and column unless `skip_bad_rows`, which skips and counts it.
-pub fn read(
+/// Memory: one line.
+pub fn read_rows(
     path: &Path,
     format: TraceFormat,
     skip_bad_rows: bool,
-) -> Result<ParsedTrace, TraceError> {
+    mut on_row: impl FnMut(TraceFormat, u64, TraceRow<'_>),
+) -> Result<TraceRead, TraceError> {
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,
@@ -105,11 +108,9 @@ pub fn read(
     };
     let file = File::open(path).map_err(io)?;
     let mut lines = lines::Lines::new(BufReader::with_capacity(1 << 16, file));
-    let mut out = ParsedTrace {
+    let mut out = TraceRead {
         path: path.to_path_buf(),
         format,
-        rows: Vec::new(),
-        lines: Vec::new(),
         data_rows: 0,
         skipped_bad_rows: 0,
         first_bad_row: None,
@@ -180,8 +181,7 @@ pub fn read(
                 if !row.hash_ids.is_empty() {
                     out.has_content_ids = true;
                 }
-                out.rows.push(row);
-                out.lines.push(no);
+                on_row(out.format, no, row);
             }
             Err(e) if skip_bad_rows => out.note_bad(row_err(no, e.col, e.message)),
             Err(e) => return Err(row_err(no, e.col, e.message)),
@@ -191,7 +191,7 @@ pub fn read(
     Ok(out)
 }
 
-impl ParsedTrace {
+impl TraceRead {
     fn note_bad(&mut self, e: TraceError) {
         self.skipped_bad_rows += 1;
         if self.first_bad_row.is_none() {

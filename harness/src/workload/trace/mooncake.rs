@@ -14,7 +14,7 @@ struct Row {
     hash_ids: Vec<u64>,
 }
 
-pub fn parse(line: &str) -> Result<TraceRow, RowError> {
+pub fn parse(line: &str) -> Result<TraceRow<'static>, RowError> {
     let r: Row = serde_json::from_str(line).map_err(|e| RowError {
         col: e.column().max(1),
         message: {

@@ -3,37 +3,28 @@
 //! Token ids carry the trace's content identity and nothing else: a Mooncake hash id's tokens
 //! are a fixed function of (seed, id), a CSV `prefix_group` starts its prompts with that group's
 //! tokens (the same ones a synthetic shared prefix uses), and a CSV `session_id` row starts with
-//! its session's previous prompt. Every other token is fresh, so the cache manager can only find
-//! reuse the trace really has, by its own keys.
+//! its session's previous prompt. Every other token is fresh — a function of (seed, request id)
+//! — so the cache manager can only find reuse the trace really has, by its own keys. A request's
+//! prompt is a [`Recipe`] of those facts; no token id is made here.
+//!
+//! Rows stream in from the reader; only the rows a replay keeps are held, compactly, to be
+//! sorted by time (traces are nearly sorted, but not always).
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha20Rng;
-
-use super::{ParsedTrace, TraceRow};
+use super::{read_rows, TraceError, TraceRead};
 use crate::scenario::{FailedRows, TraceFormat, TraceSpec};
-use crate::workload::generate::prefix_tokens;
 use crate::workload::types::{CancelPoint, Request, TraceInfo};
-
-/// Stream of the fresh (unshared) prompt tokens of a replay.
-const FRESH_TOKENS_STREAM: u64 = 16;
-
-/// The tokens of Mooncake hash id `id`: `len` ids drawn from `vocab`, a fixed function of
-/// (seed, id, vocab); a shorter block is a prefix of a longer one.
-pub fn hash_block_tokens(seed: u64, id: u64, len: u32, vocab: u32) -> Vec<u32> {
-    let mut key = blake3::Hasher::new();
-    key.update(b"kvbench-trace-hash-id-v1");
-    key.update(&seed.to_le_bytes());
-    let mut r = ChaCha20Rng::from_seed(*key.finalize().as_bytes());
-    r.set_stream(id);
-    (0..len).map(|_| r.gen_range(0..vocab)).collect()
-}
+use crate::workload::{Head, Prompt, Recipe};
 
 /// What a replay produced: the requests (dense ids, arrival order) and the facts about it.
 pub struct Replayed {
     pub requests: Vec<Request>,
     pub info: TraceInfo,
+    /// Rows identify content (Mooncake hash ids; CSV sessions or prefix groups).
+    pub has_content_ids: bool,
 }
 
 /// Where a replay's limits come from besides the trace spec.
@@ -44,60 +35,120 @@ pub struct ReplayLimits {
     pub duration_s: Option<f64>,
 }
 
+/// A row the filters kept, as little as a request needs.
+struct Kept {
+    time_ns: u64,
+    prompt_tokens: u32,
+    output_tokens: u32,
+    tenant: u32,
+    prefix_group: Option<u32>,
+    /// Index of its CSV session (u32::MAX: none).
+    session: u32,
+    failed: bool,
+    hash_ids: Box<[u64]>,
+}
+
+const NO_SESSION: u32 = u32::MAX;
+
+/// Read `path` (as `spec` says) and replay it: filters, the window, time and rate scaling, and
+/// a prompt recipe per request.
 pub fn replay(
-    trace: &ParsedTrace,
+    path: &Path,
     spec: &TraceSpec,
     limits: &ReplayLimits,
     seed: u64,
     vocab: u32,
+) -> Result<Replayed, TraceError> {
+    let (mut filtered, mut failed_skipped) = (0u64, 0u64);
+    let mut session_ids: BTreeMap<String, u32> = BTreeMap::new();
+    let mut kept: Vec<Kept> = Vec::new();
+    let wanted = |want: &Option<String>, have: Option<&str>| match want {
+        Some(w) => have.map(str::trim) == Some(w.trim()),
+        None => true,
+    };
+    let read = read_rows(path, spec.format, spec.skip_bad_rows, |format, _, row| {
+        let burst = format == TraceFormat::Burstgpt;
+        if burst && !(wanted(&spec.model, row.model) && wanted(&spec.log_type, row.log_type)) {
+            filtered += 1;
+            return;
+        }
+        let failed = burst && row.output_tokens == 0;
+        if failed && spec.failed == FailedRows::Skip {
+            failed_skipped += 1;
+            return;
+        }
+        let session = match row.session {
+            Some(s) => match session_ids.get(s) {
+                Some(&i) => i,
+                None => {
+                    let i = session_ids.len() as u32;
+                    session_ids.insert(s.to_string(), i);
+                    i
+                }
+            },
+            None => NO_SESSION,
+        };
+        kept.push(Kept {
+            time_ns: row.time_ns,
+            prompt_tokens: row.prompt_tokens,
+            output_tokens: row.output_tokens,
+            tenant: row.tenant.unwrap_or(0),
+            prefix_group: row.prefix_group,
+            session,
+            failed,
+            hash_ids: row.hash_ids.into_boxed_slice(),
+        });
+    })?;
+    drop(session_ids);
+    Ok(replay_kept(
+        kept,
+        &read,
+        spec,
+        limits,
+        seed,
+        vocab,
+        filtered,
+        failed_skipped,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay_kept(
+    mut kept: Vec<Kept>,
+    read: &TraceRead,
+    spec: &TraceSpec,
+    limits: &ReplayLimits,
+    seed: u64,
+    vocab: u32,
+    filtered_rows: u64,
+    failed_skipped: u64,
 ) -> Replayed {
     let mut info = TraceInfo {
         path: spec.path.clone(),
-        format: trace.format.name().into(),
-        rows: trace.data_rows,
-        blake3: trace.blake3.clone(),
+        format: read.format.name().into(),
+        rows: read.data_rows,
+        blake3: read.blake3.clone(),
         replayed: 0,
-        skipped_bad_rows: trace.skipped_bad_rows,
-        filtered_rows: 0,
-        failed_skipped: 0,
+        skipped_bad_rows: read.skipped_bad_rows,
+        filtered_rows,
+        failed_skipped,
         failed_cancelled: 0,
         outside_window: 0,
         ideal_prefix_hit_rate: None,
     };
-    let burst = trace.format == TraceFormat::Burstgpt;
-    let wanted = |want: &Option<String>, have: &Option<String>| match want {
-        Some(w) => have.as_deref().map(str::trim) == Some(w.trim()),
-        None => true,
-    };
-    // Kept rows with whether each replays as a failed (cancelled) request.
-    let mut kept: Vec<(&TraceRow, bool)> = Vec::with_capacity(trace.rows.len());
-    for row in &trace.rows {
-        if burst && !(wanted(&spec.model, &row.model) && wanted(&spec.log_type, &row.log_type)) {
-            info.filtered_rows += 1;
-            continue;
-        }
-        let failed = burst && row.output_tokens == 0;
-        if failed && spec.failed == FailedRows::Skip {
-            info.failed_skipped += 1;
-            continue;
-        }
-        kept.push((row, failed));
-    }
     // Traces are nearly sorted; a stable sort keeps file order among equal times.
-    kept.sort_by_key(|(r, _)| r.time_ns);
-    let origin = kept.first().map_or(0, |(r, _)| r.time_ns);
+    kept.sort_by_key(|r| r.time_ns);
+    let origin = kept.first().map_or(0, |r| r.time_ns);
     let start = origin.saturating_add((spec.start_s * 1e9).round() as u64);
     let factor = spec.time_scale / spec.rate_scale;
     let end_ns = limits.duration_s.map(|d| (d * 1e9).round() as u64);
     let cap = limits.max_requests.map_or(usize::MAX, |n| n as usize);
 
-    let mut fresh = ChaCha20Rng::seed_from_u64(seed);
-    fresh.set_stream(FRESH_TOKENS_STREAM);
-    let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    let mut sessions: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    // The latest prompt of each CSV session, which its next row continues.
+    let mut sessions: BTreeMap<u32, Arc<Recipe>> = BTreeMap::new();
     let block = spec.hash_block_tokens.max(1);
-    let mut requests = Vec::new();
-    for &(row, failed) in &kept {
+    let mut requests = Vec::with_capacity(kept.len().min(cap));
+    for row in kept {
         let rel = match row.time_ns.checked_sub(start) {
             Some(d) => d,
             None => {
@@ -114,46 +165,46 @@ pub fn replay(
             info.outside_window += 1;
             continue;
         }
-        let len = row.prompt_tokens as usize;
-        let mut prompt: Vec<u32> = Vec::with_capacity(len);
-        for &id in &row.hash_ids {
-            if prompt.len() >= len {
-                break;
-            }
-            let take = (len - prompt.len()).min(block as usize) as u32;
-            prompt.extend(hash_block_tokens(seed, id, take, vocab));
-        }
-        let earlier = row.session.as_deref().and_then(|s| sessions.get(s));
-        match (earlier, row.prefix_group) {
-            (Some(prev), _) => prompt.extend_from_slice(&prev[..prev.len().min(len)]),
-            (None, Some(g)) => {
-                let want = spec.prefix_tokens.min(row.prompt_tokens);
-                let have = groups.entry(g).or_default();
-                if have.len() < want as usize {
-                    *have = prefix_tokens(seed, g, want, vocab);
-                }
-                prompt.extend_from_slice(&have[..want as usize]);
-            }
-            _ => {}
-        }
-        while prompt.len() < len {
-            prompt.push(fresh.gen_range(0..vocab));
-        }
-        if let Some(s) = row.session.as_deref() {
-            sessions.insert(s, prompt.clone());
+        let id = requests.len() as u64;
+        let in_session = row.session != NO_SESSION;
+        let earlier = in_session.then(|| sessions.get(&row.session)).flatten();
+        let head = match (earlier, row.prefix_group) {
+            _ if !row.hash_ids.is_empty() => Head::HashIds {
+                block_tokens: block,
+                ids: row.hash_ids,
+            },
+            (Some(prev), _) => Head::Continues(Arc::clone(prev)),
+            (None, Some(g)) => Head::PrefixGroup {
+                group: g,
+                tokens: spec.prefix_tokens.min(row.prompt_tokens),
+                opens_session: in_session,
+            },
+            (None, None) => Head::Fresh {
+                opens_session: in_session,
+            },
+        };
+        let recipe = Recipe {
+            seed,
+            key: id,
+            len_tokens: row.prompt_tokens,
+            vocab,
+            head,
+        };
+        if in_session {
+            sessions.insert(row.session, Arc::new(recipe.clone()));
         }
         // A prefill always emits one token; a failed request is cancelled at that token.
-        let (output_tokens, cancel) = if failed {
+        let (output_tokens, cancel) = if row.failed {
             info.failed_cancelled += 1;
             (2, Some(CancelPoint::AfterTokens { tokens: 1 }))
         } else {
             (row.output_tokens.max(1), None)
         };
         requests.push(Request {
-            id: requests.len() as u64,
-            tenant: row.tenant.unwrap_or(0),
+            id,
+            tenant: row.tenant,
             arrival_ms: at_ns as f64 / 1e6,
-            prompt,
+            prompt: Prompt::Recipe(recipe),
             prefix_group: row.prefix_group,
             output_tokens,
             samples: 1,
@@ -162,5 +213,9 @@ pub fn replay(
         });
     }
     info.replayed = requests.len() as u64;
-    Replayed { requests, info }
+    Replayed {
+        requests,
+        info,
+        has_content_ids: read.has_content_ids,
+    }
 }

@@ -1,9 +1,15 @@
-//! `kvbench trace stats`: what a trace holds, before any run.
+//! `kvbench trace stats`: what a trace holds, before any run, folded over its rows as they
+//! stream: exact length percentiles from a count per distinct length, gap statistics in one
+//! pass (a second pass collects the times only when the file is not in time order), and for
+//! traces with content ids the ideal reuse over the replay's prompt recipes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 
 use super::reuse::{ideal_prefix_reuse, IdealReuse};
-use super::{replay, ParsedTrace, ReplayLimits};
+use super::{read_rows, replay, ReplayLimits, TraceError};
 use crate::scenario::TraceSpec;
 use crate::workload::Percentiles;
 
@@ -30,67 +36,172 @@ pub struct TraceStats {
     pub ideal_prefix_reuse: Option<IdealReuse>,
 }
 
-/// `block_tokens`: the cache block size the ideal reuse is measured at; `vocab` and `seed` only
-/// shape the token ids (equal content ids give equal ids whatever they are).
+/// Gaps between consecutive times, folded in time order (Welford's mean and variance).
+#[derive(Default)]
+struct Gaps {
+    first: Option<u64>,
+    last: u64,
+    n: u64,
+    mean: f64,
+    m2: f64,
+}
+
+impl Gaps {
+    /// `false` once a time is earlier than the one before (the fold needs time order).
+    fn push(&mut self, t: u64) -> bool {
+        let Some(_) = self.first else {
+            self.first = Some(t);
+            self.last = t;
+            return true;
+        };
+        if t < self.last {
+            return false;
+        }
+        let g = (t - self.last) as f64;
+        self.last = t;
+        self.n += 1;
+        let d = g - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (g - self.mean);
+        true
+    }
+
+    fn span_ns(&self) -> u64 {
+        self.first.map_or(0, |f| self.last - f)
+    }
+}
+
+/// Exact percentiles of lengths from their counts (memory: distinct lengths, not rows).
+fn percentiles(counts: &BTreeMap<u32, u64>) -> Percentiles {
+    let n: u64 = counts.values().sum();
+    if n == 0 {
+        return Percentiles::default();
+    }
+    // The same rank rule as `Percentiles::of`: the ceil(q n)-th smallest value, 1-based.
+    let rank = |q: f64| {
+        let k = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (&v, &c) in counts {
+            seen += c;
+            if seen >= k {
+                return v;
+            }
+        }
+        0
+    };
+    let sum: u128 = counts.iter().map(|(&v, &c)| v as u128 * c as u128).sum();
+    Percentiles {
+        p50: rank(0.50),
+        p90: rank(0.90),
+        p99: rank(0.99),
+        max: counts.keys().next_back().copied().unwrap_or(0),
+        mean: sum as f64 / n as f64,
+    }
+}
+
+/// `block_tokens`: the cache block size the ideal reuse is measured at. The replay behind the
+/// ideal reuse uses seed 0 and a 2^20 vocabulary: equal content ids give equal ids whatever
+/// they are.
 pub fn trace_stats(
-    trace: &ParsedTrace,
+    path: &Path,
     spec: &TraceSpec,
     max_seq_len: Option<u32>,
     block_tokens: u32,
-) -> TraceStats {
-    let mut times: Vec<u64> = trace.rows.iter().map(|r| r.time_ns).collect();
-    times.sort_unstable();
-    let span_ns = match (times.first(), times.last()) {
-        (Some(a), Some(b)) => b - a,
-        _ => 0,
-    };
-    let gaps: Vec<f64> = times.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-    let (mean_rate_per_s, gap_cv) = if span_ns > 0 && !gaps.is_empty() {
-        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+) -> Result<TraceStats, TraceError> {
+    let mut gaps = Gaps::default();
+    let mut in_order = true;
+    let (mut prompts, mut outputs) = (BTreeMap::new(), BTreeMap::new());
+    let (mut rows, mut over) = (0u64, 0u64);
+    let read = read_rows(path, spec.format, spec.skip_bad_rows, |_, _, r| {
+        in_order = in_order && gaps.push(r.time_ns);
+        *prompts.entry(r.prompt_tokens).or_insert(0u64) += 1;
+        *outputs.entry(r.output_tokens).or_insert(0u64) += 1;
+        rows += 1;
+        if max_seq_len
+            .is_some_and(|m| r.prompt_tokens as u64 + r.output_tokens.max(1) as u64 > m as u64)
+        {
+            over += 1;
+        }
+    })?;
+    if !in_order {
+        let mut times = Vec::with_capacity(rows as usize);
+        read_rows(path, read.format, spec.skip_bad_rows, |_, _, r| {
+            times.push(r.time_ns)
+        })?;
+        times.sort_unstable();
+        gaps = Gaps::default();
+        for t in times {
+            gaps.push(t);
+        }
+    }
+    let span_ns = gaps.span_ns();
+    let (mean_rate_per_s, gap_cv) = if span_ns > 0 && gaps.n > 0 {
+        let var = gaps.m2 / gaps.n as f64;
         (
-            Some(gaps.len() as f64 / (span_ns as f64 / 1e9)),
-            Some(var.sqrt() / mean),
+            Some(gaps.n as f64 / (span_ns as f64 / 1e9)),
+            Some(var.max(0.0).sqrt() / gaps.mean),
         )
     } else {
         (None, None)
     };
-    let prompts: Vec<u32> = trace.rows.iter().map(|r| r.prompt_tokens).collect();
-    let outputs: Vec<u32> = trace.rows.iter().map(|r| r.output_tokens).collect();
-    let over = max_seq_len.map(|m| {
-        let n = trace
-            .rows
-            .iter()
-            .filter(|r| r.prompt_tokens as u64 + r.output_tokens.max(1) as u64 > m as u64)
-            .count();
-        n as f64 / trace.rows.len().max(1) as f64
-    });
-    let ideal = trace.has_content_ids.then(|| {
+    let ideal = if read.has_content_ids {
         let limits = ReplayLimits {
             max_requests: None,
             duration_s: None,
         };
-        let r = replay(trace, spec, &limits, 0, 1 << 20);
-        ideal_prefix_reuse(
+        let r = replay(path, spec, &limits, 0, 1 << 20)?;
+        Some(ideal_prefix_reuse(
             &r.requests,
             block_tokens,
             max_seq_len.unwrap_or(u32::MAX),
             true,
-        )
-    });
-    TraceStats {
-        path: trace.path.display().to_string(),
-        format: trace.format.name().into(),
-        rows: trace.data_rows,
-        skipped_bad_rows: trace.skipped_bad_rows,
-        blake3: trace.blake3.clone(),
+        ))
+    } else {
+        None
+    };
+    Ok(TraceStats {
+        path: read.path.display().to_string(),
+        format: read.format.name().into(),
+        rows: read.data_rows,
+        skipped_bad_rows: read.skipped_bad_rows,
+        blake3: read.blake3.clone(),
         span_s: span_ns as f64 / 1e9,
         mean_rate_per_s,
         gap_cv,
-        prompt_tokens: Percentiles::of(&prompts),
-        output_tokens: Percentiles::of(&outputs),
+        prompt_tokens: percentiles(&prompts),
+        output_tokens: percentiles(&outputs),
         max_seq_len,
-        over_max_seq_len_share: over,
+        over_max_seq_len_share: max_seq_len.map(|_| over as f64 / rows.max(1) as f64),
         ideal_prefix_reuse: ideal,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_percentiles_equal_sorted_ones() {
+        let v: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 613).collect();
+        let mut counts = BTreeMap::new();
+        for &x in &v {
+            *counts.entry(x).or_insert(0u64) += 1;
+        }
+        assert_eq!(percentiles(&counts), Percentiles::of(&v));
+        assert_eq!(percentiles(&BTreeMap::new()), Percentiles::default());
+    }
+
+    #[test]
+    fn gaps_fold_like_the_two_pass_formula() {
+        let t: Vec<u64> = vec![0, 5, 7, 20, 21, 50];
+        let mut g = Gaps::default();
+        assert!(t.iter().all(|&x| g.push(x)));
+        let d: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+        let mean = d.iter().sum::<f64>() / d.len() as f64;
+        let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / d.len() as f64;
+        assert!((g.mean - mean).abs() < 1e-12);
+        assert!((g.m2 / g.n as f64 - var).abs() < 1e-9);
+        assert_eq!(g.span_ns(), 50);
+        assert!(!g.push(3), "out of order is reported");
     }
 }
