@@ -362,6 +362,28 @@ mod tests {
     }
 
     #[test]
+    fn prefix_group_recipes_start_with_the_synthetic_group_ids() {
+        let head = |opens_session| Head::PrefixGroup {
+            group: 3,
+            tokens: 24,
+            opens_session,
+        };
+        let a = recipe(0, 40, head(false)).tokens();
+        let b = recipe(1, 40, head(true)).tokens();
+        // The same ids a synthetic shared prefix of group 3 uses; fresh ids after them.
+        assert_eq!(a[..24], crate::workload::prefix_tokens(7, 3, 24, 1000)[..]);
+        assert_eq!(a[..24], b[..24]);
+        assert_ne!(a[24..], b[24..]);
+        // Shorter than the group prefix: its first ids.
+        assert_eq!(recipe(2, 10, head(false)).tokens()[..], a[..10]);
+        let (p, q) = (
+            Prompt::Recipe(recipe(0, 40, head(false))),
+            Prompt::Recipe(recipe(1, 40, head(true))),
+        );
+        assert_eq!((p.content_tokens(), q.content_tokens()), (24, 40));
+    }
+
+    #[test]
     fn session_chains_continue_their_parent_and_drop_without_recursion() {
         let root = recipe(
             0,
