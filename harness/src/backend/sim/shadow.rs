@@ -35,7 +35,7 @@ use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
 use super::shadow_ids::SeqIndex;
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
-use crate::backend::{BackendError, Sampled, StepPlan, SwapDirection};
+use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
@@ -44,6 +44,7 @@ const MAX_MESSAGES: usize = 16;
 const NEVER: u64 = u64::MAX;
 /// A scheduled stream the shadow does not know.
 const NO_SEQ: u32 = u32::MAX;
+const NO_GRAIN: u64 = u64::MAX;
 
 /// What the shadow saw in one run (`summary.json` `runs[].shadow`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -102,6 +103,10 @@ struct SeqShadow {
     last_step: u64,
     /// Chunks a conflicting write invalidated: re-checked at the next read.
     recheck: Vec<u32>,
+    /// A grain this stream is known to be the only reader of ([`NO_GRAIN`] if none): its own
+    /// writes there need no look at the reverse index. Cleared when anyone else starts reading
+    /// the grain or the stream stops.
+    sole: u64,
     /// Tags copied out by a swap-out, written back by the swap-in.
     host: Option<Vec<Tag>>,
     forgotten: bool,
@@ -170,16 +175,30 @@ fn store_run(
     writer: u32,
     scope: u32,
 ) -> u64 {
+    if let [token] = *tokens {
+        // A decode: one tag.
+        let Some(t) = tags.get_mut(slot) else {
+            return 0;
+        };
+        *t = Tag {
+            writer,
+            pos,
+            token,
+            scope,
+        };
+        return 1;
+    }
     let mut done = 0usize;
     while done < tokens.len() {
         let Some(run) = tags.run_mut(slot + done as u64, (tokens.len() - done) as u64) else {
             break;
         };
         let n = run.len();
+        let from = pos + done as u32;
         for (j, (t, &token)) in run.iter_mut().zip(&tokens[done..done + n]).enumerate() {
             *t = Tag {
                 writer,
-                pos: pos + (done + j) as u32,
+                pos: from + j as u32,
                 token,
                 scope,
             };
@@ -257,6 +276,7 @@ impl Shadow {
             extent: 0,
             last_step: NEVER,
             recheck: Vec::new(),
+            sole: NO_GRAIN,
             host: None,
             forgotten: false,
         }
@@ -338,12 +358,21 @@ impl Shadow {
     /// Register `idx` as a reader of grain `g` (chunk `chunk` of its layout).
     #[inline]
     fn hold(&mut self, g: u64, idx: u32, chunk: u32) {
-        self.readers.hold(g, Holder { seq: idx, chunk });
+        if let Some(was) = self.readers.hold(g, Holder { seq: idx, chunk }) {
+            let s = &mut self.seqs[was.seq as usize];
+            if s.sole == g {
+                s.sole = NO_GRAIN;
+            }
+        }
     }
 
     #[inline]
     fn unhold(&mut self, g: u64, idx: u32, chunk: u32) {
         self.readers.unhold(g, Holder { seq: idx, chunk });
+        let s = &mut self.seqs[idx as usize];
+        if s.sole == g {
+            s.sole = NO_GRAIN;
+        }
     }
 
     /// Drop the reader entries of `table` from chunk `from` on.
@@ -379,6 +408,7 @@ impl Shadow {
     /// `written_from` on are written by the step itself through this same layout, so they hold
     /// the reader's own tags by construction (a later write over them is caught by the reverse
     /// index) and are not queued.
+    #[inline]
     fn observe(
         &mut self,
         idx: u32,
@@ -388,8 +418,34 @@ impl Shadow {
         step: u64,
     ) {
         self.report.read_slots += u64::from(n_read);
+        self.seqs[idx as usize].last_step = step;
+        let unchanged = match *layout {
+            SeqLayout::Paged { block_size, blocks } => {
+                self.observe_paged_grown(idx, block_size, blocks, n_read, written_from)
+            }
+            SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => {
+                self.observe_contiguous_grown(idx, base_slot, capacity_tokens, n_read, written_from)
+            }
+        };
+        if !unchanged {
+            self.observe_changed(idx, layout, n_read, written_from, step);
+        }
+    }
+
+    /// [`Shadow::observe`] when the table changed or a chunk was invalidated.
+    #[inline(never)]
+    fn observe_changed(
+        &mut self,
+        idx: u32,
+        layout: &SeqLayout<'_>,
+        n_read: u32,
+        written_from: u32,
+        step: u64,
+    ) {
         let s = &mut self.seqs[idx as usize];
-        s.last_step = step;
         let extent = s.extent;
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
@@ -425,6 +481,110 @@ impl Shadow {
         self.seqs[idx as usize].table = new_table;
         changed.clear();
         self.changed = changed;
+    }
+
+    /// The common case of a step, in place: nothing was invalidated and the block table is the
+    /// one checked last time, perhaps with more blocks at its end. Returns false, having changed
+    /// nothing, otherwise.
+    #[inline]
+    fn observe_paged_grown(
+        &mut self,
+        idx: u32,
+        block_size: u32,
+        blocks: &[u32],
+        n_read: u32,
+        written_from: u32,
+    ) -> bool {
+        let bs = block_size.max(1);
+        let n_chunks = n_read.div_ceil(bs) as usize;
+        let s = &mut self.seqs[idx as usize];
+        let Table::Paged(old) = &mut s.table else {
+            return false;
+        };
+        let have = old.len();
+        if !s.recheck.is_empty()
+            || blocks.len() < n_chunks
+            || have > n_chunks
+            || old[..] != blocks[..have]
+        {
+            return false;
+        }
+        if have < n_chunks {
+            old.extend_from_slice(&blocks[have..n_chunks]);
+        }
+        let extent = s.extent;
+        let mapped = (n_chunks as u32).saturating_mul(bs).min(n_read);
+        s.extent = mapped;
+        for (k, &b) in blocks.iter().enumerate().take(n_chunks).skip(have) {
+            self.hold(u64::from(b), idx, k as u32);
+        }
+        // New positions up to what the step writes itself, chunk by chunk.
+        let n_read = mapped.min(written_from);
+        let mut from = extent;
+        while from < n_read {
+            let lo = from / bs * bs;
+            let hi = lo.saturating_add(bs).min(n_read);
+            self.queue(Check {
+                seq: idx,
+                pos: from,
+                slot: u64::from(blocks[(from / bs) as usize]) * u64::from(bs)
+                    + u64::from(from - lo),
+                len: hi - from,
+                clobbered: false,
+            });
+            from = hi;
+        }
+        true
+    }
+
+    /// As [`Shadow::observe_paged_grown`] for a contiguous region: same base, nothing
+    /// invalidated, at least as many positions read as last time.
+    #[inline]
+    fn observe_contiguous_grown(
+        &mut self,
+        idx: u32,
+        base_slot: u64,
+        capacity_tokens: u32,
+        n_read: u32,
+        written_from: u32,
+    ) -> bool {
+        let g = u64::from(self.grain);
+        let s = &mut self.seqs[idx as usize];
+        let Table::Contiguous {
+            base,
+            grains: old_grains,
+        } = s.table
+        else {
+            return false;
+        };
+        if base != base_slot || n_read > capacity_tokens || !s.recheck.is_empty() {
+            return false;
+        }
+        let g0 = base_slot / g;
+        let grains = if n_read == 0 {
+            0
+        } else {
+            ((base_slot + u64::from(n_read) - 1) / g - g0 + 1) as u32
+        };
+        if grains < old_grains {
+            return false;
+        }
+        s.table = Table::Contiguous { base, grains };
+        let extent = s.extent;
+        s.extent = n_read;
+        for k in old_grains..grains {
+            self.hold(g0 + u64::from(k), idx, k);
+        }
+        let n_read = n_read.min(written_from);
+        let from = extent.min(n_read);
+        self.queue(Check {
+            seq: idx,
+            pos: from,
+            slot: base_slot + u64::from(from),
+            len: n_read - from,
+            clobbered: false,
+        });
+        true
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -700,24 +860,43 @@ impl Shadow {
                 }
                 Table::None => return,
             };
-            let (writer, scope) = (s.id as u32, s.scope);
+            let (writer, scope, known_sole) = (s.id as u32, s.scope, s.sole == g);
+            let alone = known_sole
+                || if self.readers.sole(g, idx) {
+                    self.seqs[idx as usize].sole = g;
+                    true
+                } else {
+                    self.readers.only(g, idx, chunk)
+                };
             let mut done = 0;
-            if self.readers.only(g, idx, chunk) {
-                let tokens = &s.history[pos as usize..end as usize];
+            if alone {
+                let tokens = &self.seqs[idx as usize].history[pos as usize..end as usize];
                 done = store_run(&mut self.tags, slot, tokens, pos, writer, scope);
                 self.report.written_slots += done;
             }
-            // Another reader, or slots past the end of the cache: one by one.
-            for p in pos + done as u32..end {
-                let tag = Tag {
-                    writer,
-                    pos: p,
-                    token: self.seqs[idx as usize].history[p as usize],
-                    scope,
-                };
-                self.write(slot + u64::from(p - pos), tag, idx, step);
+            if pos + (done as u32) < end {
+                self.write_one_by_one(idx, slot, pos, pos + done as u32, end, step);
             }
             pos = end;
+        }
+    }
+
+    /// Positions `from..end` of stream `idx` (position `pos` at `slot`) through
+    /// [`Shadow::write`]: another stream reads the grain, or the slots lie past the cache's end.
+    #[inline(never)]
+    fn write_one_by_one(&mut self, idx: u32, slot: u64, pos: u32, from: u32, end: u32, step: u64) {
+        let (writer, scope) = (
+            self.seqs[idx as usize].id as u32,
+            self.seqs[idx as usize].scope,
+        );
+        for p in from..end {
+            let tag = Tag {
+                writer,
+                pos: p,
+                token: self.seqs[idx as usize].history[p as usize],
+                scope,
+            };
+            self.write(slot + u64::from(p - pos), tag, idx, step);
         }
     }
 
@@ -745,6 +924,10 @@ impl Shadow {
         self.submitted += 1;
         let checks = self.spare.pop().unwrap_or_default();
         self.in_flight.push_back(checks);
+        if plan.copies.is_empty() && plan.swaps.is_empty() {
+            self.submit_streams(plan, cache, sampled, step);
+            return;
+        }
         let mut plan_idx = std::mem::take(&mut self.plan_idx);
         plan_idx.clear();
         // Reads: every scheduled stream's context, and what swap-outs copy to the host.
@@ -774,55 +957,98 @@ impl Shadow {
         for s in &plan.swaps {
             self.swap(s.seq, s.direction, s.tokens, cache, step);
         }
-        // Writes of the new tokens, through the layout as handed out now (`observe` just made
-        // the stream's table equal to it over every position the step touches).
         for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
-            if idx == NO_SEQ {
-                continue;
-            }
-            let (from, to) = (
-                w.context_tokens,
-                w.context_tokens.saturating_add(w.new_tokens),
-            );
-            let s = &self.seqs[idx as usize];
-            let known = s.history.len().min(u32::MAX as usize) as u32;
-            let end = to.min(known).min(s.extent);
-            if from < end {
-                self.write_own(idx, from, end, step);
-            }
-            let bad = from.max(end);
-            if bad < to {
-                self.violation(if bad >= known {
-                    format!(
-                        "step {step}: stream {} writes position {bad}, whose token is unknown",
-                        w.seq
-                    )
-                } else {
-                    format!(
-                        "step {step}: stream {} writes position {bad}, which its layout does not \
-                         map",
-                        w.seq
-                    )
-                });
+            if idx != NO_SEQ {
+                self.write_step(idx, w, step);
             }
         }
-        // The sampled tokens extend the histories (a recompute re-derives the same ones).
         let mut sampled = sampled.iter();
         for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
             if !w.sample {
                 continue;
             }
             let Some(sm) = sampled.next() else { break };
-            if idx == NO_SEQ {
-                continue;
+            if idx != NO_SEQ {
+                self.sampled(idx, w, sm.token);
             }
-            let s = &mut self.seqs[idx as usize];
-            let pos = w.context_tokens.saturating_add(w.new_tokens);
-            s.history.truncate(pos as usize);
-            s.history.push(sm.token);
-            s.last_sample_pos = Some(pos);
         }
         self.plan_idx = plan_idx;
+    }
+
+    /// A step without copies or swaps (almost every step), one stream at a time while its state
+    /// is in cache: read, write, sample. The order across streams does not matter here: a write
+    /// another stream of the step does not expect is a bad read whether it is queued as a
+    /// clobbered slot (that stream already observed) or found when its invalidated chunk is
+    /// re-checked (not yet observed). Copies and swaps must land between everyone's reads and
+    /// writes, so [`Shadow::submit`] keeps three passes for steps that have them.
+    fn submit_streams(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+        sampled: &[Sampled],
+        step: u64,
+    ) {
+        let mut sampled = sampled.iter();
+        for w in &plan.seqs {
+            let sm = if w.sample { sampled.next() } else { None };
+            let Some(idx) = self.idx_of(w.seq, step, "a step") else {
+                continue;
+            };
+            match cache.layout(w.seq) {
+                Some(l) => {
+                    let end = w.context_tokens.saturating_add(w.new_tokens);
+                    self.observe(idx, &l, end, w.context_tokens, step)
+                }
+                None => self.violation(format!(
+                    "step {step}: stream {} is scheduled but has no cache layout",
+                    w.seq
+                )),
+            }
+            self.write_step(idx, w, step);
+            if let Some(sm) = sm {
+                self.sampled(idx, w, sm.token);
+            }
+        }
+    }
+
+    /// The step's new tokens of stream `idx`, through the layout as handed out now (`observe`
+    /// just made the stream's table equal to it over every position the step touches).
+    #[inline]
+    fn write_step(&mut self, idx: u32, w: &SeqWork, step: u64) {
+        let (from, to) = (
+            w.context_tokens,
+            w.context_tokens.saturating_add(w.new_tokens),
+        );
+        let s = &self.seqs[idx as usize];
+        let known = s.history.len().min(u32::MAX as usize) as u32;
+        let end = to.min(known).min(s.extent);
+        if from < end {
+            self.write_own(idx, from, end, step);
+        }
+        let bad = from.max(end);
+        if bad < to {
+            self.violation(if bad >= known {
+                format!(
+                    "step {step}: stream {} writes position {bad}, whose token is unknown",
+                    w.seq
+                )
+            } else {
+                format!(
+                    "step {step}: stream {} writes position {bad}, which its layout does not map",
+                    w.seq
+                )
+            });
+        }
+    }
+
+    /// The token sampled after the step extends the history (a recompute re-derives the same).
+    #[inline]
+    fn sampled(&mut self, idx: u32, w: &SeqWork, token: u32) {
+        let s = &mut self.seqs[idx as usize];
+        let pos = w.context_tokens.saturating_add(w.new_tokens);
+        s.history.truncate(pos as usize);
+        s.history.push(token);
+        s.last_sample_pos = Some(pos);
     }
 
     /// A swap-out reads the stream's context and keeps its tags on the host; a swap-in writes

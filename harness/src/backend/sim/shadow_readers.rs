@@ -56,12 +56,12 @@ impl Readers {
         self.grains.allocated_bytes()
     }
 
-    /// Register `h` as a reader of grain `g` (grains past the end are ignored).
-    pub fn hold(&mut self, g: u64, h: Holder) {
-        let Some(e) = self.grains.get_mut(g) else {
-            return;
-        };
+    /// Register `h` as a reader of grain `g` (grains past the end are ignored). Returns the
+    /// grain's sole reader before, if it had exactly one: it is not alone any more.
+    pub fn hold(&mut self, g: u64, h: Holder) -> Option<Holder> {
+        let e = self.grains.get_mut(g)?;
         let n = e.len as usize;
+        let was_sole = (n == 1).then_some(e.inline[0]);
         if n < INLINE {
             e.inline[n] = h;
         } else {
@@ -77,6 +77,15 @@ impl Readers {
             self.spills[e.spill as usize].push(h);
         }
         e.len += 1;
+        was_sole
+    }
+
+    /// Whether stream `seq` is the one and only reader of grain `g`.
+    #[inline]
+    pub fn sole(&self, g: u64, seq: u32) -> bool {
+        self.grains
+            .get(g)
+            .is_some_and(|e| e.len == 1 && e.inline[0].seq == seq)
     }
 
     /// Drop the first registration of `h` on grain `g`, moving the last reader into its place.
@@ -169,7 +178,8 @@ mod tests {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
             let who = h((x >> 16) % 5, (x >> 8) % 2);
             if (x >> 4) & 1 == 0 && model.len() < 6 {
-                r.hold(3, who);
+                let was = r.hold(3, who);
+                assert_eq!(was, (model.len() == 1).then(|| model[0]));
                 model.push(who);
             } else {
                 r.unhold(3, who);
@@ -180,6 +190,7 @@ mod tests {
             assert_eq!(readers(&r, 3), model);
             let only0 = model.iter().all(|m| m.seq == 0);
             assert_eq!(r.only(3, 0, ANY_CHUNK), only0 && model.len() <= 2);
+            assert_eq!(r.sole(3, 0), model.len() == 1 && model[0].seq == 0);
         }
         assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0));
     }
@@ -187,16 +198,16 @@ mod tests {
     #[test]
     fn only_tells_the_writer_apart_from_other_readers() {
         let mut r = Readers::new(4).expect("fits");
-        r.hold(1, h(7, 2));
-        assert!(r.only(1, 7, 2) && r.only(1, 7, ANY_CHUNK));
+        assert_eq!(r.hold(1, h(7, 2)), None);
+        assert!(r.only(1, 7, 2) && r.only(1, 7, ANY_CHUNK) && r.sole(1, 7));
         assert!(!r.only(1, 7, 3), "same stream, another chunk");
         assert!(!r.only(1, 8, ANY_CHUNK));
-        r.hold(1, h(8, 2));
-        assert!(!r.only(1, 7, 2));
+        assert_eq!(r.hold(1, h(8, 2)), Some(h(7, 2)), "7 was alone until now");
+        assert!(!r.only(1, 7, 2) && !r.sole(1, 7) && !r.sole(1, 8));
         r.unhold(1, h(8, 2));
         assert!(r.only(1, 7, 2));
-        r.hold(99, h(1, 1)); // past the end: ignored
-        assert!(r.only(99, 5, 5));
+        assert_eq!(r.hold(99, h(1, 1)), None, "past the end: ignored");
+        assert!(r.only(99, 5, 5) && !r.sole(99, 1));
         // Spilled lists are reused once an entry shrinks back to two.
         for s in 0..5 {
             r.hold(2, h(s, 0));
