@@ -35,13 +35,17 @@ import glob, os, sys
 dirs = []
 for p in sys.path + ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]:
     for d in [p] + glob.glob(os.path.join(p, "nvidia", "*", "lib")) + glob.glob(os.path.join(p, "torch", "lib")):
-        if os.path.isdir(d) and (glob.glob(d + "/libnvrtc.so*") or glob.glob(d + "/libcublas.so*")):
+        if os.path.isdir(d) and any(glob.glob(d + "/" + n + ".so*") for n in ("libnvrtc", "libcublas", "libcublasLt", "libcudart")):
             if d not in dirs:
                 dirs.append(d)
 print(":".join(dirs))
 PY
 )
 export KVBENCH_CUDA_LIB_DIR="$LIBDIRS"
+# Every kernel loaded at context creation, not at first launch: lazy loading would take device
+# memory in the middle of a run, and the cuda backend's reclamation check compares free memory
+# at the start and the end of each run.
+export CUDA_MODULE_LOADING=EAGER
 export LD_LIBRARY_PATH="${LIBDIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "library folders: ${LIBDIRS:-none found}"
 

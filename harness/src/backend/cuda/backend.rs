@@ -26,9 +26,11 @@ use kvbench_kernels::model::rope_inv_freq;
 use kvbench_kernels::rank_token;
 
 use super::check::{Checker, Record, Reference};
-use super::fence::{Completion, StepEvents};
+use super::fence::{Completion, InOrder};
 use super::ledger::{self, Accounted, DeviceMem, Reconciliation};
-use super::setup::{self, CheckPolicy, SAMPLE_FORKS, SAMPLE_SEQS, SAMPLE_STEPS};
+use super::setup::{
+    self, CheckPolicy, SAMPLE_FORKS, SAMPLE_MAX_PROMPT_TOKENS, SAMPLE_SEQS, SAMPLE_STEPS,
+};
 use crate::backend::cpu::oracle_for;
 use crate::backend::sim::cost::CostModel;
 use crate::backend::{
@@ -112,15 +114,15 @@ pub struct CudaBackend {
     host: BTreeMap<SeqId, Vec<PinnedKv>>,
     /// Host swap buffers of forgotten sequences, freed when nothing is in flight.
     graveyard: Vec<Vec<PinnedKv>>,
-    events: StepEvents<StepEvent>,
-    /// Steps whose events completed, not yet handed to the engine by `complete`.
-    retired: VecDeque<u64>,
+    events: InOrder<StepEvent>,
     in_flight: VecDeque<InFlight>,
     start_ev: Vec<Arc<CudaEvent>>,
     end_ev: Vec<Arc<CudaEvent>>,
     next_id: u64,
     registered: u64,
     forks_checked: u64,
+    /// Registered sequences taken into the 8B sample so far.
+    sampled_seqs: u64,
     reported_failure: bool,
     clock_model: Option<CostModel>,
     measured_s: f64,
@@ -220,14 +222,14 @@ impl CudaBackend {
             seqs: BTreeMap::new(),
             host: BTreeMap::new(),
             graveyard: Vec::new(),
-            events: StepEvents::default(),
-            retired: VecDeque::new(),
+            events: InOrder::default(),
             in_flight: VecDeque::new(),
             start_ev,
             end_ev,
             next_id: 1,
             registered: 0,
             forks_checked: 0,
+            sampled_seqs: 0,
             reported_failure: false,
             clock_model,
             measured_s: 0.0,
@@ -408,8 +410,11 @@ impl Backend for CudaBackend {
     ) -> Result<(), BackendError> {
         let checked = match self.policy {
             CheckPolicy::Every => true,
-            CheckPolicy::Sample => self.registered < SAMPLE_SEQS,
+            CheckPolicy::Sample => {
+                self.sampled_seqs < SAMPLE_SEQS && prompt.len() <= SAMPLE_MAX_PROMPT_TOKENS
+            }
         };
+        self.sampled_seqs += u64::from(checked && self.policy == CheckPolicy::Sample);
         self.add_seq(
             seq,
             SeqState {
@@ -579,15 +584,11 @@ impl Backend for CudaBackend {
             .in_flight
             .pop_front()
             .ok_or_else(|| BackendError::Step("complete with no step in flight".into()))?;
-        // The oldest event has completed: the fence bookkeeping retires steps strictly in
-        // order (a newer event never retires an older step), so this step must come next.
-        self.retired.extend(self.events.retire_ready());
-        if self.retired.pop_front() != Some(inf.id) {
-            return Err(BackendError::Step(format!(
-                "cuda: step {} completed but the fence queue did not retire it next",
-                inf.id
-            )));
-        }
+        // Its event completed: the fence bookkeeping must retire exactly this step next (a
+        // newer event never retires an older step).
+        self.events
+            .complete(inf.id)
+            .map_err(|e| BackendError::Step(format!("cuda: {e}")))?;
         if self.in_flight.is_empty() {
             self.graveyard.clear();
         }

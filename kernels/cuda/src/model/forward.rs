@@ -11,7 +11,7 @@ use super::sizes::{plan_slices, weight_bytes, WorkspacePlan};
 use super::{HostWeights, ModelDims, WeightDtype};
 use crate::device::{Addressing, DevLayer, Gpu, Rows, Workspace};
 use crate::error::CudaError;
-use crate::launch::{fixed_partitions, plan_partitions};
+use crate::launch::{fixed_partitions, ATTN_MAX_PART_TOKENS};
 
 /// Steps that may be in flight at once (the engine's async depth).
 pub const RING: usize = 2;
@@ -374,7 +374,9 @@ impl DevModel {
         let eps = d.norm_eps;
         let scale = 1.0 / (d.head_dim as f32).sqrt();
         gpu.embed_rows(&mut s.x, &s.embed, &s.tokens, n, dm)?;
-        let parts = plan_partitions(n, d.kv_heads, b.max_len, gpu.info.sm_count);
+        // Partitions of a fixed size, not planned from the batch: a row's attention then
+        // depends on its own length only (batch invariance), whatever else the step holds.
+        let parts = fixed_partitions(b.max_len, ATTN_MAX_PART_TOKENS);
         for (l, layer) in kv.iter_mut().enumerate() {
             let lw = &s.layers[l];
             let st = &mut s.staging;

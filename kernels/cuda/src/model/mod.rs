@@ -13,6 +13,8 @@
 //! tokens share its step. Element-wise kernels and attention are per row by construction;
 //! cuBLAS picks its algorithm (and split-K) from the problem shape, so every GEMM is issued in
 //! fixed tiles of [`sizes::ROW_TILE`] rows: each call has the same shape whatever the batch.
+//! Attention uses fixed 512-token partitions (not planned from the batch), and its kernel sums
+//! token groups in a fixed order, so a row's output depends on its own data only, bit for bit.
 
 pub mod batch;
 pub mod blas;
