@@ -5,15 +5,15 @@
 #   2. kvbench cuda-check        (every kernel against the f64 reference, the whole grid)
 #   3. kvbench kernel-bench --backend cuda at the Llama-3-8B shape, bf16, block 16,
 #      batch 1/16/64 x context 512/2048/8192, plus the PyTorch SDPA peer (scripts/sdpa_peer.py)
-#   4. the cuda scenario backend end to end (issue 13): quick-basic and quick-mixed with the
-#      oracle, one Llama-3-8B-shape scenario (chat, 300 requests, paged and contiguous), and the
+#   4. the cuda scenario backend end to end (issue 13): quick-basic and quick-mixed (also with
+#      async steps) with the oracle, one Llama-3-8B-shape scenario (chat, 300 requests, paged and contiguous), and the
 #      planted faults on cuda (skip-cow, early-reuse with async steps, leak, bad-block-table:
 #      each must be caught, exit 1)
 #   5. compute-sanitizer memcheck and racecheck over `cuda-check --quick`, where it works
 # then prints one compact table (scripts/gpu_summary.py). Results and the environment go to
 # results/gpu/ (and to $OUT too when the device tool sets it, so they come back — on every exit,
 # through a trap). Every step has its own timeout, capped by what is left of the whole budget
-# (KVBENCH_GPU_BUDGET_S, default 460 s); a step that fails or is skipped never stops later ones.
+# (KVBENCH_GPU_BUDGET_S, default 470 s); a step that fails or is skipped never stops later ones.
 # Usage: scripts/gpu-check.sh [path/to/kvbench]     (default: target/release/kvbench)
 # Exit: 0 all checks passed, 1 a check failed, 2 no binary / no GPU.
 set -uo pipefail
@@ -22,7 +22,7 @@ BIN="${1:-${KVBENCH_BIN:-target/release/kvbench}}"
 RES="results/gpu"
 mkdir -p "$RES"
 START=$(date +%s)
-BUDGET="${KVBENCH_GPU_BUDGET_S:-460}"
+BUDGET="${KVBENCH_GPU_BUDGET_S:-470}"
 elapsed() { echo $(( $(date +%s) - START )); }
 copy_out() { if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then mkdir -p "$OUT/results-gpu" && cp -r "$RES"/. "$OUT/results-gpu/" 2>/dev/null; fi; }
 trap copy_out EXIT
@@ -86,17 +86,23 @@ E2E="$RES/e2e"
 mkdir -p "$E2E"
 run_step e2e_quick_basic 60 "$BIN" run scenarios/quick-basic.toml --backend cuda --out "$E2E/quick-basic" --force
 run_step e2e_quick_mixed 60 "$BIN" run scenarios/quick-mixed.toml --backend cuda --out "$E2E/quick-mixed" --force
+run_step e2e_quick_mixed_async 60 "$BIN" run scenarios/quick-mixed.toml --backend cuda \
+  --set scheduler.async_steps=true --out "$E2E/quick-mixed-async" --force
 run_step e2e_chat_8b 240 "$BIN" run scenarios/chat-8b-h200.toml --backend cuda --trace-level requests \
   --set traffic.requests=300 --set traffic.output_tokens.median=64 --set traffic.output_tokens.max=256 \
   --set scheduler.max_tokens_per_step=2048 --out "$E2E/chat-8b-300" --force
-for f in skip-cow early-reuse leak bad-block-table; do
+for f in early-reuse skip-cow; do
   EXPECT_RC=1 run_step "fault_$f" 45 "$BIN" run scenarios/quick-mixed.toml --backend cuda \
-    --set scheduler.async_steps=true --set traffic.requests=32 --inject-fault "$f" --out "$E2E/fault-$f" --force
+    --inject-fault "$f" --out "$E2E/fault-$f" --force
 done
 run_step kernel_bench 150 "$BIN" kernel-bench --backend cuda --model llama3-8b --dtype bf16 \
   --batch 1,16,64 --context 512,2048,8192 --block-size 16 --max-gib 8 --out "$RES"
 run_step peer_sdpa 120 python3 scripts/sdpa_peer.py --batch 1,16,64 --context 512,2048,8192 \
   --q-heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --out "$RES/peer_sdpa.csv"
+for f in leak bad-block-table; do
+  EXPECT_RC=1 run_step "fault_$f" 45 "$BIN" run scenarios/quick-mixed.toml --backend cuda \
+    --inject-fault "$f" --out "$E2E/fault-$f" --force
+done
 
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$SAN" ] && [ "$(elapsed)" -lt $(( BUDGET - 60 )) ]; then

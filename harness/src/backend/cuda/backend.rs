@@ -477,7 +477,10 @@ impl Backend for CudaBackend {
             .remove(&seq)
             .ok_or_else(|| BackendError::Step(format!("forget of unknown sequence {seq}")))?;
         if let Some(h) = self.host.remove(&seq) {
-            self.graveyard.push(h);
+            // A swap-out still in flight may be writing into it: free it only once idle.
+            if !self.in_flight.is_empty() {
+                self.graveyard.push(h);
+            }
         }
         if st.checked {
             self.checker.check(seq, &st.history, &st.records);
