@@ -273,6 +273,27 @@ impl Gpu {
             .map_err(CudaError::driver("cuMemGetInfo"))
     }
 
+    /// Waits for the stream, then hands the default memory pool's unused memory back to the
+    /// device. cudarc allocates from that pool (`cuMemAllocAsync`) wherever the device has
+    /// pools; a freed buffer returns to the pool, and only this makes `cuMemGetInfo` see it.
+    pub fn release_freed(&self) -> Result<(), CudaError> {
+        self.sync()?;
+        if !self.ctx.has_async_alloc() {
+            return Ok(());
+        }
+        guarded(CudaLib::Driver, || {
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer and this context's device.
+            unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) }
+                .result()
+                .map_err(CudaError::driver("cuDeviceGetDefaultMemPool"))?;
+            // SAFETY: `pool` is the device's default pool; trimming frees only unused memory.
+            unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+                .result()
+                .map_err(CudaError::driver("cuMemPoolTrimTo"))
+        })?
+    }
+
     fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
         self.functions
             .get(name)

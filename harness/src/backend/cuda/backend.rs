@@ -173,7 +173,7 @@ impl CudaBackend {
                 setup.swap_gbytes_per_s.map(|g| g * 1e9),
             )),
         };
-        gpu.sync().map_err(dev)?;
+        gpu.release_freed().map_err(dev)?;
         let baseline = mem(&gpu)?;
         let shape = cc.dims.attn_shape();
         let mut kv = Vec::with_capacity(cc.dims.layers);
@@ -646,7 +646,7 @@ impl Drop for CudaBackend {
         self.host.clear();
         self.kv.clear();
         self.model = None;
-        let _ = self.gpu.sync();
+        let _ = self.gpu.release_freed();
         if let Ok(after) = mem(&self.gpu) {
             let ok = ledger::returned_to_baseline(self.baseline, after);
             eprintln!(
