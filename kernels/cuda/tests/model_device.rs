@@ -102,7 +102,9 @@ fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
         dm.forward(&gpu, &mut kv, &batch, ring).expect("forward");
         dm.enqueue_fetch(&gpu, ring, n).expect("fetch");
         gpu.sync().expect("sync");
-        dm.read_fetched(ring, n).expect("read")
+        let (l, t) = dm.read_fetched(ring, n).expect("read");
+        let rows: Vec<Vec<f32>> = l.chunks_exact(cfg.vocab).map(|r| r.to_vec()).collect();
+        (rows, t.to_vec())
     };
     let prefill = SeqChunk {
         addr: a,

@@ -63,12 +63,18 @@ struct SeqState {
     last: Option<Record>,
     records: Vec<Record>,
     checked: bool,
+    /// This sequence (not its fork parent) has sampled a token.
+    sampled_once: bool,
 }
 
 impl SeqState {
-    fn sampled(&mut self, pos: usize, logits: Vec<f32>, token: u32, keep_steps: usize) {
+    /// The step ending at `pos` chose `token`; `logits` where they were kept. A recompute that
+    /// re-derives a known position replaces what followed it.
+    fn sampled(&mut self, pos: usize, logits: Option<Vec<f32>>, token: u32, keep_steps: usize) {
         self.history.truncate(pos + 1);
         self.history.push(token);
+        self.sampled_once = true;
+        let Some(logits) = logits else { return };
         let rec = Record { pos, logits };
         if self.checked {
             self.records.retain(|r| r.pos < pos);
@@ -284,27 +290,43 @@ impl CudaBackend {
             let measured_s = f64::from(elapsed_ms) / 1e3;
             self.measured_s += measured_s;
             let rows = self.in_flight[i].samples.len();
-            let (logits, tokens) = self
+            let keep = self.keep_steps();
+            let model = self
                 .model
                 .as_ref()
-                .ok_or_else(|| BackendError::Step("cuda: model torn down".into()))?
-                .read_fetched(ring, rows)
-                .map_err(dev)?;
-            let keep = self.keep_steps();
+                .ok_or_else(|| BackendError::Step("cuda: model torn down".into()))?;
+            let (logits, tokens) = model.read_fetched(ring, rows).map_err(dev)?;
+            let vocab = model.dims.vocab;
             let mut sampled = Vec::with_capacity(rows);
-            let samples = self.in_flight[i].samples.clone();
-            for ((&(seq, pos), l), &t) in samples.iter().zip(logits).zip(&tokens) {
-                let host = rank_token(&l, 0)
-                    .ok_or_else(|| BackendError::Step("empty vocabulary".into()))?;
-                if host as i32 != t {
-                    return Err(BackendError::Step(format!(
-                        "cuda: sequence {seq} position {pos}: device argmax {t}, host {host} over the same logits"
-                    )));
-                }
+            for (r, (&(seq, pos), &t)) in self.in_flight[i].samples.iter().zip(tokens).enumerate() {
+                let token = u32::try_from(t)
+                    .ok()
+                    .filter(|&t| (t as usize) < vocab)
+                    .ok_or_else(|| {
+                        BackendError::Step(format!(
+                            "cuda: device argmax {t} outside the vocabulary"
+                        ))
+                    })?;
                 if let Some(st) = self.seqs.get_mut(&seq) {
-                    st.sampled(pos, l, host, keep);
+                    // Logits are copied out only where they are used: checked sequences, and a
+                    // sequence's first sample (a fork picks its continuation from it). Those rows
+                    // also cross-check the device's argmax against the host's.
+                    let row = if st.checked || !st.sampled_once {
+                        let l = logits[r * vocab..(r + 1) * vocab].to_vec();
+                        let host = rank_token(&l, 0)
+                            .ok_or_else(|| BackendError::Step("empty vocabulary".into()))?;
+                        if host != token {
+                            return Err(BackendError::Step(format!(
+                                "cuda: sequence {seq} position {pos}: device argmax {token}, host {host} over the same logits"
+                            )));
+                        }
+                        Some(l)
+                    } else {
+                        None
+                    };
+                    st.sampled(pos, row, token, keep);
                 }
-                sampled.push(Sampled { seq, token: host });
+                sampled.push(Sampled { seq, token });
             }
             let inf = &mut self.in_flight[i];
             inf.output = Some(StepOutput {
@@ -466,6 +488,7 @@ impl Backend for CudaBackend {
                 last: Some(last),
                 records: Vec::new(),
                 checked,
+                sampled_once: false,
             },
         )?;
         Ok(token)

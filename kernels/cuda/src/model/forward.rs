@@ -528,14 +528,11 @@ impl DevModel {
             .map_err(CudaError::driver("cuMemcpyDtoH"))
     }
 
-    /// Waits for buffer `ring`'s fetch and returns its logits rows and greedy tokens.
-    pub fn read_fetched(
-        &self,
-        ring: usize,
-        rows: usize,
-    ) -> Result<(Vec<Vec<f32>>, Vec<i32>), CudaError> {
+    /// Waits for buffer `ring`'s fetch and returns its first `rows` logits rows (`[rows,
+    /// vocab]`, borrowed: the caller copies only the rows it keeps) and greedy tokens.
+    pub fn read_fetched(&self, ring: usize, rows: usize) -> Result<(&[f32], &[i32]), CudaError> {
         if rows == 0 {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok((&[], &[]));
         }
         let v = self.dims.vocab;
         if ring >= RING || rows > self.plan.logit_rows {
@@ -547,9 +544,6 @@ impl DevModel {
         let t = self.host_argmax[ring]
             .as_slice()
             .map_err(CudaError::driver("pinned tokens"))?;
-        Ok((
-            l[..rows * v].chunks_exact(v).map(|r| r.to_vec()).collect(),
-            t[..rows].to_vec(),
-        ))
+        Ok((&l[..rows * v], &t[..rows]))
     }
 }
