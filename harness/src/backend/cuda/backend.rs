@@ -681,3 +681,38 @@ impl Drop for CudaBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sampled_token_extends_the_history_and_a_recompute_replaces_what_followed() {
+        let mut st = SeqState {
+            history: vec![1, 2, 3],
+            checked: true,
+            ..SeqState::default()
+        };
+        st.sampled(2, Some(vec![0.0, 1.0]), 9, 2);
+        st.sampled(3, None, 8, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 9, 8]);
+        assert_eq!(st.records.len(), 1, "a row without logits keeps no record");
+        st.sampled(3, Some(vec![1.0, 0.0]), 7, 2);
+        st.sampled(4, Some(vec![1.0, 0.0]), 6, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 9, 7, 6]);
+        assert_eq!(
+            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
+            vec![2, 3],
+            "at most keep_steps records"
+        );
+        // Preempted and recomputed from position 2: the records after it are replaced.
+        st.sampled(2, Some(vec![0.5, 0.5]), 4, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 4]);
+        assert_eq!(
+            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert!(st.sampled_once);
+        assert_eq!(st.last.as_ref().map(|r| r.pos), Some(2));
+    }
+}
