@@ -277,7 +277,8 @@ impl CudaBackend {
 
     /// Waits for in-flight steps up to and including index `upto` and applies their results.
     fn resolve(&mut self, upto: usize) -> Result<(), BackendError> {
-        for i in 0..=upto.min(self.in_flight.len().saturating_sub(1)) {
+        let n = self.in_flight.len().min(upto.saturating_add(1));
+        for i in 0..n {
             if self.in_flight[i].output.is_some() {
                 continue;
             }
