@@ -29,6 +29,10 @@ fn scenario(name: &str, overrides: &[&str]) -> Scenario {
 
 /// Run `s` both ways into `root/{collect,stream}`; panics naming the first file that differs.
 fn both_paths(root: &Path, s: &Scenario, opts: &RunOptions, what: &str) {
+    both_paths_files(root, s, opts, what, &FILES)
+}
+
+fn both_paths_files(root: &Path, s: &Scenario, opts: &RunOptions, what: &str, files: &[&str]) {
     let (a, b) = (root.join("collect"), root.join("stream"));
     let collected = results::run_scenario(s, opts).expect("collect run");
     results::write(&collected, &a, true, opts.trace_tokens).expect("collect write");
@@ -49,7 +53,7 @@ fn both_paths(root: &Path, s: &Scenario, opts: &RunOptions, what: &str) {
         assert!(y.record.is_none());
     }
     assert_eq!(collected.token_mismatch, streamed.token_mismatch);
-    for f in FILES {
+    for &f in files {
         let (x, y) = (
             std::fs::read(a.join(f)).expect("collect file"),
             std::fs::read(b.join(f)).expect("stream file"),
@@ -100,6 +104,32 @@ fn streaming_and_collect_paths_write_identical_files() {
             name,
         );
     }
+}
+
+/// On a computing backend (cpu, its clock by the cost model so the schedule is repeatable) the
+/// streaming path compares token ids across modes as the collect path does, and its files and
+/// metrics equal the collect path's.
+#[test]
+fn a_cpu_streaming_run_compares_tokens_like_the_collect_path() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let s = scenario("quick-basic", &["traffic.requests=10"]);
+    let opts = RunOptions {
+        backend: kvbench::backend::BackendKind::Cpu,
+        clock: kvbench::backend::Clock::Model,
+        invariant_check_every: 0,
+        ..RunOptions::default()
+    };
+    // summary.json and report.md hold wall-clock step times on cpu: the data files are compared.
+    both_paths_files(tmp.path(), &s, &opts, "cpu", &FILES[2..]);
+    let exp = results::run_streaming(
+        &s,
+        &opts,
+        Staging::begin(&tmp.path().join("again"), true).expect("staging"),
+    )
+    .expect("cpu run");
+    assert_eq!(exp.backend, "cpu");
+    assert!(exp.runs.iter().all(|r| r.end.computes));
+    assert_eq!(exp.failures(), Vec::<String>::new());
 }
 
 fn csv_rows(path: &Path) -> Vec<Vec<String>> {

@@ -215,11 +215,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 0.0
             };
             text.push_str(&format!(
-                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step\n",
+                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step; {} stream states held at most for {} streams\n",
                 r.end.mode.name(),
                 r.end.steps,
                 r.end.seq_steps,
-                per_seq_step_us
+                per_seq_step_us,
+                r.end.peak_live_streams,
+                r.end.streams
             ));
         }
         text.push_str(&format!("wrote {} ({wall:.2} s wall)", out.display()));
