@@ -235,3 +235,35 @@ proptest! {
         both_paths(tmp.path(), &s, &opts, &format!("fuzz seed {seed}"));
     }
 }
+
+/// A streaming run that fails after its files were opened (here: a bad trace row, found when
+/// the workload is generated) leaves no results folder and no temporary beside it.
+#[test]
+fn a_failed_streaming_run_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    std::fs::create_dir(tmp.path().join("traces")).expect("mkdir");
+    std::fs::copy(root.join("trace-azure.toml"), tmp.path().join("s.toml")).expect("copy");
+    let good = std::fs::read_to_string(root.join("traces/azure-mini.csv")).expect("fixture");
+    std::fs::write(
+        tmp.path().join("traces/azure-mini.csv"),
+        format!("{good}2023-11-16 18:16:00.0000000,12,not-a-number\n"),
+    )
+    .expect("write");
+    let s = kvbench::scenario::load(&tmp.path().join("s.toml"), &[]).expect("scenario loads");
+    let out = tmp.path().join("out");
+    let staging = Staging::begin(&out, false).expect("staging");
+    let err = match results::run_streaming(&s, &RunOptions::default(), staging) {
+        Ok(_) => panic!("a bad trace row must fail the run"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("azure-mini.csv"), "{err}");
+    assert!(!out.exists(), "no results folder");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut left = left;
+    left.sort();
+    assert_eq!(left, ["s.toml", "traces"], "nothing but the inputs is left");
+}
