@@ -199,7 +199,8 @@ pub struct RunEnd {
     /// Steps completed and streams handed to the sink.
     pub steps: u64,
     pub streams: u64,
-    /// Most stream states held at once (the stream table's high-water mark).
+    /// Most stream states held at once (the stream table's high-water mark; a collected
+    /// record's [`RunRecord::end`] cannot know it and states every stream).
     pub peak_live_streams: u64,
 }
 
