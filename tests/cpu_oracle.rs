@@ -50,7 +50,7 @@ fn every_quick_scenario_passes_the_oracle_in_both_modes() {
         );
         for mode in [CacheMode::Paged, CacheMode::Contiguous] {
             let r = exp.run(mode).expect("both modes ran");
-            let n = r.record.numerics.expect("cpu reports numerics");
+            let n = r.end.numerics.expect("cpu reports numerics");
             eprintln!("{} {}: {n:?}", path.display(), mode.name());
             assert!(n.ok, "{} {}: {n:?}", path.display(), mode.name());
             assert!(
@@ -73,11 +73,11 @@ fn planted_faults_are_caught_by_the_oracle() {
         let exp = run(&path, &["traffic.requests=40".into()], Some(fault));
         let paged = exp
             .run(CacheMode::Paged)
-            .and_then(|r| r.record.numerics)
+            .and_then(|r| r.end.numerics)
             .expect("paged numerics");
         let contiguous = exp
             .run(CacheMode::Contiguous)
-            .and_then(|r| r.record.numerics)
+            .and_then(|r| r.end.numerics)
             .expect("contiguous numerics");
         eprintln!("{}: paged {paged:?}", fault.name());
         assert!(
@@ -119,7 +119,7 @@ fn bf16_kv_passes_under_its_stated_tolerance() {
     for mode in [CacheMode::Paged, CacheMode::Contiguous] {
         let n = exp
             .run(mode)
-            .and_then(|r| r.record.numerics)
+            .and_then(|r| r.end.numerics)
             .expect("numerics");
         eprintln!("bf16 {}: {n:?}", mode.name());
         assert!(n.ok && n.checked_steps > 0, "{n:?}");
@@ -145,6 +145,8 @@ fn swapped_sequences_resume_exactly() {
     let paged = exp.run(CacheMode::Paged).expect("paged ran");
     let swaps = paged
         .record
+        .as_ref()
+        .expect("collected")
         .events
         .iter()
         .filter(|e| matches!(e.kind, TraceKind::SwapOut { .. }))
@@ -153,6 +155,6 @@ fn swapped_sequences_resume_exactly() {
         swaps > 0,
         "the scenario no longer swaps; the test proves nothing"
     );
-    let n = paged.record.numerics.expect("numerics");
+    let n = paged.end.numerics.expect("numerics");
     assert!(n.ok && n.checked_steps > 0, "{n:?}");
 }

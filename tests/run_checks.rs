@@ -39,7 +39,7 @@ fn every_planted_fault_is_caught_on_sim() {
             .run(kvbench_cache_api::CacheMode::Contiguous)
             .expect("contiguous run");
         assert!(
-            paged.record.violation.is_some() || !paged.record.reclamation.ok,
+            paged.end.violation.is_some() || !paged.end.reclamation.ok,
             "{}: not detected",
             fault.name()
         );
@@ -49,7 +49,7 @@ fn every_planted_fault_is_caught_on_sim() {
             fault.name()
         );
         assert!(
-            contiguous.record.violation.is_none() && contiguous.record.reclamation.ok,
+            contiguous.end.violation.is_none() && contiguous.end.reclamation.ok,
             "the fault is armed on paged only"
         );
         let summary = results::summary::build(&exp);
@@ -94,12 +94,12 @@ fn a_cancellation_storm_ends_with_every_block_reclaimed() {
         .expect("run");
         for r in &exp.runs {
             assert!(
-                r.record.reclamation.ok,
+                r.end.reclamation.ok,
                 "{extra:?} {}: {}",
-                r.record.mode.name(),
-                r.record.reclamation.detail
+                r.end.mode.name(),
+                r.end.reclamation.detail
             );
-            assert_eq!(r.record.reclamation.leaked_slots, 0);
+            assert_eq!(r.end.reclamation.leaked_slots, 0);
             assert!(
                 r.metrics.counts.cancelled >= 20,
                 "{extra:?}: a storm cancels many: {:?}",

@@ -24,10 +24,12 @@ fn a_clean_cpu_run_agrees_with_the_oracle_and_across_cache_modes() {
     assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     assert_eq!(exp.token_mismatch, None);
     for r in &exp.runs {
-        let n = r.record.numerics.expect("cpu reports numerics");
+        let n = r.end.numerics.expect("cpu reports numerics");
         assert!(n.ok && n.checked_steps > 0, "{n:?}");
         assert!(r
             .record
+            .as_ref()
+            .expect("collected")
             .streams
             .iter()
             .all(|s| s.token_ids.len() == s.token_ns.len()));
@@ -43,7 +45,7 @@ fn a_bad_block_table_is_caught_by_computation_alone() {
         ..RunOptions::default()
     };
     let exp = results::run_scenario(&quick(), &opts).expect("cpu run");
-    let paged = &exp.runs[0].record;
+    let paged = &exp.runs[0].end;
     assert!(
         paged.violation.is_none()
             || paged

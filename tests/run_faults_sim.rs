@@ -91,7 +91,7 @@ fn every_planted_fault_fires_and_is_caught_with_check_every_0() {
         );
         match fault {
             // A leak is a reclamation failure; the shadow has nothing to read wrong.
-            Fault::Leak => assert!(!paged.record.reclamation.ok),
+            Fault::Leak => assert!(!paged.end.reclamation.ok),
             // The others corrupt what steps read: the shadow sees it on its own.
             _ => {
                 let sh = paged.shadow.as_ref().expect("shadow");
@@ -130,7 +130,7 @@ fn bad_block_table_is_caught_by_the_shadow_alone() {
     let s = scenario("chat-8b-h200", &["traffic.requests=40"]);
     let with = run(&s, Some(Fault::BadBlockTable), true);
     let paged = with.run(CacheMode::Paged).expect("paged");
-    assert!(paged.record.violation.is_none() && paged.record.reclamation.ok);
+    assert!(paged.end.violation.is_none() && paged.end.reclamation.ok);
     assert!(shadow_violations(&with, CacheMode::Paged) > 0);
     let without = run(&s, Some(Fault::BadBlockTable), false);
     assert_eq!(without.fault_fired(), 0);

@@ -28,15 +28,11 @@ fn paged_wastes_little_and_holds_a_multiple_of_the_contiguous_concurrency() {
     );
     assert!(cw > 0.5, "contiguous waste {cw}");
     assert!(pw < 0.05, "paged waste {pw}");
-    let pc = exp
-        .run(CacheMode::Paged)
-        .expect("paged")
-        .record
-        .peak_running;
+    let pc = exp.run(CacheMode::Paged).expect("paged").end.peak_running;
     let cc = exp
         .run(CacheMode::Contiguous)
         .expect("contiguous")
-        .record
+        .end
         .peak_running;
     assert!(
         pc >= 2 * cc,

@@ -112,3 +112,22 @@ fn show_json_is_one_object() {
     assert_eq!(v["workload"]["requests"], 48);
     assert_eq!(v["scenario"]["name"], "quick-basic");
 }
+
+/// Output into a closed pipe (`kvbench ... | head -1` after head exited) must not panic: the
+/// command finishes its work and exits with its own verdict.
+#[test]
+fn a_closed_stdout_pipe_is_not_a_panic() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader); // every write to the pipe now fails with EPIPE
+    let scenario = root().join("scenarios/quick-basic.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["scenario", "show"])
+        .arg(&scenario)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run kvbench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+}

@@ -2,12 +2,14 @@
 //! is missing), the choice `--backend auto` makes, and the device-free pieces of the backend —
 //! ledger reconciliation against `cuMemGetInfo` ([`ledger`]) and event fences ([`fence`]).
 //!
-//! The scenario model on the GPU (issue 13) is not built yet: with everything present,
-//! `--backend cuda` says so and exits 2, and `auto` keeps to `cpu`. The CUDA kernels themselves
-//! run today through `kvbench cuda-check` and `kernel-bench --backend cuda`.
+//! The backend itself is [`backend::CudaBackend`] (the seeded model on the GPU, [`setup`];
+//! the oracle check of its logits, [`check`]).
 
+pub mod backend;
+pub mod check;
 pub mod fence;
 pub mod ledger;
+pub mod setup;
 
 use std::sync::OnceLock;
 
@@ -15,8 +17,8 @@ use kvbench_cuda::probe::Probe;
 
 use super::{BackendError, BackendKind};
 
-/// True once the scenario model runs on `cuda`; until then `auto` never picks it.
-pub const SCENARIO_MODEL_BUILT: bool = false;
+/// The scenario model runs on `cuda` (`auto` picks it wherever nothing is missing).
+pub const SCENARIO_MODEL_BUILT: bool = true;
 
 /// What stands between this machine and the cuda backend (empty: nothing). Probed once.
 pub fn missing() -> &'static [String] {
@@ -68,9 +70,13 @@ pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
     }
 }
 
-/// Constructs the cuda backend, or says what is missing.
-pub fn create() -> Result<Box<dyn super::Backend>, BackendError> {
-    Err(unavailable(missing(), SCENARIO_MODEL_BUILT))
+/// Constructs the cuda backend, or says what is missing (driver, NVRTC, cuBLAS, device).
+pub fn create(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
+    let miss = missing();
+    if !miss.is_empty() || !SCENARIO_MODEL_BUILT {
+        return Err(unavailable(miss, SCENARIO_MODEL_BUILT));
+    }
+    Ok(Box::new(backend::CudaBackend::new(setup)?))
 }
 
 #[cfg(test)]

@@ -248,7 +248,7 @@ pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, B
     match kind.resolve() {
         BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
         BackendKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(setup)?)),
-        BackendKind::Cuda => cuda::create(),
+        BackendKind::Cuda => cuda::create(setup),
         BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
     }
 }

@@ -9,6 +9,9 @@
 pub mod cost;
 pub mod profile;
 pub mod shadow;
+mod shadow_expect;
+mod shadow_ids;
+mod shadow_readers;
 mod shadow_store;
 
 use std::collections::VecDeque;

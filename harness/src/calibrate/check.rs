@@ -114,8 +114,8 @@ pub fn check(
             cache: mode,
             errors,
             figures,
-            measured_steps: a.record.steps.len(),
-            model_steps: b.record.steps.len(),
+            measured_steps: a.end.steps as usize,
+            model_steps: b.end.steps as usize,
         });
     }
     Ok(Check {

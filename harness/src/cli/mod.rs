@@ -5,6 +5,21 @@
 //! `anyhow::Result<ExitCode>`; an error that reaches here is reported with its chain and exits 2
 //! unless it carries an [`ExitStatus`] saying otherwise.
 
+/// Every subcommand prints through `out.rs`, which survives a closed pipe; these shadow std's
+/// macros for the files declared below (textual macro scope), so no file can reach the panicking
+/// ones by accident.
+macro_rules! println {
+    () => { $crate::cli::out::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => {
+        $crate::cli::out::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::cli::out::write_stdout(format_args!($($arg)*)) };
+}
+
+mod out;
+
 mod calibrate;
 mod compare;
 mod cuda_check;

@@ -73,6 +73,11 @@ pub struct RunFlags {
     /// model (real, checked math; the same schedule on every machine and under any load).
     #[arg(long, value_enum, default_value = "measured")]
     pub clock: crate::backend::Clock,
+    /// Time resolution of memory.csv and Perfetto's steps track, ms (0: every step). Default:
+    /// every step up to 100,000 rows a mode, then the power-of-two multiple of 1 ms that keeps
+    /// them under it; each row holds its interval's maxima, summary.json states the resolution.
+    #[arg(long, value_name = "MS")]
+    pub memory_resolution_ms: Option<f64>,
 }
 
 impl RunFlags {
@@ -86,6 +91,14 @@ impl RunFlags {
             shadow: !self.no_shadow,
             clock: self.clock,
             profile: None,
+            memory_resolution: match self.memory_resolution_ms {
+                None => crate::metrics::timeline::Resolution::default(),
+                Some(ms) => crate::metrics::timeline::Resolution::from_ms(ms).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--memory-resolution-ms: {ms} is not a duration (0 or a positive number of ms)"
+                    )
+                })?,
+            },
         })
     }
 }
@@ -160,11 +173,10 @@ pub fn run_one(
     replace: bool,
 ) -> anyhow::Result<(Experiment, Vec<String>)> {
     let staging = results::Staging::begin(out, replace)?;
-    let exp = results::run_scenario(s, opts).map_err(|e| match e {
+    let exp = results::run_streaming(s, opts, staging).map_err(|e| match e {
         results::ExperimentError::Engine { .. } => anyhow::Error::new(e).context(ExitStatus(1)),
         other => anyhow::Error::new(other),
     })?;
-    results::write_into(&exp, staging, opts.trace_tokens)?;
     let failures = exp.failures();
     Ok((exp, failures))
 }
@@ -197,17 +209,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let wall = t0.elapsed().as_secs_f64();
         let mut text = format!("{}\n", results::report::markdown(&exp));
         for r in &exp.runs {
-            let per_seq_step_us = if r.record.seq_steps > 0 {
-                1e6 * r.record.host_overhead_s / r.record.seq_steps as f64
+            let per_seq_step_us = if r.end.seq_steps > 0 {
+                1e6 * r.end.host_overhead_s / r.end.seq_steps as f64
             } else {
                 0.0
             };
             text.push_str(&format!(
-                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step\n",
-                r.record.mode.name(),
-                r.record.steps.len(),
-                r.record.seq_steps,
-                per_seq_step_us
+                "{}: {} steps, {} sequence-steps, scheduler+admission+cache {:.3} us per running sequence per step; {} stream states held at most for {} streams\n",
+                r.end.mode.name(),
+                r.end.steps,
+                r.end.seq_steps,
+                per_seq_step_us,
+                r.end.peak_live_streams,
+                r.end.streams
             ));
         }
         text.push_str(&format!("wrote {} ({wall:.2} s wall)", out.display()));

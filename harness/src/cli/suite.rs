@@ -67,7 +67,7 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
     exp.runs
         .iter()
         .map(|r| {
-            let (m, rec) = (&r.metrics, &r.record);
+            let (m, rec) = (&r.metrics, &r.end);
             let hit = if rec.prefix.lookup_tokens > 0 {
                 rec.prefix.hit_tokens as f64 / rec.prefix.lookup_tokens as f64
             } else {

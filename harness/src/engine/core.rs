@@ -9,8 +9,12 @@ use kvbench_cache_api::{CopyOp, KvCacheManager, PrefixStats, StepId};
 
 use super::admission::AdmissionConfig;
 use super::policy::{self, queue::WaitQueue, Policy};
-use super::record::{Reclamation, RunRecord, StepSample, StreamStatus, TraceEvent, TraceKind};
-use super::state::{Phase, Stream};
+use super::record::{
+    Reclamation, RunEnd, RunRecord, RunStart, StepSample, StreamStatus, TraceEvent, TraceKind,
+};
+use super::sink::{Collect, RunSink};
+use super::state::Phase;
+use super::table::StreamTable;
 use super::timers::CancelTimers;
 use super::{EngineConfig, EngineError};
 use crate::backend::{Backend, StepPlan};
@@ -37,7 +41,9 @@ pub(super) struct Engine<'a> {
     pub backend: &'a mut dyn Backend,
     pub policy: Option<Box<dyn Policy>>,
     pub admission: AdmissionConfig,
-    pub streams: Vec<Stream>,
+    /// Where what happens goes, as it happens.
+    pub sink: &'a mut dyn RunSink,
+    pub streams: StreamTable,
     /// First stream index of each request (u32::MAX until it arrives).
     pub req_first: Vec<u32>,
     /// Streams of each request not yet done.
@@ -66,8 +72,9 @@ pub(super) struct Engine<'a> {
     pub preempted_flag: bool,
     pub decode_reserve: Option<u64>,
     pub admit_counter: u64,
-    pub events: Vec<TraceEvent>,
-    pub samples: Vec<StepSample>,
+    /// End of the last completed step, and steps completed.
+    pub last_step_end_ns: Option<u64>,
+    pub steps_done: u64,
     pub violation: Option<String>,
     pub peak_running: u32,
     pub metadata_peak_bytes: u64,
@@ -87,13 +94,28 @@ pub const SEQ_METADATA_BYTES: u64 = 64;
 /// One block-table entry (an i32 physical block id), bytes.
 pub const BLOCK_TABLE_ENTRY_BYTES: u64 = 4;
 
-/// Drive `workload` through `cache` and `backend` to the end, then run the reclamation check.
+/// Drive `workload` through `cache` and `backend` to the end, then run the reclamation check;
+/// everything the run produced is collected into one [`RunRecord`] (the collect path).
 pub fn run(
     cfg: &EngineConfig,
     workload: &Workload,
     cache: &mut dyn KvCacheManager,
     backend: &mut dyn Backend,
 ) -> Result<RunRecord, EngineError> {
+    let mut collect = Collect::default();
+    let end = run_with(cfg, workload, cache, backend, &mut collect)?;
+    Ok(collect.into_record(&end))
+}
+
+/// [`run`], handing streams, events and steps to `sink` as they happen instead of keeping them
+/// (the streaming path); returns the run's scalar outcome.
+pub fn run_with(
+    cfg: &EngineConfig,
+    workload: &Workload,
+    cache: &mut dyn KvCacheManager,
+    backend: &mut dyn Backend,
+    sink: &mut dyn RunSink,
+) -> Result<RunEnd, EngineError> {
     let n = workload.requests.len();
     let tenants = workload
         .requests
@@ -126,6 +148,13 @@ pub fn run(
     if let Some(f) = cfg.fault {
         cache.inject_fault(f);
     }
+    sink.begin(&RunStart {
+        mode: cache.mode(),
+        block_size: cfg.block_size,
+        total_slots: cache.accounting().total_slots,
+        memory: backend.memory(),
+        computes: backend.computes(),
+    });
     let mut e = Engine {
         cfg,
         workload,
@@ -135,7 +164,8 @@ pub fn run(
         admission: AdmissionConfig {
             watermark: cfg.scheduler.watermark,
         },
-        streams: Vec::with_capacity(n),
+        sink,
+        streams: StreamTable::new(),
         req_first: vec![u32::MAX; n],
         req_open: vec![0; n],
         running: Vec::new(),
@@ -160,8 +190,8 @@ pub fn run(
         preempted_flag: false,
         decode_reserve: None,
         admit_counter: 0,
-        events: Vec::new(),
-        samples: Vec::new(),
+        last_step_end_ns: None,
+        steps_done: 0,
         violation: None,
         peak_running: 0,
         metadata_peak_bytes: 0,
@@ -171,7 +201,7 @@ pub fn run(
         prompts: std::collections::BTreeMap::new(),
     };
     e.main_loop()?;
-    Ok(e.finish_record(device_start))
+    Ok(e.finish(device_start))
 }
 
 /// Milliseconds to virtual nanoseconds, saturating: negative or NaN is 0, and anything past
@@ -297,7 +327,7 @@ impl Engine<'_> {
                 0
             };
         self.metadata_peak_bytes = self.metadata_peak_bytes.max(metadata);
-        self.samples.push(StepSample {
+        self.sink.step(&StepSample {
             step: inf.index,
             start_ns: start,
             end_ns: end,
@@ -306,18 +336,21 @@ impl Engine<'_> {
             running: inf.running,
             accounting,
         });
+        self.last_step_end_ns = Some(end);
+        self.steps_done += 1;
         self.host_s += t0.elapsed().as_secs_f64();
         Ok(())
     }
 
-    fn finish_record(self, device_start: Option<u64>) -> RunRecord {
+    fn finish(self, device_start: Option<u64>) -> RunEnd {
         let Engine {
             cfg,
             cache,
             backend,
+            sink,
             mut streams,
-            events,
-            samples,
+            last_step_end_ns,
+            steps_done,
             violation,
             now_ns,
             metadata_peak_bytes,
@@ -327,7 +360,7 @@ impl Engine<'_> {
             seq_steps,
             ..
         } = self;
-        let end_ns = samples.last().map_or(now_ns, |s| s.end_ns).max(now_ns);
+        let end_ns = last_step_end_ns.unwrap_or(now_ns).max(now_ns);
         let mut violation = violation;
         if violation.is_none() {
             if let Err(msg) = cache.check_invariants() {
@@ -360,22 +393,23 @@ impl Engine<'_> {
                 details.join("; ")
             },
         };
-        // Streams a violation left unresolved are reported as cancelled at the end.
-        for st in streams
-            .iter_mut()
-            .filter(|s| s.phase != Phase::Done && s.phase != Phase::Pending)
-        {
-            st.record.status = StreamStatus::Cancelled;
-            st.record.finish_ns = end_ns;
+        // Streams a violation left unresolved are reported as cancelled at the end, and every
+        // stream still held goes to the sink, in stream order.
+        for id in streams.live_ids() {
+            let st = &mut streams[id as usize];
+            if st.phase != Phase::Done && st.phase != Phase::Pending {
+                st.record.status = StreamStatus::Cancelled;
+                st.record.finish_ns = end_ns;
+            }
+            if let Some(rec) = streams.release(id) {
+                sink.stream_done(id, &rec);
+            }
         }
         let prefix: PrefixStats = cache.prefix_stats();
-        RunRecord {
+        RunEnd {
             mode: cache.mode(),
             block_size: cfg.block_size,
             total_slots: acc.total_slots,
-            streams: streams.into_iter().map(|s| s.record).collect(),
-            events,
-            steps: samples,
             prefix,
             memory: backend.memory(),
             metadata_peak_bytes,
@@ -387,13 +421,20 @@ impl Engine<'_> {
             end_ns,
             host_overhead_s: (host_s - backend_hook_s).max(0.0),
             seq_steps,
+            steps: steps_done,
+            streams: streams.len() as u64,
+            peak_live_streams: streams.peak_live() as u64,
         }
     }
 
     pub(super) fn trace(&mut self, stream: u32, kind: TraceKind) {
-        self.events.push(TraceEvent {
+        let rec = &self.streams[stream as usize].record;
+        let (request, rank) = (rec.request, rec.rank);
+        self.sink.event(&TraceEvent {
             t_ns: self.now_ns,
             stream,
+            request,
+            rank,
             kind,
         });
     }

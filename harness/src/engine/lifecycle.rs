@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use kvbench_cache_api::{AllocError, ReleaseReason};
 
 use super::core::{ms_to_ns, Engine};
-use super::record::{StreamRecord, StreamStatus, TraceKind};
+use super::record::{StreamRecord, StreamStatus, TokenEvent, TraceKind};
 use super::state::{Phase, Stream};
 use super::EngineError;
 use crate::backend::{SwapDirection, SwapOp};
@@ -186,12 +186,21 @@ impl Engine<'_> {
         }
         st.record.token_ns.push(t_ns);
         st.record.token_ids.push(token);
-        if st.record.token_ns.len() as u32 >= st.limit {
-            let status = if st.cancel_at_limit {
-                StreamStatus::Cancelled
-            } else {
-                StreamStatus::Completed
-            };
+        let emitted = st.record.token_ns.len() as u32;
+        let done = (emitted >= st.limit).then_some(if st.cancel_at_limit {
+            StreamStatus::Cancelled
+        } else {
+            StreamStatus::Completed
+        });
+        let (request, rank) = (st.record.request, st.record.rank);
+        self.sink.token(&TokenEvent {
+            t_ns,
+            stream: s,
+            request,
+            rank,
+            index: emitted - 1,
+        });
+        if let Some(status) = done {
             self.finish_stream(s, status);
         }
     }
@@ -243,6 +252,9 @@ impl Engine<'_> {
         }
     }
 
+    /// Every stream of request `r` is done: issue what follows it, then hand its streams'
+    /// records to the sink and drop their state (nothing reads a resolved request's streams
+    /// but the done checks, which a released id answers).
     fn request_resolved(&mut self, r: u32) {
         self.unresolved -= 1;
         self.timers.disarm(r);
@@ -255,6 +267,13 @@ impl Engine<'_> {
                 let t = self.now_ns.saturating_add(ms_to_ns(cl.think_ms));
                 self.arrivals.push(Reverse((t, self.next_closed_loop)));
                 self.next_closed_loop += 1;
+            }
+        }
+        let first = self.req_first[r as usize];
+        let samples = self.workload.requests[r as usize].samples.max(1);
+        for s in first..first.saturating_add(samples) {
+            if let Some(rec) = self.streams.release(s) {
+                self.sink.stream_done(s, &rec);
             }
         }
     }

@@ -19,13 +19,19 @@ mod core;
 mod lifecycle;
 pub mod policy;
 pub mod record;
+pub mod sink;
 mod start;
 mod state;
 mod step;
+mod table;
 mod timers;
 
-pub use core::{run, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
-pub use record::{RunRecord, StepSample, StreamRecord, StreamStatus, TraceEvent, TraceKind};
+pub use core::{run, run_with, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
+pub use record::{
+    RunEnd, RunRecord, RunStart, StepSample, StreamRecord, StreamStatus, TokenEvent, TraceEvent,
+    TraceKind,
+};
+pub use sink::RunSink;
 
 use kvbench_cache_api::{CacheMode, Fault};
 

@@ -1,5 +1,6 @@
 //! What one run of the engine leaves behind: raw, per-stream facts and per-step samples. Metrics
-//! and reports are pure functions over this; nothing here is aggregated.
+//! and reports are pure functions over this; nothing here is aggregated. A run hands these to a
+//! [`super::sink::RunSink`] as they happen; [`RunRecord`] is what the collecting sink keeps.
 
 use kvbench_cache_api::{Accounting, CacheMode, PrefixStats};
 
@@ -136,7 +137,22 @@ pub struct TraceEvent {
     pub t_ns: u64,
     /// Index into `RunRecord::streams`.
     pub stream: u32,
+    /// The stream's request and rank, so that a writer fed as the run goes needs no look-up.
+    pub request: u64,
+    pub rank: u32,
     pub kind: TraceKind,
+}
+
+/// One output token as it is stamped (what a streaming trace writer sees instead of
+/// `StreamRecord::token_ns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenEvent {
+    pub t_ns: u64,
+    pub stream: u32,
+    pub request: u64,
+    pub rank: u32,
+    /// The token's ordinal in its stream (0: the first token).
+    pub index: u32,
 }
 
 /// The verdict of the after-run checks.
@@ -145,6 +161,111 @@ pub struct Reclamation {
     pub ok: bool,
     pub leaked_slots: u64,
     pub detail: String,
+}
+
+/// What a run knows when it starts, handed to its sink before the first event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunStart {
+    pub mode: CacheMode,
+    pub block_size: u32,
+    pub total_slots: u64,
+    /// The backend's memory parts (constant over a run on every backend so far).
+    pub memory: MemoryParts,
+    /// The backend computes real tokens (token ids are comparable across cache modes).
+    pub computes: bool,
+}
+
+/// Everything a run returns besides what it handed its sink: the scalar outcome. A streaming
+/// run keeps only this; [`RunRecord`] is this plus the collected streams, events and steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    pub mode: CacheMode,
+    pub block_size: u32,
+    pub total_slots: u64,
+    pub prefix: PrefixStats,
+    pub memory: MemoryParts,
+    /// Block tables and per-sequence metadata at peak (the ledger's "other").
+    pub metadata_peak_bytes: u64,
+    pub peak_running: u32,
+    /// First invariant violation or unexpected cache error, which stopped the run.
+    pub violation: Option<String>,
+    pub reclamation: Reclamation,
+    pub numerics: Option<NumericsReport>,
+    pub computes: bool,
+    /// Virtual time at the end of the last step.
+    pub end_ns: u64,
+    pub host_overhead_s: f64,
+    pub seq_steps: u64,
+    /// Steps completed and streams handed to the sink.
+    pub steps: u64,
+    pub streams: u64,
+    /// Most stream states held at once (the stream table's high-water mark; a collected
+    /// record's [`RunRecord::end`] cannot know it and states every stream).
+    pub peak_live_streams: u64,
+}
+
+impl RunRecord {
+    /// The record of a run whose sink collected `streams`, `events` and `steps`.
+    pub fn assemble(
+        end: &RunEnd,
+        streams: Vec<StreamRecord>,
+        events: Vec<TraceEvent>,
+        steps: Vec<StepSample>,
+    ) -> RunRecord {
+        RunRecord {
+            mode: end.mode,
+            block_size: end.block_size,
+            total_slots: end.total_slots,
+            streams,
+            events,
+            steps,
+            prefix: end.prefix,
+            memory: end.memory,
+            metadata_peak_bytes: end.metadata_peak_bytes,
+            peak_running: end.peak_running,
+            violation: end.violation.clone(),
+            reclamation: end.reclamation.clone(),
+            numerics: end.numerics,
+            computes: end.computes,
+            end_ns: end.end_ns,
+            host_overhead_s: end.host_overhead_s,
+            seq_steps: end.seq_steps,
+        }
+    }
+
+    /// The scalar outcome of this record (what a streaming run of it would have returned).
+    pub fn end(&self) -> RunEnd {
+        RunEnd {
+            mode: self.mode,
+            block_size: self.block_size,
+            total_slots: self.total_slots,
+            prefix: self.prefix,
+            memory: self.memory,
+            metadata_peak_bytes: self.metadata_peak_bytes,
+            peak_running: self.peak_running,
+            violation: self.violation.clone(),
+            reclamation: self.reclamation.clone(),
+            numerics: self.numerics,
+            computes: self.computes,
+            end_ns: self.end_ns,
+            host_overhead_s: self.host_overhead_s,
+            seq_steps: self.seq_steps,
+            steps: self.steps.len() as u64,
+            streams: self.streams.len() as u64,
+            peak_live_streams: self.streams.len() as u64,
+        }
+    }
+
+    /// What the run told its sink at the start.
+    pub fn start(&self) -> RunStart {
+        RunStart {
+            mode: self.mode,
+            block_size: self.block_size,
+            total_slots: self.total_slots,
+            memory: self.memory,
+            computes: self.computes,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,4 +1,5 @@
-//! Metrics: pure functions over a [`RunRecord`]. Nothing here feeds back into a run.
+//! Metrics: pure functions over a [`RunRecord`] ([`compute`]), and the same figures folded over a
+//! streaming run's sink ([`accum::MetricsAccum`]). Nothing here feeds back into a run.
 //!
 //! Latencies are over *streams* (a request, or each continuation of a parallel-sampling request;
 //! rejected streams are excluded); counts and goodput are over *requests* (a request's status is
@@ -19,8 +20,10 @@
 //! at 3 significant digits, never clipped: the reported value is the histogram's equivalent
 //! value, within 0.1% of the exact one); `mean` and `max` are exact.
 
+pub mod accum;
 pub mod hist;
 pub mod ledger;
+pub mod timeline;
 
 pub use hist::{LatencyHist, HDR_SIGFIGS};
 use serde::Serialize;
@@ -186,7 +189,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
     }
 }
 
-fn meets_slo(st: &crate::engine::StreamRecord, slo: &SloSpec) -> bool {
+pub(crate) fn meets_slo(st: &crate::engine::StreamRecord, slo: &SloSpec) -> bool {
     if let (Some(limit), Some(first)) = (slo.ttft_p99_ms, st.first_token_ns()) {
         if (first - st.arrival_ns) as f64 / 1e6 > limit {
             return false;

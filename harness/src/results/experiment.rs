@@ -4,11 +4,16 @@
 
 use kvbench_cache_api::{CacheMode, Fault};
 
+use super::sink::{FileSink, ModeFiles};
+use super::tokens::TokenCheck;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::sim::shadow::ShadowReport;
 use crate::backend::sim::SimBackend;
 use crate::backend::{self, Backend, BackendKind, Clock, RunSetup};
-use crate::engine::{self, EngineConfig, RunRecord};
+use crate::engine::sink::{Collect, Tee};
+use crate::engine::{self, EngineConfig, RunEnd, RunRecord, RunSink};
+use crate::metrics::accum::MetricsAccum;
+use crate::metrics::timeline::Resolution;
 use crate::metrics::{self, RunMetrics};
 use crate::scenario::Scenario;
 use crate::workload::{self, Workload};
@@ -29,6 +34,8 @@ pub struct RunOptions {
     pub clock: Clock,
     /// A device profile that replaces the scenario's `device` (`calibrate --check`).
     pub profile: Option<DeviceProfile>,
+    /// Time resolution of `memory.csv` and Perfetto's steps track (`--memory-resolution-ms`).
+    pub memory_resolution: Resolution,
 }
 
 impl Default for RunOptions {
@@ -42,12 +49,17 @@ impl Default for RunOptions {
             shadow: true,
             clock: Clock::Measured,
             profile: None,
+            memory_resolution: Resolution::default(),
         }
     }
 }
 
 pub struct ModeRun {
-    pub record: RunRecord,
+    /// The run's scalar outcome (both paths).
+    pub end: RunEnd,
+    /// Every stream, event and step: kept on the collect path only ([`run_scenario`]); `None`
+    /// on the streaming path ([`run_scenario_streaming`]).
+    pub record: Option<RunRecord>,
     pub metrics: RunMetrics,
     /// Times the planted fault took effect in this run (0 without one; the contiguous run never
     /// has one armed).
@@ -57,6 +69,8 @@ pub struct ModeRun {
     /// Wall seconds the backend spent in steps, where it measures them (under `--clock model`
     /// the clock did not advance by these).
     pub measured_step_s: Option<f64>,
+    /// How the mode's rows come out in `memory.csv` and `trace.perfetto.json`.
+    pub files: ModeFiles,
 }
 
 pub struct Experiment {
@@ -74,6 +88,8 @@ pub struct Experiment {
     pub runs: Vec<ModeRun>,
     /// On compute backends: the first stream whose greedy tokens differ between the modes.
     pub token_mismatch: Option<String>,
+    /// The resolution the data files are written at.
+    pub memory_resolution: Resolution,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +105,9 @@ pub enum ExperimentError {
         mode: &'static str,
         source: engine::EngineError,
     },
+    /// Writing a streaming run's files failed.
+    #[error(transparent)]
+    Results(Box<super::ResultsError>),
 }
 
 impl Experiment {
@@ -97,14 +116,14 @@ impl Experiment {
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         for r in &self.runs {
-            let mode = r.record.mode.name();
-            if let Some(v) = &r.record.violation {
+            let mode = r.end.mode.name();
+            if let Some(v) = &r.end.violation {
                 out.push(format!("{mode}: invariant violation: {v}"));
             }
-            if !r.record.reclamation.ok {
+            if !r.end.reclamation.ok {
                 out.push(format!(
                     "{mode}: reclamation failed: {}",
-                    r.record.reclamation.detail
+                    r.end.reclamation.detail
                 ));
             }
             if let Some(sh) = &r.shadow {
@@ -116,7 +135,7 @@ impl Experiment {
                     ));
                 }
             }
-            if let Some(n) = r.record.numerics {
+            if let Some(n) = r.end.numerics {
                 if !n.ok {
                     out.push(format!(
                         "{mode}: numerics: max relative error {:.3e} > tolerance {:.1e}",
@@ -146,7 +165,7 @@ impl Experiment {
     }
 
     pub fn run(&self, mode: CacheMode) -> Option<&ModeRun> {
-        self.runs.iter().find(|r| r.record.mode == mode)
+        self.runs.iter().find(|r| r.end.mode == mode)
     }
 }
 
@@ -206,7 +225,17 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
     })
 }
 
-/// Run `workload` through one cache mode; returns the run and the backend's name.
+/// What one mode's run returns besides what it handed its sink.
+struct ModeParts {
+    end: RunEnd,
+    fault_fired: u64,
+    shadow: Option<ShadowReport>,
+    measured_step_s: Option<f64>,
+    backend_name: &'static str,
+}
+
+/// Run `workload` through one cache mode, collecting everything (the collect path); returns the
+/// run and the backend's name.
 pub fn run_mode(
     scenario: &Scenario,
     setup: &Setup,
@@ -214,6 +243,32 @@ pub fn run_mode(
     opts: &RunOptions,
     mode: CacheMode,
 ) -> Result<(ModeRun, &'static str), ExperimentError> {
+    let mut collect = Collect::default();
+    let p = run_mode_with(scenario, setup, workload, opts, mode, &mut collect)?;
+    let record = collect.into_record(&p.end);
+    let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
+    let files = super::sink::mode_files(&record, opts.memory_resolution);
+    let run = ModeRun {
+        end: p.end,
+        record: Some(record),
+        metrics,
+        fault_fired: p.fault_fired,
+        shadow: p.shadow,
+        measured_step_s: p.measured_step_s,
+        files,
+    };
+    Ok((run, p.backend_name))
+}
+
+/// Run `workload` through one cache mode, handing what happens to `sink`.
+fn run_mode_with(
+    scenario: &Scenario,
+    setup: &Setup,
+    workload: &Workload,
+    opts: &RunOptions,
+    mode: CacheMode,
+    sink: &mut dyn RunSink,
+) -> Result<ModeParts, ExperimentError> {
     let block_size = scenario.block_size();
     let run_setup = RunSetup {
         model: setup.model.clone(),
@@ -267,22 +322,20 @@ pub fn run_mode(
             None
         },
     };
-    let record = engine::run(&cfg, workload, cache.as_mut(), be).map_err(|source| {
+    let end = engine::run_with(&cfg, workload, cache.as_mut(), be, sink).map_err(|source| {
         ExperimentError::Engine {
             mode: mode.name(),
             source,
         }
     })?;
-    let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
     let measured_step_s = be.measured_step_s();
-    let run = ModeRun {
-        record,
-        metrics,
+    Ok(ModeParts {
+        end,
         fault_fired: cache.fault_fired(),
         shadow: sim.as_ref().and_then(SimBackend::shadow_report),
         measured_step_s,
-    };
-    Ok((run, backend_name))
+        backend_name,
+    })
 }
 
 /// Run `scenario` in both cache modes.
@@ -296,10 +349,9 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         backend_name = name;
         runs.push(run);
     }
-    let token_mismatch = if runs.iter().all(|r| r.record.computes) {
-        compare_tokens(&runs[0].record, &runs[1].record)
-    } else {
-        None
+    let token_mismatch = match (&runs[0].record, &runs[1].record) {
+        (Some(a), Some(b)) if a.computes && b.computes => compare_tokens(a, b),
+        _ => None,
     };
     Ok(Experiment {
         scenario: scenario.clone(),
@@ -312,6 +364,58 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         shadow: setup.kind == BackendKind::Sim && opts.shadow,
         runs,
         token_mismatch,
+        memory_resolution: opts.memory_resolution,
+    })
+}
+
+/// Run `scenario` in both cache modes, streaming: each mode's events go to `files` and to the
+/// metrics accumulators as they happen, and nothing per stream outlives its request (the
+/// returned runs have no `record`). Token streams are compared across modes on computing
+/// backends (holding the paged run's token ids until the contiguous run's streams match them).
+pub fn run_scenario_streaming(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    files: &mut FileSink,
+) -> Result<Experiment, ExperimentError> {
+    let setup = setup(scenario, opts)?;
+    let workload = workload::generate(scenario, setup.seed)?;
+    let mut runs = Vec::new();
+    let mut backend_name = setup.kind.name();
+    let mut tokens = TokenCheck::default();
+    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
+        let mut acc = MetricsAccum::new(&scenario.slo, setup.kv_bytes_per_token);
+        let p = {
+            let mut rest = Tee(files, &mut tokens);
+            let mut sink = Tee(&mut acc, &mut rest);
+            run_mode_with(scenario, &setup, &workload, opts, mode, &mut sink)?
+        };
+        let metrics = acc.finish(&p.end);
+        let mode_files = files
+            .end_mode()
+            .map_err(|e| ExperimentError::Results(Box::new(e)))?;
+        backend_name = p.backend_name;
+        runs.push(ModeRun {
+            end: p.end,
+            record: None,
+            metrics,
+            fault_fired: p.fault_fired,
+            shadow: p.shadow,
+            measured_step_s: p.measured_step_s,
+            files: mode_files,
+        });
+    }
+    Ok(Experiment {
+        scenario: scenario.clone(),
+        backend: backend_name,
+        seed: setup.seed,
+        workload,
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        kv_budget_bytes: setup.kv_budget_bytes,
+        fault: opts.fault,
+        shadow: setup.kind == BackendKind::Sim && opts.shadow,
+        runs,
+        token_mismatch: tokens.mismatch(),
+        memory_resolution: opts.memory_resolution,
     })
 }
 

@@ -18,10 +18,12 @@ pub mod html;
 pub mod perfetto;
 pub mod plot;
 pub mod report;
+pub mod sink;
 pub mod staging;
 pub mod suite;
 pub mod summary;
 pub mod tables;
+pub mod tokens;
 pub mod trace;
 
 use std::fs::File;
@@ -95,15 +97,59 @@ pub fn write_into(
     staging.commit()
 }
 
+/// The collect path: the data files from each run's record, through the streaming writer.
 fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), ResultsError> {
+    let mut files = sink::FileSink::create(
+        dir,
+        exp.kv_bytes_per_token,
+        trace_tokens,
+        exp.memory_resolution,
+    )?;
+    for run in &exp.runs {
+        let Some(record) = &run.record else {
+            return Err(ResultsError::Io {
+                path: dir.to_path_buf(),
+                err: std::io::Error::other(
+                    "a streaming run's files are written as it runs, not afterwards",
+                ),
+            });
+        };
+        crate::engine::sink::replay(record, &mut files);
+        files.end_mode()?;
+    }
+    files.finish()?;
+    write_rest(exp, dir)
+}
+
+/// Run `scenario` in both modes, streaming its data files into `staging` as it goes, then write
+/// the rest (summary, report, environment, HTML page) and put the folder in place. A failed run
+/// drops `staging`, which removes the temporary folder.
+pub fn run_streaming(
+    scenario: &crate::scenario::Scenario,
+    opts: &RunOptions,
+    staging: Staging,
+) -> Result<Experiment, ExperimentError> {
+    let results = |e: ResultsError| ExperimentError::Results(Box::new(e));
+    let mut files = sink::FileSink::create(
+        staging.dir(),
+        crate::results::experiment::setup(scenario, opts)?.kv_bytes_per_token,
+        opts.trace_tokens,
+        opts.memory_resolution,
+    )
+    .map_err(results)?;
+    let exp = experiment::run_scenario_streaming(scenario, opts, &mut files)?;
+    files.finish().map_err(results)?;
+    write_rest(&exp, staging.dir()).map_err(results)?;
+    staging.commit().map_err(results)?;
+    Ok(exp)
+}
+
+/// summary.json, report.md, environment.json and report.html (from the data files written).
+fn write_rest(exp: &Experiment, dir: &Path) -> Result<(), ResultsError> {
     write_file(dir, "summary.json", |w| {
         serde_json::to_writer_pretty(&mut *w, &summary::build(exp))?;
         writeln!(w)
     })?;
-    write_file(dir, "requests.csv", |w| tables::write_requests(exp, w))?;
-    write_file(dir, "memory.csv", |w| tables::write_memory(exp, w))?;
-    write_file(dir, "trace.jsonl", |w| trace::write(exp, trace_tokens, w))?;
-    write_file(dir, "trace.perfetto.json", |w| perfetto::write(exp, w))?;
     write_file(dir, "report.md", |w| {
         w.write_all(report::markdown(exp).as_bytes())
     })?;

@@ -26,7 +26,7 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
         format!("{:.1} / {:.1}", r.metrics.e2e.p50, r.metrics.e2e.p99)
     });
     add("peak concurrent sequences", &|r| {
-        r.record.peak_running.to_string()
+        r.end.peak_running.to_string()
     });
     add("KV waste (time-weighted)", &|r| {
         format!("{:.1}%", 100.0 * r.metrics.ledger.kv_waste_fraction)
@@ -36,7 +36,7 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
     });
     add("preemptions", &|r| r.metrics.preemptions.to_string());
     add("prefix hit rate", &|r| {
-        let p = &r.record.prefix;
+        let p = &r.end.prefix;
         if p.lookup_tokens == 0 {
             "-".into()
         } else {
@@ -53,7 +53,7 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
         .and_then(|t| t.ideal_prefix_hit_rate)
     {
         add("prefix hit ceiling (infinite cache)", &|r| {
-            if r.record.prefix.lookup_tokens == 0 {
+            if r.end.prefix.lookup_tokens == 0 {
                 "-".into()
             } else {
                 format!("{:.1}%", 100.0 * ideal)
@@ -65,24 +65,24 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
         format!("{} / {} / {}", c.completed, c.cancelled, c.rejected)
     });
     add("reclamation", &|r| {
-        if r.record.reclamation.ok {
+        if r.end.reclamation.ok {
             "ok".into()
         } else {
             "FAILED".into()
         }
     });
     add("invariants", &|r| {
-        if r.record.violation.is_none() {
+        if r.end.violation.is_none() {
             "ok".into()
         } else {
             "VIOLATED".into()
         }
     });
     // Only compute backends check numerics; on `sim` there is no figure to show.
-    if exp.runs.iter().any(|r| r.record.numerics.is_some()) {
+    if exp.runs.iter().any(|r| r.end.numerics.is_some()) {
         add(
             "numerics max rel err (tolerance)",
-            &|r| match r.record.numerics {
+            &|r| match r.end.numerics {
                 Some(n) => format!(
                     "{:.2e} ({:.0e}){}",
                     n.max_rel_err,
@@ -99,7 +99,7 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
 /// A markdown table (also readable in a terminal).
 pub fn table(exp: &Experiment) -> String {
     let rows = rows(exp);
-    let heads: Vec<&str> = exp.runs.iter().map(|r| r.record.mode.name()).collect();
+    let heads: Vec<&str> = exp.runs.iter().map(|r| r.end.mode.name()).collect();
     let mut width = [6usize; 3];
     width[0] = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
     for (i, h) in heads.iter().enumerate() {

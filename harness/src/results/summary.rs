@@ -72,6 +72,15 @@ pub struct RunSummary {
     pub invariants: InvariantSummary,
     pub numerics: Option<NumericsReport>,
     pub steps: u64,
+    /// `memory.csv`'s interval (each row the maximum over its steps); absent: a row per step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_resolution_ms: Option<f64>,
+    /// `memory.csv`'s rows of this mode, when sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_rows: Option<u64>,
+    /// Streams with a request track in `trace.perfetto.json`, when not all have one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perfetto_request_tracks: Option<u64>,
     /// Times the planted fault took effect in this run.
     pub fault_fired: u64,
     /// The shadow payload's findings (null when it was not carried).
@@ -149,7 +158,7 @@ pub fn build(exp: &Experiment) -> Summary {
 }
 
 fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
-    let (rec, m) = (&r.record, &r.metrics);
+    let (rec, m) = (&r.end, &r.metrics);
     let l = &m.ledger;
     let device_unaccounted_bytes = rec.memory.device_used_bytes.map(|dev| {
         let ledger = l.weights_bytes + l.kv_budget_bytes + l.workspace_peak_bytes + l.other_bytes;
@@ -205,7 +214,11 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
             violation: rec.violation.clone(),
         },
         numerics: rec.numerics,
-        steps: rec.steps.len() as u64,
+        steps: rec.steps,
+        memory_resolution_ms: r.files.memory_resolution_ns.map(|ns| ns as f64 / 1e6),
+        memory_rows: r.files.memory_resolution_ns.map(|_| r.files.memory_rows),
+        perfetto_request_tracks: (r.files.request_tracks < r.files.streams)
+            .then_some(r.files.request_tracks),
         fault_fired: r.fault_fired,
         shadow: r.shadow.clone(),
         measured_step_s: r.measured_step_s,

@@ -1,10 +1,12 @@
 //! `requests.csv` and `memory.csv`. Times are exact: integer nanoseconds written as
 //! milliseconds with six decimals, so percentiles recompute exactly from the file.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
-use super::experiment::Experiment;
-use crate::metrics::ledger;
+use crate::backend::MemoryParts;
+use crate::engine::StreamRecord;
+use crate::metrics::timeline::Bucket;
 
 /// Integer nanoseconds as milliseconds with six decimals (exact, locale- and float-free).
 pub fn fmt_ms(ns: u64) -> String {
@@ -13,68 +15,120 @@ pub fn fmt_ms(ns: u64) -> String {
 
 pub const REQUESTS_HEADER: &str = "cache,request_id,parent_id,tenant,arrival_ms,admitted_ms,first_token_ms,finish_ms,prompt_tokens,cached_prompt_tokens,output_tokens,status,preemptions,intended_arrival_ms,queueing_ms,recomputed_tokens,swapped_bytes";
 
-pub fn write_requests(exp: &Experiment, w: &mut impl Write) -> std::io::Result<()> {
-    writeln!(w, "{REQUESTS_HEADER}")?;
-    for run in &exp.runs {
-        let cache = run.record.mode.name();
-        for s in &run.record.streams {
-            let opt = |v: Option<u64>| v.map(fmt_ms).unwrap_or_default();
-            let parent = if s.rank == 0 {
-                String::new()
-            } else {
-                s.request.to_string()
-            };
-            writeln!(
-                w,
-                "{cache},{},{parent},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                s.request_label(),
-                s.tenant,
-                fmt_ms(s.arrival_ns),
-                opt(s.admitted_ns),
-                opt(s.first_token_ns()),
-                fmt_ms(s.finish_ns),
-                s.prompt_tokens,
-                s.cached_prompt_tokens,
-                s.token_ns.len(),
-                s.status.name(),
-                s.preemptions,
-                fmt_ms(s.intended_arrival_ns),
-                opt(s.admitted_ns.map(|a| a.saturating_sub(s.arrival_ns))),
-                s.recomputed_tokens,
-                s.swapped_bytes,
-            )?;
-        }
-    }
-    Ok(())
+/// `requests.csv` written as streams resolve, in stream order per cache mode: a resolved
+/// stream's row waits in a reorder buffer until every earlier stream's row is out (the buffer
+/// holds the rows that resolved while an earlier stream was still in flight).
+pub struct RequestsWriter {
+    pending: BTreeMap<u32, String>,
+    next: u32,
+    /// Most rows held at once (a measure of how far out of order streams resolved).
+    pub peak_pending: usize,
 }
 
-pub fn write_memory(exp: &Experiment, w: &mut impl Write) -> std::io::Result<()> {
-    writeln!(
-        w,
-        "cache,step,t_ms,running_sequences,weights_bytes,kv_live_bytes,kv_allocated_unfilled_bytes,kv_cached_free_bytes,kv_pending_free_bytes,kv_free_bytes,workspace_bytes,other_bytes"
-    )?;
-    for run in &exp.runs {
-        let cache = run.record.mode.name();
-        for (row, s) in ledger::rows(&run.record, exp.kv_bytes_per_token)
-            .iter()
-            .zip(&run.record.steps)
-        {
-            writeln!(
-                w,
-                "{cache},{},{},{},{},{},{},{},{},{},{},{}",
-                row.step,
-                fmt_ms(s.end_ns),
-                row.running_sequences,
-                row.weights_bytes,
-                row.kv_live_bytes,
-                row.kv_allocated_unfilled_bytes,
-                row.kv_cached_free_bytes,
-                row.kv_pending_free_bytes,
-                row.kv_free_bytes,
-                row.workspace_bytes,
-                row.other_bytes,
-            )?;
+impl RequestsWriter {
+    pub fn new(w: &mut impl Write) -> std::io::Result<RequestsWriter> {
+        writeln!(w, "{REQUESTS_HEADER}")?;
+        Ok(RequestsWriter {
+            pending: BTreeMap::new(),
+            next: 0,
+            peak_pending: 0,
+        })
+    }
+
+    /// A new cache mode's streams start again at index 0.
+    pub fn begin_mode(&mut self) {
+        self.pending.clear();
+        self.next = 0;
+    }
+
+    pub fn stream(
+        &mut self,
+        cache: &str,
+        index: u32,
+        s: &StreamRecord,
+        w: &mut impl Write,
+    ) -> std::io::Result<()> {
+        let row = row(cache, s);
+        if index == self.next {
+            w.write_all(row.as_bytes())?;
+            self.next += 1;
+            while let Some(row) = self.pending.remove(&self.next) {
+                w.write_all(row.as_bytes())?;
+                self.next += 1;
+            }
+        } else {
+            self.pending.insert(index, row);
+            self.peak_pending = self.peak_pending.max(self.pending.len());
         }
+        Ok(())
+    }
+
+    /// The mode ended: whatever is held goes out in order (a gap would be an engine bug; the
+    /// rows still come out rather than being lost).
+    pub fn end_mode(&mut self, w: &mut impl Write) -> std::io::Result<()> {
+        for (_, row) in std::mem::take(&mut self.pending) {
+            w.write_all(row.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+fn row(cache: &str, s: &StreamRecord) -> String {
+    let opt = |v: Option<u64>| v.map(fmt_ms).unwrap_or_default();
+    let parent = if s.rank == 0 {
+        String::new()
+    } else {
+        s.request.to_string()
+    };
+    format!(
+        "{cache},{},{parent},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        s.request_label(),
+        s.tenant,
+        fmt_ms(s.arrival_ns),
+        opt(s.admitted_ns),
+        opt(s.first_token_ns()),
+        fmt_ms(s.finish_ns),
+        s.prompt_tokens,
+        s.cached_prompt_tokens,
+        s.token_ns.len(),
+        s.status.name(),
+        s.preemptions,
+        fmt_ms(s.intended_arrival_ns),
+        opt(s.admitted_ns.map(|a| a.saturating_sub(s.arrival_ns))),
+        s.recomputed_tokens,
+        s.swapped_bytes,
+    )
+}
+
+pub const MEMORY_HEADER: &str = "cache,step,t_ms,running_sequences,weights_bytes,kv_live_bytes,kv_allocated_unfilled_bytes,kv_cached_free_bytes,kv_pending_free_bytes,kv_free_bytes,workspace_bytes,other_bytes";
+
+/// `memory.csv` rows of one cache mode from its timeline: a row per step, or per interval of
+/// the stated resolution with each column's maximum over the interval (see
+/// [`crate::metrics::timeline`]).
+pub fn write_memory_rows(
+    cache: &str,
+    rows: &[Bucket],
+    kv_bytes_per_token: u64,
+    memory: &MemoryParts,
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    let kvb = kv_bytes_per_token;
+    for b in rows {
+        writeln!(
+            w,
+            "{cache},{},{},{},{},{},{},{},{},{},{},{}",
+            b.last_step,
+            fmt_ms(b.end_ns),
+            b.running,
+            memory.weights_bytes,
+            b.live_slots * kvb,
+            b.allocated_unfilled_slots * kvb,
+            b.cached_free_slots * kvb,
+            b.pending_free_slots * kvb,
+            b.free_slots * kvb,
+            memory.workspace_bytes,
+            b.metadata_bytes + memory.other_bytes,
+        )?;
     }
     Ok(())
 }

@@ -5,9 +5,8 @@
 
 use std::io::Write;
 
-use super::experiment::Experiment;
 use super::tables::fmt_ms;
-use crate::engine::{RunRecord, TraceKind};
+use crate::engine::{TokenEvent, TraceEvent, TraceKind};
 
 fn json_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
@@ -38,56 +37,101 @@ fn extra(kind: &TraceKind) -> String {
     }
 }
 
-/// Sort key: time, then stream, then lifecycle before tokens before the final finish/cancel.
-fn order(kind: &TraceKind) -> u8 {
+/// Order within one instant: lifecycle before tokens before the final finish/cancel.
+fn class(kind: &TraceKind) -> u8 {
     match kind {
         TraceKind::Finish | TraceKind::Cancel { .. } => 2,
         _ => 0,
     }
 }
 
-fn write_run(r: &RunRecord, tokens: bool, w: &mut impl Write) -> std::io::Result<()> {
-    // (t_ns, stream, class, index): index is the event's position or the token's ordinal.
-    let mut keys: Vec<(u64, u32, u8, u32)> = Vec::with_capacity(r.events.len());
-    for (i, e) in r.events.iter().enumerate() {
-        keys.push((e.t_ns, e.stream, order(&e.kind), i as u32));
+fn label(request: u64, rank: u32) -> String {
+    if rank == 0 {
+        request.to_string()
+    } else {
+        format!("{request}.{rank}")
     }
-    for (s, st) in r.streams.iter().enumerate() {
-        for (i, &t) in st.token_ns.iter().enumerate() {
-            if i == 0 || tokens {
-                keys.push((t, s as u32, 1, i as u32));
-            }
-        }
-    }
-    keys.sort_unstable();
-    let cache = r.mode.name();
-    for (t, s, class, i) in keys {
-        let st = &r.streams[s as usize];
-        let label = st.request_label();
-        if class == 1 {
-            let event = if i == 0 { "first_token" } else { "token" };
-            writeln!(
-                w,
-                "{{\"cache\":\"{cache}\",\"t_ms\":{},\"request\":\"{label}\",\"event\":\"{event}\",\"index\":{i}}}",
-                fmt_ms(t)
-            )?;
-        } else {
-            let e = &r.events[i as usize];
-            writeln!(
-                w,
-                "{{\"cache\":\"{cache}\",\"t_ms\":{},\"request\":\"{label}\",\"event\":\"{}\"{}}}",
-                fmt_ms(t),
-                e.kind.name(),
-                extra(&e.kind)
-            )?;
-        }
-    }
-    Ok(())
 }
 
-pub fn write(exp: &Experiment, tokens: bool, w: &mut impl Write) -> std::io::Result<()> {
-    for run in &exp.runs {
-        write_run(&run.record, tokens, w)?;
+/// `trace.jsonl` written as the run goes. Events and tokens come in time order; the lines of
+/// one instant wait until time moves on and go out ordered by (stream, class, arrival order) —
+/// the order the whole-run sort by (time, stream, class, index) gives — so the buffer holds one
+/// instant's lines, never the run's.
+pub struct TraceWriter {
+    tokens: bool,
+    cache: &'static str,
+    t_ns: u64,
+    /// (stream, class, sequence, line) of instant `t_ns`.
+    batch: Vec<(u32, u8, u64, String)>,
+    seq: u64,
+}
+
+impl TraceWriter {
+    /// `tokens`: a line for every token (false: `first_token` only, `--trace-level requests`).
+    pub fn new(tokens: bool) -> TraceWriter {
+        TraceWriter {
+            tokens,
+            cache: "",
+            t_ns: 0,
+            batch: Vec::new(),
+            seq: 0,
+        }
     }
-    Ok(())
+
+    pub fn begin_mode(&mut self, cache: &'static str, w: &mut impl Write) -> std::io::Result<()> {
+        self.flush(w)?;
+        self.cache = cache;
+        self.t_ns = 0;
+        Ok(())
+    }
+
+    fn at(&mut self, t_ns: u64, w: &mut impl Write) -> std::io::Result<()> {
+        if t_ns != self.t_ns {
+            self.flush(w)?;
+            self.t_ns = t_ns;
+        }
+        Ok(())
+    }
+
+    pub fn event(&mut self, e: &TraceEvent, w: &mut impl Write) -> std::io::Result<()> {
+        self.at(e.t_ns, w)?;
+        let line = format!(
+            "{{\"cache\":\"{}\",\"t_ms\":{},\"request\":\"{}\",\"event\":\"{}\"{}}}\n",
+            self.cache,
+            fmt_ms(e.t_ns),
+            label(e.request, e.rank),
+            e.kind.name(),
+            extra(&e.kind)
+        );
+        self.seq += 1;
+        self.batch.push((e.stream, class(&e.kind), self.seq, line));
+        Ok(())
+    }
+
+    pub fn token(&mut self, t: &TokenEvent, w: &mut impl Write) -> std::io::Result<()> {
+        if t.index > 0 && !self.tokens {
+            return Ok(());
+        }
+        self.at(t.t_ns, w)?;
+        let event = if t.index == 0 { "first_token" } else { "token" };
+        let line = format!(
+            "{{\"cache\":\"{}\",\"t_ms\":{},\"request\":\"{}\",\"event\":\"{event}\",\"index\":{}}}\n",
+            self.cache,
+            fmt_ms(t.t_ns),
+            label(t.request, t.rank),
+            t.index
+        );
+        self.seq += 1;
+        self.batch.push((t.stream, 1, self.seq, line));
+        Ok(())
+    }
+
+    /// Write out the held instant (at the end of a mode, and whenever time moves on).
+    pub fn flush(&mut self, w: &mut impl Write) -> std::io::Result<()> {
+        self.batch.sort_unstable_by_key(|&(s, c, q, _)| (s, c, q));
+        for (_, _, _, line) in self.batch.drain(..) {
+            w.write_all(line.as_bytes())?;
+        }
+        Ok(())
+    }
 }

@@ -71,7 +71,13 @@ pub fn run(
         .map_err(|e| SweepError::experiment(experiment::ExperimentError::Workload(e)))?;
     let (run, _) =
         experiment::run_mode(&s, &setup, &work, opts, mode).map_err(SweepError::experiment)?;
-    let record = run.record;
+    // The probe trims its record to the measurement window: the collect path (probes are
+    // bounded runs).
+    let Some(record) = run.record else {
+        return Err(SweepError::Input(
+            "internal: a probe's run kept no record".into(),
+        ));
+    };
     let mut check_failures = Vec::new();
     if let Some(v) = &record.violation {
         check_failures.push(format!("invariant violation: {v}"));

@@ -152,18 +152,18 @@ __device__ __forceinline__ void attn_impl(
       }
     }
   }
-  if (TG > 1) {
+  // Token groups add their partial sums in a fixed order (not with atomics, whose order
+  // varies): the output is bit-identical run to run, so the paged and contiguous runs of a
+  // scenario, which batch differently, emit identical greedy tokens.
+  for (int tg = 0; tg < TG; ++tg) {
+    if (group == tg) {
 #pragma unroll
-    for (int g = 0; g < G; ++g)
+      for (int g = 0; g < G; ++g)
 #pragma unroll
-      for (int i = 0; i < N; ++i) atomicAdd(&acc_s[g * D + lane * N + i], acc[g][i]);
-  } else {
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-      for (int i = 0; i < N; ++i) acc_s[g * D + lane * N + i] = acc[g][i];
+        for (int i = 0; i < N; ++i) acc_s[g * D + lane * N + i] += acc[g][i];
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   for (int i = tid; i < G * D; i += ATTN_THREADS) {
     const int g = i / D, d = i % D;

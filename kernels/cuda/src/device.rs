@@ -145,6 +145,20 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// Allocates the partition scratch for `row_parts` (row, partition) pairs of `shape` now,
+    /// so that no launch within that bound allocates (the device's free memory stays flat).
+    pub fn reserve(
+        &mut self,
+        gpu: &Gpu,
+        shape: AttnShape,
+        row_parts: usize,
+    ) -> Result<(), CudaError> {
+        let m = row_parts * shape.q_heads;
+        grow(gpu, &mut self.part_out, m * shape.head_dim)?;
+        grow(gpu, &mut self.part_max, m)?;
+        grow(gpu, &mut self.part_sum, m)
+    }
+
     /// Bytes held on the device.
     pub fn bytes(&self) -> usize {
         [&self.part_out, &self.part_max, &self.part_sum]
@@ -245,6 +259,39 @@ impl Gpu {
             dummy_i64,
             dummy_f32,
         })
+    }
+
+    /// A loaded kernel by name (the model's launchers in [`crate::model`] use it).
+    pub(crate) fn kernel(&self, name: &str) -> Result<&CudaFunction, CudaError> {
+        self.function(name)
+    }
+
+    /// `cuMemGetInfo`: (free, total) bytes of this device.
+    pub fn mem_info(&self) -> Result<(u64, u64), CudaError> {
+        guarded(CudaLib::Driver, || self.ctx.mem_get_info())?
+            .map(|(f, t)| (f as u64, t as u64))
+            .map_err(CudaError::driver("cuMemGetInfo"))
+    }
+
+    /// Waits for the stream, then hands the default memory pool's unused memory back to the
+    /// device. cudarc allocates from that pool (`cuMemAllocAsync`) wherever the device has
+    /// pools; a freed buffer returns to the pool, and only this makes `cuMemGetInfo` see it.
+    pub fn release_freed(&self) -> Result<(), CudaError> {
+        self.sync()?;
+        if !self.ctx.has_async_alloc() {
+            return Ok(());
+        }
+        guarded(CudaLib::Driver, || {
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer and this context's device.
+            unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) }
+                .result()
+                .map_err(CudaError::driver("cuDeviceGetDefaultMemPool"))?;
+            // SAFETY: `pool` is the device's default pool; trimming frees only unused memory.
+            unsafe { sys::cuMemPoolTrimTo(pool, 0) }
+                .result()
+                .map_err(CudaError::driver("cuMemPoolTrimTo"))
+        })?
     }
 
     fn function(&self, name: &str) -> Result<&CudaFunction, CudaError> {
@@ -564,16 +611,27 @@ impl Gpu {
         len: usize,
         host: &mut PinnedKv,
     ) -> Result<(), CudaError> {
-        let row = layer.shape.kv_row();
+        self.swap_out_at(layer, first, len, host, 0)
+    }
+
+    /// Like [`swap_out`](Self::swap_out), writing at element `at` of `host`: K rows at
+    /// `at ..`, then V rows (so one buffer holds a sequence's runs one after another).
+    pub fn swap_out_at(
+        &self,
+        layer: &DevLayer,
+        first: usize,
+        len: usize,
+        host: &mut PinnedKv,
+        at: usize,
+    ) -> Result<(), CudaError> {
         let (a, n) = swap_range(layer, first, len)?;
         match (&layer.k, &layer.v, host) {
-            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.d2h(k, v, a, n, h),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.d2h(k, v, a, n, h),
+            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.d2h(k, v, a, n, h, at),
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.d2h(k, v, a, n, h, at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
         }
-        .map(|_| debug_assert!(n == len * row))
     }
 
     /// Copies what [`swap_out`](Self::swap_out) stored back into slots `[first, first + len)`.
@@ -584,14 +642,42 @@ impl Gpu {
         len: usize,
         host: &PinnedKv,
     ) -> Result<(), CudaError> {
+        self.swap_in_at(layer, first, len, host, 0)
+    }
+
+    /// Like [`swap_in`](Self::swap_in), reading at element `at` of `host`.
+    pub fn swap_in_at(
+        &self,
+        layer: &mut DevLayer,
+        first: usize,
+        len: usize,
+        host: &PinnedKv,
+        at: usize,
+    ) -> Result<(), CudaError> {
         let (a, n) = swap_range(layer, first, len)?;
         match (&mut layer.k, &mut layer.v, host) {
-            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.h2d(k, v, a, n, h),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.h2d(k, v, a, n, h),
+            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.h2d(k, v, a, n, h, at),
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.h2d(k, v, a, n, h, at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
         }
+    }
+
+    /// Page-locked host memory for `elems` elements of `dtype` (a whole sequence's swap).
+    pub fn pinned(&self, dtype: KvDtype, elems: usize) -> Result<PinnedKv, CudaError> {
+        let n = elems.max(1);
+        // SAFETY: the contents are written by swap_out before any read.
+        Ok(match dtype {
+            KvDtype::F32 => PinnedKv::F32(
+                unsafe { self.ctx.alloc_pinned_with_flags::<f32>(n, 0) }
+                    .map_err(CudaError::driver("cuMemHostAlloc"))?,
+            ),
+            KvDtype::Bf16 => PinnedKv::Bf16(
+                unsafe { self.ctx.alloc_pinned_with_flags::<u16>(n, 0) }
+                    .map_err(CudaError::driver("cuMemHostAlloc"))?,
+            ),
+        })
     }
 
     fn d2h<T: DeviceRepr + ValidAsZeroBits>(
@@ -601,12 +687,13 @@ impl Gpu {
         a: usize,
         n: usize,
         h: &mut PinnedHostSlice<T>,
+        at: usize,
     ) -> Result<(), CudaError> {
-        if h.len() < 2 * n {
+        if h.len() < at + 2 * n {
             return Err(CudaError::Shape("swap buffer too small".into()));
         }
         let dst = h.as_mut_slice().map_err(CudaError::driver("pinned"))?;
-        let (dk, dv) = dst[..2 * n].split_at_mut(n);
+        let (dk, dv) = dst[at..at + 2 * n].split_at_mut(n);
         self.stream
             .memcpy_dtoh(&k.slice(a..a + n), dk)
             .map_err(CudaError::driver("cuMemcpyDtoH"))?;
@@ -623,16 +710,17 @@ impl Gpu {
         a: usize,
         n: usize,
         h: &PinnedHostSlice<T>,
+        at: usize,
     ) -> Result<(), CudaError> {
-        if h.len() < 2 * n {
+        if h.len() < at + 2 * n {
             return Err(CudaError::Shape("swap buffer too small".into()));
         }
         let src = h.as_slice().map_err(CudaError::driver("pinned"))?;
         self.stream
-            .memcpy_htod(&src[..n], &mut k.slice_mut(a..a + n))
+            .memcpy_htod(&src[at..at + n], &mut k.slice_mut(a..a + n))
             .map_err(CudaError::driver("cuMemcpyHtoD"))?;
         self.stream
-            .memcpy_htod(&src[n..2 * n], &mut v.slice_mut(a..a + n))
+            .memcpy_htod(&src[at + n..at + 2 * n], &mut v.slice_mut(a..a + n))
             .map_err(CudaError::driver("cuMemcpyHtoD"))?;
         Ok(())
     }

@@ -23,6 +23,9 @@ pub mod launch;
 pub use error::CudaError;
 pub mod bench;
 pub mod check;
+pub mod model;
+/// The cudarc this crate is built on (the harness records events on the same stream).
+pub use cudarc;
 pub mod probe;
 pub mod reference;
 pub mod rng;

@@ -45,13 +45,16 @@ impl KvDtype {
 pub enum ProgramId {
     KvOps,
     Attention(KvDtype),
+    /// The transformer's element-wise kernels (the `cuda` scenario backend).
+    ModelOps,
 }
 
 impl ProgramId {
-    pub const ALL: [ProgramId; 3] = [
+    pub const ALL: [ProgramId; 4] = [
         ProgramId::KvOps,
         ProgramId::Attention(KvDtype::F32),
         ProgramId::Attention(KvDtype::Bf16),
+        ProgramId::ModelOps,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +62,7 @@ impl ProgramId {
             ProgramId::KvOps => "kv_ops",
             ProgramId::Attention(KvDtype::F32) => "attention_f32",
             ProgramId::Attention(KvDtype::Bf16) => "attention_bf16",
+            ProgramId::ModelOps => "model_ops",
         }
     }
 
@@ -72,6 +76,7 @@ impl ProgramId {
             ProgramId::Attention(KvDtype::Bf16) => {
                 [COMMON, ATTENTION, include_str!("../cu/attention_bf16.cu")].concat()
             }
+            ProgramId::ModelOps => [COMMON, include_str!("../cu/model_ops.cu")].concat(),
         }
     }
 
@@ -88,6 +93,7 @@ impl ProgramId {
             ]
             .map(String::from)
             .to_vec(),
+            ProgramId::ModelOps => MODEL_OPS_KERNELS.map(String::from).to_vec(),
             ProgramId::Attention(dtype) => {
                 let mut v = Vec::new();
                 for paged in [true, false] {
@@ -102,6 +108,18 @@ impl ProgramId {
         }
     }
 }
+
+/// The kernels of `model_ops.cu`.
+pub const MODEL_OPS_KERNELS: [&str; 8] = [
+    "embed_rows",
+    "rms_norm",
+    "rms_norm_gather",
+    "rope",
+    "silu_mul",
+    "add_in_place",
+    "to_bf16",
+    "argmax_rows",
+];
 
 /// The attention kernel for one layout, storage type, head dim and group size.
 pub fn attn_kernel_name(paged: bool, dtype: KvDtype, head_dim: usize, group: usize) -> String {

@@ -20,6 +20,9 @@ pub trait Completion {
 pub enum FenceError {
     #[error("step {step} recorded after step {newest}: steps are recorded in submission order")]
     OutOfOrder { step: StepId, newest: StepId },
+    /// `complete` was asked for a step whose event (or an older one's) has not completed.
+    #[error("step {step} completed before the fence queue retired it (next retired: {next:?})")]
+    NotRetired { step: StepId, next: Option<StepId> },
 }
 
 /// Steps submitted and not yet retired, each with the event recorded after it.
@@ -71,6 +74,56 @@ impl<E: Completion> StepEvents<E> {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+}
+
+/// What the backend's `complete` uses: steps are handed back to the engine (which then retires
+/// their fences with the cache manager) strictly in submission order, each only once its event
+/// — and every older one — completed. A poll may find several events done; the extra steps
+/// wait here for their own `complete`.
+#[derive(Debug)]
+pub struct InOrder<E> {
+    events: StepEvents<E>,
+    retired: VecDeque<StepId>,
+}
+
+impl<E> Default for InOrder<E> {
+    fn default() -> Self {
+        InOrder {
+            events: StepEvents::default(),
+            retired: VecDeque::new(),
+        }
+    }
+}
+
+impl<E: Completion> InOrder<E> {
+    pub fn record(&mut self, step: StepId, event: E) -> Result<(), FenceError> {
+        self.events.record(step, event)
+    }
+
+    /// `step` is the oldest step not yet completed and the caller waited for its event: it
+    /// must be the next one retired.
+    pub fn complete(&mut self, step: StepId) -> Result<(), FenceError> {
+        self.retired.extend(self.events.retire_ready());
+        match self.retired.front() {
+            Some(&s) if s == step => {
+                self.retired.pop_front();
+                Ok(())
+            }
+            next => Err(FenceError::NotRetired {
+                step,
+                next: next.copied(),
+            }),
+        }
+    }
+
+    /// Steps recorded and not yet completed.
+    pub fn len(&self) -> usize {
+        self.events.len() + self.retired.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -160,5 +213,30 @@ mod tests {
             events.record(5, flag().0),
             Err(FenceError::OutOfOrder { step: 5, newest: 5 })
         );
+    }
+
+    #[test]
+    fn completion_is_in_order_and_only_after_the_event() {
+        let mut q = InOrder::default();
+        let (e1, d1) = flag();
+        let (e2, d2) = flag();
+        q.record(1, e1).expect("in order");
+        q.record(2, e2).expect("in order");
+        // Step 2's event first: completing step 1 is refused while its event is pending.
+        d2.set(true);
+        assert_eq!(
+            q.complete(1),
+            Err(FenceError::NotRetired {
+                step: 1,
+                next: None
+            })
+        );
+        d1.set(true);
+        // One poll retires both; step 2 waits for its own complete.
+        q.complete(1).expect("step 1 done");
+        assert_eq!(q.len(), 1);
+        assert!(q.complete(3).is_err(), "step 3 was never recorded");
+        q.complete(2).expect("step 2 done");
+        assert!(q.is_empty());
     }
 }

@@ -13,10 +13,14 @@
 //! **Incremental.** A step does not re-read a stream's whole context. Each stream keeps the layout
 //! it was last checked against: positions are checked when they first enter the context and when
 //! the block-table entry (or contiguous base) covering them changes. What keeps the unchanged part
-//! valid is the reverse index: every grain of slots (a paged block, or 16 contiguous slots) lists
-//! the streams whose checked context covers it, and a write that changes a slot to something one
-//! of them does not expect marks that stream's chunk for re-checking at its next read — and, when a
-//! step reading it is still in flight, adds the slot to that step's checks.
+//! valid is the reverse index (`shadow_readers.rs`): every grain of slots (a paged block, or 16
+//! contiguous slots) lists the streams whose checked context covers it, and a write that changes a
+//! slot to something one of them does not expect marks that stream's chunk for re-checking at its
+//! next read — and, when a step reading it is still in flight, adds the slot to that step's checks.
+//!
+//! **Cheap where it is common.** A decode step costs a comparison of the stream's block table
+//! with the one it was checked against and one look at the reverse index for the written slot;
+//! a prefill chunk's tags are stored a grain at a time, with one look at the index per grain.
 //!
 //! **When reads are checked.** Writes apply at submit; a step's reads are checked when it
 //! completes. A slot handed out again and written while a step that reads it is in flight is
@@ -24,19 +28,23 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use kvbench_cache_api::{CacheMode, KvCacheManager, ReuseScope, ScopeKey, SeqId, SeqLayout};
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
 use serde::Serialize;
 
-use super::shadow_store::{Holder, LazyArray, Tag, MAX_ENTRIES};
-use crate::backend::{BackendError, Sampled, StepPlan, SwapDirection};
+use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
+use super::shadow_ids::SeqIndex;
+use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
+use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
+use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
 /// Violation messages kept (all are counted).
 const MAX_MESSAGES: usize = 16;
-/// Scope ids at or above this are private to one root stream (no prefix sharing allowed).
-const PRIVATE_SCOPE: u32 = 1 << 31;
 const NEVER: u64 = u64::MAX;
+/// A scheduled stream the shadow does not know.
+const NO_SEQ: u32 = u32::MAX;
+const NO_GRAIN: u64 = u64::MAX;
 
 /// What the shadow saw in one run (`summary.json` `runs[].shadow`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -56,6 +64,15 @@ pub struct ShadowReport {
     pub messages: Vec<String>,
     /// Memory the shadow allocated (tags and reverse index pages), bytes.
     pub allocated_bytes: u64,
+}
+
+impl ShadowReport {
+    fn violation(&mut self, msg: String) {
+        self.violations += 1;
+        if self.messages.len() < MAX_MESSAGES {
+            self.messages.push(msg);
+        }
+    }
 }
 
 /// The layout a stream was last checked against.
@@ -86,11 +103,17 @@ struct SeqShadow {
     last_step: u64,
     /// Chunks a conflicting write invalidated: re-checked at the next read.
     recheck: Vec<u32>,
+    /// A grain this stream is known to be the only reader of ([`NO_GRAIN`] if none): its own
+    /// writes there need no look at the reverse index. Cleared when anyone else starts reading
+    /// the grain or the stream stops.
+    sole: u64,
     /// Tags copied out by a swap-out, written back by the swap-in.
     host: Option<Vec<Tag>>,
     forgotten: bool,
 }
 
+/// Slots `slot..slot + len` must hold stream `seq`'s positions `pos..pos + len` when the step
+/// completes.
 #[derive(Debug, Clone, Copy)]
 struct Check {
     seq: u32,
@@ -101,56 +124,10 @@ struct Check {
     clobbered: bool,
 }
 
-/// Sequence id → index in the shadow's table. Engine ids are dense stream indices, so a plain
-/// vector serves them; anything beyond falls back to a map.
-#[derive(Debug, Default)]
-struct SeqIndex {
-    dense: Vec<u32>,
-    sparse: HashMap<SeqId, u32>,
-}
-
-const DENSE_IDS: u64 = 1 << 24;
-
-impl SeqIndex {
-    #[inline]
-    fn get(&self, id: SeqId) -> Option<u32> {
-        if id < DENSE_IDS {
-            self.dense
-                .get(id as usize)
-                .copied()
-                .filter(|&i| i != u32::MAX)
-        } else {
-            self.sparse.get(&id).copied()
-        }
-    }
-
-    fn insert(&mut self, id: SeqId, idx: u32) {
-        if id < DENSE_IDS {
-            if self.dense.len() <= id as usize {
-                self.dense.resize(id as usize + 1, u32::MAX);
-            }
-            self.dense[id as usize] = idx;
-        } else {
-            self.sparse.insert(id, idx);
-        }
-    }
-
-    fn remove(&mut self, id: SeqId) {
-        if id < DENSE_IDS {
-            if let Some(x) = self.dense.get_mut(id as usize) {
-                *x = u32::MAX;
-            }
-        } else {
-            self.sparse.remove(&id);
-        }
-    }
-}
-
 pub struct Shadow {
     tags: LazyArray<Tag>,
-    /// Per grain: streams whose checked context covers it. Sized at the first step, when the
-    /// layout kind is known.
-    holders: Option<LazyArray<Vec<Holder>>>,
+    /// Sized at the first step, when the layout kind is known.
+    readers: Readers,
     grain: u32,
     mode: Option<CacheMode>,
     seqs: Vec<SeqShadow>,
@@ -167,56 +144,9 @@ pub struct Shadow {
     deferred: Vec<u32>,
     plan_idx: Vec<u32>,
     changed: Vec<u32>,
+    /// Readers of a grain, copied out while a write updates them.
+    scratch: Vec<Holder>,
     report: ShadowReport,
-}
-
-/// Why a tag is not what `reader` expects at `pos`, or `None` when it is.
-fn mismatch(reader: &SeqShadow, pos: u32, tag: &Tag, scopes: &[ScopeKey]) -> Option<String> {
-    if *tag == Tag::EMPTY {
-        return Some("the slot was never written".into());
-    }
-    if tag.pos != pos {
-        return Some(format!(
-            "it holds stream {}'s position {}",
-            tag.writer, tag.pos
-        ));
-    }
-    let Some(&want) = reader.history.get(pos as usize) else {
-        return Some("no token is known at that position".into());
-    };
-    if tag.token != want {
-        return Some(format!(
-            "it holds stream {}'s token {} there, expected {want}",
-            tag.writer, tag.token
-        ));
-    }
-    if tag.scope != reader.scope {
-        return Some(format!(
-            "it holds stream {}'s data of reuse scope {}, the reader's scope is {} (tokens match)",
-            tag.writer,
-            scope_name(tag.scope, scopes),
-            scope_name(reader.scope, scopes)
-        ));
-    }
-    None
-}
-
-fn expects(reader: &SeqShadow, pos: u32, tag: &Tag) -> bool {
-    tag.pos == pos
-        && tag.scope == reader.scope
-        && reader.history.get(pos as usize) == Some(&tag.token)
-}
-
-fn scope_name(id: u32, scopes: &[ScopeKey]) -> String {
-    if id >= PRIVATE_SCOPE {
-        return format!("private to stream {}", id - PRIVATE_SCOPE);
-    }
-    match scopes.get(id as usize).map(|k| k.reuse) {
-        Some(ReuseScope::Tenant(t)) => format!("tenant:{t}"),
-        Some(ReuseScope::Global) => "global".into(),
-        Some(ReuseScope::None) => "none".into(),
-        None => format!("#{id}"),
-    }
 }
 
 /// Slot of position `pos` under `layout`, if mapped.
@@ -234,6 +164,50 @@ fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
     }
 }
 
+/// Store the tags of positions `pos..` (tokens `tokens`) from `slot` on, page run by page run;
+/// returns how many fit before the end of the array.
+#[inline]
+fn store_run(
+    tags: &mut LazyArray<Tag>,
+    slot: u64,
+    tokens: &[u32],
+    pos: u32,
+    writer: u32,
+    scope: u32,
+) -> u64 {
+    if let [token] = *tokens {
+        // A decode: one tag.
+        let Some(t) = tags.get_mut(slot) else {
+            return 0;
+        };
+        *t = Tag {
+            writer,
+            pos,
+            token,
+            scope,
+        };
+        return 1;
+    }
+    let mut done = 0usize;
+    while done < tokens.len() {
+        let Some(run) = tags.run_mut(slot + done as u64, (tokens.len() - done) as u64) else {
+            break;
+        };
+        let n = run.len();
+        let from = pos + done as u32;
+        for (j, (t, &token)) in run.iter_mut().zip(&tokens[done..done + n]).enumerate() {
+            *t = Tag {
+                writer,
+                pos: from + j as u32,
+                token,
+                scope,
+            };
+        }
+        done += n;
+    }
+    done as u64
+}
+
 impl Shadow {
     pub fn new(total_slots: u64) -> Result<Shadow, BackendError> {
         let tags = LazyArray::new(total_slots, Tag::EMPTY).ok_or_else(|| {
@@ -244,7 +218,7 @@ impl Shadow {
         })?;
         Ok(Shadow {
             tags,
-            holders: None,
+            readers: Readers::new(0).expect("an empty index fits"),
             grain: 1,
             mode: None,
             seqs: Vec::new(),
@@ -259,22 +233,19 @@ impl Shadow {
             deferred: Vec::new(),
             plan_idx: Vec::new(),
             changed: Vec::new(),
+            scratch: Vec::new(),
             report: ShadowReport::default(),
         })
     }
 
     pub fn report(&self) -> ShadowReport {
         let mut r = self.report.clone();
-        r.allocated_bytes =
-            self.tags.allocated_bytes() + self.holders.as_ref().map_or(0, |h| h.allocated_bytes());
+        r.allocated_bytes = self.tags.allocated_bytes() + self.readers.allocated_bytes();
         r
     }
 
     fn violation(&mut self, msg: String) {
-        self.report.violations += 1;
-        if self.report.messages.len() < MAX_MESSAGES {
-            self.report.messages.push(msg);
-        }
+        self.report.violation(msg);
     }
 
     fn add_seq(&mut self, id: SeqId, s: SeqShadow) {
@@ -305,6 +276,7 @@ impl Shadow {
             extent: 0,
             last_step: NEVER,
             recheck: Vec::new(),
+            sole: NO_GRAIN,
             host: None,
             forgotten: false,
         }
@@ -377,26 +349,33 @@ impl Shadow {
             CacheMode::Paged => cache.block_size().max(1),
             CacheMode::Contiguous => CONTIGUOUS_GRAIN,
         };
-        self.holders = LazyArray::new(self.tags.len().div_ceil(u64::from(self.grain)), Vec::new());
+        if let Some(r) = Readers::new(self.tags.len().div_ceil(u64::from(self.grain))) {
+            self.readers = r;
+        }
         self.mode = Some(mode);
     }
 
-    /// Register `idx` as a holder of grain `g` (chunk `chunk` of its layout).
+    /// Register `idx` as a reader of grain `g` (chunk `chunk` of its layout).
+    #[inline]
     fn hold(&mut self, g: u64, idx: u32, chunk: u32) {
-        if let Some(h) = self.holders.as_mut().and_then(|h| h.get_mut(g)) {
-            h.push(Holder { seq: idx, chunk });
-        }
-    }
-
-    fn unhold(&mut self, g: u64, idx: u32, chunk: u32) {
-        if let Some(h) = self.holders.as_mut().and_then(|h| h.get_mut(g)) {
-            if let Some(i) = h.iter().position(|x| x.seq == idx && x.chunk == chunk) {
-                h.swap_remove(i);
+        if let Some(was) = self.readers.hold(g, Holder { seq: idx, chunk }) {
+            let s = &mut self.seqs[was.seq as usize];
+            if s.sole == g {
+                s.sole = NO_GRAIN;
             }
         }
     }
 
-    /// Drop the holder entries of `table` from chunk `from` on.
+    #[inline]
+    fn unhold(&mut self, g: u64, idx: u32, chunk: u32) {
+        self.readers.unhold(g, Holder { seq: idx, chunk });
+        let s = &mut self.seqs[idx as usize];
+        if s.sole == g {
+            s.sole = NO_GRAIN;
+        }
+    }
+
+    /// Drop the reader entries of `table` from chunk `from` on.
     fn unhold_from(&mut self, idx: u32, table: &Table, from: u32) {
         match table {
             Table::None => {}
@@ -414,6 +393,7 @@ impl Shadow {
         }
     }
 
+    #[inline]
     fn queue(&mut self, c: Check) {
         if c.len > 0 {
             if let Some(s) = self.in_flight.back_mut() {
@@ -428,6 +408,7 @@ impl Shadow {
     /// `written_from` on are written by the step itself through this same layout, so they hold
     /// the reader's own tags by construction (a later write over them is caught by the reverse
     /// index) and are not queued.
+    #[inline]
     fn observe(
         &mut self,
         idx: u32,
@@ -438,178 +419,348 @@ impl Shadow {
     ) {
         self.report.read_slots += u64::from(n_read);
         self.seqs[idx as usize].last_step = step;
-        let extent = self.seqs[idx as usize].extent;
-        let mut changed = std::mem::take(&mut self.changed);
-        changed.clear();
-        changed.append(&mut self.seqs[idx as usize].recheck);
-        let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
-        let grain = self.grain;
-        let new_table = match *layout {
+        let unchanged = match *layout {
             SeqLayout::Paged { block_size, blocks } => {
-                let bs = block_size.max(1);
-                let mut n_chunks = n_read.div_ceil(bs) as usize;
-                if blocks.len() < n_chunks {
-                    let id = self.seqs[idx as usize].id;
-                    self.violation(format!(
-                        "step {step}: stream {id} reads {n_read} positions but its layout maps only \
-                         {} blocks of {bs}",
-                        blocks.len()
-                    ));
-                    n_chunks = blocks.len();
-                }
-                let new = &blocks[..n_chunks];
-                let mut old = match table {
-                    Table::Paged(v) => v,
-                    other => {
-                        self.unhold_from(idx, &other, 0);
-                        Vec::new()
-                    }
-                };
-                let common = old.len().min(n_chunks);
-                if old[..common] != new[..common] {
-                    for k in 0..common {
-                        if old[k] != new[k] {
-                            self.unhold(u64::from(old[k]), idx, k as u32);
-                            self.hold(u64::from(new[k]), idx, k as u32);
-                            changed.push(k as u32);
-                            old[k] = new[k];
-                        }
-                    }
-                }
-                for (k, &b) in old.iter().enumerate().skip(common) {
-                    self.unhold(u64::from(b), idx, k as u32);
-                }
-                for (k, &b) in new.iter().enumerate().skip(common) {
-                    self.hold(u64::from(b), idx, k as u32);
-                }
-                old.truncate(common);
-                old.extend_from_slice(&new[common..]);
-                let mapped = (n_chunks as u32 * bs).min(n_read);
-                let n_read = mapped.min(written_from);
-                changed.sort_unstable();
-                changed.dedup();
-                let first_new = (extent.min(n_read) / bs) as usize;
-                for &k in changed.iter().filter(|&&k| (k as usize) < first_new) {
-                    let lo = k * bs;
-                    self.queue(Check {
-                        seq: idx,
-                        pos: lo,
-                        slot: u64::from(new[k as usize]) * u64::from(bs),
-                        len: (lo + bs).min(n_read) - lo,
-                        clobbered: false,
-                    });
-                }
-                for (k, &b) in new.iter().enumerate().skip(first_new) {
-                    let lo = k as u32 * bs;
-                    let from = if changed.binary_search(&(k as u32)).is_ok() {
-                        lo
-                    } else {
-                        lo.max(extent)
-                    };
-                    let hi = (lo + bs).min(n_read);
-                    if from < hi {
-                        self.queue(Check {
-                            seq: idx,
-                            pos: from,
-                            slot: u64::from(b) * u64::from(bs) + u64::from(from - lo),
-                            len: hi - from,
-                            clobbered: false,
-                        });
-                    }
-                }
-                self.seqs[idx as usize].extent = mapped;
-                Table::Paged(old)
+                self.observe_paged_grown(idx, block_size, blocks, n_read, written_from)
             }
             SeqLayout::Contiguous {
                 base_slot,
                 capacity_tokens,
             } => {
-                let mut n_read = n_read;
-                if n_read > capacity_tokens {
-                    let id = self.seqs[idx as usize].id;
-                    self.violation(format!(
-                        "step {step}: stream {id} reads {n_read} positions but its region holds \
-                         {capacity_tokens}"
-                    ));
-                    n_read = capacity_tokens;
-                }
-                let g = u64::from(grain);
-                let g0 = base_slot / g;
-                let grains = if n_read == 0 {
-                    0
-                } else {
-                    ((base_slot + u64::from(n_read) - 1) / g - g0 + 1) as u32
-                };
-                let (from, old_grains) = match table {
-                    Table::Contiguous { base, grains } if base == base_slot => (extent, grains),
-                    other => {
-                        self.unhold_from(idx, &other, 0);
-                        (0, 0)
-                    }
-                };
-                if old_grains > grains {
-                    let t = Table::Contiguous {
-                        base: base_slot,
-                        grains: old_grains,
-                    };
-                    self.unhold_from(idx, &t, grains);
-                }
-                for k in old_grains..grains {
-                    self.hold(g0 + u64::from(k), idx, k);
-                }
-                let mapped = n_read;
-                let n_read = n_read.min(written_from);
-                let from = from.min(n_read);
-                // Invalidated grains before the new positions, clipped to the read range.
-                changed.sort_unstable();
-                changed.dedup();
-                for &k in &changed {
-                    let lo_slot = (g0 + u64::from(k)) * g;
-                    let lo = lo_slot.saturating_sub(base_slot) as u32;
-                    let hi = ((lo_slot + g - base_slot) as u32).min(from);
-                    if lo < hi {
-                        self.queue(Check {
-                            seq: idx,
-                            pos: lo,
-                            slot: base_slot + u64::from(lo),
-                            len: hi - lo,
-                            clobbered: false,
-                        });
-                    }
-                }
-                self.queue(Check {
-                    seq: idx,
-                    pos: from,
-                    slot: base_slot + u64::from(from),
-                    len: n_read - from,
-                    clobbered: false,
-                });
-                self.seqs[idx as usize].extent = mapped;
-                Table::Contiguous {
-                    base: base_slot,
-                    grains,
-                }
+                self.observe_contiguous_grown(idx, base_slot, capacity_tokens, n_read, written_from)
             }
+        };
+        if !unchanged {
+            self.observe_changed(idx, layout, n_read, written_from, step);
+        }
+    }
+
+    /// [`Shadow::observe`] when the table changed or a chunk was invalidated.
+    #[inline(never)]
+    fn observe_changed(
+        &mut self,
+        idx: u32,
+        layout: &SeqLayout<'_>,
+        n_read: u32,
+        written_from: u32,
+        step: u64,
+    ) {
+        let s = &mut self.seqs[idx as usize];
+        let extent = s.extent;
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.clear();
+        changed.append(&mut s.recheck);
+        let table = std::mem::replace(&mut s.table, Table::None);
+        let new_table = match *layout {
+            SeqLayout::Paged { block_size, blocks } => Table::Paged(self.observe_paged(
+                idx,
+                table,
+                block_size,
+                blocks,
+                n_read,
+                written_from,
+                extent,
+                &mut changed,
+                step,
+            )),
+            SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => self.observe_contiguous(
+                idx,
+                table,
+                base_slot,
+                capacity_tokens,
+                n_read,
+                written_from,
+                extent,
+                &mut changed,
+                step,
+            ),
         };
         self.seqs[idx as usize].table = new_table;
         changed.clear();
         self.changed = changed;
     }
 
-    /// Slot of `pos` under stream `idx`'s checked table (within its extent).
+    /// The common case of a step, in place: nothing was invalidated and the block table is the
+    /// one checked last time, perhaps with more blocks at its end. Returns false, having changed
+    /// nothing, otherwise.
     #[inline]
-    fn table_slot(&self, idx: u32, pos: u32) -> Option<u64> {
-        let s = &self.seqs[idx as usize];
-        if pos >= s.extent {
-            return None;
+    fn observe_paged_grown(
+        &mut self,
+        idx: u32,
+        block_size: u32,
+        blocks: &[u32],
+        n_read: u32,
+        written_from: u32,
+    ) -> bool {
+        let bs = block_size.max(1);
+        let n_chunks = n_read.div_ceil(bs) as usize;
+        let s = &mut self.seqs[idx as usize];
+        let Table::Paged(old) = &mut s.table else {
+            return false;
+        };
+        let have = old.len();
+        if !s.recheck.is_empty()
+            || blocks.len() < n_chunks
+            || have > n_chunks
+            || old[..] != blocks[..have]
+        {
+            return false;
         }
-        match &s.table {
-            Table::Paged(blocks) => {
-                let b = *blocks.get((pos / self.grain) as usize)?;
-                Some(u64::from(b) * u64::from(self.grain) + u64::from(pos % self.grain))
+        if have < n_chunks {
+            old.extend_from_slice(&blocks[have..n_chunks]);
+        }
+        let extent = s.extent;
+        let mapped = (n_chunks as u32).saturating_mul(bs).min(n_read);
+        s.extent = mapped;
+        for (k, &b) in blocks.iter().enumerate().take(n_chunks).skip(have) {
+            self.hold(u64::from(b), idx, k as u32);
+        }
+        // New positions up to what the step writes itself, chunk by chunk.
+        let n_read = mapped.min(written_from);
+        let mut from = extent;
+        while from < n_read {
+            let lo = from / bs * bs;
+            let hi = lo.saturating_add(bs).min(n_read);
+            self.queue(Check {
+                seq: idx,
+                pos: from,
+                slot: u64::from(blocks[(from / bs) as usize]) * u64::from(bs)
+                    + u64::from(from - lo),
+                len: hi - from,
+                clobbered: false,
+            });
+            from = hi;
+        }
+        true
+    }
+
+    /// As [`Shadow::observe_paged_grown`] for a contiguous region: same base, nothing
+    /// invalidated, at least as many positions read as last time.
+    #[inline]
+    fn observe_contiguous_grown(
+        &mut self,
+        idx: u32,
+        base_slot: u64,
+        capacity_tokens: u32,
+        n_read: u32,
+        written_from: u32,
+    ) -> bool {
+        let g = u64::from(self.grain);
+        let s = &mut self.seqs[idx as usize];
+        let Table::Contiguous {
+            base,
+            grains: old_grains,
+        } = s.table
+        else {
+            return false;
+        };
+        if base != base_slot || n_read > capacity_tokens || !s.recheck.is_empty() {
+            return false;
+        }
+        let g0 = base_slot / g;
+        let grains = if n_read == 0 {
+            0
+        } else {
+            ((base_slot + u64::from(n_read) - 1) / g - g0 + 1) as u32
+        };
+        if grains < old_grains {
+            return false;
+        }
+        s.table = Table::Contiguous { base, grains };
+        let extent = s.extent;
+        s.extent = n_read;
+        for k in old_grains..grains {
+            self.hold(g0 + u64::from(k), idx, k);
+        }
+        let n_read = n_read.min(written_from);
+        let from = extent.min(n_read);
+        self.queue(Check {
+            seq: idx,
+            pos: from,
+            slot: base_slot + u64::from(from),
+            len: n_read - from,
+            clobbered: false,
+        });
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe_paged(
+        &mut self,
+        idx: u32,
+        table: Table,
+        block_size: u32,
+        blocks: &[u32],
+        n_read: u32,
+        written_from: u32,
+        extent: u32,
+        changed: &mut Vec<u32>,
+        step: u64,
+    ) -> Vec<u32> {
+        let bs = block_size.max(1);
+        let mut n_chunks = n_read.div_ceil(bs) as usize;
+        if blocks.len() < n_chunks {
+            let id = self.seqs[idx as usize].id;
+            self.violation(format!(
+                "step {step}: stream {id} reads {n_read} positions but its layout maps only \
+                 {} blocks of {bs}",
+                blocks.len()
+            ));
+            n_chunks = blocks.len();
+        }
+        let new = &blocks[..n_chunks];
+        let mut old = match table {
+            Table::Paged(v) => v,
+            other => {
+                self.unhold_from(idx, &other, 0);
+                Vec::new()
             }
-            Table::Contiguous { base, .. } => Some(base + u64::from(pos)),
-            Table::None => None,
+        };
+        // The common case of a decode: the table is the one checked last step, perhaps with one
+        // more block; one comparison of the entries says so.
+        let common = old.len().min(n_chunks);
+        if old[..common] != new[..common] {
+            for k in 0..common {
+                if old[k] != new[k] {
+                    self.unhold(u64::from(old[k]), idx, k as u32);
+                    self.hold(u64::from(new[k]), idx, k as u32);
+                    changed.push(k as u32);
+                    old[k] = new[k];
+                }
+            }
+        }
+        for (k, &b) in old.iter().enumerate().skip(common) {
+            self.unhold(u64::from(b), idx, k as u32);
+        }
+        for (k, &b) in new.iter().enumerate().skip(common) {
+            self.hold(u64::from(b), idx, k as u32);
+        }
+        old.truncate(common);
+        old.extend_from_slice(&new[common..]);
+        let mapped = (n_chunks as u32 * bs).min(n_read);
+        let n_read = mapped.min(written_from);
+        if changed.len() > 1 {
+            changed.sort_unstable();
+            changed.dedup();
+        }
+        let first_new = (extent.min(n_read) / bs) as usize;
+        for &k in changed.iter().filter(|&&k| (k as usize) < first_new) {
+            let lo = k * bs;
+            self.queue(Check {
+                seq: idx,
+                pos: lo,
+                slot: u64::from(new[k as usize]) * u64::from(bs),
+                len: (lo + bs).min(n_read) - lo,
+                clobbered: false,
+            });
+        }
+        for (k, &b) in new.iter().enumerate().skip(first_new) {
+            let lo = k as u32 * bs;
+            if lo >= n_read {
+                break;
+            }
+            let from = if changed.binary_search(&(k as u32)).is_ok() {
+                lo
+            } else {
+                lo.max(extent)
+            };
+            let hi = (lo + bs).min(n_read);
+            if from < hi {
+                self.queue(Check {
+                    seq: idx,
+                    pos: from,
+                    slot: u64::from(b) * u64::from(bs) + u64::from(from - lo),
+                    len: hi - from,
+                    clobbered: false,
+                });
+            }
+        }
+        self.seqs[idx as usize].extent = mapped;
+        old
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn observe_contiguous(
+        &mut self,
+        idx: u32,
+        table: Table,
+        base_slot: u64,
+        capacity_tokens: u32,
+        n_read: u32,
+        written_from: u32,
+        extent: u32,
+        changed: &mut Vec<u32>,
+        step: u64,
+    ) -> Table {
+        let mut n_read = n_read;
+        if n_read > capacity_tokens {
+            let id = self.seqs[idx as usize].id;
+            self.violation(format!(
+                "step {step}: stream {id} reads {n_read} positions but its region holds \
+                 {capacity_tokens}"
+            ));
+            n_read = capacity_tokens;
+        }
+        let g = u64::from(self.grain);
+        let g0 = base_slot / g;
+        let grains = if n_read == 0 {
+            0
+        } else {
+            ((base_slot + u64::from(n_read) - 1) / g - g0 + 1) as u32
+        };
+        let (from, old_grains) = match table {
+            Table::Contiguous { base, grains } if base == base_slot => (extent, grains),
+            other => {
+                self.unhold_from(idx, &other, 0);
+                (0, 0)
+            }
+        };
+        if old_grains > grains {
+            let t = Table::Contiguous {
+                base: base_slot,
+                grains: old_grains,
+            };
+            self.unhold_from(idx, &t, grains);
+        }
+        for k in old_grains..grains {
+            self.hold(g0 + u64::from(k), idx, k);
+        }
+        let mapped = n_read;
+        let n_read = n_read.min(written_from);
+        let from = from.min(n_read);
+        // Invalidated grains before the new positions, clipped to the read range.
+        if changed.len() > 1 {
+            changed.sort_unstable();
+            changed.dedup();
+        }
+        for &k in changed.iter() {
+            let lo_slot = (g0 + u64::from(k)) * g;
+            let lo = lo_slot.saturating_sub(base_slot) as u32;
+            let hi = ((lo_slot + g - base_slot) as u32).min(from);
+            if lo < hi {
+                self.queue(Check {
+                    seq: idx,
+                    pos: lo,
+                    slot: base_slot + u64::from(lo),
+                    len: hi - lo,
+                    clobbered: false,
+                });
+            }
+        }
+        self.queue(Check {
+            seq: idx,
+            pos: from,
+            slot: base_slot + u64::from(from),
+            len: n_read - from,
+            clobbered: false,
+        });
+        self.seqs[idx as usize].extent = mapped;
+        Table::Contiguous {
+            base: base_slot,
+            grains,
         }
     }
 
@@ -618,14 +769,12 @@ impl Shadow {
     /// not expect invalidates that stream's chunk, and queues the slot on its in-flight step.
     fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
         let g = slot / u64::from(self.grain);
-        let holders = self.holders.as_ref().and_then(|h| h.get(g));
         let own_chunk = match self.mode {
             Some(CacheMode::Paged) => tag.pos / self.grain,
-            _ => u32::MAX,
+            _ => ANY_CHUNK,
         };
         // The writer reads its own position back: its expectation holds by construction.
-        let is_own = |h: &Holder| h.seq == own && (h.chunk == own_chunk || own_chunk == u32::MAX);
-        let foreign = holders.is_some_and(|hs| hs.iter().any(|h| !is_own(h)));
+        let foreign = !self.readers.only(g, own, own_chunk);
         let Some(t) = self.tags.get_mut(slot) else {
             let n = self.tags.len();
             self.violation(format!(
@@ -635,17 +784,16 @@ impl Shadow {
             return;
         };
         self.report.written_slots += 1;
-        // Nobody else's checked context covers the slot: a blind store (no load of the old tag,
-        // the common case, and the one that keeps the shadow cheap).
+        // Nobody else's checked context covers the slot: a blind store (no load of the old tag).
         let changed = foreign && *t != tag;
         *t = tag;
-        let Some(holders) = holders.filter(|_| changed) else {
+        if !changed {
             return;
-        };
-        for h in holders {
-            if is_own(h) {
-                continue;
-            }
+        }
+        let mut holders = std::mem::take(&mut self.scratch);
+        self.readers.collect(g, &mut holders);
+        let is_own = |h: &Holder| h.seq == own && (h.chunk == own_chunk || own_chunk == ANY_CHUNK);
+        for h in holders.iter().filter(|h| !is_own(h)) {
             let r = &mut self.seqs[h.seq as usize];
             let pos = match &r.table {
                 Table::Paged(blocks) => {
@@ -661,7 +809,7 @@ impl Shadow {
                 },
                 Table::None => continue,
             };
-            if pos >= u64::from(r.extent) || expects(r, pos as u32, &tag) {
+            if pos >= u64::from(r.extent) || expects(&r.history, r.scope, pos as u32, &tag) {
                 continue;
             }
             if !r.recheck.contains(&h.chunk) {
@@ -682,16 +830,90 @@ impl Shadow {
                 }
             }
         }
+        self.scratch = holders;
     }
 
+    /// Write stream `idx`'s own tags for positions `from..to` (all known and within its checked
+    /// extent) through the table `observe` just made equal to the submitted layout. Per grain,
+    /// one look at the reverse index decides: nobody else reads it, so the run is a blind store;
+    /// otherwise tag by tag through [`Shadow::write`], which invalidates what it must.
+    fn write_own(&mut self, idx: u32, from: u32, to: u32, step: u64) {
+        let grain = self.grain;
+        let mut pos = from;
+        while pos < to {
+            let s = &self.seqs[idx as usize];
+            let (slot, end, g, chunk) = match &s.table {
+                Table::Paged(blocks) => {
+                    let k = pos / grain;
+                    let Some(&b) = blocks.get(k as usize) else {
+                        return;
+                    };
+                    let end = ((u64::from(k) + 1) * u64::from(grain)).min(u64::from(to)) as u32;
+                    let slot = u64::from(b) * u64::from(grain) + u64::from(pos % grain);
+                    (slot, end, u64::from(b), k)
+                }
+                Table::Contiguous { base, .. } => {
+                    let slot = base + u64::from(pos);
+                    let g = slot / u64::from(grain);
+                    let grain_end = (g + 1) * u64::from(grain) - base;
+                    (slot, grain_end.min(u64::from(to)) as u32, g, ANY_CHUNK)
+                }
+                Table::None => return,
+            };
+            let (writer, scope, known_sole) = (s.id as u32, s.scope, s.sole == g);
+            let alone = known_sole
+                || if self.readers.sole(g, idx) {
+                    self.seqs[idx as usize].sole = g;
+                    true
+                } else {
+                    self.readers.only(g, idx, chunk)
+                };
+            let mut done = 0;
+            if alone {
+                let tokens = &self.seqs[idx as usize].history[pos as usize..end as usize];
+                done = store_run(&mut self.tags, slot, tokens, pos, writer, scope);
+                self.report.written_slots += done;
+            }
+            if pos + (done as u32) < end {
+                self.write_one_by_one(idx, slot, pos, pos + done as u32, end, step);
+            }
+            pos = end;
+        }
+    }
+
+    /// Positions `from..end` of stream `idx` (position `pos` at `slot`) through
+    /// [`Shadow::write`]: another stream reads the grain, or the slots lie past the cache's end.
+    #[inline(never)]
+    fn write_one_by_one(&mut self, idx: u32, slot: u64, pos: u32, from: u32, end: u32, step: u64) {
+        let (writer, scope) = (
+            self.seqs[idx as usize].id as u32,
+            self.seqs[idx as usize].scope,
+        );
+        for p in from..end {
+            let tag = Tag {
+                writer,
+                pos: p,
+                token: self.seqs[idx as usize].history[p as usize],
+                scope,
+            };
+            self.write(slot + u64::from(p - pos), tag, idx, step);
+        }
+    }
+
+    #[inline]
     fn idx_of(&mut self, seq: SeqId, step: u64, what: &str) -> Option<u32> {
         let idx = self.index.get(seq);
         if idx.is_none() {
-            self.violation(format!(
-                "step {step}: {what} of stream {seq}, which the backend does not know"
-            ));
+            self.unknown(seq, step, what);
         }
         idx
+    }
+
+    #[cold]
+    fn unknown(&mut self, seq: SeqId, step: u64, what: &str) {
+        self.violation(format!(
+            "step {step}: {what} of stream {seq}, which the backend does not know"
+        ));
     }
 
     /// A step is handed to the device: check layouts, move tags (copies, swaps), write the new
@@ -702,18 +924,22 @@ impl Shadow {
         self.submitted += 1;
         let checks = self.spare.pop().unwrap_or_default();
         self.in_flight.push_back(checks);
+        if plan.copies.is_empty() && plan.swaps.is_empty() {
+            self.submit_streams(plan, cache, sampled, step);
+            return;
+        }
         let mut plan_idx = std::mem::take(&mut self.plan_idx);
         plan_idx.clear();
         // Reads: every scheduled stream's context, and what swap-outs copy to the host.
         for w in &plan.seqs {
-            let idx = self.idx_of(w.seq, step, "a step").unwrap_or(u32::MAX);
+            let idx = self.idx_of(w.seq, step, "a step").unwrap_or(NO_SEQ);
             plan_idx.push(idx);
-            if idx == u32::MAX {
+            if idx == NO_SEQ {
                 continue;
             }
             match cache.layout(w.seq) {
                 Some(l) => {
-                    let end = w.context_tokens + w.new_tokens;
+                    let end = w.context_tokens.saturating_add(w.new_tokens);
                     self.observe(idx, &l, end, w.context_tokens, step)
                 }
                 None => self.violation(format!(
@@ -729,107 +955,157 @@ impl Shadow {
             }
         }
         for s in &plan.swaps {
-            let Some(idx) = self.idx_of(s.seq, step, "a swap") else {
-                continue;
-            };
-            let Some(layout) = cache.layout(s.seq) else {
-                self.violation(format!(
-                    "step {step}: swap of stream {}, which has no cache layout",
-                    s.seq
-                ));
-                continue;
-            };
-            match s.direction {
-                SwapDirection::Out => {
-                    self.observe(idx, &layout, s.tokens, s.tokens, step);
-                    let host = (0..s.tokens)
-                        .map(|p| {
-                            slot_of(&layout, p)
-                                .and_then(|x| self.tags.get(x).copied())
-                                .unwrap_or(Tag::EMPTY)
-                        })
-                        .collect();
-                    self.seqs[idx as usize].host = Some(host);
-                }
-                SwapDirection::In => {
-                    let Some(host) = self.seqs[idx as usize].host.take() else {
-                        self.violation(format!(
-                            "step {step}: swap-in of stream {}, which was never swapped out",
-                            s.seq
-                        ));
-                        continue;
-                    };
-                    if host.len() < s.tokens as usize {
-                        self.violation(format!(
-                            "step {step}: swap-in of {} tokens of stream {}, {} were swapped out",
-                            s.tokens,
-                            s.seq,
-                            host.len()
-                        ));
-                    }
-                    for (p, tag) in host.into_iter().enumerate().take(s.tokens as usize) {
-                        match slot_of(&layout, p as u32) {
-                            Some(x) => self.write(x, tag, u32::MAX, step),
-                            None => self.violation(format!(
-                                "step {step}: swap-in of stream {}: position {p} is not mapped",
-                                s.seq
-                            )),
-                        }
-                    }
-                }
-            }
+            self.swap(s.seq, s.direction, s.tokens, cache, step);
         }
-        // Writes of the new tokens, through the layout as handed out now (`observe` just made
-        // the stream's table equal to it over every position the step touches).
         for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
-            if idx == u32::MAX {
-                continue;
-            }
-            let (writer, scope) = (w.seq as u32, self.seqs[idx as usize].scope);
-            for pos in w.context_tokens..w.context_tokens + w.new_tokens {
-                let Some(&token) = self.seqs[idx as usize].history.get(pos as usize) else {
-                    self.violation(format!(
-                        "step {step}: stream {} writes position {pos}, whose token is unknown",
-                        w.seq
-                    ));
-                    break;
-                };
-                let tag = Tag {
-                    writer,
-                    pos,
-                    token,
-                    scope,
-                };
-                match self.table_slot(idx, pos) {
-                    Some(x) => self.write(x, tag, idx, step),
-                    None => {
-                        self.violation(format!(
-                            "step {step}: stream {} writes position {pos}, which its layout does \
-                             not map",
-                            w.seq
-                        ));
-                        break;
-                    }
-                }
+            if idx != NO_SEQ {
+                self.write_step(idx, w, step);
             }
         }
-        // The sampled tokens extend the histories (a recompute re-derives the same ones).
         let mut sampled = sampled.iter();
         for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
             if !w.sample {
                 continue;
             }
             let Some(sm) = sampled.next() else { break };
-            if idx == u32::MAX {
-                continue;
+            if idx != NO_SEQ {
+                self.sampled(idx, w, sm.token);
             }
-            let s = &mut self.seqs[idx as usize];
-            let pos = w.context_tokens + w.new_tokens;
-            s.history.truncate(pos as usize);
-            s.history.push(sm.token);
-            s.last_sample_pos = Some(pos);
         }
         self.plan_idx = plan_idx;
+    }
+
+    /// A step without copies or swaps (almost every step), one stream at a time while its state
+    /// is in cache: read, write, sample. The order across streams does not matter here: a write
+    /// another stream of the step does not expect is a bad read whether it is queued as a
+    /// clobbered slot (that stream already observed) or found when its invalidated chunk is
+    /// re-checked (not yet observed). Copies and swaps must land between everyone's reads and
+    /// writes, so [`Shadow::submit`] keeps three passes for steps that have them.
+    fn submit_streams(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+        sampled: &[Sampled],
+        step: u64,
+    ) {
+        let mut sampled = sampled.iter();
+        for w in &plan.seqs {
+            let sm = if w.sample { sampled.next() } else { None };
+            let Some(idx) = self.idx_of(w.seq, step, "a step") else {
+                continue;
+            };
+            match cache.layout(w.seq) {
+                Some(l) => {
+                    let end = w.context_tokens.saturating_add(w.new_tokens);
+                    self.observe(idx, &l, end, w.context_tokens, step)
+                }
+                None => self.violation(format!(
+                    "step {step}: stream {} is scheduled but has no cache layout",
+                    w.seq
+                )),
+            }
+            self.write_step(idx, w, step);
+            if let Some(sm) = sm {
+                self.sampled(idx, w, sm.token);
+            }
+        }
+    }
+
+    /// The step's new tokens of stream `idx`, through the layout as handed out now (`observe`
+    /// just made the stream's table equal to it over every position the step touches).
+    #[inline]
+    fn write_step(&mut self, idx: u32, w: &SeqWork, step: u64) {
+        let (from, to) = (
+            w.context_tokens,
+            w.context_tokens.saturating_add(w.new_tokens),
+        );
+        let s = &self.seqs[idx as usize];
+        let known = s.history.len().min(u32::MAX as usize) as u32;
+        let end = to.min(known).min(s.extent);
+        if from < end {
+            self.write_own(idx, from, end, step);
+        }
+        let bad = from.max(end);
+        if bad < to {
+            self.violation(if bad >= known {
+                format!(
+                    "step {step}: stream {} writes position {bad}, whose token is unknown",
+                    w.seq
+                )
+            } else {
+                format!(
+                    "step {step}: stream {} writes position {bad}, which its layout does not map",
+                    w.seq
+                )
+            });
+        }
+    }
+
+    /// The token sampled after the step extends the history (a recompute re-derives the same).
+    #[inline]
+    fn sampled(&mut self, idx: u32, w: &SeqWork, token: u32) {
+        let s = &mut self.seqs[idx as usize];
+        let pos = w.context_tokens.saturating_add(w.new_tokens);
+        s.history.truncate(pos as usize);
+        s.history.push(token);
+        s.last_sample_pos = Some(pos);
+    }
+
+    /// A swap-out reads the stream's context and keeps its tags on the host; a swap-in writes
+    /// them back through the layout handed out now.
+    fn swap(
+        &mut self,
+        seq: SeqId,
+        direction: SwapDirection,
+        tokens: u32,
+        cache: &dyn KvCacheManager,
+        step: u64,
+    ) {
+        let Some(idx) = self.idx_of(seq, step, "a swap") else {
+            return;
+        };
+        let Some(layout) = cache.layout(seq) else {
+            self.violation(format!(
+                "step {step}: swap of stream {seq}, which has no cache layout"
+            ));
+            return;
+        };
+        match direction {
+            SwapDirection::Out => {
+                self.observe(idx, &layout, tokens, tokens, step);
+                let host = (0..tokens)
+                    .map(|p| {
+                        slot_of(&layout, p)
+                            .and_then(|x| self.tags.get(x).copied())
+                            .unwrap_or(Tag::EMPTY)
+                    })
+                    .collect();
+                self.seqs[idx as usize].host = Some(host);
+            }
+            SwapDirection::In => {
+                let Some(host) = self.seqs[idx as usize].host.take() else {
+                    self.violation(format!(
+                        "step {step}: swap-in of stream {seq}, which was never swapped out"
+                    ));
+                    return;
+                };
+                if host.len() < tokens as usize {
+                    self.violation(format!(
+                        "step {step}: swap-in of {tokens} tokens of stream {seq}, {} were swapped \
+                         out",
+                        host.len()
+                    ));
+                }
+                for (p, tag) in host.into_iter().enumerate().take(tokens as usize) {
+                    match slot_of(&layout, p as u32) {
+                        Some(x) => self.write(x, tag, u32::MAX, step),
+                        None => self.violation(format!(
+                            "step {step}: swap-in of stream {seq}: position {p} is not mapped"
+                        )),
+                    }
+                }
+            }
+        }
     }
 
     /// The oldest in-flight step completed: check what it read against what its readers expect.
@@ -839,26 +1115,34 @@ impl Shadow {
         };
         let step = self.completed;
         for c in &done {
-            for k in 0..c.len {
+            let r = &self.seqs[c.seq as usize];
+            let mut k = 0u32;
+            while k < c.len {
                 let slot = c.slot + u64::from(k);
-                let tag = self.tags.get(slot).copied().unwrap_or(Tag::EMPTY);
-                self.report.checked_slots += 1;
-                let r = &self.seqs[c.seq as usize];
-                if expects(r, c.pos + k, &tag) {
-                    continue;
-                }
-                let why = mismatch(r, c.pos + k, &tag, &self.scope_keys).unwrap_or_default();
-                let msg = format!(
-                    "step {step}: stream {} read position {} at slot {slot}, but {why}{}",
-                    r.id,
-                    c.pos + k,
-                    if c.clobbered {
-                        " (overwritten while the step was in flight)"
-                    } else {
-                        ""
+                let run = self
+                    .tags
+                    .run(slot, u64::from(c.len - k))
+                    .unwrap_or(std::slice::from_ref(&Tag::EMPTY));
+                for (j, tag) in run.iter().enumerate() {
+                    let pos = c.pos + k + j as u32;
+                    if expects(&r.history, r.scope, pos, tag) {
+                        continue;
                     }
-                );
-                self.violation(msg);
+                    let why = mismatch(&r.history, r.scope, pos, tag, &self.scope_keys)
+                        .unwrap_or_default();
+                    self.report.violation(format!(
+                        "step {step}: stream {} read position {pos} at slot {}, but {why}{}",
+                        r.id,
+                        slot + j as u64,
+                        if c.clobbered {
+                            " (overwritten while the step was in flight)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                self.report.checked_slots += run.len() as u64;
+                k += run.len() as u32;
             }
         }
         done.clear();

@@ -1,7 +1,7 @@
-//! Storage of the shadow payload: one [`Tag`] per KV slot and, per grain of slots, the sequences
-//! whose checked context covers it. Both are allocated page by page on first touch, so memory
-//! follows the slots a run actually writes, not the size of the pool (a 141 GB device with a tiny
-//! model has hundreds of millions of slots).
+//! Storage of the shadow payload: one [`Tag`] per KV slot, in an array allocated page by page on
+//! first touch, so memory follows the slots a run actually writes, not the size of the pool (a
+//! 141 GB device with a tiny model has hundreds of millions of slots). The reverse index
+//! (`shadow_readers.rs`) uses the same array.
 
 /// What a slot holds in place of K/V: who wrote it, for which position, which token, under which
 /// reuse scope. 16 bytes a slot.
@@ -23,14 +23,6 @@ impl Tag {
         token: u32::MAX,
         scope: u32::MAX,
     };
-}
-
-/// A sequence whose checked context covers (part of) a grain: its index in the shadow's
-/// sequence table and the chunk of its layout that lies there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Holder {
-    pub seq: u32,
-    pub chunk: u32,
 }
 
 const PAGE_BITS: u32 = 16;
@@ -89,12 +81,51 @@ impl<T: Clone> LazyArray<T> {
         Some(&mut page[(i as usize) & (PAGE - 1)])
     }
 
+    /// Entries `i..` up to `max` of them, stopping at the end of `i`'s page (callers loop), or
+    /// `None` past the end. An unallocated page yields one `empty` entry at a time: reads of
+    /// never-written slots are rare (each one is a violation).
+    #[inline]
+    pub fn run(&self, i: u64, max: u64) -> Option<&[T]> {
+        if i >= self.len || max == 0 {
+            return None;
+        }
+        let n = run_len(i, max, self.len);
+        match &self.pages[(i >> PAGE_BITS) as usize] {
+            Some(p) => {
+                let at = (i as usize) & (PAGE - 1);
+                Some(&p[at..at + n])
+            }
+            None => Some(std::slice::from_ref(&self.empty)),
+        }
+    }
+
+    /// Entries `i..` up to `max` of them for writing (allocating their page), stopping at the end
+    /// of `i`'s page (callers loop), or `None` past the end.
+    #[inline]
+    pub fn run_mut(&mut self, i: u64, max: u64) -> Option<&mut [T]> {
+        if i >= self.len || max == 0 {
+            return None;
+        }
+        let n = run_len(i, max, self.len);
+        let page = self.pages[(i >> PAGE_BITS) as usize]
+            .get_or_insert_with(|| vec![self.empty.clone(); PAGE].into_boxed_slice());
+        let at = (i as usize) & (PAGE - 1);
+        Some(&mut page[at..at + n])
+    }
+
     /// Bytes allocated so far.
     pub fn allocated_bytes(&self) -> u64 {
         let pages = self.pages.iter().filter(|p| p.is_some()).count() as u64;
         pages * (PAGE * std::mem::size_of::<T>()) as u64
             + (self.pages.len() * std::mem::size_of::<Option<Box<[T]>>>()) as u64
     }
+}
+
+/// Entries from `i` (< `len`) up to `max`, the end of `i`'s page and `len`.
+#[inline]
+fn run_len(i: u64, max: u64, len: u64) -> usize {
+    let page_end = (i | (PAGE as u64 - 1)) + 1;
+    (max.min(page_end - i).min(len - i)) as usize
 }
 
 #[cfg(test)]
@@ -128,5 +159,26 @@ mod tests {
         assert_eq!(a.get(a.len()), None);
         assert!(a.get_mut(a.len()).is_none());
         assert!(LazyArray::new(MAX_ENTRIES + 1, 0u8).is_none());
+    }
+
+    #[test]
+    fn runs_stop_at_page_ends_and_the_array_end() {
+        let len = 2 * PAGE as u64 + 3;
+        let mut a = LazyArray::new(len, 0u32).expect("fits");
+        // An unallocated page: one empty entry at a time.
+        assert_eq!(a.run(5, 100), Some(&[0u32][..]));
+        let w = a.run_mut(PAGE as u64 - 2, 10).expect("in range");
+        assert_eq!(w.len(), 2, "stops at the page end");
+        w.copy_from_slice(&[7, 8]);
+        assert_eq!(a.run(PAGE as u64 - 2, 10), Some(&[7u32, 8][..]));
+        assert_eq!(a.get(PAGE as u64 - 1), Some(&8));
+        assert_eq!(
+            a.run_mut(len - 1, 10).map(|r| r.len()),
+            Some(1),
+            "stops at the end"
+        );
+        assert_eq!(a.run_mut(2, 3).map(|r| r.len()), Some(3), "stops at max");
+        assert!(a.run(len, 1).is_none() && a.run(0, 0).is_none());
+        assert!(a.run_mut(len, 1).is_none());
     }
 }

@@ -1,0 +1,719 @@
+//! The `cuda` backend: the seeded transformer on the GPU over the cache manager's layouts.
+//!
+//! `submit` enqueues a step — copy-on-write copies, swaps through pinned host memory, the
+//! forward pass, an event, the logits' copy to the host — and returns without waiting;
+//! `complete` waits for the oldest step's event, takes its logits and greedy tokens, and the
+//! engine then retires its fence with the cache manager ([`super::fence::StepEvents`] keeps
+//! the order: a block released while step `s` was in flight is handed out again only after
+//! `s`'s event). Step time is measured by CUDA events around the step's device work, and
+//! drives the virtual clock as on `cpu` (or the cost model under `--clock model`).
+//!
+//! Memory: weights, KV and workspace are plain device allocations made once at construction
+//! ([`kvbench_cuda::model::sizes`]); `device_used_bytes` is the free-memory drop since just
+//! before them (`cuMemGetInfo`), reconciled with the ledger by [`super::ledger`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
+use kvbench_cuda::cudarc::driver::{sys::CUevent_flags, CudaEvent, DriverError};
+use kvbench_cuda::device::{DevLayer, Gpu, PinnedKv};
+use kvbench_cuda::model::batch::{copy_launches, pack, SeqAddr, SeqChunk};
+use kvbench_cuda::model::forward::{DevModel, RING};
+use kvbench_cuda::model::sizes::COPY_PAIRS_PER_LAUNCH;
+use kvbench_cuda::CudaError;
+use kvbench_kernels::model::rope_inv_freq;
+use kvbench_kernels::rank_token;
+
+use super::check::{Checker, Record, Reference};
+use super::fence::{Completion, InOrder};
+use super::ledger::{self, Accounted, DeviceMem, Reconciliation};
+use super::setup::{
+    self, CheckPolicy, SAMPLE_FORKS, SAMPLE_MAX_PROMPT_TOKENS, SAMPLE_SEQS, SAMPLE_STEPS,
+};
+use crate::backend::cpu::oracle_for;
+use crate::backend::sim::cost::CostModel;
+use crate::backend::{
+    Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
+    StepPlan, SwapDirection,
+};
+
+fn dev(e: CudaError) -> BackendError {
+    BackendError::Step(format!("cuda: {e}"))
+}
+
+fn drv(call: &'static str) -> impl FnOnce(DriverError) -> BackendError {
+    move |e| BackendError::Step(format!("cuda: {call}: {e:?}"))
+}
+
+/// The event recorded after a step, as the fence bookkeeping sees it.
+struct StepEvent(Arc<CudaEvent>);
+
+impl Completion for StepEvent {
+    fn done(&self) -> bool {
+        // An error (a faulted device) counts as done here; the synchronize in `complete`
+        // returns it.
+        self.0.try_is_complete().unwrap_or(true)
+    }
+}
+
+#[derive(Debug, Default)]
+struct SeqState {
+    history: Vec<u32>,
+    last: Option<Record>,
+    records: Vec<Record>,
+    checked: bool,
+    /// This sequence (not its fork parent) has sampled a token.
+    sampled_once: bool,
+}
+
+impl SeqState {
+    /// The step ending at `pos` chose `token`; `logits` where they were kept. A recompute that
+    /// re-derives a known position replaces what followed it.
+    fn sampled(&mut self, pos: usize, logits: Option<Vec<f32>>, token: u32, keep_steps: usize) {
+        self.history.truncate(pos + 1);
+        self.history.push(token);
+        self.sampled_once = true;
+        let Some(logits) = logits else { return };
+        let rec = Record { pos, logits };
+        if self.checked {
+            self.records.retain(|r| r.pos < pos);
+            if self.records.len() < keep_steps {
+                self.records.push(rec.clone());
+            }
+        }
+        self.last = Some(rec);
+    }
+}
+
+struct InFlight {
+    id: u64,
+    ring: usize,
+    /// (sequence, position) of each logits row.
+    samples: Vec<(SeqId, usize)>,
+    model_s: Option<f64>,
+    /// Swap-in sources, kept alive until the copies have run.
+    _swap_sources: Vec<Vec<PinnedKv>>,
+    output: Option<StepOutput>,
+}
+
+/// One GPU per process: context, stream and compiled programs are opened once (NVRTC takes
+/// seconds per program) and shared by every run.
+pub fn shared_gpu() -> Result<Arc<Gpu>, BackendError> {
+    use std::sync::OnceLock;
+    static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::open().map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| BackendError::Unavailable(format!("cuda: {e}")))
+}
+
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    model: Option<DevModel>,
+    kv: Vec<DevLayer>,
+    kv_dtype: kvbench_cuda::KvDtype,
+    num_slots: usize,
+    inv_freq: Vec<f64>,
+    checker: Checker,
+    policy: CheckPolicy,
+    seqs: BTreeMap<SeqId, SeqState>,
+    host: BTreeMap<SeqId, Vec<PinnedKv>>,
+    /// Host swap buffers of forgotten sequences, freed when nothing is in flight.
+    graveyard: Vec<Vec<PinnedKv>>,
+    events: InOrder<StepEvent>,
+    in_flight: VecDeque<InFlight>,
+    start_ev: Vec<Arc<CudaEvent>>,
+    end_ev: Vec<Arc<CudaEvent>>,
+    next_id: u64,
+    registered: u64,
+    forks_checked: u64,
+    /// Registered sequences taken into the 8B sample so far.
+    sampled_seqs: u64,
+    reported_failure: bool,
+    clock_model: Option<CostModel>,
+    measured_s: f64,
+    baseline: DeviceMem,
+    accounted: Accounted,
+}
+
+fn mem(gpu: &Gpu) -> Result<DeviceMem, BackendError> {
+    let (free_bytes, total_bytes) = gpu.mem_info().map_err(dev)?;
+    Ok(DeviceMem {
+        free_bytes,
+        total_bytes,
+    })
+}
+
+fn seq_addr(layout: SeqLayout<'_>) -> SeqAddr<'_> {
+    match layout {
+        SeqLayout::Paged { block_size, blocks } => SeqAddr::Paged {
+            block_size: block_size as usize,
+            blocks,
+        },
+        SeqLayout::Contiguous {
+            base_slot,
+            capacity_tokens,
+        } => SeqAddr::Contiguous {
+            base_slot,
+            capacity_tokens: capacity_tokens as u64,
+        },
+    }
+}
+
+impl CudaBackend {
+    pub fn new(setup: &RunSetup) -> Result<CudaBackend, BackendError> {
+        let cc = setup::config(&setup.model)?;
+        let gpu = shared_gpu()?;
+        let num_slots = usize::try_from(setup.cache_slots)
+            .map_err(|_| BackendError::Config("cache slots exceed usize".into()))?;
+        let host = setup::host_model(&cc, setup.seed)?;
+        let reference = match cc.policy {
+            CheckPolicy::Every => Reference::Oracle(oracle_for(&host)?),
+            CheckPolicy::Sample => Reference::Cpu(host.clone()),
+        };
+        let clock_model = match setup.clock {
+            Clock::Measured => None,
+            Clock::Model => Some(CostModel::new(
+                &setup.model,
+                &setup.device_profile()?,
+                setup.swap_gbytes_per_s.map(|g| g * 1e9),
+            )),
+        };
+        gpu.release_freed().map_err(dev)?;
+        let baseline = mem(&gpu)?;
+        let shape = cc.dims.attn_shape();
+        let mut kv = Vec::with_capacity(cc.dims.layers);
+        for _ in 0..cc.dims.layers {
+            kv.push(gpu.new_layer(cc.kv, num_slots, shape).map_err(|e| {
+                BackendError::Config(format!("cuda: KV storage of {num_slots} slots: {e}"))
+            })?);
+        }
+        let num_blocks = num_slots / (setup.block_size.max(1) as usize);
+        let model = DevModel::new(
+            &gpu,
+            cc.dims,
+            cc.weights,
+            &setup::host_weights(&host),
+            setup.max_tokens_per_step.max(1) as usize,
+            num_blocks,
+        )
+        .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map(Arc::new)
+                .map_err(drv("cuEventCreate"))
+        };
+        let start_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        let end_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        gpu.sync().map_err(dev)?;
+        let kv_pool_bytes =
+            (cc.dims.layers * 2 * num_slots * shape.kv_row() * cc.kv.bytes()) as u64;
+        let accounted = Accounted {
+            weights_bytes: model.weight_bytes(),
+            kv_pool_bytes,
+            workspace_bytes: model.workspace_bytes(),
+            other_bytes: 0,
+            allocations: model.allocations + 2 * cc.dims.layers as u64,
+        };
+        Ok(CudaBackend {
+            inv_freq: rope_inv_freq(cc.dims.head_dim, cc.cfg.rope_theta),
+            checker: Checker::new(reference, cc.tolerance),
+            policy: cc.policy,
+            kv_dtype: cc.kv,
+            gpu,
+            model: Some(model),
+            kv,
+            num_slots,
+            seqs: BTreeMap::new(),
+            host: BTreeMap::new(),
+            graveyard: Vec::new(),
+            events: InOrder::default(),
+            in_flight: VecDeque::new(),
+            start_ev,
+            end_ev,
+            next_id: 1,
+            registered: 0,
+            forks_checked: 0,
+            sampled_seqs: 0,
+            reported_failure: false,
+            clock_model,
+            measured_s: 0.0,
+            baseline,
+            accounted,
+        })
+    }
+
+    fn model(&mut self) -> Result<&mut DevModel, BackendError> {
+        self.model
+            .as_mut()
+            .ok_or_else(|| BackendError::Step("cuda: model already torn down".into()))
+    }
+
+    /// The run's device use against the ledger (weights + KV + workspace).
+    pub fn reconciliation(&self) -> Result<Reconciliation, BackendError> {
+        let now = mem(&self.gpu)?;
+        ledger::reconcile(self.baseline, now, &self.accounted)
+            .map_err(|e| BackendError::Step(e.to_string()))
+    }
+
+    fn add_seq(&mut self, seq: SeqId, state: SeqState) -> Result<(), BackendError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(BackendError::Step(format!(
+                "sequence {seq} registered twice"
+            )));
+        }
+        self.registered += 1;
+        self.seqs.insert(seq, state);
+        Ok(())
+    }
+
+    fn keep_steps(&self) -> usize {
+        match self.policy {
+            CheckPolicy::Every => usize::MAX,
+            CheckPolicy::Sample => SAMPLE_STEPS,
+        }
+    }
+
+    /// Waits for in-flight steps up to and including index `upto` and applies their results.
+    fn resolve(&mut self, upto: usize) -> Result<(), BackendError> {
+        let n = self.in_flight.len().min(upto.saturating_add(1));
+        for i in 0..n {
+            if self.in_flight[i].output.is_some() {
+                continue;
+            }
+            let ring = self.in_flight[i].ring;
+            let end = self.end_ev[ring].clone();
+            end.synchronize().map_err(drv("cuEventSynchronize"))?;
+            let elapsed_ms = self.start_ev[ring]
+                .elapsed_ms(&end)
+                .map_err(drv("cuEventElapsedTime"))?;
+            let measured_s = f64::from(elapsed_ms) / 1e3;
+            self.measured_s += measured_s;
+            let rows = self.in_flight[i].samples.len();
+            let keep = self.keep_steps();
+            let model = self
+                .model
+                .as_ref()
+                .ok_or_else(|| BackendError::Step("cuda: model torn down".into()))?;
+            let (logits, tokens) = model.read_fetched(ring, rows).map_err(dev)?;
+            let vocab = model.dims.vocab;
+            let mut sampled = Vec::with_capacity(rows);
+            for (r, (&(seq, pos), &t)) in self.in_flight[i].samples.iter().zip(tokens).enumerate() {
+                let token = u32::try_from(t)
+                    .ok()
+                    .filter(|&t| (t as usize) < vocab)
+                    .ok_or_else(|| {
+                        BackendError::Step(format!(
+                            "cuda: device argmax {t} outside the vocabulary"
+                        ))
+                    })?;
+                if let Some(st) = self.seqs.get_mut(&seq) {
+                    // Logits are copied out only where they are used: checked sequences, and a
+                    // sequence's first sample (a fork picks its continuation from it). Those rows
+                    // also cross-check the device's argmax against the host's.
+                    let row = if st.checked || !st.sampled_once {
+                        let l = logits[r * vocab..(r + 1) * vocab].to_vec();
+                        let host = rank_token(&l, 0)
+                            .ok_or_else(|| BackendError::Step("empty vocabulary".into()))?;
+                        if host != token {
+                            return Err(BackendError::Step(format!(
+                                "cuda: sequence {seq} position {pos}: device argmax {token}, host {host} over the same logits"
+                            )));
+                        }
+                        Some(l)
+                    } else {
+                        None
+                    };
+                    st.sampled(pos, row, token, keep);
+                }
+                sampled.push(Sampled { seq, token });
+            }
+            let inf = &mut self.in_flight[i];
+            inf.output = Some(StepOutput {
+                duration_s: inf.model_s.unwrap_or(measured_s),
+                sampled,
+            });
+        }
+        Ok(())
+    }
+
+    fn transfer(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+    ) -> Result<Vec<Vec<PinnedKv>>, BackendError> {
+        let ops: Vec<(usize, usize, usize)> = plan
+            .copies
+            .iter()
+            .map(|c| {
+                (
+                    c.src_slot as usize,
+                    c.dst_slot as usize,
+                    c.len_tokens as usize,
+                )
+            })
+            .collect();
+        let launches = copy_launches(&ops, self.num_slots, COPY_PAIRS_PER_LAUNCH).map_err(dev)?;
+        let gpu = self.gpu.clone();
+        let mut kv = std::mem::take(&mut self.kv);
+        let r = self
+            .model()
+            .and_then(|m| m.copy(&gpu, &mut kv, &launches).map_err(dev));
+        self.kv = kv;
+        r?;
+        let mut sources = Vec::new();
+        let row = self.kv.first().map_or(0, |l| l.shape.kv_row());
+        for s in &plan.swaps {
+            let layout = cache.layout(s.seq).ok_or_else(|| {
+                BackendError::Step(format!("swap of sequence {}: no layout", s.seq))
+            })?;
+            let runs = seq_addr(layout)
+                .runs(s.tokens as usize, self.num_slots)
+                .map_err(dev)?;
+            match s.direction {
+                SwapDirection::Out => {
+                    let mut bufs = Vec::with_capacity(self.kv.len());
+                    for layer in &self.kv {
+                        let mut host = self
+                            .gpu
+                            .pinned(self.kv_dtype, 2 * s.tokens as usize * row)
+                            .map_err(dev)?;
+                        let mut at = 0;
+                        for &(first, len) in &runs {
+                            self.gpu
+                                .swap_out_at(layer, first, len, &mut host, at)
+                                .map_err(dev)?;
+                            at += 2 * len * row;
+                        }
+                        bufs.push(host);
+                    }
+                    if let Some(old) = self.host.insert(s.seq, bufs) {
+                        self.graveyard.push(old);
+                    }
+                }
+                SwapDirection::In => {
+                    let bufs = self.host.remove(&s.seq).ok_or_else(|| {
+                        BackendError::Step(format!(
+                            "swap-in of sequence {}: nothing swapped out",
+                            s.seq
+                        ))
+                    })?;
+                    for (layer, host) in self.kv.iter_mut().zip(&bufs) {
+                        let mut at = 0;
+                        for &(first, len) in &runs {
+                            self.gpu
+                                .swap_in_at(layer, first, len, host, at)
+                                .map_err(dev)?;
+                            at += 2 * len * row;
+                        }
+                    }
+                    sources.push(bufs);
+                }
+            }
+        }
+        Ok(sources)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn computes(&self) -> bool {
+        true
+    }
+
+    fn register(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        _scope: Option<&ScopeKey>,
+    ) -> Result<(), BackendError> {
+        let checked = match self.policy {
+            CheckPolicy::Every => true,
+            CheckPolicy::Sample => {
+                self.sampled_seqs < SAMPLE_SEQS && prompt.len() <= SAMPLE_MAX_PROMPT_TOKENS
+            }
+        };
+        self.sampled_seqs += u64::from(checked && self.policy == CheckPolicy::Sample);
+        self.add_seq(
+            seq,
+            SeqState {
+                history: prompt.to_vec(),
+                checked,
+                ..SeqState::default()
+            },
+        )
+    }
+
+    fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
+        // The step that sampled the parent may still be on the device: wait for it.
+        if let Some(i) = self
+            .in_flight
+            .iter()
+            .rposition(|f| f.samples.iter().any(|&(s, _)| s == parent))
+        {
+            self.resolve(i)?;
+        }
+        let p = self
+            .seqs
+            .get(&parent)
+            .ok_or_else(|| BackendError::Step(format!("fork of unknown sequence {parent}")))?;
+        let last = p.last.as_ref().ok_or_else(|| {
+            BackendError::Step(format!(
+                "fork of sequence {parent} before it sampled a token"
+            ))
+        })?;
+        let token = rank_token(&last.logits, sample_rank as usize).ok_or_else(|| {
+            BackendError::Step(format!(
+                "sample rank {sample_rank} exceeds the vocabulary of {}",
+                last.logits.len()
+            ))
+        })?;
+        let mut history = p.history[..=last.pos].to_vec();
+        history.push(token);
+        let checked = match self.policy {
+            CheckPolicy::Every => true,
+            CheckPolicy::Sample => p.checked || self.forks_checked < SAMPLE_FORKS,
+        };
+        let last = last.clone();
+        if checked && self.policy == CheckPolicy::Sample {
+            self.forks_checked += 1;
+        }
+        self.add_seq(
+            child,
+            SeqState {
+                history,
+                last: Some(last),
+                records: Vec::new(),
+                checked,
+                sampled_once: false,
+            },
+        )?;
+        Ok(token)
+    }
+
+    fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
+        let st = self
+            .seqs
+            .remove(&seq)
+            .ok_or_else(|| BackendError::Step(format!("forget of unknown sequence {seq}")))?;
+        if let Some(h) = self.host.remove(&seq) {
+            // A swap-out still in flight may be writing into it: free it only once idle.
+            if !self.in_flight.is_empty() {
+                self.graveyard.push(h);
+            }
+        }
+        if st.checked {
+            self.checker.check(seq, &st.history, &st.records);
+            if let (Some(msg), false) = (self.checker.first_failure(), self.reported_failure) {
+                eprintln!("cuda backend: oracle mismatch: {msg}");
+                self.reported_failure = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
+        if self.in_flight.len() >= RING {
+            return Err(BackendError::Step(format!(
+                "cuda: more than {RING} steps in flight"
+            )));
+        }
+        let ring = (self.next_id as usize) % RING;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.start_ev[ring]
+            .record(&self.gpu.stream)
+            .map_err(drv("cuEventRecord"))?;
+        let sources = self.transfer(plan, cache)?;
+        // Pack the step from the layouts as they are now.
+        let mut layouts = Vec::with_capacity(plan.seqs.len());
+        for w in &plan.seqs {
+            layouts.push(cache.layout(w.seq).ok_or_else(|| {
+                BackendError::Step(format!("sequence {} has no cache layout", w.seq))
+            })?);
+        }
+        let mut chunks = Vec::with_capacity(plan.seqs.len());
+        for (w, layout) in plan.seqs.iter().zip(&layouts) {
+            let st = self.seqs.get(&w.seq).ok_or_else(|| {
+                BackendError::Step(format!("sequence {} was never registered", w.seq))
+            })?;
+            let start = w.context_tokens as usize;
+            let end = start + w.new_tokens as usize;
+            if end > st.history.len() {
+                return Err(BackendError::Step(format!(
+                    "sequence {}: step covers positions {start}..{end} but only {} tokens are known",
+                    w.seq,
+                    st.history.len()
+                )));
+            }
+            chunks.push(SeqChunk {
+                addr: seq_addr(*layout),
+                start_pos: start,
+                tokens: &st.history[start..end],
+                want_logits: w.sample,
+            });
+        }
+        let vocab = self.model.as_ref().map_or(0, |m| m.dims.vocab);
+        let batch = pack(&chunks, self.num_slots, vocab, &self.inv_freq).map_err(dev)?;
+        let samples: Vec<(SeqId, usize)> = batch
+            .logit_seqs
+            .iter()
+            .map(|&i| {
+                let w = &plan.seqs[i];
+                (w.seq, (w.context_tokens + w.new_tokens) as usize - 1)
+            })
+            .collect();
+        if samples.len() != plan.seqs.iter().filter(|w| w.sample).count() {
+            return Err(BackendError::Step(
+                "cuda: a sampled sequence has no new tokens".into(),
+            ));
+        }
+        let gpu = self.gpu.clone();
+        let mut kv = std::mem::take(&mut self.kv);
+        let r = self
+            .model()
+            .and_then(|m| m.forward(&gpu, &mut kv, &batch, ring).map_err(dev));
+        self.kv = kv;
+        r?;
+        self.end_ev[ring]
+            .record(&self.gpu.stream)
+            .map_err(drv("cuEventRecord"))?;
+        self.events
+            .record(id, StepEvent(self.end_ev[ring].clone()))
+            .map_err(|e| BackendError::Step(e.to_string()))?;
+        let n = samples.len();
+        self.model()?.enqueue_fetch(&gpu, ring, n).map_err(dev)?;
+        let model_s = self.clock_model.as_ref().map(|m| {
+            let paged = cache.mode() == CacheMode::Paged;
+            m.step(&plan.seqs, &plan.copies, &plan.swaps, paged).total_s
+        });
+        self.in_flight.push_back(InFlight {
+            id,
+            ring,
+            samples,
+            model_s,
+            _swap_sources: sources,
+            output: None,
+        });
+        Ok(())
+    }
+
+    fn complete(&mut self) -> Result<StepOutput, BackendError> {
+        if self.in_flight.is_empty() {
+            return Err(BackendError::Step("complete with no step in flight".into()));
+        }
+        self.resolve(0)?;
+        let inf = self
+            .in_flight
+            .pop_front()
+            .ok_or_else(|| BackendError::Step("complete with no step in flight".into()))?;
+        // Its event completed: the fence bookkeeping must retire exactly this step next (a
+        // newer event never retires an older step).
+        self.events
+            .complete(inf.id)
+            .map_err(|e| BackendError::Step(format!("cuda: {e}")))?;
+        if self.in_flight.is_empty() {
+            self.graveyard.clear();
+        }
+        inf.output
+            .ok_or_else(|| BackendError::Step("cuda: step resolved without output".into()))
+    }
+
+    fn memory(&self) -> MemoryParts {
+        let used = mem(&self.gpu)
+            .ok()
+            .and_then(|m| self.baseline.free_bytes.checked_sub(m.free_bytes));
+        MemoryParts {
+            weights_bytes: self.accounted.weights_bytes,
+            workspace_bytes: self.accounted.workspace_bytes,
+            other_bytes: 0,
+            device_used_bytes: used,
+        }
+    }
+
+    fn measured_step_s(&self) -> Option<f64> {
+        Some(self.measured_s)
+    }
+
+    fn numerics(&self) -> Option<NumericsReport> {
+        let live = self
+            .seqs
+            .values()
+            .filter(|s| s.checked)
+            .map(|s| (s.history.as_slice(), s.records.as_slice()));
+        Some(self.checker.report(live))
+    }
+}
+
+impl Drop for CudaBackend {
+    /// Tears down in order and says whether the device's free memory came back to its figure
+    /// from before this backend's allocations (the reclamation check on the device).
+    fn drop(&mut self) {
+        let _ = self.gpu.sync();
+        match self.reconciliation() {
+            Ok(r) => eprintln!(
+                "cuda backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
+                r.accounted_bytes,
+                r.device_used_bytes,
+                r.unaccounted_bytes,
+                r.allowed_overhead_bytes,
+                if r.ok { "reconciled" } else { "NOT RECONCILED" }
+            ),
+            Err(e) => eprintln!("cuda backend: ledger not reconciled: {e}"),
+        }
+        self.in_flight.clear();
+        self.graveyard.clear();
+        self.host.clear();
+        self.kv.clear();
+        self.model = None;
+        let _ = self.gpu.release_freed();
+        if let Ok(after) = mem(&self.gpu) {
+            let ok = ledger::returned_to_baseline(self.baseline, after);
+            eprintln!(
+                "cuda backend: device free memory {} B before, {} B after teardown: {}",
+                self.baseline.free_bytes,
+                after.free_bytes,
+                if ok { "returned" } else { "NOT RETURNED" }
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sampled_token_extends_the_history_and_a_recompute_replaces_what_followed() {
+        let mut st = SeqState {
+            history: vec![1, 2, 3],
+            checked: true,
+            ..SeqState::default()
+        };
+        st.sampled(2, Some(vec![0.0, 1.0]), 9, 2);
+        st.sampled(3, None, 8, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 9, 8]);
+        assert_eq!(st.records.len(), 1, "a row without logits keeps no record");
+        st.sampled(3, Some(vec![1.0, 0.0]), 7, 2);
+        st.sampled(4, Some(vec![1.0, 0.0]), 6, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 9, 7, 6]);
+        assert_eq!(
+            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
+            vec![2, 3],
+            "at most keep_steps records"
+        );
+        // Preempted and recomputed from position 2: the records after it are replaced.
+        st.sampled(2, Some(vec![0.5, 0.5]), 4, 2);
+        assert_eq!(st.history, vec![1, 2, 3, 4]);
+        assert_eq!(
+            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert!(st.sampled_once);
+        assert_eq!(st.last.as_ref().map(|r| r.pos), Some(2));
+    }
+}

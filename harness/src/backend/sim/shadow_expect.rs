@@ -1,0 +1,115 @@
+//! What a reader of the shadow payload expects to find at a position, and, when a tag is
+//! something else, the words for why (the violation messages of `summary.json`).
+
+use kvbench_cache_api::{ReuseScope, ScopeKey};
+
+use super::shadow_store::Tag;
+
+/// Scope ids at or above this are private to one root stream (no prefix sharing allowed).
+pub(crate) const PRIVATE_SCOPE: u32 = 1 << 31;
+
+/// Whether `tag` is what a reader with token history `history` and reuse scope `scope` must
+/// find at `pos`: its own token at that position, written under its own scope.
+#[inline]
+pub(crate) fn expects(history: &[u32], scope: u32, pos: u32, tag: &Tag) -> bool {
+    tag.pos == pos && tag.scope == scope && history.get(pos as usize) == Some(&tag.token)
+}
+
+/// Why `tag` is not what the reader expects at `pos`, or `None` when it is.
+pub(crate) fn mismatch(
+    history: &[u32],
+    scope: u32,
+    pos: u32,
+    tag: &Tag,
+    scopes: &[ScopeKey],
+) -> Option<String> {
+    if *tag == Tag::EMPTY {
+        return Some("the slot was never written".into());
+    }
+    if tag.pos != pos {
+        return Some(format!(
+            "it holds stream {}'s position {}",
+            tag.writer, tag.pos
+        ));
+    }
+    let Some(&want) = history.get(pos as usize) else {
+        return Some("no token is known at that position".into());
+    };
+    if tag.token != want {
+        return Some(format!(
+            "it holds stream {}'s token {} there, expected {want}",
+            tag.writer, tag.token
+        ));
+    }
+    if tag.scope != scope {
+        return Some(format!(
+            "it holds stream {}'s data of reuse scope {}, the reader's scope is {} (tokens match)",
+            tag.writer,
+            scope_name(tag.scope, scopes),
+            scope_name(scope, scopes)
+        ));
+    }
+    None
+}
+
+fn scope_name(id: u32, scopes: &[ScopeKey]) -> String {
+    if id >= PRIVATE_SCOPE {
+        return format!("private to stream {}", id - PRIVATE_SCOPE);
+    }
+    match scopes.get(id as usize).map(|k| k.reuse) {
+        Some(ReuseScope::Tenant(t)) => format!("tenant:{t}"),
+        Some(ReuseScope::Global) => "global".into(),
+        Some(ReuseScope::None) => "none".into(),
+        None => format!("#{id}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_field_of_a_wrong_tag_is_named() {
+        let scopes = [ScopeKey {
+            model: "m".into(),
+            tokenizer: "t".into(),
+            reuse: ReuseScope::Tenant(3),
+        }];
+        let history = [10, 11, 12];
+        let good = Tag {
+            writer: 4,
+            pos: 1,
+            token: 11,
+            scope: 0,
+        };
+        assert!(expects(&history, 0, 1, &good));
+        assert_eq!(mismatch(&history, 0, 1, &good, &scopes), None);
+        let why = |t: Tag| mismatch(&history, 0, 1, &t, &scopes).unwrap_or_default();
+        assert!(!expects(&history, 0, 1, &Tag::EMPTY));
+        assert_eq!(why(Tag::EMPTY), "the slot was never written");
+        assert_eq!(
+            why(Tag { pos: 2, ..good }),
+            "it holds stream 4's position 2"
+        );
+        assert_eq!(
+            why(Tag { token: 9, ..good }),
+            "it holds stream 4's token 9 there, expected 11"
+        );
+        let other = Tag {
+            scope: PRIVATE_SCOPE | 5,
+            ..good
+        };
+        assert!(!expects(&history, 0, 1, &other));
+        assert_eq!(
+            mismatch(&history, 0, 1, &other, &scopes).unwrap_or_default(),
+            "it holds stream 4's data of reuse scope private to stream 5, the reader's scope is \
+             tenant:3 (tokens match)"
+        );
+        let past = Tag { pos: 7, ..good };
+        assert!(!expects(&history, 0, 7, &past));
+        assert_eq!(
+            mismatch(&history, 0, 7, &past, &scopes).unwrap_or_default(),
+            "no token is known at that position"
+        );
+    }
+}

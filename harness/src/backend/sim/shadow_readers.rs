@@ -1,0 +1,221 @@
+//! The shadow payload's reverse index: per grain of slots (a paged block, or a run of contiguous
+//! slots), the streams whose checked context covers it. A write asks it whether anyone but the
+//! writer could be affected; almost always the answer is "no" from one 24-byte entry, with no
+//! allocation: two readers are held inline (a stream and one fork), more spill into a side list.
+
+use super::shadow_store::LazyArray;
+
+/// A stream whose checked context covers (part of) a grain: its index in the shadow's stream
+/// table and the chunk of its layout that lies there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub seq: u32,
+    pub chunk: u32,
+}
+
+/// Matches any chunk in [`Readers::only`].
+pub(crate) const ANY_CHUNK: u32 = u32::MAX;
+const NO_SPILL: u32 = u32::MAX;
+const INLINE: usize = 2;
+
+/// The readers of one grain, in the order a vector with push / swap-remove would keep them:
+/// `inline[..min(len, 2)]`, then the spill list.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    inline: [Holder; INLINE],
+    len: u32,
+    spill: u32,
+}
+
+const EMPTY: Entry = Entry {
+    inline: [Holder { seq: 0, chunk: 0 }; INLINE],
+    len: 0,
+    spill: NO_SPILL,
+};
+
+#[derive(Debug)]
+pub(crate) struct Readers {
+    grains: LazyArray<Entry>,
+    /// Readers beyond the inline two, per spilled entry.
+    spills: Vec<Vec<Holder>>,
+    free_spills: Vec<u32>,
+}
+
+impl Readers {
+    /// An index over `grains` grains, or `None` when that is more than the store tracks.
+    pub fn new(grains: u64) -> Option<Readers> {
+        Some(Readers {
+            grains: LazyArray::new(grains, EMPTY)?,
+            spills: Vec::new(),
+            free_spills: Vec::new(),
+        })
+    }
+
+    /// Pages of the index allocated so far, bytes.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.grains.allocated_bytes()
+    }
+
+    /// Register `h` as a reader of grain `g` (grains past the end are ignored). Returns the
+    /// grain's sole reader before, if it had exactly one: it is not alone any more.
+    pub fn hold(&mut self, g: u64, h: Holder) -> Option<Holder> {
+        let e = self.grains.get_mut(g)?;
+        let n = e.len as usize;
+        let was_sole = (n == 1).then_some(e.inline[0]);
+        if n < INLINE {
+            e.inline[n] = h;
+        } else {
+            if e.spill == NO_SPILL {
+                e.spill = match self.free_spills.pop() {
+                    Some(i) => i,
+                    None => {
+                        self.spills.push(Vec::new());
+                        (self.spills.len() - 1) as u32
+                    }
+                };
+            }
+            self.spills[e.spill as usize].push(h);
+        }
+        e.len += 1;
+        was_sole
+    }
+
+    /// Whether stream `seq` is the one and only reader of grain `g`.
+    #[inline]
+    pub fn sole(&self, g: u64, seq: u32) -> bool {
+        self.grains
+            .get(g)
+            .is_some_and(|e| e.len == 1 && e.inline[0].seq == seq)
+    }
+
+    /// Drop the first registration of `h` on grain `g`, moving the last reader into its place.
+    pub fn unhold(&mut self, g: u64, h: Holder) {
+        let Some(e) = self.grains.get_mut(g) else {
+            return;
+        };
+        let n = e.len as usize;
+        let spill = (e.spill != NO_SPILL).then(|| &mut self.spills[e.spill as usize]);
+        let at = match e.inline[..n.min(INLINE)].iter().position(|&x| x == h) {
+            Some(i) => i,
+            None => match spill.as_ref().and_then(|s| s.iter().position(|&x| x == h)) {
+                Some(i) => INLINE + i,
+                None => return,
+            },
+        };
+        let last = match spill {
+            Some(s) if n > INLINE => s.pop().unwrap_or(h),
+            _ => e.inline[n - 1],
+        };
+        if at < INLINE {
+            e.inline[at] = last;
+        } else if at - INLINE < self.spills[e.spill as usize].len() {
+            self.spills[e.spill as usize][at - INLINE] = last;
+        }
+        e.len -= 1;
+        if e.len as usize == INLINE && e.spill != NO_SPILL {
+            self.free_spills.push(e.spill);
+            e.spill = NO_SPILL;
+        }
+    }
+
+    /// Whether every reader of grain `g` is stream `seq` at `chunk` (or at any chunk with
+    /// [`ANY_CHUNK`]); true for a grain nobody reads. False whenever more than two read it:
+    /// callers then look at each reader.
+    #[inline]
+    pub fn only(&self, g: u64, seq: u32, chunk: u32) -> bool {
+        let Some(e) = self.grains.get(g) else {
+            return true;
+        };
+        let own = |h: &Holder| h.seq == seq && (chunk == ANY_CHUNK || h.chunk == chunk);
+        match e.len {
+            0 => true,
+            1 => own(&e.inline[0]),
+            2 => own(&e.inline[0]) && own(&e.inline[1]),
+            _ => false,
+        }
+    }
+
+    /// The readers of grain `g`, in order, into `out` (cleared first).
+    pub fn collect(&self, g: u64, out: &mut Vec<Holder>) {
+        out.clear();
+        let Some(e) = self.grains.get(g) else {
+            return;
+        };
+        out.extend_from_slice(&e.inline[..(e.len as usize).min(INLINE)]);
+        if e.spill != NO_SPILL {
+            out.extend_from_slice(&self.spills[e.spill as usize]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(seq: u32, chunk: u32) -> Holder {
+        Holder { seq, chunk }
+    }
+
+    fn readers(r: &Readers, g: u64) -> Vec<Holder> {
+        let mut v = Vec::new();
+        r.collect(g, &mut v);
+        v
+    }
+
+    #[test]
+    fn entries_stay_24_bytes() {
+        // `allocated_bytes` in summary.json counts index pages of these.
+        assert_eq!(std::mem::size_of::<Entry>(), 24);
+    }
+
+    #[test]
+    fn keeps_the_order_of_a_vector_with_swap_remove() {
+        let mut r = Readers::new(10).expect("fits");
+        let mut model: Vec<Holder> = Vec::new();
+        // A fixed pseudo-random script of holds and unholds on one grain, up to 6 readers.
+        let mut x = 12345u32;
+        for _ in 0..400 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let who = h((x >> 16) % 5, (x >> 8) % 2);
+            if (x >> 4) & 1 == 0 && model.len() < 6 {
+                let was = r.hold(3, who);
+                assert_eq!(was, (model.len() == 1).then(|| model[0]));
+                model.push(who);
+            } else {
+                r.unhold(3, who);
+                if let Some(i) = model.iter().position(|&m| m == who) {
+                    model.swap_remove(i);
+                }
+            }
+            assert_eq!(readers(&r, 3), model);
+            let only0 = model.iter().all(|m| m.seq == 0);
+            assert_eq!(r.only(3, 0, ANY_CHUNK), only0 && model.len() <= 2);
+            assert_eq!(r.sole(3, 0), model.len() == 1 && model[0].seq == 0);
+        }
+        assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0));
+    }
+
+    #[test]
+    fn only_tells_the_writer_apart_from_other_readers() {
+        let mut r = Readers::new(4).expect("fits");
+        assert_eq!(r.hold(1, h(7, 2)), None);
+        assert!(r.only(1, 7, 2) && r.only(1, 7, ANY_CHUNK) && r.sole(1, 7));
+        assert!(!r.only(1, 7, 3), "same stream, another chunk");
+        assert!(!r.only(1, 8, ANY_CHUNK));
+        assert_eq!(r.hold(1, h(8, 2)), Some(h(7, 2)), "7 was alone until now");
+        assert!(!r.only(1, 7, 2) && !r.sole(1, 7) && !r.sole(1, 8));
+        r.unhold(1, h(8, 2));
+        assert!(r.only(1, 7, 2));
+        assert_eq!(r.hold(99, h(1, 1)), None, "past the end: ignored");
+        assert!(r.only(99, 5, 5) && !r.sole(99, 1));
+        // Spilled lists are reused once an entry shrinks back to two.
+        for s in 0..5 {
+            r.hold(2, h(s, 0));
+        }
+        for s in 0..5 {
+            r.unhold(2, h(s, 0));
+        }
+        assert!(readers(&r, 2).is_empty());
+        assert_eq!(r.free_spills.len(), r.spills.len());
+    }
+}
