@@ -20,7 +20,7 @@ use crate::scenario::{self, Scenario};
 pub enum TraceLevel {
     /// Lifecycle events and first tokens only (for very large runs).
     Requests,
-    /// Every output token too.
+    /// Every output token and prefill chunk too.
     Tokens,
 }
 

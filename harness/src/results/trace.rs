@@ -67,7 +67,8 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
-    /// `tokens`: a line for every token (false: `first_token` only, `--trace-level requests`).
+    /// `tokens`: a line for every token and prefill chunk (false: lifecycle and `first_token` only,
+    /// `--trace-level requests`).
     pub fn new(tokens: bool) -> TraceWriter {
         TraceWriter {
             tokens,
@@ -94,6 +95,11 @@ impl TraceWriter {
     }
 
     pub fn event(&mut self, e: &TraceEvent, w: &mut impl Write) -> std::io::Result<()> {
+        // Prefill chunks are step detail, like tokens: a day-long replay at `requests` keeps a
+        // request's lifecycle and first token, not each chunk (a fifth of the lines otherwise).
+        if !self.tokens && matches!(e.kind, TraceKind::PrefillChunk { .. }) {
+            return Ok(());
+        }
         self.at(e.t_ns, w)?;
         let line = format!(
             "{{\"cache\":\"{}\",\"t_ms\":{},\"request\":\"{}\",\"event\":\"{}\"{}}}\n",

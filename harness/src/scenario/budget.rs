@@ -322,8 +322,10 @@ pub(super) fn typical_length(d: &LengthDist, r: LengthRange) -> f64 {
 }
 
 impl Scenario {
-    /// Refuses a run whose host-side state (request list, both modes' records, block metadata,
-    /// the cpu backend's KV pool) would not fit in the memory this process can still get.
+    /// Refuses a run whose host-side state (request list, both modes' stream states as a
+    /// streaming run holds them, block metadata, the cpu backend's KV pool) would not fit in the
+    /// memory this process can still get. A sweep, whose probes collect records, checks again
+    /// with [`super::HostNeed::collected_bytes`] (`sweep::check`).
     pub(super) fn check_host_memory(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
         let Some(need) = self.host_need(shape) else {
             return;
@@ -381,7 +383,7 @@ impl Scenario {
 
     /// The inputs of the host-memory estimate; `None` when the scenario is not sound enough to
     /// estimate (other checks report why).
-    pub(super) fn host_need(&self, shape: &ModelShape) -> Option<super::host::HostNeed> {
+    pub fn host_need(&self, shape: &ModelShape) -> Option<super::host::HostNeed> {
         let t = &self.traffic;
         let msl = self.cache.max_seq_len;
         let requests = match (t.requests, t.duration_s, &t.arrival) {
@@ -426,6 +428,7 @@ impl Scenario {
             mean_output_tokens: mean_output,
             mean_samples,
             paged_blocks,
+            block_tokens: block,
             host_kv_bytes,
         })
     }

@@ -60,8 +60,13 @@ pub mod cost {
     pub const PER_PROMPT_TOKEN_BYTES: u64 = 8;
     /// One Mooncake hash id held in a trace row's recipe.
     pub const PER_HASH_ID_BYTES: u64 = 8;
-    /// One stream's record (state, timestamps, counters, trace events).
+    /// One stream's record (state, timestamps, counters, trace events), where records are
+    /// collected (a sweep's probes, tests).
     pub const PER_STREAM_BYTES: u64 = 2048;
+    /// One stream of a streaming run (`run`, `suite`): its state while it waits or runs — a
+    /// queue as long as the request list under overload — and what stays once it is handed
+    /// to the writers (4 bytes measured), erring high.
+    pub const PER_STREAM_STREAMED_BYTES: u64 = 256;
     /// One output token: its time stamp (8) and id (4), trace events, vector slack.
     pub const PER_OUTPUT_TOKEN_BYTES: u64 = 48;
     /// One paged block's metadata (state, counts, prefix key, LRU links, free list).
@@ -78,14 +83,31 @@ pub struct HostNeed {
     pub mean_output_tokens: f64,
     pub mean_samples: f64,
     pub paged_blocks: u64,
+    /// Tokens per paged block.
+    pub block_tokens: u64,
     /// KV bytes the cpu backend keeps in host memory (0 for a device).
     pub host_kv_bytes: u64,
 }
 
 impl HostNeed {
-    /// Bytes for the request list once plus both cache modes' records (both are kept until the
-    /// results are written), the block metadata and any host-resident KV pool. Saturating.
+    /// Bytes of a streaming run: the request list once, both cache modes' stream states, the
+    /// records of what is in flight (at most one output token per KV slot), the block metadata
+    /// and any host-resident KV pool. Saturating.
     pub fn bytes(&self) -> u64 {
+        let n = self.requests as f64;
+        let streams = 2.0 * n * self.mean_samples * cost::PER_STREAM_STREAMED_BYTES as f64;
+        let kv_slots = self.paged_blocks as f64 * self.block_tokens as f64;
+        let in_flight = kv_slots * cost::PER_OUTPUT_TOKEN_BYTES as f64;
+        saturate(self.list_bytes() + streams + in_flight + self.fixed_bytes())
+    }
+
+    /// Bytes of a run that collects one cache mode's whole record (a sweep's probe): the list,
+    /// every stream's record with its token stamps, the block metadata, the host KV pool.
+    pub fn collected_bytes(&self) -> u64 {
+        saturate(self.list_bytes() + self.records_bytes() + self.fixed_bytes())
+    }
+
+    fn list_bytes(&self) -> f64 {
         let n = self.requests as f64;
         let per_token = if self.prompts_held {
             cost::PER_PROMPT_TOKEN_BYTES as f64
@@ -93,18 +115,26 @@ impl HostNeed {
             // At most one hash id per 16 tokens (the smallest block releases use).
             cost::PER_HASH_ID_BYTES as f64 / 16.0
         };
-        let list = n * (cost::PER_REQUEST_BYTES as f64 + self.mean_prompt_tokens * per_token);
-        let records = n
+        n * (cost::PER_REQUEST_BYTES as f64 + self.mean_prompt_tokens * per_token)
+    }
+
+    fn records_bytes(&self) -> f64 {
+        self.requests as f64
             * self.mean_samples
             * (cost::PER_STREAM_BYTES as f64
-                + self.mean_output_tokens * cost::PER_OUTPUT_TOKEN_BYTES as f64);
-        let blocks = self.paged_blocks as f64 * cost::PER_BLOCK_BYTES as f64;
-        let total = list + 2.0 * records + blocks + self.host_kv_bytes as f64;
-        if total >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            total.ceil() as u64
-        }
+                + self.mean_output_tokens * cost::PER_OUTPUT_TOKEN_BYTES as f64)
+    }
+
+    fn fixed_bytes(&self) -> f64 {
+        self.paged_blocks as f64 * cost::PER_BLOCK_BYTES as f64 + self.host_kv_bytes as f64
+    }
+}
+
+fn saturate(total: f64) -> u64 {
+    if total >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        total.ceil() as u64
     }
 }
 
@@ -131,9 +161,11 @@ mod tests {
             mean_output_tokens: 1e9,
             mean_samples: 4096.0,
             paged_blocks: u64::MAX,
+            block_tokens: u64::MAX,
             host_kv_bytes: u64::MAX,
         };
         assert_eq!(need.bytes(), u64::MAX);
+        assert_eq!(need.collected_bytes(), u64::MAX);
     }
 
     #[test]
@@ -145,6 +177,7 @@ mod tests {
             mean_output_tokens: 0.0,
             mean_samples: 0.0,
             paged_blocks: 0,
+            block_tokens: 16,
             host_kv_bytes: 0,
         };
         let recipes = HostNeed {
@@ -155,5 +188,33 @@ mod tests {
         assert_eq!(held.bytes(), 1_000_000 * (256 + 4000 * 8));
         assert_eq!(recipes.bytes(), 1_000_000 * (256 + 2000));
         assert!(recipes.bytes() < held.bytes() / 10);
+    }
+
+    /// A streaming run keeps a few hundred bytes per stream, not its token stamps; a run that
+    /// collects records keeps them all, and the sweep checks that figure instead.
+    #[test]
+    fn streaming_costs_stream_states_collecting_costs_records() {
+        let need = HostNeed {
+            requests: 1_000_000,
+            mean_prompt_tokens: 1000.0,
+            prompts_held: false,
+            mean_output_tokens: 200.0,
+            mean_samples: 1.0,
+            paged_blocks: 10_000,
+            block_tokens: 16,
+            host_kv_bytes: 0,
+        };
+        let list = 1_000_000 * (256 + 1000 / 2);
+        let blocks = 10_000 * 128;
+        let in_flight = 10_000 * 16 * 48;
+        assert_eq!(
+            need.bytes(),
+            list + 2 * 1_000_000 * 256 + in_flight + blocks
+        );
+        assert_eq!(
+            need.collected_bytes(),
+            list + 1_000_000 * (2048 + 200 * 48) + blocks
+        );
+        assert!(need.bytes() < need.collected_bytes() / 5);
     }
 }

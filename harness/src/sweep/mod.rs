@@ -92,6 +92,7 @@ pub fn check(s: &Scenario, by: By, max_extend: u32) -> Result<(), SweepError> {
         ));
     }
     load::base_load(s, by)?;
+    check_host_memory(s, max_extend)?;
     if let Some(n) = s.traffic.requests {
         let floor = stats::p99_claim_floor(0);
         let longest = u64::from(n) * u64::from(max_extend);
@@ -110,6 +111,38 @@ pub fn check(s: &Scenario, by: By, max_extend: u32) -> Result<(), SweepError> {
         }
     }
     Ok(())
+}
+
+/// A probe collects one cache mode's whole record (its window trim reads every stream), up to
+/// `max_extend` times the scenario's requests, one probe per rayon thread at once: refuse a sweep
+/// whose probes would not fit where `run` (which streams) would.
+fn check_host_memory(s: &Scenario, max_extend: u32) -> Result<(), SweepError> {
+    let (Some(shape), Some((available, source))) =
+        (s.model_shape(), crate::scenario::host_available_bytes())
+    else {
+        return Ok(());
+    };
+    let Some(mut need) = s.host_need(&shape) else {
+        return Ok(());
+    };
+    need.requests = need.requests.saturating_mul(u64::from(max_extend.max(1)));
+    let parallel = rayon::current_num_threads().max(1) as u64;
+    let bytes = need.collected_bytes().saturating_mul(parallel);
+    if bytes <= available {
+        return Ok(());
+    }
+    Err(SweepError::input(
+        s,
+        "traffic.requests",
+        &format!(
+            "a sweep's probes keep their whole records: {parallel} at once of up to {} requests \
+             need about {} of host memory, and {} is available ({source}); lower \
+             traffic.requests or --max-extend",
+            need.requests,
+            crate::units::format_bytes(bytes),
+            crate::units::format_bytes(available)
+        ),
+    ))
 }
 
 /// Sweep `s`: both cache modes on every seed, the searches in parallel.
