@@ -108,6 +108,37 @@ pub fn check_target(out: &Path, replace: bool) -> Result<(), ResultsError> {
     Ok(())
 }
 
+/// Remove `.NAME.tmp-PID-N` folders beside `out` left by a kvbench process that no longer exists
+/// (SIGKILL, power loss: nothing ran its cleanup). Only this exact name pattern, only folders, and
+/// only where `/proc` says the PID is gone — a live PID (even a reused one) keeps its folder.
+/// Best effort: a folder that cannot be removed stays, as it would have anyway.
+fn remove_stale(parent: &Path, name: &str) {
+    if !Path::new("/proc/self").is_dir() {
+        return; // no way to tell a dead PID from a live one here
+    }
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let prefix = format!(".{name}.tmp-");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some((pid, n)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), n.parse::<u64>()) else {
+            continue;
+        };
+        let path = entry.path();
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if is_dir && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// A results folder being written: a temporary folder that becomes `out` on [`Staging::commit`]
 /// and is removed if dropped uncommitted.
 #[derive(Debug)]
@@ -132,6 +163,7 @@ impl Staging {
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        remove_stale(&parent, &name);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let tmp = parent.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
         let mut dirs = live();
@@ -317,5 +349,30 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, ["r"]);
+    }
+
+    /// A SIGKILLed run leaves its temporary folder; the next run beside it removes it when its
+    /// PID is gone, and never touches a live process's folder or a look-alike name.
+    #[test]
+    fn a_dead_process_temporary_folder_is_removed_by_the_next_run() {
+        let root = tempfile::tempdir().unwrap();
+        let dead = root.path().join(".res.tmp-999999999-0"); // above any Linux pid_max
+        let alive = root
+            .path()
+            .join(format!(".res.tmp-{}-77", std::process::id()));
+        let other = root.path().join(".res.tmp-999999999-x");
+        let other_name = root.path().join(".other.tmp-999999999-0");
+        for d in [&dead, &alive, &other, &other_name] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("requests.csv"), "partial").unwrap();
+        }
+        let staging = Staging::begin(&root.path().join("res"), false).unwrap();
+        drop(staging);
+        assert!(!dead.exists(), "the dead process's folder stays");
+        assert!(alive.exists(), "a live process's folder was removed");
+        assert!(
+            other.exists() && other_name.exists(),
+            "a look-alike was removed"
+        );
     }
 }
