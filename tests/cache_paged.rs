@@ -413,3 +413,42 @@ fn scope_identity_is_unambiguous_and_global_is_its_own_scope() {
         "a global publication is not a tenant's"
     );
 }
+
+/// A conversation's next turn continues the previous turn's prompt *and output*: blocks the
+/// decode filled (through `append_token`) are published like prompt blocks, including the one
+/// straddling the prompt's end, so the follow-up hits them; plain `append` publishes nothing.
+#[test]
+fn generated_blocks_are_published_for_the_next_turn() {
+    for with_tokens in [true, false] {
+        let mut m = paged(16);
+        let s = scope(ReuseScope::Tenant(3));
+        let prompt: Vec<u32> = (100..106).collect(); // one full block and half of the next
+        admit(&mut m, 1, &prompt, Some(&s));
+        let generated: Vec<u32> = (200..206).collect(); // fills block 1, then all of block 2
+        for &t in &generated {
+            let copies = if with_tokens {
+                m.append_token(1, t)
+            } else {
+                m.append(1)
+            };
+            assert!(copies.expect("append").is_empty());
+        }
+        ok(&m);
+        m.release(1, ReleaseReason::Finish).unwrap();
+        let mut next_turn = prompt.clone();
+        next_turn.extend(&generated);
+        next_turn.extend([300, 301, 302]); // the user's new tokens
+        let hit = m
+            .start(&req(2, &next_turn, Some(&s)))
+            .unwrap()
+            .cached_tokens;
+        let expected = if with_tokens { 3 * BS } else { BS };
+        assert_eq!(hit, expected, "with_tokens={with_tokens}");
+        // A prompt that diverges inside the generated part hits only up to the divergence.
+        let mut diverged = next_turn.clone();
+        diverged[9] = 999;
+        let partial = m.probe_start(&req(3, &diverged, Some(&s))).cached_tokens;
+        assert_eq!(partial, if with_tokens { 2 * BS } else { BS });
+        ok(&m);
+    }
+}

@@ -195,7 +195,9 @@ fn check_on(kind: BackendKind) {
     let pairs = check_conversations(&w, &paged, &pp, None);
     assert!(pairs >= 10, "only {pairs} follow-up turns were checked");
     check_conversations(&w, &contiguous, &cp, None);
-    // Nothing was evicted: each follow-up hits at least the previous prompt's full blocks.
+    // Nothing was evicted: each follow-up hits at least the full blocks the previous turn held
+    // — its prompt and its output but the last token, whose K/V no step wrote — since generated
+    // blocks are published like prompt blocks.
     assert_eq!(paged.prefix.evictions, 0);
     let head: BTreeMap<u64, &engine::StreamRecord> = paged
         .streams
@@ -214,12 +216,14 @@ fn check_on(kind: BackendKind) {
         if cur.status == StreamStatus::Rejected {
             continue;
         }
-        let floor = prev.prompt_tokens / bs * bs;
+        let held = prev.prompt_tokens + (prev.token_ns.len() as u32).saturating_sub(1);
+        let floor = held / bs * bs;
         assert!(
             cur.cached_prompt_tokens >= floor && floor > 0,
-            "request {}: {} cached, previous prompt {} tokens",
+            "request {}: {} cached, previous turn held {} tokens ({} prompt)",
             cur.request,
             cur.cached_prompt_tokens,
+            held,
             prev.prompt_tokens
         );
     }

@@ -283,6 +283,14 @@ pub trait KvCacheManager: Send {
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError>;
     /// Grow by one decoded token. Returns the copies (copy-on-write) to perform before writing.
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError>;
+    /// `append` where the new position holds `token`. A manager with a prefix cache publishes
+    /// the block this token completes, so a later prompt that continues the sequence — the next
+    /// turn of a conversation, whose prompt is this one's prompt and output — hits it instead of
+    /// prefilling the output again (vLLM's automatic prefix caching keeps generated blocks too).
+    fn append_token(&mut self, seq: SeqId, token: u32) -> Result<Vec<CopyOp>, AllocError> {
+        let _ = token;
+        self.append(seq)
+    }
     /// Slots that one more `append` on `seq` would take from the pool: paged, 0 or `block_size`
     /// (a new block, or a copy-on-write of a shared partial block); contiguous, 0 inside the
     /// reservation and 1 past it (where `append` fails with `NoSpace`: the reservation is the cap).

@@ -191,6 +191,7 @@ impl KvCacheManager for PagedCache {
                 len_tokens: req.tokens.len() as u32,
                 filled_tokens: cached_tokens,
                 prompt,
+                generated: Vec::new(),
                 scope: plan.scope,
                 keyed_blocks: plan.hits.len() as u32,
                 last_key: plan.hits.last().map(|&(_, k)| k),
@@ -295,6 +296,20 @@ impl KvCacheManager for PagedCache {
         seq.len_tokens += 1;
         seq.filled_tokens += 1;
         self.refresh_bad_layout(seq_id);
+        Ok(copies)
+    }
+
+    fn append_token(&mut self, seq_id: SeqId, token: u32) -> Result<Vec<CopyOp>, AllocError> {
+        let copies = self.append(seq_id)?;
+        let bs = self.bs();
+        if let Some(seq) = self.seqs.get_mut(&seq_id) {
+            if seq.scope.is_some() {
+                seq.generated.push(token);
+                if seq.filled_tokens.is_multiple_of(bs) {
+                    self.publish_full_blocks(seq_id);
+                }
+            }
+        }
         Ok(copies)
     }
 

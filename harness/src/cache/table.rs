@@ -1,5 +1,5 @@
 //! Per-sequence block tables of the paged cache and the helpers that plan a start, publish
-//! full prompt blocks and (with the bad-block-table fault) corrupt a layout.
+//! full blocks (prompt and generated) and (with the bad-block-table fault) corrupt a layout.
 
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -22,6 +22,9 @@ pub(crate) struct Seq {
     pub filled_tokens: u32,
     /// Prompt token ids, kept only when the prefix cache may publish them.
     pub prompt: Arc<[u32]>,
+    /// Ids of the tokens appended after the prompt (`append_token`), kept likewise: generated
+    /// blocks are published as prompt blocks are.
+    pub generated: Vec<u32>,
     pub scope: Option<Arc<ScopeInfo>>,
     /// Leading full blocks whose prefix key is known (hit or published) and the last such key.
     pub keyed_blocks: u32,
@@ -137,7 +140,7 @@ impl PagedCache {
         }
     }
 
-    /// Publish newly full prompt blocks of `seq_id`.
+    /// Publish newly full blocks of `seq_id` whose token ids are known (prompt, then generated).
     pub(super) fn publish_full_blocks(&mut self, seq_id: SeqId) {
         let bs = self.bs();
         let Some(seq) = self.seqs.get_mut(&seq_id) else {
@@ -147,10 +150,22 @@ impl PagedCache {
             return;
         };
         let full_blocks = seq.filled_tokens / bs;
-        let prompt_blocks = seq.prompt.len() as u32 / bs;
-        while seq.keyed_blocks < full_blocks.min(prompt_blocks) {
+        let known_blocks = (seq.prompt.len() + seq.generated.len()) as u32 / bs;
+        let mut straddle = Vec::new();
+        while seq.keyed_blocks < full_blocks.min(known_blocks) {
             let i = seq.keyed_blocks as usize;
-            let chunk = &seq.prompt[i * bs as usize..(i + 1) * bs as usize];
+            let (lo, hi) = (i * bs as usize, (i + 1) * bs as usize);
+            let p = seq.prompt.len();
+            let chunk: &[u32] = if hi <= p {
+                &seq.prompt[lo..hi]
+            } else if lo >= p {
+                &seq.generated[lo - p..hi - p]
+            } else {
+                straddle.clear();
+                straddle.extend_from_slice(&seq.prompt[lo..]);
+                straddle.extend_from_slice(&seq.generated[..hi - p]);
+                &straddle
+            };
             let key = self.index.block_key(seq.last_key.as_ref(), &scope, chunk);
             let block = seq.blocks[i];
             let meta = &mut self.pool.meta[block as usize];

@@ -101,8 +101,14 @@ impl Engine<'_> {
 
     fn try_append(&mut self, s: u32) -> Append {
         let seq = Stream::seq(s);
+        // The position this append maps holds the stream's newest sampled token.
+        let token = self.streams[s as usize].record.token_ids.last().copied();
         for attempt in 0..2 {
-            match self.cache.append(seq) {
+            let appended = match token {
+                Some(t) => self.cache.append_token(seq, t),
+                None => self.cache.append(seq),
+            };
+            match appended {
                 Ok(copies) => {
                     self.plan.copies.extend(copies);
                     let cur = self.step_index();
