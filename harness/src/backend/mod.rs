@@ -13,6 +13,7 @@
 
 pub mod cpu;
 pub mod cuda;
+mod seq_history;
 pub mod sim;
 
 use std::path::PathBuf;

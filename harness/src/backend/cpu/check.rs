@@ -34,12 +34,7 @@ pub fn sampled(seq: SeqId, nth: u64) -> bool {
     (z ^ (z >> 31)).is_multiple_of(SAMPLE_ONE_IN)
 }
 
-/// The backend's logits after position `pos` of a sequence.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub pos: usize,
-    pub logits: Vec<f32>,
-}
+pub use crate::backend::seq_history::Record;
 
 pub struct Checker {
     oracle: kvbench_oracle::Model,

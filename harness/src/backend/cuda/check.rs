@@ -13,12 +13,7 @@ use kvbench_oracle::rel_err;
 
 use crate::backend::NumericsReport;
 
-/// The device's logits after position `pos` of a sequence.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub pos: usize,
-    pub logits: Vec<f32>,
-}
+pub use crate::backend::seq_history::Record;
 
 pub enum Reference {
     Oracle(kvbench_oracle::Model),
