@@ -13,6 +13,7 @@
 
 pub mod cpu;
 pub mod cuda;
+mod logit_check;
 mod seq_history;
 pub mod sim;
 
