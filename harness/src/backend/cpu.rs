@@ -22,7 +22,7 @@ mod store;
 pub use check::{
     sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE, SAMPLE_ONE_IN,
 };
-pub use setup::{model_config, oracle_for, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
+pub use setup::{model_config, oracle_for, shape_config, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
