@@ -22,7 +22,7 @@ mod store;
 pub use check::{
     sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE, SAMPLE_ONE_IN,
 };
-pub use setup::{model_config, oracle_for, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
+pub use setup::{model_config, oracle_for, shape_config, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -31,8 +31,9 @@ use kvbench_cache_api::{KvCacheManager, ScopeKey, SeqId};
 use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
 
 use self::addr::Addr;
-use self::check::{Checker, Record};
+use self::check::Checker;
 use self::store::{HostKv, KvStore};
+use super::seq_history::SeqTable;
 use super::sim::cost::CostModel;
 use super::{
     Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
@@ -40,40 +41,13 @@ use super::{
 };
 use crate::model::Dtype;
 
-#[derive(Debug, Default)]
-struct SeqState {
-    /// Token id at each logical position.
-    history: Vec<u32>,
-    /// The latest sampled step (a fork picks its continuation from these logits).
-    last: Option<Record>,
-    /// Every sampled step, kept only for checked sequences.
-    records: Vec<Record>,
-    checked: bool,
-}
-
-impl SeqState {
-    /// The step ending at `pos` produced `logits` and chose `token` for `pos + 1`. A recompute
-    /// that re-derives a known position replaces what followed it.
-    fn sampled(&mut self, pos: usize, logits: Vec<f32>, token: u32) {
-        self.history.truncate(pos + 1);
-        self.history.push(token);
-        let rec = Record { pos, logits };
-        if self.checked {
-            self.records.retain(|r| r.pos < pos);
-            self.records.push(rec.clone());
-        }
-        self.last = Some(rec);
-    }
-}
-
 pub struct CpuBackend {
     model: Transformer,
     kv: KvStore,
     checker: Checker,
-    seqs: BTreeMap<SeqId, SeqState>,
+    seqs: SeqTable,
     host: BTreeMap<SeqId, HostKv>,
     done: VecDeque<StepOutput>,
-    registered: u64,
     workspace_bytes: u64,
     reported_failure: bool,
     /// `Some` under [`Clock::Model`]: the cost model that times each step.
@@ -142,10 +116,9 @@ impl CpuBackend {
             model,
             kv,
             checker,
-            seqs: BTreeMap::new(),
+            seqs: SeqTable::default(),
             host: BTreeMap::new(),
             done: VecDeque::new(),
-            registered: 0,
             workspace_bytes,
             reported_failure: false,
             clock_model,
@@ -160,18 +133,7 @@ impl CpuBackend {
 
     /// A sequence's token history so far.
     pub fn history(&self, seq: SeqId) -> Option<&[u32]> {
-        self.seqs.get(&seq).map(|s| s.history.as_slice())
-    }
-
-    fn add_seq(&mut self, seq: SeqId, state: SeqState) -> Result<(), BackendError> {
-        if self.seqs.contains_key(&seq) {
-            return Err(BackendError::Step(format!(
-                "sequence {seq} registered twice"
-            )));
-        }
-        self.registered += 1;
-        self.seqs.insert(seq, state);
-        Ok(())
+        self.seqs.get(seq).map(|s| s.history.as_slice())
     }
 
     fn transfer(
@@ -231,22 +193,11 @@ impl CpuBackend {
         }
         let mut steps = Vec::with_capacity(plan.seqs.len());
         for (w, addr) in plan.seqs.iter().zip(&addrs) {
-            let st = self.seqs.get(&w.seq).ok_or_else(|| {
-                BackendError::Step(format!("sequence {} was never registered", w.seq))
-            })?;
-            let start = w.context_tokens as usize;
-            let end = start + w.new_tokens as usize;
-            if end > st.history.len() {
-                return Err(BackendError::Step(format!(
-                    "sequence {}: step covers positions {start}..{end} but only {} tokens are known",
-                    w.seq,
-                    st.history.len()
-                )));
-            }
+            let (start, tokens) = self.seqs.step_tokens(w)?;
             steps.push(StepSeq {
                 addr,
                 start_pos: start,
-                tokens: &st.history[start..end],
+                tokens,
                 want_logits: w.sample,
             });
         }
@@ -269,51 +220,19 @@ impl Backend for CpuBackend {
         prompt: &[u32],
         _scope: Option<&ScopeKey>,
     ) -> Result<(), BackendError> {
-        let checked = is_sampled(seq, self.registered);
-        self.add_seq(
-            seq,
-            SeqState {
-                history: prompt.to_vec(),
-                checked,
-                ..SeqState::default()
-            },
-        )
+        let checked = is_sampled(seq, self.seqs.registered());
+        self.seqs.register(seq, prompt, checked)
     }
 
     fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
-        let p = self
-            .seqs
-            .get(&parent)
-            .ok_or_else(|| BackendError::Step(format!("fork of unknown sequence {parent}")))?;
-        let last = p.last.as_ref().ok_or_else(|| {
-            BackendError::Step(format!(
-                "fork of sequence {parent} before it sampled a token"
-            ))
-        })?;
-        let token = rank_token(&last.logits, sample_rank as usize).ok_or_else(|| {
-            BackendError::Step(format!(
-                "sample rank {sample_rank} exceeds the vocabulary of {}",
-                last.logits.len()
-            ))
-        })?;
-        let mut history = p.history[..=last.pos].to_vec();
-        history.push(token);
-        let checked = p.checked || is_sampled(child, self.registered);
-        let state = SeqState {
-            history,
-            last: Some(last.clone()),
-            records: Vec::new(),
-            checked,
-        };
-        self.add_seq(child, state)?;
-        Ok(token)
+        self.seqs
+            .fork(parent, child, sample_rank, |parent_checked, registered| {
+                parent_checked || is_sampled(child, registered)
+            })
     }
 
     fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
-        let st = self
-            .seqs
-            .remove(&seq)
-            .ok_or_else(|| BackendError::Step(format!("forget of unknown sequence {seq}")))?;
+        let st = self.seqs.forget(seq)?;
         self.host.remove(&seq);
         if st.checked {
             self.checker.check(seq, &st.history, &st.records);
@@ -349,8 +268,8 @@ impl Backend for CpuBackend {
             let token = rank_token(&logits, 0)
                 .ok_or_else(|| BackendError::Step("empty vocabulary".into()))?;
             let pos = (w.context_tokens + w.new_tokens) as usize - 1;
-            if let Some(st) = self.seqs.get_mut(&w.seq) {
-                st.sampled(pos, logits, token);
+            if let Some(st) = self.seqs.get_mut(w.seq) {
+                st.sampled(pos, Some(logits), token, usize::MAX);
             }
             sampled.push(Sampled { seq: w.seq, token });
         }
@@ -381,11 +300,6 @@ impl Backend for CpuBackend {
     }
 
     fn numerics(&self) -> Option<NumericsReport> {
-        let live = self
-            .seqs
-            .values()
-            .filter(|s| s.checked)
-            .map(|s| (s.history.as_slice(), s.records.as_slice()));
-        Some(self.checker.report(live))
+        Some(self.checker.report(self.seqs.live_checked()))
     }
 }

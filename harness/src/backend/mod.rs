@@ -13,6 +13,8 @@
 
 pub mod cpu;
 pub mod cuda;
+mod logit_check;
+mod seq_history;
 pub mod sim;
 
 use std::path::PathBuf;

@@ -28,6 +28,12 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
             shape.name
         )));
     }
+    shape_config(shape)
+}
+
+/// The kernels' config of `shape` with the CPU model's RoPE and norm constants, validated; the
+/// `cuda` backend builds the same model from it.
+pub fn shape_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
     let cfg = ModelConfig {
         layers: shape.layers as usize,
         q_heads: shape.q_heads as usize,

@@ -25,13 +25,14 @@ use kvbench_cuda::CudaError;
 use kvbench_kernels::model::rope_inv_freq;
 use kvbench_kernels::rank_token;
 
-use super::check::{Checker, Record, Reference};
+use super::check::{Checker, Reference};
 use super::fence::{Completion, InOrder};
 use super::ledger::{self, Accounted, DeviceMem, Reconciliation};
 use super::setup::{
     self, CheckPolicy, SAMPLE_FORKS, SAMPLE_MAX_PROMPT_TOKENS, SAMPLE_SEQS, SAMPLE_STEPS,
 };
 use crate::backend::cpu::oracle_for;
+use crate::backend::seq_history::SeqTable;
 use crate::backend::sim::cost::CostModel;
 use crate::backend::{
     Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
@@ -54,35 +55,6 @@ impl Completion for StepEvent {
         // An error (a faulted device) counts as done here; the synchronize in `complete`
         // returns it.
         self.0.try_is_complete().unwrap_or(true)
-    }
-}
-
-#[derive(Debug, Default)]
-struct SeqState {
-    history: Vec<u32>,
-    last: Option<Record>,
-    records: Vec<Record>,
-    checked: bool,
-    /// This sequence (not its fork parent) has sampled a token.
-    sampled_once: bool,
-}
-
-impl SeqState {
-    /// The step ending at `pos` chose `token`; `logits` where they were kept. A recompute that
-    /// re-derives a known position replaces what followed it.
-    fn sampled(&mut self, pos: usize, logits: Option<Vec<f32>>, token: u32, keep_steps: usize) {
-        self.history.truncate(pos + 1);
-        self.history.push(token);
-        self.sampled_once = true;
-        let Some(logits) = logits else { return };
-        let rec = Record { pos, logits };
-        if self.checked {
-            self.records.retain(|r| r.pos < pos);
-            if self.records.len() < keep_steps {
-                self.records.push(rec.clone());
-            }
-        }
-        self.last = Some(rec);
     }
 }
 
@@ -116,7 +88,7 @@ pub struct CudaBackend {
     inv_freq: Vec<f64>,
     checker: Checker,
     policy: CheckPolicy,
-    seqs: BTreeMap<SeqId, SeqState>,
+    seqs: SeqTable,
     host: BTreeMap<SeqId, Vec<PinnedKv>>,
     /// Host swap buffers of forgotten sequences, freed when nothing is in flight.
     graveyard: Vec<Vec<PinnedKv>>,
@@ -125,7 +97,6 @@ pub struct CudaBackend {
     start_ev: Vec<Arc<CudaEvent>>,
     end_ev: Vec<Arc<CudaEvent>>,
     next_id: u64,
-    registered: u64,
     forks_checked: u64,
     /// Registered sequences taken into the 8B sample so far.
     sampled_seqs: u64,
@@ -225,7 +196,7 @@ impl CudaBackend {
             model: Some(model),
             kv,
             num_slots,
-            seqs: BTreeMap::new(),
+            seqs: SeqTable::default(),
             host: BTreeMap::new(),
             graveyard: Vec::new(),
             events: InOrder::default(),
@@ -233,7 +204,6 @@ impl CudaBackend {
             start_ev,
             end_ev,
             next_id: 1,
-            registered: 0,
             forks_checked: 0,
             sampled_seqs: 0,
             reported_failure: false,
@@ -255,17 +225,6 @@ impl CudaBackend {
         let now = mem(&self.gpu)?;
         ledger::reconcile(self.baseline, now, &self.accounted)
             .map_err(|e| BackendError::Step(e.to_string()))
-    }
-
-    fn add_seq(&mut self, seq: SeqId, state: SeqState) -> Result<(), BackendError> {
-        if self.seqs.contains_key(&seq) {
-            return Err(BackendError::Step(format!(
-                "sequence {seq} registered twice"
-            )));
-        }
-        self.registered += 1;
-        self.seqs.insert(seq, state);
-        Ok(())
     }
 
     fn keep_steps(&self) -> usize {
@@ -308,7 +267,7 @@ impl CudaBackend {
                             "cuda: device argmax {t} outside the vocabulary"
                         ))
                     })?;
-                if let Some(st) = self.seqs.get_mut(&seq) {
+                if let Some(st) = self.seqs.get_mut(seq) {
                     // Logits are copied out only where they are used: checked sequences, and a
                     // sequence's first sample (a fork picks its continuation from it). Those rows
                     // also cross-check the device's argmax against the host's.
@@ -438,14 +397,7 @@ impl Backend for CudaBackend {
             }
         };
         self.sampled_seqs += u64::from(checked && self.policy == CheckPolicy::Sample);
-        self.add_seq(
-            seq,
-            SeqState {
-                history: prompt.to_vec(),
-                checked,
-                ..SeqState::default()
-            },
-        )
+        self.seqs.register(seq, prompt, checked)
     }
 
     fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
@@ -457,49 +409,23 @@ impl Backend for CudaBackend {
         {
             self.resolve(i)?;
         }
-        let p = self
-            .seqs
-            .get(&parent)
-            .ok_or_else(|| BackendError::Step(format!("fork of unknown sequence {parent}")))?;
-        let last = p.last.as_ref().ok_or_else(|| {
-            BackendError::Step(format!(
-                "fork of sequence {parent} before it sampled a token"
-            ))
-        })?;
-        let token = rank_token(&last.logits, sample_rank as usize).ok_or_else(|| {
-            BackendError::Step(format!(
-                "sample rank {sample_rank} exceeds the vocabulary of {}",
-                last.logits.len()
-            ))
-        })?;
-        let mut history = p.history[..=last.pos].to_vec();
-        history.push(token);
-        let checked = match self.policy {
-            CheckPolicy::Every => true,
-            CheckPolicy::Sample => p.checked || self.forks_checked < SAMPLE_FORKS,
-        };
-        let last = last.clone();
-        if checked && self.policy == CheckPolicy::Sample {
-            self.forks_checked += 1;
-        }
-        self.add_seq(
-            child,
-            SeqState {
-                history,
-                last: Some(last),
-                records: Vec::new(),
-                checked,
-                sampled_once: false,
-            },
-        )?;
-        Ok(token)
+        let policy = self.policy;
+        let forks_checked = &mut self.forks_checked;
+        self.seqs
+            .fork(parent, child, sample_rank, |parent_checked, _| {
+                let checked = match policy {
+                    CheckPolicy::Every => true,
+                    CheckPolicy::Sample => parent_checked || *forks_checked < SAMPLE_FORKS,
+                };
+                if checked && policy == CheckPolicy::Sample {
+                    *forks_checked += 1;
+                }
+                checked
+            })
     }
 
     fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
-        let st = self
-            .seqs
-            .remove(&seq)
-            .ok_or_else(|| BackendError::Step(format!("forget of unknown sequence {seq}")))?;
+        let st = self.seqs.forget(seq)?;
         if let Some(h) = self.host.remove(&seq) {
             // A swap-out still in flight may be writing into it: free it only once idle.
             if !self.in_flight.is_empty() {
@@ -538,22 +464,11 @@ impl Backend for CudaBackend {
         }
         let mut chunks = Vec::with_capacity(plan.seqs.len());
         for (w, layout) in plan.seqs.iter().zip(&layouts) {
-            let st = self.seqs.get(&w.seq).ok_or_else(|| {
-                BackendError::Step(format!("sequence {} was never registered", w.seq))
-            })?;
-            let start = w.context_tokens as usize;
-            let end = start + w.new_tokens as usize;
-            if end > st.history.len() {
-                return Err(BackendError::Step(format!(
-                    "sequence {}: step covers positions {start}..{end} but only {} tokens are known",
-                    w.seq,
-                    st.history.len()
-                )));
-            }
+            let (start, tokens) = self.seqs.step_tokens(w)?;
             chunks.push(SeqChunk {
                 addr: seq_addr(*layout),
                 start_pos: start,
-                tokens: &st.history[start..end],
+                tokens,
                 want_logits: w.sample,
             });
         }
@@ -640,12 +555,7 @@ impl Backend for CudaBackend {
     }
 
     fn numerics(&self) -> Option<NumericsReport> {
-        let live = self
-            .seqs
-            .values()
-            .filter(|s| s.checked)
-            .map(|s| (s.history.as_slice(), s.records.as_slice()));
-        Some(self.checker.report(live))
+        Some(self.checker.report(self.seqs.live_checked()))
     }
 }
 
@@ -680,40 +590,5 @@ impl Drop for CudaBackend {
                 if ok { "returned" } else { "NOT RETURNED" }
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sampled_token_extends_the_history_and_a_recompute_replaces_what_followed() {
-        let mut st = SeqState {
-            history: vec![1, 2, 3],
-            checked: true,
-            ..SeqState::default()
-        };
-        st.sampled(2, Some(vec![0.0, 1.0]), 9, 2);
-        st.sampled(3, None, 8, 2);
-        assert_eq!(st.history, vec![1, 2, 3, 9, 8]);
-        assert_eq!(st.records.len(), 1, "a row without logits keeps no record");
-        st.sampled(3, Some(vec![1.0, 0.0]), 7, 2);
-        st.sampled(4, Some(vec![1.0, 0.0]), 6, 2);
-        assert_eq!(st.history, vec![1, 2, 3, 9, 7, 6]);
-        assert_eq!(
-            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
-            vec![2, 3],
-            "at most keep_steps records"
-        );
-        // Preempted and recomputed from position 2: the records after it are replaced.
-        st.sampled(2, Some(vec![0.5, 0.5]), 4, 2);
-        assert_eq!(st.history, vec![1, 2, 3, 4]);
-        assert_eq!(
-            st.records.iter().map(|r| r.pos).collect::<Vec<_>>(),
-            vec![2]
-        );
-        assert!(st.sampled_once);
-        assert_eq!(st.last.as_ref().map(|r| r.pos), Some(2));
     }
 }

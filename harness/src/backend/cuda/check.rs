@@ -7,18 +7,9 @@
 use std::sync::Arc;
 
 use kvbench_baselines::attention::ContiguousRegion;
-use kvbench_cache_api::SeqId;
 use kvbench_kernels::{KvCache, StepSeq, Transformer};
-use kvbench_oracle::rel_err;
 
-use crate::backend::NumericsReport;
-
-/// The device's logits after position `pos` of a sequence.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub pos: usize,
-    pub logits: Vec<f32>,
-}
+use crate::backend::logit_check;
 
 pub enum Reference {
     Oracle(kvbench_oracle::Model),
@@ -72,106 +63,24 @@ impl Reference {
     }
 }
 
-pub struct Checker {
-    reference: Reference,
-    tolerance: f64,
-    checked_steps: u64,
-    max_rel_err: f64,
-    ok: bool,
-    first_failure: Option<String>,
-}
+impl logit_check::Reference for Reference {
+    const NAME: &'static str = "reference";
 
-#[derive(Debug, Default)]
-struct Outcome {
-    steps: u64,
-    max_err: f64,
-    failure: Option<String>,
-}
-
-impl Checker {
-    pub fn new(reference: Reference, tolerance: f64) -> Checker {
-        Checker {
-            reference,
-            tolerance,
-            checked_steps: 0,
-            max_rel_err: 0.0,
-            ok: true,
-            first_failure: None,
-        }
-    }
-
-    fn evaluate(&self, history: &[u32], records: &[Record]) -> Outcome {
-        let mut out = Outcome::default();
-        if records.is_empty() {
-            return out;
-        }
-        let mut recs: Vec<&Record> = records.iter().collect();
-        recs.sort_by_key(|r| r.pos);
-        let positions: Vec<usize> = recs.iter().map(|r| r.pos).collect();
-        let reference = match self.reference.logits_at(history, &positions) {
-            Ok(r) => r,
-            Err(e) => {
-                out.max_err = f64::INFINITY;
-                out.failure = Some(format!("reference refused the history: {e}"));
-                return out;
-            }
-        };
-        for (r, want) in recs.iter().zip(&reference) {
-            let err = rel_err(&r.logits, want);
-            out.steps += 1;
-            out.max_err = out
-                .max_err
-                .max(if err.is_nan() { f64::INFINITY } else { err });
-            if !(err.is_finite() && err <= self.tolerance) && out.failure.is_none() {
-                out.failure = Some(format!(
-                    "position {}: rel err {err:.3e} > {:.0e}",
-                    r.pos, self.tolerance
-                ));
-            }
-        }
-        out
-    }
-
-    pub fn check(&mut self, seq: SeqId, history: &[u32], records: &[Record]) {
-        let o = self.evaluate(history, records);
-        self.checked_steps += o.steps;
-        self.max_rel_err = self.max_rel_err.max(o.max_err);
-        if let Some(msg) = o.failure {
-            self.ok = false;
-            self.first_failure
-                .get_or_insert(format!("sequence {seq}: {msg}"));
-        }
-    }
-
-    pub fn report<'a>(
-        &self,
-        live: impl Iterator<Item = (&'a [u32], &'a [Record])>,
-    ) -> NumericsReport {
-        let mut rep = NumericsReport {
-            checked_steps: self.checked_steps,
-            max_rel_err: self.max_rel_err,
-            tolerance: self.tolerance,
-            ok: self.ok,
-        };
-        for (h, r) in live {
-            let o = self.evaluate(h, r);
-            rep.checked_steps += o.steps;
-            rep.max_rel_err = rep.max_rel_err.max(o.max_err);
-            rep.ok &= o.failure.is_none();
-        }
-        rep
-    }
-
-    pub fn first_failure(&self) -> Option<&str> {
-        self.first_failure.as_deref()
+    fn logits_at(&self, history: &[u32], positions: &[usize]) -> Result<Vec<Vec<f64>>, String> {
+        Reference::logits_at(self, history, positions)
     }
 }
+
+/// The comparison itself is shared with the `cpu` backend's check.
+pub type Checker = logit_check::Checker<Reference>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::cpu::{model_config, oracle_for};
+    use crate::backend::seq_history::Record;
     use crate::model::ModelShape;
+    use kvbench_oracle::rel_err;
 
     #[test]
     fn the_cpu_reference_agrees_with_the_oracle_and_a_wrong_logit_fails() {

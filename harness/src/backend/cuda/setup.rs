@@ -8,7 +8,7 @@ use kvbench_cuda::model::{HostLayer, HostWeights, ModelDims, WeightDtype};
 use kvbench_cuda::KvDtype;
 use kvbench_kernels::{ModelConfig, Transformer};
 
-use crate::backend::cpu::{MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
+use crate::backend::cpu::{shape_config, MAX_PARAMETERS};
 use crate::backend::BackendError;
 use crate::model::{Dtype, ModelShape};
 
@@ -76,19 +76,7 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
         0 => KvDtype::F32,
         _ => KvDtype::Bf16,
     };
-    let cfg = ModelConfig {
-        layers: shape.layers as usize,
-        q_heads: shape.q_heads as usize,
-        kv_heads: shape.kv_heads as usize,
-        head_dim: shape.head_dim as usize,
-        d_model: shape.d_model as usize,
-        ffn_dim: shape.ffn_dim as usize,
-        vocab: shape.vocab as usize,
-        rope_theta: ROPE_THETA,
-        norm_eps: NORM_EPS,
-    };
-    cfg.validate()
-        .map_err(|e| BackendError::Config(format!("model {}: {e}", shape.name)))?;
+    let cfg = shape_config(shape)?;
     let dims = ModelDims {
         layers: cfg.layers,
         q_heads: cfg.q_heads,
