@@ -49,7 +49,6 @@ pub struct CpuBackend {
     host: BTreeMap<SeqId, HostKv>,
     done: VecDeque<StepOutput>,
     workspace_bytes: u64,
-    reported_failure: bool,
     /// `Some` under [`Clock::Model`]: the cost model that times each step.
     clock_model: Option<CostModel>,
     measured_s: f64,
@@ -120,7 +119,6 @@ impl CpuBackend {
             host: BTreeMap::new(),
             done: VecDeque::new(),
             workspace_bytes,
-            reported_failure: false,
             clock_model,
             measured_s: 0.0,
         })
@@ -234,13 +232,7 @@ impl Backend for CpuBackend {
     fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
         let st = self.seqs.forget(seq)?;
         self.host.remove(&seq);
-        if st.checked {
-            self.checker.check(seq, &st.history, &st.records);
-            if let (Some(msg), false) = (self.checker.first_failure(), self.reported_failure) {
-                eprintln!("cpu backend: oracle mismatch: {msg}");
-                self.reported_failure = true;
-            }
-        }
+        self.checker.check_forgotten("cpu", seq, &st);
         Ok(())
     }
 

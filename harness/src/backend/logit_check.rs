@@ -7,7 +7,7 @@
 use kvbench_cache_api::SeqId;
 use kvbench_oracle::rel_err;
 
-use super::seq_history::Record;
+use super::seq_history::{Record, SeqState};
 use super::NumericsReport;
 
 /// Whatever recomputes a history's logits from scratch for the check.
@@ -35,6 +35,8 @@ pub struct Checker<R> {
     ok: bool,
     /// The first failure, for the error message.
     first_failure: Option<String>,
+    /// The first failure has been said on stderr.
+    reported: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -54,6 +56,7 @@ impl<R: Reference> Checker<R> {
             max_rel_err: 0.0,
             ok: true,
             first_failure: None,
+            reported: false,
         }
     }
 
@@ -100,6 +103,19 @@ impl<R: Reference> Checker<R> {
             self.ok = false;
             self.first_failure
                 .get_or_insert(format!("sequence {seq}: {msg}"));
+        }
+    }
+
+    /// Checks a forgotten sequence if it is checked and, the first time the run has a failure,
+    /// says so on stderr (`{backend} backend: oracle mismatch: …`).
+    pub fn check_forgotten(&mut self, backend: &str, seq: SeqId, st: &SeqState) {
+        if !st.checked {
+            return;
+        }
+        self.check(seq, &st.history, &st.records);
+        if let (Some(msg), false) = (self.first_failure.as_deref(), self.reported) {
+            eprintln!("{backend} backend: oracle mismatch: {msg}");
+            self.reported = true;
         }
     }
 

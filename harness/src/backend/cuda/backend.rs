@@ -100,7 +100,6 @@ pub struct CudaBackend {
     forks_checked: u64,
     /// Registered sequences taken into the 8B sample so far.
     sampled_seqs: u64,
-    reported_failure: bool,
     clock_model: Option<CostModel>,
     measured_s: f64,
     baseline: DeviceMem,
@@ -206,7 +205,6 @@ impl CudaBackend {
             next_id: 1,
             forks_checked: 0,
             sampled_seqs: 0,
-            reported_failure: false,
             clock_model,
             measured_s: 0.0,
             baseline,
@@ -432,13 +430,7 @@ impl Backend for CudaBackend {
                 self.graveyard.push(h);
             }
         }
-        if st.checked {
-            self.checker.check(seq, &st.history, &st.records);
-            if let (Some(msg), false) = (self.checker.first_failure(), self.reported_failure) {
-                eprintln!("cuda backend: oracle mismatch: {msg}");
-                self.reported_failure = true;
-            }
-        }
+        self.checker.check_forgotten("cuda", seq, &st);
         Ok(())
     }
 

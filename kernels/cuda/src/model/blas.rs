@@ -83,7 +83,6 @@ impl Blas {
             )));
         }
         let (mi, ki, ti) = (c_int(m, "m")?, c_int(k, "k")?, c_int(ROW_TILE, "tile")?);
-        let (alpha, beta) = (1.0f32, 0.0f32);
         let stream = &gpu.stream;
         let h = *self.handle.handle();
         let tiles = padded / ROW_TILE;
@@ -92,35 +91,20 @@ impl Blas {
                 let (wp, _w) = wb.device_ptr(stream);
                 let (ap, _a) = a.device_ptr(stream);
                 let (cp, _c) = c.device_ptr_mut(stream);
-                for t in 0..tiles {
-                    let r0 = (t * ROW_TILE) as u64;
-                    // SAFETY: a, w and c hold padded x k, k x m and padded x m f32 (checked
-                    // above); tile t reads rows r0..r0+ROW_TILE of a and writes those of c.
-                    unsafe {
-                        cublas::gemm_ex(
-                            h,
-                            blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            mi,
-                            ti,
-                            ki,
-                            &alpha as *const f32 as *const c_void,
-                            wp as *const c_void,
-                            blas_sys::cudaDataType::CUDA_R_32F,
-                            mi,
-                            (ap + r0 * k as u64 * 4) as *const c_void,
-                            blas_sys::cudaDataType::CUDA_R_32F,
-                            ki,
-                            &beta as *const f32 as *const c_void,
-                            (cp + r0 * m as u64 * 4) as *mut c_void,
-                            blas_sys::cudaDataType::CUDA_R_32F,
-                            mi,
-                            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                        )
-                    }
-                    .map_err(blas_err("cublasGemmEx f32"))?;
-                }
+                // SAFETY: a, w and c hold padded x k, k x m and padded x m f32 (checked
+                // above) and their guards live past the calls.
+                unsafe {
+                    gemm_tiles(
+                        h,
+                        (mi, ti, ki),
+                        wp,
+                        ap,
+                        cp,
+                        (blas_sys::cudaDataType::CUDA_R_32F, 4),
+                        (tiles, k, m),
+                        "cublasGemmEx f32",
+                    )
+                }?;
             }
             WeightBuf::Bf16(wb) => {
                 let staging = staging
@@ -132,36 +116,73 @@ impl Blas {
                 let (wp, _w) = wb.device_ptr(stream);
                 let (sp, _s) = staging.device_ptr(stream);
                 let (cp, _c) = c.device_ptr_mut(stream);
-                for t in 0..tiles {
-                    let r0 = (t * ROW_TILE) as u64;
-                    // SAFETY: as above, with a's rows as bf16 in `staging` (padded x k).
-                    unsafe {
-                        cublas::gemm_ex(
-                            h,
-                            blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                            mi,
-                            ti,
-                            ki,
-                            &alpha as *const f32 as *const c_void,
-                            wp as *const c_void,
-                            blas_sys::cudaDataType::CUDA_R_16BF,
-                            mi,
-                            (sp + r0 * k as u64 * 2) as *const c_void,
-                            blas_sys::cudaDataType::CUDA_R_16BF,
-                            ki,
-                            &beta as *const f32 as *const c_void,
-                            (cp + r0 * m as u64 * 4) as *mut c_void,
-                            blas_sys::cudaDataType::CUDA_R_32F,
-                            mi,
-                            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                            blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                        )
-                    }
-                    .map_err(blas_err("cublasGemmEx bf16"))?;
-                }
+                // SAFETY: as above, with a's rows as bf16 in `staging` (padded x k).
+                unsafe {
+                    gemm_tiles(
+                        h,
+                        (mi, ti, ki),
+                        wp,
+                        sp,
+                        cp,
+                        (blas_sys::cudaDataType::CUDA_R_16BF, 2),
+                        (tiles, k, m),
+                        "cublasGemmEx bf16",
+                    )
+                }?;
             }
         }
         Ok(())
     }
+}
+
+/// One `cublasGemmEx` per tile of [`ROW_TILE`] rows: tile t multiplies rows
+/// `t·ROW_TILE..(t+1)·ROW_TILE` of A (at `ap`, elements of `ab.0`, `ab.1` bytes each) by W (at
+/// `wp`, same type) into the same rows of C (at `cp`, f32), 32F compute.
+///
+/// # Safety
+/// `wp`, `ap` and `cp` are live device buffers of at least k × m, tiles·ROW_TILE × k and
+/// tiles·ROW_TILE × m elements, and stay live until the stream has run the calls.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_tiles(
+    h: blas_sys::cublasHandle_t,
+    (mi, ti, ki): (i32, i32, i32),
+    wp: u64,
+    ap: u64,
+    cp: u64,
+    ab: (blas_sys::cudaDataType, u64),
+    (tiles, k, m): (usize, usize, usize),
+    call: &'static str,
+) -> Result<(), CudaError> {
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let (dtype, a_elem_bytes) = ab;
+    for t in 0..tiles {
+        let r0 = (t * ROW_TILE) as u64;
+        // SAFETY: by the caller's contract; tile t reads rows r0..r0+ROW_TILE of A and writes
+        // those of C.
+        unsafe {
+            cublas::gemm_ex(
+                h,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                mi,
+                ti,
+                ki,
+                &alpha as *const f32 as *const c_void,
+                wp as *const c_void,
+                dtype,
+                mi,
+                (ap + r0 * k as u64 * a_elem_bytes) as *const c_void,
+                dtype,
+                ki,
+                &beta as *const f32 as *const c_void,
+                (cp + r0 * m as u64 * 4) as *mut c_void,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                mi,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(blas_err(call))?;
+    }
+    Ok(())
 }
