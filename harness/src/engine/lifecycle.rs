@@ -29,7 +29,25 @@ impl Engine<'_> {
         }
     }
 
-    /// The prompt of live request `r`: as made at its arrival (a recipe) or built when the
+    /// Make the token ids of recipe request `r` if they are not made yet. A recipe's ids exist
+    /// from the request's first start attempt to its resolution, so a queue of waiting requests
+    /// (a replay beyond capacity) holds descriptors, not prompts.
+    pub(super) fn ensure_prompt(&mut self, r: u32) {
+        let req = &self.workload.requests[r as usize];
+        if req.prompt.explicit().is_none() && !self.prompts.contains_key(&r) {
+            self.prompts.insert(r, req.prompt.tokens().into_owned());
+        }
+    }
+
+    /// The prompt length of live request `r`, made or not.
+    pub(super) fn prompt_len_of(&self, r: u32) -> u32 {
+        match self.prompts.get(&r) {
+            Some(p) => p.len() as u32,
+            None => self.workload.requests[r as usize].prompt.len_tokens(),
+        }
+    }
+
+    /// The prompt of live request `r` once made ([`Self::ensure_prompt`]) or built when the
     /// previous session turn resolved, else as held in the workload.
     pub(super) fn prompt_of(&self, r: u32) -> &[u32] {
         match self.prompts.get(&r) {
@@ -43,10 +61,7 @@ impl Engine<'_> {
 
     fn arrive(&mut self, r: u32, t: u64) {
         let req = &self.workload.requests[r as usize];
-        if req.prompt.explicit().is_none() && !self.prompts.contains_key(&r) {
-            self.prompts.insert(r, req.prompt.tokens().into_owned());
-        }
-        let prompt_len = self.prompt_of(r).len();
+        let prompt_len = self.prompt_len_of(r) as usize;
         let samples = req.samples.max(1);
         let first = self.streams.len() as u32;
         self.req_first[r as usize] = first;

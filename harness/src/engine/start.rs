@@ -40,7 +40,8 @@ impl Engine<'_> {
 
     /// The tokens a (re)start holds: the prompt, then every token generated so far. None while a
     /// generated token is still in flight (a restart waits for it).
-    pub(super) fn start_tokens(&self, s: u32, upto: Option<u32>) -> Option<Vec<u32>> {
+    pub(super) fn start_tokens(&mut self, s: u32, upto: Option<u32>) -> Option<Vec<u32>> {
+        self.ensure_prompt(self.streams[s as usize].request);
         let st = &self.streams[s as usize];
         let prompt = self.prompt_of(st.request);
         if st.record.token_ids.len() < st.generated as usize {
@@ -88,7 +89,7 @@ impl Engine<'_> {
                 break;
             };
             let req = &self.workload.requests[request as usize];
-            let prompt_len = self.prompt_of(request).len() as u32;
+            let prompt_len = self.prompt_len_of(request);
             let reserve = super::reservation_tokens(self.cfg, prompt_len, req.output_tokens);
             let start = StartRequest {
                 seq: Stream::seq(s),
@@ -150,7 +151,7 @@ impl Engine<'_> {
         let st = &self.streams[s as usize];
         let req = &self.workload.requests[st.request as usize];
         let scope = self.scope_key(req.tenant);
-        let prompt_len = self.prompt_of(st.request).len() as u32;
+        let prompt_len = self.prompt_len_of(st.request);
         let reserve = super::reservation_tokens(self.cfg, prompt_len, req.output_tokens);
         let start = StartRequest {
             seq: Stream::seq(s),
