@@ -353,19 +353,15 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         (Some(a), Some(b)) if a.computes && b.computes => compare_tokens(a, b),
         _ => None,
     };
-    Ok(Experiment {
-        scenario: scenario.clone(),
-        backend: backend_name,
-        seed: setup.seed,
+    Ok(assemble(
+        scenario,
+        &setup,
+        opts,
         workload,
-        kv_bytes_per_token: setup.kv_bytes_per_token,
-        kv_budget_bytes: setup.kv_budget_bytes,
-        fault: opts.fault,
-        shadow: setup.kind == BackendKind::Sim && opts.shadow,
+        backend_name,
         runs,
         token_mismatch,
-        memory_resolution: opts.memory_resolution,
-    })
+    ))
 }
 
 /// Run `scenario` in both cache modes, streaming: each mode's events go to `files` and to the
@@ -404,9 +400,31 @@ pub fn run_scenario_streaming(
             files: mode_files,
         });
     }
-    Ok(Experiment {
+    let token_mismatch = tokens.mismatch();
+    Ok(assemble(
+        scenario,
+        &setup,
+        opts,
+        workload,
+        backend_name,
+        runs,
+        token_mismatch,
+    ))
+}
+
+/// The experiment of both modes' runs, collected or streamed alike.
+fn assemble(
+    scenario: &Scenario,
+    setup: &Setup,
+    opts: &RunOptions,
+    workload: Workload,
+    backend: &'static str,
+    runs: Vec<ModeRun>,
+    token_mismatch: Option<String>,
+) -> Experiment {
+    Experiment {
         scenario: scenario.clone(),
-        backend: backend_name,
+        backend,
         seed: setup.seed,
         workload,
         kv_bytes_per_token: setup.kv_bytes_per_token,
@@ -414,9 +432,9 @@ pub fn run_scenario_streaming(
         fault: opts.fault,
         shadow: setup.kind == BackendKind::Sim && opts.shadow,
         runs,
-        token_mismatch: tokens.mismatch(),
+        token_mismatch,
         memory_resolution: opts.memory_resolution,
-    })
+    }
 }
 
 /// Greedy decoding is deterministic, so every stream's tokens must agree between the modes over
