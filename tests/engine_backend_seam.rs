@@ -195,8 +195,8 @@ fn run(mode: CacheMode, scheduler: SchedulerSpec, slots: u64) -> (RunRecord, Gre
     let mut cache = kvbench::cache::build(mode, slots, 8, true);
     let mut b = Greedy::default();
     let r = engine::run(&cfg, &workload(), cache.as_mut(), &mut b).expect("run");
-    assert_eq!(r.violation, None, "{mode:?} {:?}", cfg.scheduler);
-    assert!(r.reclamation.ok, "{}", r.reclamation.detail);
+    assert_eq!(r.end.violation, None, "{mode:?} {:?}", cfg.scheduler);
+    assert!(r.end.reclamation.ok, "{}", r.end.reclamation.detail);
     (r, b)
 }
 

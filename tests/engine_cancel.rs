@@ -38,7 +38,7 @@ fn cancellation_at_every_lifecycle_point_releases_everything() {
                 assert!(
                     cancelled >= 6,
                     "{:?} async={async_steps}: {cancelled} cancelled",
-                    r.mode
+                    r.end.mode
                 );
                 for (st, q) in r.streams.iter().zip(&w.requests) {
                     match q.cancel {

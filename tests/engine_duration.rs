@@ -59,10 +59,14 @@ fn assert_duration_is_last_event(r: &RunRecord, what: &str) {
     );
     let last = last_event_ns(r);
     assert_eq!(
-        r.end_ns, last,
+        r.end.end_ns, last,
         "{what}: duration must end at the last event"
     );
-    assert!(r.end_ns < 30_000_000_000, "{what}: end {} ns", r.end_ns);
+    assert!(
+        r.end.end_ns < 30_000_000_000,
+        "{what}: end {} ns",
+        r.end.end_ns
+    );
 }
 
 #[test]
@@ -70,7 +74,7 @@ fn dead_cancellation_timers_never_extend_the_run() {
     for s in modes() {
         let w = workload(requests_with_dead_timers());
         for r in both(s.clone(), &w, 4096) {
-            assert_duration_is_last_event(&r, &format!("{:?} {s:?}", r.mode));
+            assert_duration_is_last_event(&r, &format!("{:?} {s:?}", r.end.mode));
         }
     }
 }
@@ -84,7 +88,7 @@ fn dead_timers_in_a_closed_loop_never_extend_the_run() {
             think_ms: 1.0,
         });
         for r in both(s.clone(), &w, 4096) {
-            assert_duration_is_last_event(&r, &format!("closed loop {:?} {s:?}", r.mode));
+            assert_duration_is_last_event(&r, &format!("closed loop {:?} {s:?}", r.end.mode));
         }
     }
 }
@@ -102,7 +106,12 @@ fn a_live_timer_still_ends_the_run_at_its_cancellation() {
         ..sched()
     };
     for r in both(s, &w, 1024) {
-        assert_eq!(r.streams[2].status, StreamStatus::Cancelled, "{:?}", r.mode);
-        assert_eq!(r.end_ns, last_event_ns(&r), "{:?}", r.mode);
+        assert_eq!(
+            r.streams[2].status,
+            StreamStatus::Cancelled,
+            "{:?}",
+            r.end.mode
+        );
+        assert_eq!(r.end.end_ns, last_event_ns(&r), "{:?}", r.end.mode);
     }
 }

@@ -142,7 +142,7 @@ fn async_steps_defer_releases_past_the_in_flight_step() {
         assert!(
             r.steps.iter().any(|s| s.accounting.pending_free_slots > 0),
             "{:?}: some release should wait for its fence",
-            r.mode
+            r.end.mode
         );
     }
 }

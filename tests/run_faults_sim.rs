@@ -232,7 +232,10 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
             .expect("shadow");
         let rec = engine::run(&cfg, &w, &mut cache, &mut be).expect("run");
         let sh = be.shadow_report().expect("shadow");
-        assert!(rec.prefix.hit_tokens > 0, "the scenario reuses prefixes");
+        assert!(
+            rec.end.prefix.hit_tokens > 0,
+            "the scenario reuses prefixes"
+        );
         if planted {
             assert!(sh.violations > 0, "cross-scope read not seen");
             assert!(

@@ -102,9 +102,9 @@ fn run(
         fault: None,
     };
     let rec = engine::run(&cfg, w, cache.as_mut(), &mut be).expect("engine run");
-    assert_eq!(rec.violation, None);
-    assert!(rec.reclamation.ok, "{}", rec.reclamation.detail);
-    if let Some(n) = rec.numerics {
+    assert_eq!(rec.end.violation, None);
+    assert!(rec.end.reclamation.ok, "{}", rec.end.reclamation.detail);
+    if let Some(n) = rec.end.numerics {
         assert!(n.ok && n.checked_steps > 0, "oracle: {n:?}");
     }
     let prompts = be
@@ -198,7 +198,7 @@ fn check_on(kind: BackendKind) {
     // Nothing was evicted: each follow-up hits at least the full blocks the previous turn held
     // — its prompt and its output but the last token, whose K/V no step wrote — since generated
     // blocks are published like prompt blocks.
-    assert_eq!(paged.prefix.evictions, 0);
+    assert_eq!(paged.end.prefix.evictions, 0);
     let head: BTreeMap<u64, &engine::StreamRecord> = paged
         .streams
         .iter()

@@ -81,14 +81,14 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
     );
     let r = engine::run(cfg, w, cache.as_mut(), &mut backend).expect("engine run");
     assert_eq!(
-        r.violation, None,
+        r.end.violation, None,
         "{:?} run violated an invariant",
         cfg.mode
     );
     assert!(
-        r.reclamation.ok,
+        r.end.reclamation.ok,
         "{:?} reclamation: {}",
-        cfg.mode, r.reclamation.detail
+        cfg.mode, r.end.reclamation.detail
     );
     r
 }

@@ -104,7 +104,7 @@ pub fn run(
 ) -> Result<RunRecord, EngineError> {
     let mut collect = Collect::default();
     let end = run_with(cfg, workload, cache, backend, &mut collect)?;
-    Ok(collect.into_record(&end))
+    Ok(collect.into_record(end))
 }
 
 /// [`run`], handing streams, events and steps to `sink` as they happen instead of keeping them

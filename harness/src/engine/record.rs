@@ -176,106 +176,12 @@ pub struct RunStart {
 }
 
 /// Everything a run returns besides what it handed its sink: the scalar outcome. A streaming
-/// run keeps only this; [`RunRecord`] is this plus the collected streams, events and steps.
+/// run keeps only this; [`RunRecord`] is the collected streams, events and steps plus this.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunEnd {
     pub mode: CacheMode,
     pub block_size: u32,
     pub total_slots: u64,
-    pub prefix: PrefixStats,
-    pub memory: MemoryParts,
-    /// Block tables and per-sequence metadata at peak (the ledger's "other").
-    pub metadata_peak_bytes: u64,
-    pub peak_running: u32,
-    /// First invariant violation or unexpected cache error, which stopped the run.
-    pub violation: Option<String>,
-    pub reclamation: Reclamation,
-    pub numerics: Option<NumericsReport>,
-    pub computes: bool,
-    /// Virtual time at the end of the last step.
-    pub end_ns: u64,
-    pub host_overhead_s: f64,
-    pub seq_steps: u64,
-    /// Steps completed and streams handed to the sink.
-    pub steps: u64,
-    pub streams: u64,
-    /// Most stream states held at once (the stream table's high-water mark; a collected
-    /// record's [`RunRecord::end`] cannot know it and states every stream).
-    pub peak_live_streams: u64,
-}
-
-impl RunRecord {
-    /// The record of a run whose sink collected `streams`, `events` and `steps`.
-    pub fn assemble(
-        end: &RunEnd,
-        streams: Vec<StreamRecord>,
-        events: Vec<TraceEvent>,
-        steps: Vec<StepSample>,
-    ) -> RunRecord {
-        RunRecord {
-            mode: end.mode,
-            block_size: end.block_size,
-            total_slots: end.total_slots,
-            streams,
-            events,
-            steps,
-            prefix: end.prefix,
-            memory: end.memory,
-            metadata_peak_bytes: end.metadata_peak_bytes,
-            peak_running: end.peak_running,
-            violation: end.violation.clone(),
-            reclamation: end.reclamation.clone(),
-            numerics: end.numerics,
-            computes: end.computes,
-            end_ns: end.end_ns,
-            host_overhead_s: end.host_overhead_s,
-            seq_steps: end.seq_steps,
-        }
-    }
-
-    /// The scalar outcome of this record (what a streaming run of it would have returned).
-    pub fn end(&self) -> RunEnd {
-        RunEnd {
-            mode: self.mode,
-            block_size: self.block_size,
-            total_slots: self.total_slots,
-            prefix: self.prefix,
-            memory: self.memory,
-            metadata_peak_bytes: self.metadata_peak_bytes,
-            peak_running: self.peak_running,
-            violation: self.violation.clone(),
-            reclamation: self.reclamation.clone(),
-            numerics: self.numerics,
-            computes: self.computes,
-            end_ns: self.end_ns,
-            host_overhead_s: self.host_overhead_s,
-            seq_steps: self.seq_steps,
-            steps: self.steps.len() as u64,
-            streams: self.streams.len() as u64,
-            peak_live_streams: self.streams.len() as u64,
-        }
-    }
-
-    /// What the run told its sink at the start.
-    pub fn start(&self) -> RunStart {
-        RunStart {
-            mode: self.mode,
-            block_size: self.block_size,
-            total_slots: self.total_slots,
-            memory: self.memory,
-            computes: self.computes,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunRecord {
-    pub mode: CacheMode,
-    pub block_size: u32,
-    pub total_slots: u64,
-    pub streams: Vec<StreamRecord>,
-    pub events: Vec<TraceEvent>,
-    pub steps: Vec<StepSample>,
     pub prefix: PrefixStats,
     pub memory: MemoryParts,
     /// Block tables and per-sequence metadata at peak (the ledger's "other").
@@ -293,4 +199,31 @@ pub struct RunRecord {
     pub host_overhead_s: f64,
     /// Σ over steps of sequences in the step (for per-sequence-step overhead figures).
     pub seq_steps: u64,
+    /// Steps completed and streams handed to the sink.
+    pub steps: u64,
+    pub streams: u64,
+    /// Most stream states held at once (the stream table's high-water mark).
+    pub peak_live_streams: u64,
+}
+
+impl RunRecord {
+    /// What the run told its sink at the start.
+    pub fn start(&self) -> RunStart {
+        RunStart {
+            mode: self.end.mode,
+            block_size: self.end.block_size,
+            total_slots: self.end.total_slots,
+            memory: self.end.memory,
+            computes: self.end.computes,
+        }
+    }
+}
+
+/// A run collected whole: what it handed its sink, in stream order, and its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub streams: Vec<StreamRecord>,
+    pub events: Vec<TraceEvent>,
+    pub steps: Vec<StepSample>,
+    pub end: RunEnd,
 }

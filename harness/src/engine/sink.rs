@@ -59,13 +59,13 @@ pub struct Collect {
 
 impl Collect {
     /// The whole record: streams in stream order.
-    pub fn into_record(self, end: &RunEnd) -> RunRecord {
-        RunRecord::assemble(
+    pub fn into_record(self, end: RunEnd) -> RunRecord {
+        RunRecord {
+            streams: self.streams.into_iter().flatten().collect(),
+            events: self.events,
+            steps: self.steps,
             end,
-            self.streams.into_iter().flatten().collect(),
-            self.events,
-            self.steps,
-        )
+        }
     }
 }
 

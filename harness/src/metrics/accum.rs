@@ -257,7 +257,7 @@ mod tests {
             mk(2, 0, StreamStatus::Rejected, 200, &[]),
             mk(3, 0, StreamStatus::Completed, 200, &[500, 510]),
         ];
-        r.end_ns = 1000 * ms;
+        r.end.end_ns = 1000 * ms;
         let slo = SloSpec {
             ttft_p99_ms: Some(1000.0),
             itl_p99_ms: Some(100.0),
@@ -265,7 +265,7 @@ mod tests {
         };
         let mut acc = MetricsAccum::new(&slo, 2);
         replay(&r, &mut acc);
-        let got = acc.finish(&r.end());
+        let got = acc.finish(&r.end);
         assert_eq!(got, super::super::compute(&r, &slo, 2));
         assert_eq!(got.good_requests, 2);
     }

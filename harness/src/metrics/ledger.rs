@@ -50,7 +50,7 @@ pub fn other_bytes(s: &StepSample, block_size: u32, paged: bool) -> u64 {
 }
 
 pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
-    let paged = r.mode == kvbench_cache_api::CacheMode::Paged;
+    let paged = r.end.mode == kvbench_cache_api::CacheMode::Paged;
     r.steps
         .iter()
         .map(|s| {
@@ -59,14 +59,14 @@ pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
                 step: s.step,
                 t_ms: s.end_ns as f64 / 1e6,
                 running_sequences: s.running,
-                weights_bytes: r.memory.weights_bytes,
+                weights_bytes: r.end.memory.weights_bytes,
                 kv_live_bytes: a.live_slots * kv_bytes_per_token,
                 kv_allocated_unfilled_bytes: a.allocated_unfilled_slots * kv_bytes_per_token,
                 kv_cached_free_bytes: a.cached_free_slots * kv_bytes_per_token,
                 kv_pending_free_bytes: a.pending_free_slots * kv_bytes_per_token,
                 kv_free_bytes: a.free_slots * kv_bytes_per_token,
-                workspace_bytes: r.memory.workspace_bytes,
-                other_bytes: other_bytes(s, r.block_size, paged) + r.memory.other_bytes,
+                workspace_bytes: r.end.memory.workspace_bytes,
+                other_bytes: other_bytes(s, r.end.block_size, paged) + r.end.memory.other_bytes,
             }
         })
         .collect()
@@ -74,12 +74,12 @@ pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
 
 pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
     let mut out = LedgerSummary {
-        kv_budget_bytes: r.total_slots * kv_bytes_per_token,
-        weights_bytes: r.memory.weights_bytes,
-        workspace_peak_bytes: r.memory.workspace_bytes,
+        kv_budget_bytes: r.end.total_slots * kv_bytes_per_token,
+        weights_bytes: r.end.memory.weights_bytes,
+        workspace_peak_bytes: r.end.memory.workspace_bytes,
         ..LedgerSummary::default()
     };
-    let paged = r.mode == kvbench_cache_api::CacheMode::Paged;
+    let paged = r.end.mode == kvbench_cache_api::CacheMode::Paged;
     let (mut unfilled_dt, mut held_dt) = (0f64, 0f64);
     for (i, s) in r.steps.iter().enumerate() {
         let a = &s.accounting;
@@ -94,7 +94,7 @@ pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
             .max(a.cached_free_slots * kv_bytes_per_token);
         out.other_bytes = out
             .other_bytes
-            .max(other_bytes(s, r.block_size, paged) + r.memory.other_bytes);
+            .max(other_bytes(s, r.end.block_size, paged) + r.end.memory.other_bytes);
         let dt = r.steps.get(i + 1).map_or(0, |n| n.end_ns - s.end_ns) as f64;
         unfilled_dt += a.allocated_unfilled_slots as f64 * dt;
         held_dt += (a.live_slots + a.allocated_unfilled_slots) as f64 * dt;

@@ -157,7 +157,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
     let good = good_by_request.values().filter(|&&g| g).count() as u64;
     let s = samples(r);
     let (ttft_hist, itl_hist) = (LatencyHist::of_ns(&s.ttft), LatencyHist::of_ns(&s.itl));
-    let duration_s = r.end_ns as f64 / 1e9;
+    let duration_s = r.end.end_ns as f64 / 1e9;
     let per_s = |x: f64| {
         if duration_s > 0.0 {
             x / duration_s
@@ -253,7 +253,7 @@ mod tests {
     fn record(streams: Vec<StreamRecord>, end_ms: u64) -> RunRecord {
         let mut r = tests_support::empty_record();
         r.streams = streams;
-        r.end_ns = end_ms * 1_000_000;
+        r.end.end_ns = end_ms * 1_000_000;
         r
     }
 
@@ -319,27 +319,32 @@ pub(crate) mod tests_support {
     /// A paged run record with nothing in it (block 16, 1024 slots).
     pub fn empty_record() -> RunRecord {
         RunRecord {
-            mode: kvbench_cache_api::CacheMode::Paged,
-            block_size: 16,
-            total_slots: 1024,
             streams: vec![],
             events: vec![],
             steps: vec![],
-            prefix: Default::default(),
-            memory: Default::default(),
-            metadata_peak_bytes: 0,
-            peak_running: 0,
-            violation: None,
-            reclamation: crate::engine::record::Reclamation {
-                ok: true,
-                leaked_slots: 0,
-                detail: "ok".into(),
+            end: crate::engine::RunEnd {
+                mode: kvbench_cache_api::CacheMode::Paged,
+                block_size: 16,
+                total_slots: 1024,
+                prefix: Default::default(),
+                memory: Default::default(),
+                metadata_peak_bytes: 0,
+                peak_running: 0,
+                violation: None,
+                reclamation: crate::engine::record::Reclamation {
+                    ok: true,
+                    leaked_slots: 0,
+                    detail: "ok".into(),
+                },
+                numerics: None,
+                computes: false,
+                end_ns: 0,
+                host_overhead_s: 0.0,
+                seq_steps: 0,
+                steps: 0,
+                streams: 0,
+                peak_live_streams: 0,
             },
-            numerics: None,
-            computes: false,
-            end_ns: 0,
-            host_overhead_s: 0.0,
-            seq_steps: 0,
         }
     }
 }

@@ -245,7 +245,7 @@ pub fn run_mode(
 ) -> Result<(ModeRun, &'static str), ExperimentError> {
     let mut collect = Collect::default();
     let p = run_mode_with(scenario, setup, workload, opts, mode, &mut collect)?;
-    let record = collect.into_record(&p.end);
+    let record = collect.into_record(p.end.clone());
     let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
     let files = super::sink::mode_files(&record, opts.memory_resolution);
     let run = ModeRun {
@@ -350,7 +350,7 @@ pub fn run_scenario(scenario: &Scenario, opts: &RunOptions) -> Result<Experiment
         runs.push(run);
     }
     let token_mismatch = match (&runs[0].record, &runs[1].record) {
-        (Some(a), Some(b)) if a.computes && b.computes => compare_tokens(a, b),
+        (Some(a), Some(b)) if a.end.computes && b.end.computes => compare_tokens(a, b),
         _ => None,
     };
     Ok(assemble(

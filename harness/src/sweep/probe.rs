@@ -79,11 +79,14 @@ pub fn run(
         ));
     };
     let mut check_failures = Vec::new();
-    if let Some(v) = &record.violation {
+    if let Some(v) = &record.end.violation {
         check_failures.push(format!("invariant violation: {v}"));
     }
-    if !record.reclamation.ok {
-        check_failures.push(format!("reclamation failed: {}", record.reclamation.detail));
+    if !record.end.reclamation.ok {
+        check_failures.push(format!(
+            "reclamation failed: {}",
+            record.end.reclamation.detail
+        ));
     }
     if let Some(sh) = run.shadow.as_ref().filter(|sh| sh.violations > 0) {
         check_failures.push(format!(
