@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kvbench::backend::BackendKind;
 use kvbench::engine::TraceKind;
-use kvbench::results::{run_scenario, Experiment, RunOptions};
+use kvbench::experiment::{run_scenario, Experiment, RunOptions};
 use kvbench::scenario;
 use kvbench_cache_api::{CacheMode, Fault};
 

@@ -13,8 +13,8 @@ use kvbench::backend::{
     SwapDirection,
 };
 use kvbench::engine::{self, EngineConfig, RunRecord, StreamStatus};
+use kvbench::experiment::compare_tokens;
 use kvbench::model::ModelShape;
-use kvbench::results::experiment::compare_tokens;
 use kvbench::scenario::{PreemptionMode, Reservation, SchedulerSpec};
 use kvbench::workload::{CancelPoint, Request, Workload};
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};

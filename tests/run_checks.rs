@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use kvbench::results::{self, RunOptions};
+use kvbench::experiment::{self, RunOptions};
+use kvbench::results;
 use kvbench_cache_api::Fault;
 
 mod support;
@@ -31,7 +32,7 @@ fn every_planted_fault_is_caught_on_sim() {
             fault: Some(fault),
             ..RunOptions::default()
         };
-        let exp = results::run_scenario(&s, &opts).expect("run");
+        let exp = experiment::run_scenario(&s, &opts).expect("run");
         let paged = exp
             .run(kvbench_cache_api::CacheMode::Paged)
             .expect("paged run");
@@ -68,7 +69,7 @@ fn without_a_fault_the_same_runs_pass_every_check() {
                 &format!("scheduler.async_steps={async_steps}"),
             ],
         );
-        let exp = results::run_scenario(&s, &RunOptions::default()).expect("run");
+        let exp = experiment::run_scenario(&s, &RunOptions::default()).expect("run");
         assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     }
 }
@@ -87,7 +88,7 @@ fn a_cancellation_storm_ends_with_every_block_reclaimed() {
     ] {
         let mut o = vec!["traffic.requests=80"];
         o.extend_from_slice(extra);
-        let exp = results::run_scenario(
+        let exp = experiment::run_scenario(
             &scenario("cancel-storm-8b-h200", &o),
             &RunOptions::default(),
         )

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use kvbench::backend::BackendKind;
-use kvbench::results::{self, RunOptions};
+use kvbench::experiment::{self, RunOptions};
 use kvbench_cache_api::Fault;
 
 fn quick() -> kvbench::scenario::Scenario {
@@ -19,7 +19,7 @@ fn a_clean_cpu_run_agrees_with_the_oracle_and_across_cache_modes() {
         backend: BackendKind::Cpu,
         ..RunOptions::default()
     };
-    let exp = results::run_scenario(&quick(), &opts).expect("cpu run");
+    let exp = experiment::run_scenario(&quick(), &opts).expect("cpu run");
     assert_eq!(exp.backend, "cpu");
     assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     assert_eq!(exp.token_mismatch, None);
@@ -44,7 +44,7 @@ fn a_bad_block_table_is_caught_by_computation_alone() {
         invariant_check_every: 0,
         ..RunOptions::default()
     };
-    let exp = results::run_scenario(&quick(), &opts).expect("cpu run");
+    let exp = experiment::run_scenario(&quick(), &opts).expect("cpu run");
     let paged = &exp.runs[0].end;
     assert!(
         paged.violation.is_none()

@@ -10,7 +10,8 @@ use kvbench::backend::sim::SimBackend;
 use kvbench::backend::RunSetup;
 use kvbench::cache::{PagedCache, PagedConfig, PlantedBug};
 use kvbench::engine::{self, EngineConfig};
-use kvbench::results::{self, Experiment, RunOptions};
+use kvbench::experiment::{self, Experiment, RunOptions};
+use kvbench::results;
 use kvbench::scenario::Scenario;
 use kvbench_cache_api::{CacheMode, Fault};
 
@@ -36,7 +37,7 @@ fn run(s: &Scenario, fault: Option<Fault>, shadow: bool) -> Experiment {
         trace_tokens: false,
         ..RunOptions::default()
     };
-    results::run_scenario(s, &opts).expect("run")
+    experiment::run_scenario(s, &opts).expect("run")
 }
 
 fn shadow_violations(exp: &Experiment, mode: CacheMode) -> u64 {

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use kvbench::results::{self, RunOptions};
+use kvbench::experiment::{self, RunOptions};
 use kvbench_cache_api::CacheMode;
 
 #[test]
@@ -18,7 +18,7 @@ fn paged_wastes_little_and_holds_a_multiple_of_the_contiguous_concurrency() {
         invariant_check_every: 16,
         ..RunOptions::default()
     };
-    let exp = results::run_scenario(&s, &opts).expect("run");
+    let exp = experiment::run_scenario(&s, &opts).expect("run");
     assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     let paged = &exp.run(CacheMode::Paged).expect("paged").metrics;
     let contiguous = &exp.run(CacheMode::Contiguous).expect("contiguous").metrics;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use kvbench::results::fuzz::case_toml;
+use kvbench::experiment::fuzz::case_toml;
 
 /// `t_ms` of every line of `trace.jsonl`, per cache mode.
 fn trace_last_ms(dir: &Path) -> BTreeMap<String, f64> {

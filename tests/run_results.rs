@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hdrhistogram::Histogram;
-use kvbench::results::{self, RunOptions};
+use kvbench::experiment::{self, RunOptions};
+use kvbench::results;
 use serde_json::Value;
 
 fn scenario(name: &str, overrides: &[&str]) -> kvbench::scenario::Scenario {
@@ -19,7 +20,7 @@ fn scenario(name: &str, overrides: &[&str]) -> kvbench::scenario::Scenario {
 
 fn run_into(dir: &Path, name: &str, overrides: &[&str]) {
     let exp =
-        results::run_scenario(&scenario(name, overrides), &RunOptions::default()).expect("run");
+        experiment::run_scenario(&scenario(name, overrides), &RunOptions::default()).expect("run");
     assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     results::write(&exp, dir, false, true).expect("write");
 }

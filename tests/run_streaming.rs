@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use kvbench::experiment::{self, RunOptions};
 use kvbench::metrics::timeline::Resolution;
-use kvbench::results::{self, RunOptions, Staging};
+use kvbench::results::{self, Staging};
 use kvbench::scenario::Scenario;
 use proptest::prelude::*;
 
@@ -34,10 +35,10 @@ fn both_paths(root: &Path, s: &Scenario, opts: &RunOptions, what: &str) {
 
 fn both_paths_files(root: &Path, s: &Scenario, opts: &RunOptions, what: &str, files: &[&str]) {
     let (a, b) = (root.join("collect"), root.join("stream"));
-    let collected = results::run_scenario(s, opts).expect("collect run");
+    let collected = experiment::run_scenario(s, opts).expect("collect run");
     results::write(&collected, &a, true, opts.trace_tokens).expect("collect write");
     let staging = Staging::begin(&b, true).expect("staging");
-    let streamed = results::run_streaming(s, opts, staging).expect("streaming run");
+    let streamed = experiment::run_streaming(s, opts, staging).expect("streaming run");
     for (x, y) in collected.runs.iter().zip(&streamed.runs) {
         assert_eq!(
             x.metrics,
@@ -121,7 +122,7 @@ fn a_cpu_streaming_run_compares_tokens_like_the_collect_path() {
     };
     // summary.json and report.md hold wall-clock step times on cpu: the data files are compared.
     both_paths_files(tmp.path(), &s, &opts, "cpu", &FILES[2..]);
-    let exp = results::run_streaming(
+    let exp = experiment::run_streaming(
         &s,
         &opts,
         Staging::begin(&tmp.path().join("again"), true).expect("staging"),
@@ -159,7 +160,7 @@ fn sampled_memory_rows_stay_bounded_and_keep_the_exact_peaks() {
         memory_resolution: Resolution::EveryStep,
         ..opts.clone()
     };
-    let exp = results::run_streaming(&s, &exact, Staging::begin(&every, true).expect("staging"))
+    let exp = experiment::run_streaming(&s, &exact, Staging::begin(&every, true).expect("staging"))
         .expect("run");
     let sampled = csv_rows(&tmp.path().join("stream/memory.csv"));
     let full = csv_rows(&every.join("memory.csv"));
@@ -214,7 +215,7 @@ proptest! {
     #[test]
     fn accumulated_metrics_and_files_equal_the_collect_path(seed in any::<u64>()) {
         println!("fuzz seed {seed}");
-        let text = kvbench::results::fuzz::case_toml(seed);
+        let text = kvbench::experiment::fuzz::case_toml(seed);
         let Ok(s) = kvbench::scenario::parse_str(&text, None, &[]) else {
             return Ok(());
         };
@@ -229,7 +230,7 @@ proptest! {
             },
             ..RunOptions::default()
         };
-        if results::run_scenario(&s, &opts).is_err() {
+        if experiment::run_scenario(&s, &opts).is_err() {
             return Ok(()); // infeasible for the generator's reasons, not this test's
         }
         both_paths(tmp.path(), &s, &opts, &format!("fuzz seed {seed}"));
@@ -253,7 +254,7 @@ fn a_failed_streaming_run_leaves_nothing_behind() {
     let s = kvbench::scenario::load(&tmp.path().join("s.toml"), &[]).expect("scenario loads");
     let out = tmp.path().join("out");
     let staging = Staging::begin(&out, false).expect("staging");
-    let err = match results::run_streaming(&s, &RunOptions::default(), staging) {
+    let err = match experiment::run_streaming(&s, &RunOptions::default(), staging) {
         Ok(_) => panic!("a bad trace row must fail the run"),
         Err(e) => e.to_string(),
     };

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use kvbench::results::fuzz::{run_case, Outcome};
+use kvbench::experiment::fuzz::{run_case, Outcome};
 
 mod support;
 use support::kvbench;

@@ -247,7 +247,7 @@ fn check_on(kind: BackendKind) {
 }
 
 fn results_mismatch(a: &RunRecord, b: &RunRecord) -> Option<String> {
-    kvbench::results::experiment::compare_tokens(a, b)
+    kvbench::experiment::compare_tokens(a, b)
 }
 
 #[test]

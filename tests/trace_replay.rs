@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use kvbench::results::{self, RunOptions};
+use kvbench::experiment::{self, RunOptions};
+use kvbench::results;
 use kvbench::scenario::{ArrivalSpec, Scenario};
 use kvbench::workload::{self, trace};
 
@@ -27,7 +28,7 @@ impl Row {
 }
 
 fn run_rows(s: &Scenario) -> (Vec<Row>, serde_json::Value) {
-    let exp = results::run_scenario(s, &RunOptions::default()).expect("run");
+    let exp = experiment::run_scenario(s, &RunOptions::default()).expect("run");
     assert!(exp.failures().is_empty(), "{:?}", exp.failures());
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("out");

@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod compare;
 pub mod engine;
+pub mod experiment;
 pub mod metrics;
 pub mod model;
 pub mod plan;

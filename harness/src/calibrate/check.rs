@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::{BackendKind, Clock};
+use crate::experiment::{self, Experiment, ExperimentError, RunOptions};
 use crate::metrics::RunMetrics;
-use crate::results::{self, Experiment, ExperimentError, RunOptions};
 use crate::scenario::Scenario;
 
 /// The figures compared, by their `calibration.json` key.
@@ -82,13 +82,13 @@ pub fn check(
         clock: Clock::Measured,
         ..RunOptions::default()
     };
-    let measured = results::run_scenario(s, &measured_opts)?;
+    let measured = experiment::run_scenario(s, &measured_opts)?;
     let model_opts = RunOptions {
         backend: BackendKind::Sim,
         profile: Some(profile.clone()),
         ..measured_opts
     };
-    let model = results::run_scenario(s, &model_opts)?;
+    let model = experiment::run_scenario(s, &model_opts)?;
     let mut runs = Vec::new();
     for mode in [CacheMode::Paged, CacheMode::Contiguous] {
         let (Some(a), Some(b)) = (measured.run(mode), model.run(mode)) else {

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::cli::ExitStatus;
-use crate::results::fuzz::{case_toml, run_case, Outcome};
+use crate::experiment::fuzz::{case_toml, run_case, Outcome};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

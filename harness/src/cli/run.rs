@@ -13,7 +13,8 @@ use kvbench_cache_api::Fault;
 use crate::backend::BackendKind;
 use crate::cli::progress::Progress;
 use crate::cli::ExitStatus;
-use crate::results::{self, Experiment, RunOptions};
+use crate::experiment::{self, Experiment, RunOptions};
+use crate::results;
 use crate::scenario::{self, Scenario};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -173,8 +174,8 @@ pub fn run_one(
     replace: bool,
 ) -> anyhow::Result<(Experiment, Vec<String>)> {
     let staging = results::Staging::begin(out, replace)?;
-    let exp = results::run_streaming(s, opts, staging).map_err(|e| match e {
-        results::ExperimentError::Engine { .. } => anyhow::Error::new(e).context(ExitStatus(1)),
+    let exp = experiment::run_streaming(s, opts, staging).map_err(|e| match e {
+        experiment::ExperimentError::Engine { .. } => anyhow::Error::new(e).context(ExitStatus(1)),
         other => anyhow::Error::new(other),
     })?;
     let failures = exp.failures();

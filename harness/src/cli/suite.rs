@@ -192,7 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .position(|&b| b == cell.block_size)
             .context("cell of no block size")?;
         let s = &variants[item][bs];
-        let cell_opts = crate::results::RunOptions {
+        let cell_opts = crate::experiment::RunOptions {
             seed: Some(cell.seed),
             ..opts.clone()
         };

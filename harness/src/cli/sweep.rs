@@ -12,7 +12,7 @@ use anyhow::Context;
 use crate::backend::BackendKind;
 use crate::cli::run::load_all;
 use crate::cli::ExitStatus;
-use crate::results::RunOptions;
+use crate::experiment::RunOptions;
 use crate::sweep::{self, By, SearchConfig, SweepConfig};
 
 #[derive(clap::Args, Debug)]

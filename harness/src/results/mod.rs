@@ -13,7 +13,6 @@
 pub mod calibration;
 pub mod env;
 pub mod experiment;
-pub mod fuzz;
 pub mod html;
 pub mod perfetto;
 pub mod plot;
@@ -23,14 +22,13 @@ pub mod staging;
 pub mod suite;
 pub mod summary;
 pub mod tables;
-pub mod tokens;
 pub mod trace;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use experiment::{run_scenario, Experiment, ExperimentError, ModeRun, RunOptions};
+pub use experiment::{Experiment, ModeRun};
 pub use staging::{check_target, scenario_folder, Staging};
 
 #[derive(Debug, thiserror::Error)]
@@ -121,31 +119,8 @@ fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), Res
     write_rest(exp, dir)
 }
 
-/// Run `scenario` in both modes, streaming its data files into `staging` as it goes, then write
-/// the rest (summary, report, environment, HTML page) and put the folder in place. A failed run
-/// drops `staging`, which removes the temporary folder.
-pub fn run_streaming(
-    scenario: &crate::scenario::Scenario,
-    opts: &RunOptions,
-    staging: Staging,
-) -> Result<Experiment, ExperimentError> {
-    let results = |e: ResultsError| ExperimentError::Results(Box::new(e));
-    let mut files = sink::FileSink::create(
-        staging.dir(),
-        crate::results::experiment::setup(scenario, opts)?.kv_bytes_per_token,
-        opts.trace_tokens,
-        opts.memory_resolution,
-    )
-    .map_err(results)?;
-    let exp = experiment::run_scenario_streaming(scenario, opts, &mut files)?;
-    files.finish().map_err(results)?;
-    write_rest(&exp, staging.dir()).map_err(results)?;
-    staging.commit().map_err(results)?;
-    Ok(exp)
-}
-
 /// summary.json, report.md, environment.json and report.html (from the data files written).
-fn write_rest(exp: &Experiment, dir: &Path) -> Result<(), ResultsError> {
+pub(crate) fn write_rest(exp: &Experiment, dir: &Path) -> Result<(), ResultsError> {
     write_file(dir, "summary.json", |w| {
         serde_json::to_writer_pretty(&mut *w, &summary::build(exp))?;
         writeln!(w)

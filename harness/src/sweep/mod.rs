@@ -21,7 +21,7 @@ use rayon::prelude::*;
 pub use load::By;
 pub use search::{SearchConfig, SeedSearch};
 
-use crate::results::experiment::{ExperimentError, RunOptions};
+use crate::experiment::{ExperimentError, RunOptions};
 use crate::scenario::Scenario;
 use crate::scenario::SourceMap;
 

@@ -7,9 +7,9 @@ use super::load::{self, By};
 use super::verdict::{self, AttainmentCheck, P99Check, Verdict};
 use super::window;
 use super::SweepError;
+use crate::experiment::{self, RunOptions};
 use crate::metrics::hist::LatencyHist;
 use crate::metrics::{self, Dist};
-use crate::results::experiment::{self, RunOptions};
 use crate::scenario::Scenario;
 use crate::workload;
 

@@ -13,7 +13,7 @@ use super::load::{self, By};
 use super::probe::{self, Probe};
 use super::verdict::Verdict;
 use super::SweepError;
-use crate::results::experiment::RunOptions;
+use crate::experiment::RunOptions;
 use crate::scenario::Scenario;
 
 /// How far the doubling (or halving) phase may go from the scenario's load: 2^16 either way.

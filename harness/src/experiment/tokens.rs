@@ -2,7 +2,7 @@
 //! so every stream's tokens agree between the modes over the prefix both emitted. The paged
 //! run's token ids are held (only when the backend computes: `sim`'s ids mean nothing and are
 //! never held) until the contiguous run's stream of the same (request, rank) resolves; the
-//! verdict is [`super::experiment::compare_tokens`]'s over the collected records.
+//! verdict is [`super::compare_tokens`]'s over the collected records.
 
 use std::collections::BTreeMap;
 
@@ -148,7 +148,7 @@ mod tests {
         let mut sorted = contiguous.clone();
         sorted.sort_by_key(|(i, _)| *i);
         b.streams = sorted.into_iter().map(|(_, s)| s).collect();
-        let want = crate::results::experiment::compare_tokens(&a, &b);
+        let want = crate::experiment::compare_tokens(&a, &b);
         assert_eq!(got, want);
         assert_eq!(
             got.as_deref(),

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::BackendKind;
-use crate::results::{self, RunOptions};
+use crate::experiment::{self, RunOptions};
 use crate::scenario;
 
 fn pick<'a, R: Rng>(rng: &mut R, xs: &[&'a str]) -> &'a str {
@@ -109,7 +109,7 @@ pub fn run_case(seed: u64) -> Outcome {
         invariant_check_every: 1,
         ..RunOptions::default()
     };
-    match results::run_scenario(&s, &opts) {
+    match experiment::run_scenario(&s, &opts) {
         Ok(exp) => {
             let f = exp.failures();
             if f.is_empty() {
@@ -118,7 +118,7 @@ pub fn run_case(seed: u64) -> Outcome {
                 Outcome::Failed(f.join("; "))
             }
         }
-        Err(results::ExperimentError::Engine { mode, source }) => {
+        Err(experiment::ExperimentError::Engine { mode, source }) => {
             Outcome::Failed(format!("{mode}: {source}"))
         }
         Err(e) => Outcome::Infeasible(e.to_string()),
