@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 
 use super::hash::workload_hash;
 use super::sample::{DelaySampler, GapSampler, LengthSampler};
+use super::seeded::{rng, MAX_TIME_MS};
 use super::types::{CancelPoint, ClosedLoop, Request, Workload};
 use super::WorkloadError;
 use crate::scenario::{ArrivalSpec, CancelWhen, Scenario};
@@ -18,11 +19,6 @@ use crate::scenario::{ArrivalSpec, CancelWhen, Scenario};
 /// Most requests a duration-based workload may produce; beyond this a typo in a rate is likelier
 /// than an intent. Load refuses the expected count past it; this bounds the draw itself.
 pub const MAX_REQUESTS: usize = crate::scenario::ranges::MAX_REQUESTS as usize;
-
-/// Latest arrival the generator produces, in ms: ten times the load-time horizon (whose check
-/// uses the mean gap), 1e18 ns, so the engine's `u64` nanosecond clock keeps an 18x margin.
-/// Every generated time (arrival, delay) is at most this; an arrival past it is refused.
-pub const MAX_TIME_MS: f64 = crate::scenario::ranges::MAX_HORIZON_S * 1000.0 * 10.0;
 
 mod stream {
     pub const ARRIVALS: u64 = 0;
@@ -35,12 +31,6 @@ mod stream {
     pub const CANCELLATION: u64 = 7;
     /// Group g's prefix ids come from stream `PREFIX_IDS + g`.
     pub const PREFIX_IDS: u64 = 1 << 32;
-}
-
-pub(super) fn rng(seed: u64, stream: u64) -> ChaCha20Rng {
-    let mut r = ChaCha20Rng::seed_from_u64(seed);
-    r.set_stream(stream);
-    r
 }
 
 /// The token ids of shared-prefix group `group`: a fixed function of (seed, group, length,

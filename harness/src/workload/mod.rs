@@ -7,6 +7,7 @@ mod generate;
 mod hash;
 mod prompt;
 mod sample;
+mod seeded;
 mod sessions;
 mod summary;
 pub mod trace;

@@ -121,7 +121,7 @@ impl DelaySampler {
         if ms.is_nan() {
             0.0
         } else {
-            ms.clamp(0.0, super::generate::MAX_TIME_MS)
+            ms.clamp(0.0, super::seeded::MAX_TIME_MS)
         }
     }
 }

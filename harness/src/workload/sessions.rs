@@ -10,8 +10,8 @@
 
 use rand::Rng;
 
-use super::generate::rng;
 use super::sample::{DelaySampler, LengthSampler};
+use super::seeded::rng;
 use super::types::{Request, SessionTurn};
 use super::Prompt;
 use super::WorkloadError;
