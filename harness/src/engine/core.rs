@@ -1,38 +1,33 @@
-//! The loop: plan and submit steps (up to two in flight in async mode), complete the oldest,
-//! advance the virtual clock, jump to the next arrival or cancellation when idle.
+//! The loop, as the essay says it: admit what arrived, choose work by policy, submit it (up to
+//! two steps in flight in async mode), complete the oldest step — the clock advances, its
+//! tokens are stamped, finished streams let go — and retire its fence; when there is nothing to
+//! do, jump to the next arrival or cancellation.
+//!
+//! The engine's state has four owners, each with its own file: [`VirtualClock`] (time,
+//! arrivals, cancellation timers), [`Streams`] (every stream's state and queue, with the
+//! lifecycle's transitions), [`Steps`] (the step being planned and the steps in flight) and
+//! [`Recorder`] (the sink, the run's peaks and totals, the first violation). The engine itself
+//! holds only what it drives: the cache manager, the backend and the policy.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
-use kvbench_cache_api::{CopyOp, KvCacheManager, PrefixStats, StepId};
+use kvbench_cache_api::{KvCacheManager, PrefixStats};
 
 use super::admission::AdmissionConfig;
+use super::clock::VirtualClock;
 use super::policy::{self, queue::WaitQueue, Policy};
 use super::record::{
     Reclamation, RunEnd, RunRecord, RunStart, StepSample, StreamStatus, TraceEvent, TraceKind,
 };
+use super::recorder::Recorder;
 use super::sink::{Collect, RunSink};
 use super::state::Phase;
-use super::table::StreamTable;
-use super::timers::CancelTimers;
+use super::steps::Steps;
+use super::streams::Streams;
 use super::{EngineConfig, EngineError};
-use crate::backend::{Backend, StepPlan};
+use crate::backend::Backend;
 use crate::workload::Workload;
-
-/// A submitted step awaiting completion.
-pub(super) struct InFlight {
-    pub index: u64,
-    pub cache_step: StepId,
-    pub planned_ns: u64,
-    /// Streams whose sample this step produces, in plan order.
-    pub samplers: Vec<u32>,
-    /// Forked continuations whose first token this step produces, with that token.
-    pub forks: Vec<(u32, u32)>,
-    pub batch_seqs: u32,
-    pub batch_tokens: u32,
-    pub running: u32,
-}
 
 pub(super) struct Engine<'a> {
     pub cfg: &'a EngineConfig,
@@ -41,52 +36,17 @@ pub(super) struct Engine<'a> {
     pub backend: &'a mut dyn Backend,
     pub policy: Option<Box<dyn Policy>>,
     pub admission: AdmissionConfig,
-    /// Where what happens goes, as it happens.
-    pub sink: &'a mut dyn RunSink,
-    pub streams: StreamTable,
-    /// First stream index of each request (u32::MAX until it arrives).
-    pub req_first: Vec<u32>,
-    /// Streams of each request not yet done.
-    pub req_open: Vec<u32>,
-    pub running: Vec<u32>,
-    pub running_dirty: bool,
-    pub waiting: WaitQueue,
-    pub swapped: VecDeque<u32>,
-    pub arrivals: BinaryHeap<Reverse<(u64, u32)>>,
-    pub timers: CancelTimers,
+    pub clock: VirtualClock,
+    pub streams: Streams,
+    pub steps: Steps,
+    pub rec: Recorder<'a>,
+    /// The next closed-loop request to issue when one resolves.
     pub next_closed_loop: u32,
-    pub unresolved: usize,
-    pub now_ns: u64,
-    pub device_free_ns: u64,
-    pub steps_submitted: u64,
-    pub in_flight: VecDeque<InFlight>,
-    pub plan: StepPlan,
-    pub samplers: Vec<u32>,
-    pub forks_pending: Vec<u32>,
-    pub release_after_submit: Vec<u32>,
-    /// Copies a fork asked for, performed at the start of the next step, with the child they
-    /// serve (dropped if the child is gone by then: its slots may already be someone else's).
-    pub pending_copies: Vec<(u32, CopyOp)>,
-    pub token_budget: u32,
-    pub seq_budget: u32,
-    pub preempted_flag: bool,
-    pub decode_reserve: Option<u64>,
-    pub admit_counter: u64,
-    /// End of the last completed step, and steps completed.
-    pub last_step_end_ns: Option<u64>,
-    pub steps_done: u64,
-    pub violation: Option<String>,
-    pub peak_running: u32,
-    pub metadata_peak_bytes: u64,
-    pub host_s: f64,
-    /// Time inside backend lifecycle hooks (register/fork/forget) within the timed regions:
-    /// backend work (a compute backend's oracle check runs in `forget`), not host overhead.
-    pub backend_hook_s: f64,
-    pub seq_steps: u64,
     /// The prompts made for live requests, by request (`lifecycle.rs`): a trace row's recipe
-    /// made when it arrives, a later session turn's conversation built when it is issued; each
-    /// dropped when its request resolves. Explicit prompts are read from the workload.
-    pub prompts: std::collections::BTreeMap<u32, Vec<u32>>,
+    /// made at its first start attempt, a later session turn's conversation built when it is
+    /// issued; each dropped when its request resolves. Explicit prompts are read from the
+    /// workload.
+    pub prompts: BTreeMap<u32, Vec<u32>>,
 }
 
 /// Per-sequence metadata the ledger counts under "other" (ids, lengths, state), bytes.
@@ -123,13 +83,13 @@ pub fn run_with(
         .map(|r| r.tenant + 1)
         .max()
         .unwrap_or(1);
-    let mut arrivals = BinaryHeap::new();
+    let mut clock = VirtualClock::new(n);
     let mut next_closed_loop = 0u32;
     match workload.closed_loop {
         Some(cl) => {
             let first = (cl.clients as usize).min(n) as u32;
             for id in 0..first {
-                arrivals.push(Reverse((0, id)));
+                clock.schedule_arrival(0, id);
             }
             next_closed_loop = first;
         }
@@ -140,7 +100,7 @@ pub fn run_with(
                 .iter()
                 .filter(|r| r.session.is_none_or(|s| s.turn == 0))
             {
-                arrivals.push(Reverse((ms_to_ns(r.arrival_ms), r.id as u32)));
+                clock.schedule_arrival(ms_to_ns(r.arrival_ms), r.id as u32);
             }
         }
     }
@@ -148,7 +108,8 @@ pub fn run_with(
     if let Some(f) = cfg.fault {
         cache.inject_fault(f);
     }
-    sink.begin(&RunStart {
+    let mut rec = Recorder::new(sink);
+    rec.begin(&RunStart {
         mode: cache.mode(),
         block_size: cfg.block_size,
         total_slots: cache.accounting().total_slots,
@@ -164,41 +125,12 @@ pub fn run_with(
         admission: AdmissionConfig {
             watermark: cfg.scheduler.watermark,
         },
-        sink,
-        streams: StreamTable::new(),
-        req_first: vec![u32::MAX; n],
-        req_open: vec![0; n],
-        running: Vec::new(),
-        running_dirty: false,
-        waiting: WaitQueue::new(cfg.scheduler.tenant_fairness, tenants),
-        swapped: VecDeque::new(),
-        arrivals,
-        timers: CancelTimers::new(n),
+        clock,
+        streams: Streams::new(n, WaitQueue::new(cfg.scheduler.tenant_fairness, tenants)),
+        steps: Steps::new(),
+        rec,
         next_closed_loop,
-        unresolved: n,
-        now_ns: 0,
-        device_free_ns: 0,
-        steps_submitted: 0,
-        in_flight: VecDeque::new(),
-        plan: StepPlan::default(),
-        samplers: Vec::new(),
-        forks_pending: Vec::new(),
-        release_after_submit: Vec::new(),
-        pending_copies: Vec::new(),
-        token_budget: 0,
-        seq_budget: 0,
-        preempted_flag: false,
-        decode_reserve: None,
-        admit_counter: 0,
-        last_step_end_ns: None,
-        steps_done: 0,
-        violation: None,
-        peak_running: 0,
-        metadata_peak_bytes: 0,
-        host_s: 0.0,
-        backend_hook_s: 0.0,
-        seq_steps: 0,
-        prompts: std::collections::BTreeMap::new(),
+        prompts: BTreeMap::new(),
     };
     e.main_loop()?;
     Ok(e.finish(device_start))
@@ -233,45 +165,37 @@ impl Engine<'_> {
         loop {
             let t0 = Instant::now();
             self.ingest();
-            self.host_s += t0.elapsed().as_secs_f64();
-            if self.violation.is_some() {
+            self.rec.host(t0);
+            if self.rec.failed() {
                 break;
             }
-            if self.in_flight.len() < depth && self.plan_and_submit()? {
+            if self.steps.in_flight() < depth && self.plan_and_submit()? {
                 continue;
             }
-            if !self.in_flight.is_empty() {
+            if self.steps.in_flight() > 0 {
                 self.complete_step()?;
                 continue;
             }
             // Nothing in flight and nothing to plan: done, or jump to the next live event. Arrivals
             // belong to unresolved requests only, and dead timers are dropped, so the clock never
             // advances past the last real event.
-            if self.unresolved == 0 {
+            if self.streams.unresolved() == 0 {
                 break;
             }
-            let next_arrival = self.arrivals.peek().map(|Reverse((t, _))| *t);
-            let next = [next_arrival, self.timers.next_due_ns()]
-                .into_iter()
-                .flatten()
-                .min();
-            match next {
-                Some(t) => self.now_ns = self.now_ns.max(t),
-                None => {
-                    return Err(EngineError::Stalled {
-                        t_ms: self.now_ns as f64 / 1e6,
-                        detail: format!(
-                            "{} requests unresolved, {} running, {} swapped, nothing schedulable",
-                            self.unresolved,
-                            self.running.len(),
-                            self.swapped.len()
-                        ),
-                    })
-                }
+            if !self.clock.jump_to_next_event() {
+                return Err(EngineError::Stalled {
+                    t_ms: self.clock.now_ns() as f64 / 1e6,
+                    detail: format!(
+                        "{} requests unresolved, {} running, {} swapped, nothing schedulable",
+                        self.streams.unresolved(),
+                        self.streams.running().len(),
+                        self.streams.swapped_len()
+                    ),
+                });
             }
         }
         // A violation stops planning; let in-flight steps finish so fences retire.
-        while !self.in_flight.is_empty() {
+        while self.steps.in_flight() > 0 {
             self.complete_step()?;
         }
         Ok(())
@@ -282,9 +206,9 @@ impl Engine<'_> {
     fn complete_step(&mut self) -> Result<(), EngineError> {
         let out = self.backend.complete()?;
         let t0 = Instant::now();
-        let Some(inf) = self.in_flight.pop_front() else {
+        let Some(inf) = self.steps.pop_oldest() else {
             return Err(EngineError::Stalled {
-                t_ms: self.now_ns as f64 / 1e6,
+                t_ms: self.clock.now_ns() as f64 / 1e6,
                 detail: "backend completed a step the engine did not submit".into(),
             });
         };
@@ -298,18 +222,9 @@ impl Engine<'_> {
             .into());
         }
         let duration_ns = step_ns(out.duration_s, inf.index)?;
-        let start = self.device_free_ns.max(inf.planned_ns);
-        let end = start
-            .checked_add(duration_ns)
-            .ok_or_else(|| EngineError::Stalled {
-                t_ms: start as f64 / 1e6,
-                detail: format!(
-                    "step {} of {duration_ns} ns overflows the virtual clock",
-                    inf.index
-                ),
-            })?;
-        self.device_free_ns = end;
-        self.now_ns = self.now_ns.max(end);
+        let (start, end) = self
+            .clock
+            .place_step(inf.planned_ns, duration_ns, inf.index)?;
         self.cache.retire_step(inf.cache_step);
         for (i, &s) in inf.samplers.iter().enumerate() {
             self.stamp(s, out.sampled[i].token, end);
@@ -326,42 +241,26 @@ impl Engine<'_> {
             } else {
                 0
             };
-        self.metadata_peak_bytes = self.metadata_peak_bytes.max(metadata);
-        self.sink.step(&StepSample {
-            step: inf.index,
-            start_ns: start,
-            end_ns: end,
-            batch_seqs: inf.batch_seqs,
-            batch_tokens: inf.batch_tokens,
-            running: inf.running,
-            accounting,
-        });
-        self.last_step_end_ns = Some(end);
-        self.steps_done += 1;
-        self.host_s += t0.elapsed().as_secs_f64();
+        self.rec.step(
+            &StepSample {
+                step: inf.index,
+                start_ns: start,
+                end_ns: end,
+                batch_seqs: inf.batch_seqs,
+                batch_tokens: inf.batch_tokens,
+                running: inf.running,
+                accounting,
+            },
+            metadata,
+        );
+        self.rec.host(t0);
         Ok(())
     }
 
-    fn finish(self, device_start: Option<u64>) -> RunEnd {
-        let Engine {
-            cfg,
-            cache,
-            backend,
-            sink,
-            mut streams,
-            last_step_end_ns,
-            steps_done,
-            violation,
-            now_ns,
-            metadata_peak_bytes,
-            peak_running,
-            host_s,
-            backend_hook_s,
-            seq_steps,
-            ..
-        } = self;
-        let end_ns = last_step_end_ns.unwrap_or(now_ns).max(now_ns);
-        let mut violation = violation;
+    fn finish(mut self, device_start: Option<u64>) -> RunEnd {
+        let end_ns = self.clock.end_ns();
+        let cache = &mut *self.cache;
+        let mut violation = self.rec.take_violation();
         if violation.is_none() {
             if let Err(msg) = cache.check_invariants() {
                 violation = Some(format!("after the run: {msg}"));
@@ -373,7 +272,7 @@ impl Engine<'_> {
         if let Err(msg) = cache.assert_quiescent() {
             details.push(msg);
         }
-        let device_end = backend.memory().device_used_bytes;
+        let device_end = self.backend.memory().device_used_bytes;
         if let (Some(a), Some(b)) = (device_start, device_end) {
             if a != b {
                 details.push(format!(
@@ -395,47 +294,53 @@ impl Engine<'_> {
         };
         // Streams a violation left unresolved are reported as cancelled at the end, and every
         // stream still held goes to the sink, in stream order.
-        for id in streams.live_ids() {
-            let st = &mut streams[id as usize];
+        for id in self.streams.live_ids() {
+            let st = &mut self.streams[id as usize];
             if st.phase != Phase::Done && st.phase != Phase::Pending {
                 st.record.status = StreamStatus::Cancelled;
                 st.record.finish_ns = end_ns;
             }
-            if let Some(rec) = streams.release(id) {
-                sink.stream_done(id, &rec);
+            if let Some(rec) = self.streams.release(id) {
+                self.rec.stream_done(id, &rec);
             }
         }
         let prefix: PrefixStats = cache.prefix_stats();
+        let totals = self.rec.totals();
         RunEnd {
             mode: cache.mode(),
-            block_size: cfg.block_size,
+            block_size: self.cfg.block_size,
             total_slots: acc.total_slots,
             prefix,
-            memory: backend.memory(),
-            metadata_peak_bytes,
-            peak_running,
+            memory: self.backend.memory(),
+            metadata_peak_bytes: totals.metadata_peak_bytes,
+            peak_running: totals.peak_running,
             violation,
             reclamation,
-            numerics: backend.numerics(),
-            computes: backend.computes(),
+            numerics: self.backend.numerics(),
+            computes: self.backend.computes(),
             end_ns,
-            host_overhead_s: (host_s - backend_hook_s).max(0.0),
-            seq_steps,
-            steps: steps_done,
-            streams: streams.len() as u64,
-            peak_live_streams: streams.peak_live() as u64,
+            host_overhead_s: totals.host_overhead_s,
+            seq_steps: totals.seq_steps,
+            steps: totals.steps,
+            streams: self.streams.len() as u64,
+            peak_live_streams: self.streams.peak_live() as u64,
         }
     }
 
     pub(super) fn trace(&mut self, stream: u32, kind: TraceKind) {
         let rec = &self.streams[stream as usize].record;
         let (request, rank) = (rec.request, rec.rank);
-        self.sink.event(&TraceEvent {
-            t_ns: self.now_ns,
+        self.rec.event(&TraceEvent {
+            t_ns: self.clock.now_ns(),
             stream,
             request,
             rank,
             kind,
         });
+    }
+
+    /// Record the first violation (it stops the run).
+    pub(super) fn fail(&mut self, msg: String) {
+        self.rec.fail(self.steps.index(), msg);
     }
 }

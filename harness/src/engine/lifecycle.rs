@@ -1,8 +1,8 @@
 //! Arrivals, cancellations, token stamping, finishes, preemption and forks: every way a stream
-//! enters or leaves the cache. Each release goes through [`Engine::drop_cache`], so a stream lets
-//! go of its blocks exactly once, whatever point of its life it is cancelled at.
-
-use std::cmp::Reverse;
+//! enters or leaves the cache, with what the cache manager, the backend and the sink must hear
+//! of it. The state changes themselves are [`super::streams::Streams`]' transitions. Each
+//! release goes through [`Engine::drop_cache`], so a stream lets go of its blocks exactly once,
+//! whatever point of its life it is cancelled at.
 
 use kvbench_cache_api::{AllocError, ReleaseReason};
 
@@ -17,14 +17,10 @@ use crate::workload::CancelPoint;
 impl Engine<'_> {
     /// Take in every arrival and fire every cancellation timer due by now.
     pub(super) fn ingest(&mut self) {
-        while let Some(&Reverse((t, r))) = self.arrivals.peek() {
-            if t > self.now_ns {
-                break;
-            }
-            self.arrivals.pop();
+        while let Some((t, r)) = self.clock.pop_arrival_due() {
             self.arrive(r, t);
         }
-        while let Some(r) = self.timers.pop_due(self.now_ns) {
+        while let Some(r) = self.clock.pop_cancel_due() {
             self.fire_timer(r);
         }
     }
@@ -63,9 +59,6 @@ impl Engine<'_> {
         let req = &self.workload.requests[r as usize];
         let prompt_len = self.prompt_len_of(r) as usize;
         let samples = req.samples.max(1);
-        let first = self.streams.len() as u32;
-        self.req_first[r as usize] = first;
-        self.req_open[r as usize] = samples;
         let (limit, cancel_at_limit) = match req.cancel {
             Some(CancelPoint::AfterTokens { tokens }) if tokens < req.output_tokens => {
                 (tokens, true)
@@ -78,8 +71,9 @@ impl Engine<'_> {
         } else {
             ms_to_ns(req.arrival_ms)
         };
-        for rank in 0..samples {
-            self.streams.push(Stream {
+        let first = self.streams.arrive(
+            r,
+            (0..samples).map(|rank| Stream {
                 request: r,
                 rank,
                 phase: Phase::Pending,
@@ -91,7 +85,6 @@ impl Engine<'_> {
                 in_cache: 0,
                 target: 0,
                 swapped_tokens: 0,
-                admit_order: 0,
                 scheduled_step: u64::MAX,
                 first_admission_done: false,
                 restart: false,
@@ -113,8 +106,8 @@ impl Engine<'_> {
                     token_ns: Vec::new(),
                     token_ids: Vec::new(),
                 },
-            });
-        }
+            }),
+        );
         self.trace(first, TraceKind::Arrive);
         let total = prompt_len as u64 + req.output_tokens as u64;
         let reject = if prompt_len == 0 {
@@ -130,18 +123,15 @@ impl Engine<'_> {
             (need > have).then(|| format!("needs {need} slots, the cache holds {have}"))
         };
         if let Some(reason) = reject {
-            for s in first..first + samples {
-                self.streams[s as usize].record.status = StreamStatus::Rejected;
-                self.streams[s as usize].phase = Phase::Done;
-            }
+            self.streams.reject(r, samples);
             self.trace(first, TraceKind::Reject { reason });
-            self.req_open[r as usize] = 0;
             self.request_resolved(r);
             return;
         }
         match req.cancel {
             Some(CancelPoint::Queued { after_ms }) | Some(CancelPoint::AfterDelay { after_ms }) => {
-                self.timers.arm(r, t.saturating_add(ms_to_ns(after_ms)));
+                self.clock
+                    .arm_cancel(r, t.saturating_add(ms_to_ns(after_ms)));
             }
             _ => {}
         }
@@ -151,8 +141,7 @@ impl Engine<'_> {
             }
             return;
         }
-        self.streams[first as usize].phase = Phase::Waiting;
-        self.waiting.push_back(first, req.tenant);
+        self.streams.enqueue(first, req.tenant);
     }
 
     /// Slots one stream of `prompt + output` tokens needs at most in this cache mode.
@@ -169,10 +158,9 @@ impl Engine<'_> {
     }
 
     fn fire_timer(&mut self, r: u32) {
-        let first = self.req_first[r as usize];
-        if first == u32::MAX {
+        let Some(first) = self.streams.first_of(r) else {
             return;
-        }
+        };
         let req = &self.workload.requests[r as usize];
         let samples = req.samples.max(1);
         let head = &self.streams[first as usize];
@@ -208,7 +196,7 @@ impl Engine<'_> {
             StreamStatus::Completed
         });
         let (request, rank) = (st.record.request, st.record.rank);
-        self.sink.token(&TokenEvent {
+        self.rec.token(&TokenEvent {
             t_ns,
             stream: s,
             request,
@@ -237,19 +225,13 @@ impl Engine<'_> {
             Phase::Pending | Phase::Done => "pending",
         };
         self.drop_cache(s, reason);
-        let st = &mut self.streams[s as usize];
-        if st.phase == Phase::Done {
+        let r = self.streams[s as usize].request;
+        let Some(done) = self.streams.finish(s, status, self.clock.now_ns()) else {
             return;
-        }
-        st.phase = Phase::Done;
-        st.record.status = status;
-        st.record.finish_ns = self.now_ns;
-        let registered = std::mem::replace(&mut st.registered, false);
-        let r = st.request;
-        if registered {
-            let t0 = std::time::Instant::now();
-            let forgotten = self.backend.forget(Stream::seq(s));
-            self.backend_hook_s += t0.elapsed().as_secs_f64();
+        };
+        if done.registered {
+            let backend = &mut *self.backend;
+            let forgotten = self.rec.hook(|| backend.forget(Stream::seq(s)));
             if let Err(e) = forgotten {
                 self.fail(format!("backend forget of stream {s}: {e}"));
             }
@@ -260,9 +242,7 @@ impl Engine<'_> {
             TraceKind::Cancel { during }
         };
         self.trace(s, kind);
-        self.running_dirty = true;
-        self.req_open[r as usize] -= 1;
-        if self.req_open[r as usize] == 0 {
+        if done.request_resolved {
             self.request_resolved(r);
         }
     }
@@ -271,24 +251,24 @@ impl Engine<'_> {
     /// records to the sink and drop their state (nothing reads a resolved request's streams
     /// but the done checks, which a released id answers).
     fn request_resolved(&mut self, r: u32) {
-        self.unresolved -= 1;
-        self.timers.disarm(r);
+        self.streams.resolved();
+        self.clock.disarm_cancel(r);
         if self.workload.requests[r as usize].session.is_some() {
             self.session_follow_up(r);
         }
         self.prompts.remove(&r);
         if let Some(cl) = self.workload.closed_loop {
             if (self.next_closed_loop as usize) < self.workload.requests.len() {
-                let t = self.now_ns.saturating_add(ms_to_ns(cl.think_ms));
-                self.arrivals.push(Reverse((t, self.next_closed_loop)));
+                let t = self.clock.now_ns().saturating_add(ms_to_ns(cl.think_ms));
+                self.clock.schedule_arrival(t, self.next_closed_loop);
                 self.next_closed_loop += 1;
             }
         }
-        let first = self.req_first[r as usize];
+        let first = self.streams.first_of(r).unwrap_or(u32::MAX);
         let samples = self.workload.requests[r as usize].samples.max(1);
         for s in first..first.saturating_add(samples) {
             if let Some(rec) = self.streams.release(s) {
-                self.sink.stream_done(s, &rec);
+                self.rec.stream_done(s, &rec);
             }
         }
     }
@@ -304,12 +284,12 @@ impl Engine<'_> {
         let Some(next) = turn.next.map(|n| n as u32) else {
             return;
         };
-        let first = self.req_first[r as usize] as usize;
+        let first = self.streams.first_of(r).unwrap_or(u32::MAX) as usize;
         let head = &self.streams[first].record;
         if head.status != StreamStatus::Completed {
             let mut at = Some(next);
             while let Some(n) = at {
-                self.unresolved -= 1;
+                self.streams.resolved();
                 at = self.workload.requests[n as usize]
                     .session
                     .and_then(|s| s.next)
@@ -334,33 +314,24 @@ impl Engine<'_> {
         }
         let think_ns = ms_to_ns(nreq.session.map_or(0.0, |s| s.think_ms));
         self.prompts.insert(next, prompt);
-        self.arrivals.push(Reverse((self.now_ns + think_ns, next)));
+        self.clock
+            .schedule_arrival(self.clock.now_ns() + think_ns, next);
     }
 
     /// Release the stream's cache if it holds any (deferred by the manager past in-flight steps).
     pub(super) fn drop_cache(&mut self, s: u32, why: ReleaseReason) {
-        let st = &mut self.streams[s as usize];
-        if !std::mem::replace(&mut st.cached, false) {
+        if !self.streams.drop_cached(s) {
             return;
         }
-        st.in_cache = 0;
-        self.running_dirty = true;
         if let Err(e) = self.cache.release(Stream::seq(s), why) {
             self.fail(format!("release of stream {s}: {e}"));
-        }
-    }
-
-    /// Record the first violation (it stops the run).
-    pub(super) fn fail(&mut self, msg: String) {
-        if self.violation.is_none() {
-            self.violation = Some(format!("step {}: {msg}", self.steps_submitted));
         }
     }
 
     /// Preempt `v` (already removed from `running`): swap it out in this step, or release it
     /// for recompute. Swap applies to decoding streams; a stream mid-prefill is recomputed.
     pub(super) fn preempt(&mut self, v: u32) {
-        self.preempted_flag = true;
+        self.steps.note_preempted();
         let swap = self.cfg.scheduler.preemption == PreemptionMode::Swap
             && self.streams[v as usize].phase == Phase::Decode;
         self.streams[v as usize].record.preemptions += 1;
@@ -368,24 +339,18 @@ impl Engine<'_> {
         if swap {
             let tokens = self.streams[v as usize].in_cache;
             let bytes = tokens as u64 * self.cfg.kv_bytes_per_token;
-            self.plan.swaps.push(SwapOp {
+            self.steps.add_swap(SwapOp {
                 seq: Stream::seq(v),
                 direction: SwapDirection::Out,
                 tokens,
             });
-            let st = &mut self.streams[v as usize];
-            st.record.swapped_bytes += bytes;
-            st.swapped_tokens = tokens;
-            st.phase = Phase::Swapped;
-            self.release_after_submit.push(v);
-            self.swapped.push_back(v);
+            self.streams[v as usize].record.swapped_bytes += bytes;
+            self.streams.swap_out(v, tokens);
+            self.steps.release_after_submit(v);
             self.trace(v, TraceKind::SwapOut { bytes });
         } else {
             self.drop_cache(v, ReleaseReason::Preempt);
-            let st = &mut self.streams[v as usize];
-            st.phase = Phase::Waiting;
-            st.restart = true;
-            self.waiting.push_front(v);
+            self.streams.requeue(v);
         }
     }
 
@@ -397,7 +362,8 @@ impl Engine<'_> {
     ) -> Result<(), EngineError> {
         let p = &self.streams[parent as usize];
         let r = p.request as usize;
-        let (first, samples) = (self.req_first[r], self.workload.requests[r].samples.max(1));
+        let first = self.streams.first_of(r as u32).unwrap_or(u32::MAX);
+        let samples = self.workload.requests[r].samples.max(1);
         let (in_cache, admitted, cached_prompt) = (
             p.in_cache,
             p.record.admitted_ns,
@@ -409,37 +375,28 @@ impl Engine<'_> {
             if self.streams[c as usize].is_done() {
                 continue;
             }
-            let t0 = std::time::Instant::now();
-            let forked = self.backend.fork(Stream::seq(parent), Stream::seq(c), rank);
-            self.backend_hook_s += t0.elapsed().as_secs_f64();
-            let token = forked?;
+            let backend = &mut *self.backend;
+            let token = self
+                .rec
+                .hook(|| backend.fork(Stream::seq(parent), Stream::seq(c), rank))?;
             forks.push((c, token));
-            self.admit_counter += 1;
-            let order = self.admit_counter;
             let st = &mut self.streams[c as usize];
             st.registered = true;
             st.generated = 1;
             st.first_admission_done = true;
-            st.admit_order = order;
             st.record.admitted_ns = admitted;
             st.record.cached_prompt_tokens = cached_prompt;
             match self.cache.fork(Stream::seq(parent), Stream::seq(c)) {
                 Ok(copies) => {
-                    self.pending_copies
-                        .extend(copies.into_iter().map(|op| (c, op)));
+                    self.steps.copies_for_next(c, copies);
                     let st = &mut self.streams[c as usize];
-                    st.cached = true;
                     st.in_cache = in_cache;
                     st.target = in_cache;
-                    st.phase = Phase::Decode;
-                    self.running.push(c);
+                    self.streams.start_running(c, Phase::Decode);
                 }
                 Err(AllocError::NoSpace { .. }) => {
                     // No room to copy (contiguous): the continuation waits and recomputes.
-                    let st = &mut self.streams[c as usize];
-                    st.phase = Phase::Waiting;
-                    st.restart = true;
-                    self.waiting.push_front(c);
+                    self.streams.requeue(c);
                 }
                 Err(e) => self.fail(format!("fork of stream {parent} into {c}: {e}")),
             }

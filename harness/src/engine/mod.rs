@@ -15,14 +15,18 @@
 //! written files.
 
 pub mod admission;
+mod clock;
 mod core;
 mod lifecycle;
 pub mod policy;
 pub mod record;
+mod recorder;
 pub mod sink;
 mod start;
 mod state;
 mod step;
+mod steps;
+mod streams;
 mod table;
 mod timers;
 

@@ -1,8 +1,6 @@
 //! Starting sequences: admission of waiting ones (new or preempted for recompute) and swap-ins,
 //! both gated by the admission controller on the pool's capacity.
 
-use std::time::Instant;
-
 use kvbench_cache_api::{AllocError, ReuseScope, ScopeKey, StartRequest};
 
 use super::admission::{Capacity, Verdict};
@@ -14,27 +12,11 @@ use crate::scenario::PrefixScope;
 
 impl Engine<'_> {
     pub(super) fn capacity(&mut self) -> Capacity {
-        let reserve = match self.decode_reserve {
-            Some(r) => r,
-            None => {
-                let r = self
-                    .running
-                    .iter()
-                    .filter(|&&v| {
-                        let st = &self.streams[v as usize];
-                        st.cached && st.phase == Phase::Decode && st.generated < st.limit
-                    })
-                    .map(|&v| self.cache.append_cost(Stream::seq(v)))
-                    .sum();
-                self.decode_reserve = Some(r);
-                r
-            }
-        };
-        let idle = self
-            .running
-            .iter()
-            .all(|&v| !self.streams[v as usize].cached)
-            && self.in_flight.is_empty();
+        let cache = &*self.cache;
+        let reserve = self
+            .streams
+            .decode_reserve(|v| cache.append_cost(Stream::seq(v)));
+        let idle = self.streams.none_cached() && self.steps.in_flight() == 0;
         Capacity::from_accounting(&self.cache.accounting(), reserve, idle)
     }
 
@@ -75,13 +57,9 @@ impl Engine<'_> {
     /// Schedule a prefill chunk of `s`. Returns tokens scheduled.
     pub(super) fn swap_in_streams(&mut self) -> u32 {
         let mut n = 0;
-        while let Some(&s) = self.swapped.front() {
+        while let Some(s) = self.streams.next_swapped() {
             let st = &self.streams[s as usize];
-            if st.phase != Phase::Swapped {
-                self.swapped.pop_front();
-                continue;
-            }
-            if st.cached || self.seq_budget == 0 {
+            if st.cached || self.steps.seqs_left() == 0 {
                 break; // its swap-out release happens after this step's submit
             }
             let (in_cache, request) = (st.in_cache_at_swap(), st.request);
@@ -110,23 +88,17 @@ impl Engine<'_> {
                 self.fail(format!("swap-in of stream {s}: {e}"));
                 break;
             }
-            self.swapped.pop_front();
+            self.streams.take_swapped();
             let bytes = tokens.len() as u64 * self.cfg.kv_bytes_per_token;
-            self.plan.swaps.push(SwapOp {
+            self.steps.add_swap(SwapOp {
                 seq: Stream::seq(s),
                 direction: SwapDirection::In,
                 tokens: tokens.len() as u32,
             });
-            self.admit_counter += 1;
-            let order = self.admit_counter;
             let st = &mut self.streams[s as usize];
             st.record.swapped_bytes += bytes;
-            st.cached = true;
             st.in_cache = tokens.len() as u32;
-            st.phase = Phase::Decode;
-            st.admit_order = order;
-            self.running.push(s);
-            self.decode_reserve = None;
+            self.streams.start_running(s, Phase::Decode);
             self.trace(s, TraceKind::SwapIn { bytes });
             self.trace(s, TraceKind::Resume);
             n += 1;
@@ -135,14 +107,10 @@ impl Engine<'_> {
     }
 
     pub(super) fn admit_next(&mut self, chunked: bool) -> bool {
-        if self.token_budget == 0 || self.seq_budget == 0 || self.violation.is_some() {
+        if !self.steps.has_room() || self.rec.failed() {
             return false;
         }
-        let streams = &self.streams;
-        let Some(s) = self.waiting.peek(|v| {
-            let st = &streams[v as usize];
-            st.phase == Phase::Waiting && !st.cached
-        }) else {
+        let Some(s) = self.streams.next_waiting() else {
             return false;
         };
         let Some(tokens) = self.start_tokens(s, None) else {
@@ -172,46 +140,40 @@ impl Engine<'_> {
                 return false;
             }
         };
-        self.waiting.pop(s);
+        self.streams.take_waiting(s);
         if !self.streams[s as usize].registered {
-            let t0 = Instant::now();
+            let backend = &mut *self.backend;
             let registered = self
-                .backend
-                .register(Stream::seq(s), &tokens, scope.as_ref());
-            self.backend_hook_s += t0.elapsed().as_secs_f64();
+                .rec
+                .hook(|| backend.register(Stream::seq(s), &tokens, scope.as_ref()));
             if let Err(e) = registered {
                 self.fail(format!("backend register of stream {s}: {e}"));
                 return false;
             }
             self.streams[s as usize].registered = true;
         }
-        self.admit_counter += 1;
-        let (order, now) = (self.admit_counter, self.now_ns);
+        let now = self.clock.now_ns();
         let cached = started.cached_tokens;
         let st = &mut self.streams[s as usize];
         let first = !st.first_admission_done;
         st.first_admission_done = true;
-        st.cached = true;
-        st.phase = Phase::Prefill;
         st.in_cache = cached;
         st.target = tokens.len() as u32;
-        st.admit_order = order;
         if first {
             st.record.admitted_ns = Some(now);
             st.record.cached_prompt_tokens = cached;
         } else {
             st.record.recomputed_tokens += (tokens.len() as u32 - cached) as u64;
         }
-        self.running.push(s);
-        self.decode_reserve = None;
         let (request, rank) = (st.request, st.rank);
+        self.streams.start_running(s, Phase::Prefill);
         let queued_cancel = matches!(
             self.workload.requests[request as usize].cancel,
             Some(crate::workload::CancelPoint::Queued { .. })
         );
         if first && rank == 0 && queued_cancel {
             // Admitted: a cancellation "while queued" can no longer fire.
-            self.timers.disarm(request);
+            self.clock.disarm_cancel(request);
         }
         self.trace(
             s,

@@ -39,8 +39,6 @@ pub struct Stream {
     pub target: u32,
     /// Tokens copied to the host tier by the last swap-out.
     pub swapped_tokens: u32,
-    /// Admission order (the preemption victim is the newest).
-    pub admit_order: u64,
     /// The step this stream was last scheduled in (u64::MAX: never).
     pub scheduled_step: u64,
     pub first_admission_done: bool,

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use kvbench_cache_api::{AllocError, ReleaseReason};
 
-use super::core::{Engine, InFlight};
+use super::core::Engine;
 use super::policy::StepOps;
 use super::record::TraceKind;
 use super::state::{Phase, Stream};
@@ -23,64 +23,49 @@ enum Append {
 }
 
 impl Engine<'_> {
-    /// Plan a step and submit it. False when there was nothing to run.
+    /// Plan a step by policy and submit it. False when there was nothing to run.
     pub(super) fn plan_and_submit(&mut self) -> Result<bool, EngineError> {
         let t0 = Instant::now();
-        self.plan.clear();
-        self.samplers.clear();
-        self.forks_pending.clear();
-        self.release_after_submit.clear();
-        for (child, op) in std::mem::take(&mut self.pending_copies) {
+        let sched = &self.cfg.scheduler;
+        let copies = self
+            .steps
+            .begin(sched.max_tokens_per_step, sched.max_seqs_per_step);
+        for (child, op) in copies {
             let st = &self.streams[child as usize];
             if st.cached && !st.is_done() {
-                self.plan.copies.push(op);
+                self.steps.add_copies([op]);
             }
         }
-        self.token_budget = self.cfg.scheduler.max_tokens_per_step.max(1);
-        self.seq_budget = self.cfg.scheduler.max_seqs_per_step.max(1);
-        self.preempted_flag = false;
-        self.decode_reserve = None;
-        let running_at_plan = self.running.len() as u32;
+        self.streams.forget_reserve();
+        let running_at_plan = self.streams.running().len() as u32;
         if let Some(mut policy) = self.policy.take() {
             policy.build(self);
             self.policy = Some(policy);
         }
-        if self.running_dirty {
-            let streams = &self.streams;
-            self.running
-                .retain(|&s| streams[s as usize].cached && !streams[s as usize].is_done());
-            self.running_dirty = false;
-        }
-        let running = running_at_plan.max(self.running.len() as u32);
-        self.peak_running = self.peak_running.max(self.running.len() as u32);
-        if self.plan.is_empty() {
-            self.host_s += t0.elapsed().as_secs_f64();
+        self.streams.tidy_running();
+        let running_now = self.streams.running().len() as u32;
+        let running = running_at_plan.max(running_now);
+        self.rec.running(running_now);
+        if self.steps.is_empty() {
+            self.rec.host(t0);
             return Ok(false);
         }
-        self.host_s += t0.elapsed().as_secs_f64();
-        self.backend.submit(&self.plan, &*self.cache)?;
+        self.rec.host(t0);
+        self.backend.submit(self.steps.plan(), &*self.cache)?;
         let t1 = Instant::now();
         let cache_step = self.cache.begin_step();
-        let index = self.steps_submitted;
-        self.steps_submitted += 1;
-        for v in std::mem::take(&mut self.release_after_submit) {
+        let index = self.steps.submitted();
+        let (releases, parents) = self.steps.after_submit();
+        for v in releases {
             self.drop_cache(v, ReleaseReason::Preempt);
         }
         let mut forks = Vec::new();
-        for parent in std::mem::take(&mut self.forks_pending) {
+        for parent in parents {
             self.fork_children(parent, &mut forks)?;
         }
-        self.seq_steps += self.plan.seqs.len() as u64;
-        self.in_flight.push_back(InFlight {
-            index,
-            cache_step,
-            planned_ns: self.now_ns,
-            samplers: std::mem::take(&mut self.samplers),
-            forks,
-            batch_seqs: self.plan.seqs.len() as u32,
-            batch_tokens: self.plan.seqs.iter().map(|w| w.new_tokens).sum(),
-            running,
-        });
+        self.rec.submitted(self.steps.seqs() as u64);
+        self.steps
+            .push_in_flight(index, cache_step, self.clock.now_ns(), running, forks);
         let every = self.cfg.invariant_check_every as u64;
         if every > 0 && index.is_multiple_of(every) {
             if let Err(msg) = self.cache.check_invariants() {
@@ -91,12 +76,8 @@ impl Engine<'_> {
                 self.fail(format!("slot accounting not conserved: {a:?}"));
             }
         }
-        self.host_s += t1.elapsed().as_secs_f64();
+        self.rec.host(t1);
         Ok(true)
-    }
-
-    pub(super) fn step_index(&self) -> u64 {
-        self.steps_submitted
     }
 
     fn try_append(&mut self, s: u32) -> Append {
@@ -110,25 +91,23 @@ impl Engine<'_> {
             };
             match appended {
                 Ok(copies) => {
-                    self.plan.copies.extend(copies);
-                    let cur = self.step_index();
+                    self.steps.add_copies(copies);
+                    let cur = self.steps.index();
                     let st = &mut self.streams[s as usize];
-                    self.plan.seqs.push(SeqWork {
+                    let work = SeqWork {
                         seq,
                         context_tokens: st.in_cache,
                         new_tokens: 1,
                         sample: true,
-                    });
+                    };
                     st.in_cache += 1;
                     st.generated += 1;
                     st.scheduled_step = cur;
-                    self.samplers.push(s);
-                    self.token_budget -= 1;
-                    self.seq_budget -= 1;
+                    self.steps.add_work(work, Some(s));
                     return Append::Done;
                 }
                 Err(AllocError::NoSpace { .. }) if attempt == 0 => {
-                    let victim = self.pop_victim(s);
+                    let victim = self.streams.pop_victim(s, self.steps.index());
                     self.preempt(victim);
                     if victim == s {
                         return Append::Preempted;
@@ -147,39 +126,16 @@ impl Engine<'_> {
         Append::Stalled
     }
 
-    /// Remove and return the newest-admitted running stream that is not finishing and not
-    /// scheduled in this step; `s` itself when there is none.
-    fn pop_victim(&mut self, s: u32) -> u32 {
-        let cur = self.step_index();
-        let mut j = self.running.len();
-        while j > 0 {
-            j -= 1;
-            let v = self.running[j];
-            let st = &self.streams[v as usize];
-            let eligible = st.cached
-                && !st.is_done()
-                && st.phase != Phase::Swapped
-                && st.generated < st.limit
-                && (st.scheduled_step != cur || v == s);
-            if eligible {
-                self.running.remove(j);
-                return v;
-            }
-        }
-        if let Some(j) = self.running.iter().position(|&v| v == s) {
-            self.running.remove(j);
-        }
-        s
-    }
     pub(super) fn prefill_chunk(&mut self, s: u32, chunked: bool) -> u32 {
         let st = &self.streams[s as usize];
         let remaining = st.target.saturating_sub(st.in_cache);
-        if remaining == 0 || self.seq_budget == 0 {
+        let tokens_left = self.steps.tokens_left();
+        if remaining == 0 || self.steps.seqs_left() == 0 {
             return 0;
         }
         let n = if chunked {
-            remaining.min(self.token_budget)
-        } else if remaining <= self.token_budget || self.plan.seqs.is_empty() {
+            remaining.min(tokens_left)
+        } else if remaining <= tokens_left || self.steps.seqs() == 0 {
             remaining
         } else {
             0
@@ -191,29 +147,29 @@ impl Engine<'_> {
             self.fail(format!("fill of stream {s}: {e}"));
             return 0;
         }
-        let cur = self.step_index();
+        let cur = self.steps.index();
         let samples = self.workload.requests[st.request as usize].samples;
         let st = &mut self.streams[s as usize];
         let context = st.in_cache;
         let sample = context + n == st.target;
-        self.plan.seqs.push(SeqWork {
+        let work = SeqWork {
             seq: Stream::seq(s),
             context_tokens: context,
             new_tokens: n,
             sample,
-        });
+        };
         st.in_cache += n;
         st.scheduled_step = cur;
+        let mut fork = false;
         if sample {
             st.generated += 1;
             st.phase = Phase::Decode;
-            self.samplers.push(s);
-            if st.rank == 0 && samples > 1 && !st.forked_children {
-                self.forks_pending.push(s);
-            }
+            fork = st.rank == 0 && samples > 1 && !st.forked_children;
         }
-        self.token_budget = self.token_budget.saturating_sub(n);
-        self.seq_budget -= 1;
+        self.steps.add_work(work, sample.then_some(s));
+        if fork {
+            self.steps.fork_after_submit(s);
+        }
         self.trace(s, TraceKind::PrefillChunk { tokens: n, context });
         n
     }
@@ -221,14 +177,14 @@ impl Engine<'_> {
 
 impl StepOps for Engine<'_> {
     fn schedule_decodes(&mut self) -> u32 {
-        let cur = self.step_index();
+        let cur = self.steps.index();
         let mut n = 0;
         let mut i = 0;
-        while i < self.running.len() {
-            if self.violation.is_some() {
+        while i < self.streams.running().len() {
+            if self.rec.failed() {
                 break;
             }
-            let s = self.running[i];
+            let s = self.streams.running()[i];
             let st = &self.streams[s as usize];
             if st.phase != Phase::Decode
                 || !st.cached
@@ -238,7 +194,7 @@ impl StepOps for Engine<'_> {
                 i += 1;
                 continue;
             }
-            if self.token_budget == 0 || self.seq_budget == 0 {
+            if !self.steps.has_room() {
                 break;
             }
             match self.try_append(s) {
@@ -255,11 +211,11 @@ impl StepOps for Engine<'_> {
     }
 
     fn schedule_prefills(&mut self, chunked: bool) -> u32 {
-        let cur = self.step_index();
+        let cur = self.steps.index();
         let mut total = 0;
         let mut i = 0;
-        while i < self.running.len() && self.token_budget > 0 && self.seq_budget > 0 {
-            let s = self.running[i];
+        while i < self.streams.running().len() && self.steps.has_room() {
+            let s = self.streams.running()[i];
             let st = &self.streams[s as usize];
             if st.phase == Phase::Prefill && st.cached && st.scheduled_step != cur {
                 total += self.prefill_chunk(s, chunked);
@@ -277,13 +233,13 @@ impl StepOps for Engine<'_> {
     }
 
     fn has_prefill_work(&self) -> bool {
-        self.running.iter().any(|&s| {
+        self.streams.running().iter().any(|&s| {
             let st = &self.streams[s as usize];
             st.cached && st.phase == Phase::Prefill
-        }) || !self.waiting.is_empty()
+        }) || self.streams.has_waiting()
     }
 
     fn preempted(&self) -> bool {
-        self.preempted_flag
+        self.steps.preempted()
     }
 }

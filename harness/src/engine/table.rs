@@ -138,7 +138,6 @@ impl Stream {
             in_cache: 0,
             target: 0,
             swapped_tokens: 0,
-            admit_order: 0,
             scheduled_step: u64::MAX,
             first_admission_done: true,
             restart: false,

@@ -1,0 +1,295 @@
+//! The streams' lifecycle: every stream's state and the queue it is in, with each transition —
+//! arrive → waiting → running ⇄ swapped (or back to waiting, preempted for recompute) → done —
+//! made here, so a transition moves the stream, its phase, its flags and its queue together.
+//!
+//! **Invariants:** a stream is in `running` while it holds cache (stale entries of streams that
+//! let go are dropped by [`Streams::tidy_running`] before the next step is planned); in
+//! `swapped` only while `Swapped`; `waiting` is peeked for streams that are `Waiting` and hold
+//! nothing. A request's open-stream count reaches 0 exactly once, when its last stream is done.
+//! The decode reserve (the slots every running decode needs for one more token) is computed
+//! once per plan and forgotten whenever a stream starts running.
+
+use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+
+use super::policy::queue::WaitQueue;
+use super::record::{StreamRecord, StreamStatus};
+use super::state::{Phase, Stream};
+use super::table::StreamTable;
+
+pub(super) struct Streams {
+    table: StreamTable,
+    /// First stream index of each request (u32::MAX until it arrives).
+    req_first: Vec<u32>,
+    /// Streams of each request not yet done.
+    req_open: Vec<u32>,
+    /// Requests not resolved yet (including later session turns not issued yet).
+    unresolved: usize,
+    running: Vec<u32>,
+    /// Some stream in `running` let go of its cache since the last tidy.
+    running_dirty: bool,
+    waiting: WaitQueue,
+    swapped: VecDeque<u32>,
+    decode_reserve: Option<u64>,
+}
+
+/// A stream just marked done.
+pub(super) struct Done {
+    /// It was registered with the backend, which must now forget it.
+    pub registered: bool,
+    /// It was its request's last open stream: the request resolved.
+    pub request_resolved: bool,
+}
+
+impl Streams {
+    pub fn new(requests: usize, waiting: WaitQueue) -> Streams {
+        Streams {
+            table: StreamTable::new(),
+            req_first: vec![u32::MAX; requests],
+            req_open: vec![0; requests],
+            unresolved: requests,
+            running: Vec::new(),
+            running_dirty: false,
+            waiting,
+            swapped: VecDeque::new(),
+            decode_reserve: None,
+        }
+    }
+
+    /// Streams ever added (the next id).
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn peak_live(&self) -> usize {
+        self.table.peak_live()
+    }
+
+    pub fn live_ids(&self) -> Vec<u32> {
+        self.table.live_ids()
+    }
+
+    /// Drop a resolved stream's state and return its record (`None` if released already).
+    pub fn release(&mut self, id: u32) -> Option<StreamRecord> {
+        self.table.release(id)
+    }
+
+    pub fn unresolved(&self) -> usize {
+        self.unresolved
+    }
+
+    pub fn running(&self) -> &[u32] {
+        &self.running
+    }
+
+    pub fn swapped_len(&self) -> usize {
+        self.swapped.len()
+    }
+
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Request `r` arrived as `streams` (rank order, all `Pending`); returns its first id.
+    pub fn arrive(&mut self, r: u32, streams: impl IntoIterator<Item = Stream>) -> u32 {
+        let first = self.table.len() as u32;
+        let mut open = 0;
+        for s in streams {
+            self.table.push(s);
+            open += 1;
+        }
+        self.req_first[r as usize] = first;
+        self.req_open[r as usize] = open;
+        first
+    }
+
+    /// The first stream of request `r`, once it arrived.
+    pub fn first_of(&self, r: u32) -> Option<u32> {
+        let first = self.req_first[r as usize];
+        (first != u32::MAX).then_some(first)
+    }
+
+    /// Request `r` is refused at arrival: its streams are done as rejected, none of them open.
+    pub fn reject(&mut self, r: u32, samples: u32) {
+        let first = self.req_first[r as usize];
+        for s in first..first + samples {
+            self.table[s as usize].record.status = StreamStatus::Rejected;
+            self.table[s as usize].phase = Phase::Done;
+        }
+        self.req_open[r as usize] = 0;
+    }
+
+    /// A new stream joins the back of the wait queue.
+    pub fn enqueue(&mut self, s: u32, tenant: u32) {
+        self.table[s as usize].phase = Phase::Waiting;
+        self.waiting.push_back(s, tenant);
+    }
+
+    /// A stream that must (re)compute its cache goes to the front of the wait queue.
+    pub fn requeue(&mut self, s: u32) {
+        let st = &mut self.table[s as usize];
+        st.phase = Phase::Waiting;
+        st.restart = true;
+        self.waiting.push_front(s);
+    }
+
+    /// The next waiting stream that may start, left in the queue.
+    pub fn next_waiting(&mut self) -> Option<u32> {
+        let table = &self.table;
+        self.waiting.peek(|v| {
+            let st = &table[v as usize];
+            st.phase == Phase::Waiting && !st.cached
+        })
+    }
+
+    /// Stream `s` (from [`Self::next_waiting`]) started: out of the wait queue.
+    pub fn take_waiting(&mut self, s: u32) {
+        self.waiting.pop(s);
+    }
+
+    /// Stream `s` now holds cache and runs in `phase` (its counts set by the caller).
+    pub fn start_running(&mut self, s: u32, phase: Phase) {
+        let st = &mut self.table[s as usize];
+        st.cached = true;
+        st.phase = phase;
+        self.running.push(s);
+        self.decode_reserve = None;
+    }
+
+    /// Stream `s` (already out of `running`) is swapped out with `tokens` tokens.
+    pub fn swap_out(&mut self, s: u32, tokens: u32) {
+        let st = &mut self.table[s as usize];
+        st.swapped_tokens = tokens;
+        st.phase = Phase::Swapped;
+        self.swapped.push_back(s);
+    }
+
+    /// The oldest swapped-out stream still swapped out, left in the queue.
+    pub fn next_swapped(&mut self) -> Option<u32> {
+        while let Some(&s) = self.swapped.front() {
+            if self.table[s as usize].phase == Phase::Swapped {
+                return Some(s);
+            }
+            self.swapped.pop_front();
+        }
+        None
+    }
+
+    /// The stream from [`Self::next_swapped`] is being swapped in.
+    pub fn take_swapped(&mut self) {
+        self.swapped.pop_front();
+    }
+
+    /// Stream `s` lets go of its cache: true when it held some (the caller releases it in the
+    /// cache manager, exactly once).
+    pub fn drop_cached(&mut self, s: u32) -> bool {
+        let st = &mut self.table[s as usize];
+        if !std::mem::replace(&mut st.cached, false) {
+            return false;
+        }
+        st.in_cache = 0;
+        self.running_dirty = true;
+        true
+    }
+
+    /// Stream `s` is done with `status` at `now_ns`; `None` when it was done already.
+    pub fn finish(&mut self, s: u32, status: StreamStatus, now_ns: u64) -> Option<Done> {
+        let st = &mut self.table[s as usize];
+        if st.phase == Phase::Done {
+            return None;
+        }
+        st.phase = Phase::Done;
+        st.record.status = status;
+        st.record.finish_ns = now_ns;
+        let registered = std::mem::replace(&mut st.registered, false);
+        let r = st.request as usize;
+        self.running_dirty = true;
+        self.req_open[r] -= 1;
+        Some(Done {
+            registered,
+            request_resolved: self.req_open[r] == 0,
+        })
+    }
+
+    /// A request resolved, or a session turn will never be issued.
+    pub fn resolved(&mut self) {
+        self.unresolved -= 1;
+    }
+
+    /// Drop stale entries (streams that let go of their cache) from `running`.
+    pub fn tidy_running(&mut self) {
+        if self.running_dirty {
+            let table = &self.table;
+            self.running
+                .retain(|&s| table[s as usize].cached && !table[s as usize].is_done());
+            self.running_dirty = false;
+        }
+    }
+
+    /// Remove and return the newest-admitted running stream that is not finishing and not
+    /// scheduled in step `cur`; `s` itself when there is none.
+    pub fn pop_victim(&mut self, s: u32, cur: u64) -> u32 {
+        let mut j = self.running.len();
+        while j > 0 {
+            j -= 1;
+            let v = self.running[j];
+            let st = &self.table[v as usize];
+            let eligible = st.cached
+                && !st.is_done()
+                && st.phase != Phase::Swapped
+                && st.generated < st.limit
+                && (st.scheduled_step != cur || v == s);
+            if eligible {
+                self.running.remove(j);
+                return v;
+            }
+        }
+        if let Some(j) = self.running.iter().position(|&v| v == s) {
+            self.running.remove(j);
+        }
+        s
+    }
+
+    /// No running stream holds cache.
+    pub fn none_cached(&self) -> bool {
+        self.running.iter().all(|&v| !self.table[v as usize].cached)
+    }
+
+    /// Slots every running decode needs for one more token (`cost` per stream), computed once
+    /// per plan until a stream starts running.
+    pub fn decode_reserve(&mut self, cost: impl Fn(u32) -> u64) -> u64 {
+        if let Some(r) = self.decode_reserve {
+            return r;
+        }
+        let table = &self.table;
+        let r = self
+            .running
+            .iter()
+            .filter(|&&v| {
+                let st = &table[v as usize];
+                st.cached && st.phase == Phase::Decode && st.generated < st.limit
+            })
+            .map(|&v| cost(v))
+            .sum();
+        self.decode_reserve = Some(r);
+        r
+    }
+
+    /// A new plan starts: the reserve is computed afresh.
+    pub fn forget_reserve(&mut self) {
+        self.decode_reserve = None;
+    }
+}
+
+impl Index<usize> for Streams {
+    type Output = Stream;
+    fn index(&self, id: usize) -> &Stream {
+        &self.table[id]
+    }
+}
+
+impl IndexMut<usize> for Streams {
+    fn index_mut(&mut self, id: usize) -> &mut Stream {
+        &mut self.table[id]
+    }
+}
