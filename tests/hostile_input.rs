@@ -8,6 +8,9 @@
 //! `validate` covers every mutation (many files per process). A seeded sample of the mutations
 //! that validate also runs on `sim`; `KVBENCH_SEED` replays a sample, `KVBENCH_HOSTILE_RUNS`
 //! widens it (default 16).
+//!
+//! The mutation tables — the hostile values, the extra keys, the named cases — are data in
+//! `tests/support/hostile_input.toml`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -128,29 +131,52 @@ fn tables(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
-fn hostile_values() -> Vec<(&'static str, Value)> {
-    vec![
-        ("0", Value::Integer(0)),
-        ("-1", Value::Integer(-1)),
-        ("i64::MAX", Value::Integer(i64::MAX)),
-        ("u32::MAX", Value::Integer(u32::MAX as i64)),
-        ("2^31", Value::Integer(1 << 31)),
-        ("1e9", Value::Integer(1_000_000_000)),
-        ("-1.0", Value::Float(-1.0)),
-        ("1e-320", Value::Float(1e-320)),
-        ("1e-9", Value::Float(1e-9)),
-        ("1e14", Value::Float(1e14)),
-        ("1e300", Value::Float(1e300)),
-        ("nan", Value::Float(f64::NAN)),
-        ("inf", Value::Float(f64::INFINITY)),
-        ("\"\"", Value::String(String::new())),
-        ("\"../../x\"", Value::String("../../x".into())),
-        ("\"/dev/zero\"", Value::String("/dev/zero".into())),
-        ("\"8 TiB\"", Value::String("8 TiB".into())),
-        ("\"1 EiB\"", Value::String("1 EiB".into())),
-        ("true", Value::Boolean(true)),
-        ("[]", Value::Array(vec![])),
-    ]
+/// The mutation tables (`tests/support/hostile_input.toml`).
+fn tables_file() -> toml::Table {
+    let path = root().join("tests/support/hostile_input.toml");
+    let text = std::fs::read_to_string(&path).expect("read the mutation tables");
+    toml::from_str(&text).expect("the mutation tables parse")
+}
+
+/// The entries of array `name` in the mutation tables.
+fn entries(name: &str) -> Vec<toml::Table> {
+    match tables_file().remove(name) {
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .map(|v| match v {
+                Value::Table(t) => t,
+                other => panic!("{name}: an entry is not a table: {other}"),
+            })
+            .collect(),
+        _ => panic!("the mutation tables have no array `{name}`"),
+    }
+}
+
+fn field(t: &toml::Table, key: &str) -> Value {
+    t.get(key)
+        .cloned()
+        .unwrap_or_else(|| panic!("a mutation table entry has no `{key}`: {t:?}"))
+}
+
+fn text(t: &toml::Table, key: &str) -> String {
+    match field(t, key) {
+        Value::String(s) => s,
+        other => panic!("`{key}` is not a string: {other}"),
+    }
+}
+
+/// (label, value) of every hostile value, in the tables' order.
+fn hostile_values() -> Vec<(String, Value)> {
+    entries("value")
+        .iter()
+        .map(|e| (text(e, "label"), field(e, "v")))
+        .collect()
+}
+
+/// A TOML value written as text (`value = "..."` in the tables).
+fn parse_value(value: &str) -> Option<Value> {
+    let v: toml::Table = toml::from_str(&format!("v = {value}")).expect("value");
+    v.get("v").cloned()
 }
 
 /// Number, string, bool, array, table: a value of another kind is a type error for any key
@@ -216,13 +242,10 @@ fn mutations() -> Vec<Mutation> {
         let mut ls = Vec::new();
         leaves(&base, "", &mut ls);
         // Keys a scenario may give besides the ones shipped files write.
-        for extra in [
-            ("traffic.tenants.count", Value::Integer(2)),
-            ("traffic.shared_prefix.groups", Value::Integer(2)),
-            ("scheduler.tenant_fairness", Value::Boolean(true)),
-        ] {
-            if !ls.iter().any(|(k, _)| k == extra.0) && base.contains_key("traffic") {
-                ls.push((extra.0.to_string(), extra.1));
+        for extra in entries("extra_key") {
+            let key = text(&extra, "key");
+            if !ls.iter().any(|(k, _)| *k == key) && base.contains_key("traffic") {
+                ls.push((key, field(&extra, "v")));
             }
         }
         for (key, original) in &ls {
@@ -372,6 +395,36 @@ fn seed() -> u64 {
         .unwrap_or(0x0605_711e)
 }
 
+/// The tables hold what their labels say: a value the TOML reader turned into something else
+/// (a subnormal flushed to 0, a maximum clipped) would quietly test another input.
+#[test]
+fn the_mutation_tables_hold_what_their_labels_say() {
+    let values: BTreeMap<String, Value> = hostile_values().into_iter().collect();
+    assert_eq!(values.len(), hostile_values().len(), "labels are unique");
+    let int = |label: &str| match values.get(label) {
+        Some(Value::Integer(i)) => *i,
+        other => panic!("{label}: {other:?}"),
+    };
+    let float = |label: &str| match values.get(label) {
+        Some(Value::Float(f)) => *f,
+        other => panic!("{label}: {other:?}"),
+    };
+    assert_eq!(int("i64::MAX"), i64::MAX);
+    assert_eq!(int("u32::MAX"), u32::MAX as i64);
+    assert_eq!(int("2^31"), 1 << 31);
+    assert_eq!(int("1e9"), 1_000_000_000);
+    assert_eq!(int("-1"), -1);
+    assert!(float("1e-320") > 0.0 && !float("1e-320").is_normal());
+    assert!(float("nan").is_nan());
+    assert_eq!(float("inf"), f64::INFINITY);
+    assert_eq!(float("1e300"), 1e300);
+    assert_eq!(values.get("[]"), Some(&Value::Array(vec![])));
+    assert_eq!(values.get("\"\""), Some(&Value::String(String::new())));
+    for name in ["extra_key", "named", "arrival_case", "huge"] {
+        assert!(!entries(name).is_empty(), "`{name}` is empty");
+    }
+}
+
 #[test]
 fn every_mutation_of_every_shipped_scenario_exits_cleanly_and_names_its_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -490,42 +543,21 @@ fn every_mutation_of_every_shipped_scenario_exits_cleanly_and_names_its_key() {
 fn named_hostile_cases_are_refused_with_their_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let quick = std::fs::read_to_string(root().join("scenarios/quick-basic.toml")).expect("read");
-    let chat = std::fs::read_to_string(root().join("scenarios/chat-8b-h200.toml")).expect("read");
-    let cases: &[(&str, &str, &str, &str)] = &[
-        (&chat, "traffic.requests", "1000000000", "host memory"),
-        (&chat, "traffic.requests", "4294967295", "host memory"),
-        (
-            &chat,
-            "memory.kv_budget",
-            "\"8 TiB\"",
-            "do not fit in device",
-        ),
-        (
-            &chat,
-            "memory.kv_budget",
-            "\"1 EiB\"",
-            "do not fit in device",
-        ),
-        (&quick, "cache.max_seq_len", "4294967295", "must be in"),
-        (&quick, "model.layers", "2147483648", "must be in"),
-        (&quick, "model.head_dim", "2147483648", "must be in"),
-        (&quick, "name", "\"../../x\"", "safe folder name"),
-        (&quick, "name", "\"/some/dir\"", "safe folder name"),
-        (&quick, "name", "\"..\"", "safe folder name"),
-        (&quick, "traffic.arrival.rate_per_s", "1e-9", "must be in"),
-        (&quick, "traffic.arrival.rate_per_s", "1e-320", "must be in"),
-        (&quick, "traffic.prompt_tokens.min", "\"x\"", "invalid type"),
-        (
-            &quick,
-            "traffic.prompt_tokens.median",
-            "3.0",
-            "unknown field",
-        ),
-    ];
+    let cases: Vec<(String, String, String, String)> = entries("named")
+        .iter()
+        .map(|e| {
+            let base = root().join(format!("scenarios/{}.toml", text(e, "scenario")));
+            (
+                std::fs::read_to_string(base).expect("read"),
+                text(e, "key"),
+                text(e, "value"),
+                text(e, "needle"),
+            )
+        })
+        .collect();
     for (i, (base, key, value, needle)) in cases.iter().enumerate() {
         let mut t: toml::Table = toml::from_str(base).expect("parse");
-        let v: toml::Table = toml::from_str(&format!("v = {value}")).expect("value");
-        set(&mut t, key, v.get("v").cloned());
+        set(&mut t, key, parse_value(value));
         let text = toml::to_string(&t).expect("render");
         let file = format!("case-{i}.toml");
         std::fs::write(dir.path().join(&file), &text).expect("write");
@@ -551,46 +583,22 @@ fn named_hostile_cases_are_refused_with_their_key() {
     }
 
     // Arrival-dependent ones: a burst with a rate, think time and delays past their range.
-    let more: &[(&str, &str, &str)] = &[
-        (
-            "traffic.arrival",
-            "{ kind = \"burst\", rate_per_s = 3.0 }",
-            "traffic.arrival.rate_per_s",
-        ),
-        (
-            "traffic.arrival",
-            "{ kind = \"closed_loop\", clients = 2, think_ms = 1e14 }",
-            "traffic.arrival.think_ms",
-        ),
-        (
-            "traffic.arrival",
-            "{ kind = \"gamma\", rate_per_s = 10.0, shape = 1e-320 }",
-            "traffic.arrival.shape",
-        ),
-        (
-            "traffic.cancellation",
-            "{ share = 0.5, when = \"after_delay\", delay = { dist = \"fixed\", ms = 1e14 } }",
-            "traffic.cancellation.delay.ms",
-        ),
-        (
-            "traffic.prompt_tokens",
-            "{ dist = \"empirical\", csv = \"/dev/zero\", column = \"x\" }",
-            "traffic.prompt_tokens.csv",
-        ),
-    ];
+    let more: Vec<(String, String, String)> = entries("arrival_case")
+        .iter()
+        .map(|e| (text(e, "key"), text(e, "value"), text(e, "named")))
+        .collect();
     for (i, (key, value, named)) in more.iter().enumerate() {
         let text = quick.replace("[traffic.arrival]", "[traffic.arrival_unused]");
         let mut t: toml::Table = toml::from_str(&text).expect("parse");
         if let Some(Value::Table(traffic)) = t.get_mut("traffic") {
             let arrival = traffic.remove("arrival_unused");
-            if *key != "traffic.arrival" {
+            if key != "traffic.arrival" {
                 if let Some(a) = arrival {
                     traffic.insert("arrival".into(), a);
                 }
             }
         }
-        let v: toml::Table = toml::from_str(&format!("v = {value}")).expect("value");
-        set(&mut t, key, v.get("v").cloned());
+        set(&mut t, key, parse_value(value));
         let file = format!("more-{i}.toml");
         std::fs::write(dir.path().join(&file), toml::to_string(&t).expect("render"))
             .expect("write");
@@ -620,17 +628,8 @@ fn huge_group_and_tenant_counts_cost_what_is_used() {
     let dir = tempfile::tempdir().expect("tempdir");
     let quick = std::fs::read_to_string(root().join("scenarios/quick-basic.toml")).expect("read");
     let mut t: toml::Table = toml::from_str(&quick).expect("parse");
-    for (key, value) in [
-        ("traffic.requests", "24"),
-        (
-            "traffic.shared_prefix",
-            "{ groups = 4294967295, prefix_tokens = 8, share = 0.5 }",
-        ),
-        ("traffic.tenants", "{ count = 100000000 }"),
-        ("scheduler.tenant_fairness", "true"),
-    ] {
-        let v: toml::Table = toml::from_str(&format!("v = {value}")).expect("value");
-        set(&mut t, key, v.get("v").cloned());
+    for e in entries("huge") {
+        set(&mut t, &text(&e, "key"), parse_value(&text(&e, "value")));
     }
     std::fs::write(
         dir.path().join("many.toml"),
