@@ -22,8 +22,8 @@ use super::record::{
 };
 use super::recorder::Recorder;
 use super::sink::{Collect, RunSink};
-use super::state::Phase;
 use super::steps::Steps;
+use super::streams::Phase;
 use super::streams::Streams;
 use super::{EngineConfig, EngineError};
 use crate::backend::Backend;
@@ -296,7 +296,7 @@ impl Engine<'_> {
         // stream still held goes to the sink, in stream order.
         for id in self.streams.live_ids() {
             let st = &mut self.streams[id as usize];
-            if st.phase != Phase::Done && st.phase != Phase::Pending {
+            if st.phase() != Phase::Done && st.phase() != Phase::Pending {
                 st.record.status = StreamStatus::Cancelled;
                 st.record.finish_ns = end_ns;
             }

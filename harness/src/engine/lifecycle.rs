@@ -8,7 +8,7 @@ use kvbench_cache_api::{AllocError, ReleaseReason};
 
 use super::core::{ms_to_ns, Engine};
 use super::record::{StreamRecord, StreamStatus, TokenEvent, TraceKind};
-use super::state::{Phase, Stream};
+use super::streams::{Phase, Stream};
 use super::EngineError;
 use crate::backend::{SwapDirection, SwapOp};
 use crate::scenario::PreemptionMode;
@@ -73,23 +73,8 @@ impl Engine<'_> {
         };
         let first = self.streams.arrive(
             r,
-            (0..samples).map(|rank| Stream {
-                request: r,
-                rank,
-                phase: Phase::Pending,
-                cached: false,
-                registered: false,
-                limit,
-                cancel_at_limit,
-                generated: 0,
-                in_cache: 0,
-                target: 0,
-                swapped_tokens: 0,
-                scheduled_step: u64::MAX,
-                first_admission_done: false,
-                restart: false,
-                forked_children: false,
-                record: StreamRecord {
+            (0..samples).map(|rank| {
+                let record = StreamRecord {
                     request: req.id,
                     rank,
                     tenant: req.tenant,
@@ -105,7 +90,8 @@ impl Engine<'_> {
                     swapped_bytes: 0,
                     token_ns: Vec::new(),
                     token_ids: Vec::new(),
-                },
+                };
+                Stream::arriving(r, rank, limit, cancel_at_limit, record)
             }),
         );
         self.trace(first, TraceKind::Arrive);
@@ -166,7 +152,7 @@ impl Engine<'_> {
         let head = &self.streams[first as usize];
         let due = match req.cancel {
             Some(CancelPoint::Queued { .. }) => {
-                head.phase == Phase::Waiting && !head.first_admission_done
+                head.phase() == Phase::Waiting && !head.first_admission_done
             }
             Some(CancelPoint::AfterDelay { .. }) => true,
             _ => false,
@@ -216,8 +202,8 @@ impl Engine<'_> {
             _ => ReleaseReason::Cancel,
         };
         let st = &self.streams[s as usize];
-        let during = match st.phase {
-            Phase::Waiting if st.restart => "preempted",
+        let during = match st.phase() {
+            Phase::Waiting if st.restart() => "preempted",
             Phase::Waiting => "queued",
             Phase::Prefill => "prefill",
             Phase::Decode => "decode",
@@ -333,7 +319,7 @@ impl Engine<'_> {
     pub(super) fn preempt(&mut self, v: u32) {
         self.steps.note_preempted();
         let swap = self.cfg.scheduler.preemption == PreemptionMode::Swap
-            && self.streams[v as usize].phase == Phase::Decode;
+            && self.streams[v as usize].phase() == Phase::Decode;
         self.streams[v as usize].record.preemptions += 1;
         self.trace(v, TraceKind::Preempt { swap });
         if swap {
@@ -380,8 +366,8 @@ impl Engine<'_> {
                 .rec
                 .hook(|| backend.fork(Stream::seq(parent), Stream::seq(c), rank))?;
             forks.push((c, token));
+            self.streams.registered(c);
             let st = &mut self.streams[c as usize];
-            st.registered = true;
             st.generated = 1;
             st.first_admission_done = true;
             st.record.admitted_ns = admitted;

@@ -23,7 +23,6 @@ pub mod record;
 mod recorder;
 pub mod sink;
 mod start;
-mod state;
 mod step;
 mod steps;
 mod streams;

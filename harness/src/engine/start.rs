@@ -6,7 +6,7 @@ use kvbench_cache_api::{AllocError, ReuseScope, ScopeKey, StartRequest};
 use super::admission::{Capacity, Verdict};
 use super::core::Engine;
 use super::record::TraceKind;
-use super::state::{Phase, Stream};
+use super::streams::{Phase, Stream};
 use crate::backend::{SwapDirection, SwapOp};
 use crate::scenario::PrefixScope;
 
@@ -59,7 +59,7 @@ impl Engine<'_> {
         let mut n = 0;
         while let Some(s) = self.streams.next_swapped() {
             let st = &self.streams[s as usize];
-            if st.cached || self.steps.seqs_left() == 0 {
+            if st.cached() || self.steps.seqs_left() == 0 {
                 break; // its swap-out release happens after this step's submit
             }
             let (in_cache, request) = (st.in_cache_at_swap(), st.request);
@@ -141,7 +141,7 @@ impl Engine<'_> {
             }
         };
         self.streams.take_waiting(s);
-        if !self.streams[s as usize].registered {
+        if !self.streams[s as usize].registered() {
             let backend = &mut *self.backend;
             let registered = self
                 .rec
@@ -150,7 +150,7 @@ impl Engine<'_> {
                 self.fail(format!("backend register of stream {s}: {e}"));
                 return false;
             }
-            self.streams[s as usize].registered = true;
+            self.streams.registered(s);
         }
         let now = self.clock.now_ns();
         let cached = started.cached_tokens;

@@ -9,7 +9,7 @@ use kvbench_cache_api::{AllocError, ReleaseReason};
 use super::core::Engine;
 use super::policy::StepOps;
 use super::record::TraceKind;
-use super::state::{Phase, Stream};
+use super::streams::{Phase, Stream};
 use super::EngineError;
 use crate::backend::SeqWork;
 
@@ -32,7 +32,7 @@ impl Engine<'_> {
             .begin(sched.max_tokens_per_step, sched.max_seqs_per_step);
         for (child, op) in copies {
             let st = &self.streams[child as usize];
-            if st.cached && !st.is_done() {
+            if st.cached() && !st.is_done() {
                 self.steps.add_copies([op]);
             }
         }
@@ -112,7 +112,7 @@ impl Engine<'_> {
                     if victim == s {
                         return Append::Preempted;
                     }
-                    if self.streams[victim as usize].phase == Phase::Swapped {
+                    if self.streams[victim as usize].phase() == Phase::Swapped {
                         return Append::Stalled;
                     }
                 }
@@ -163,8 +163,8 @@ impl Engine<'_> {
         let mut fork = false;
         if sample {
             st.generated += 1;
-            st.phase = Phase::Decode;
             fork = st.rank == 0 && samples > 1 && !st.forked_children;
+            self.streams.prefilled(s);
         }
         self.steps.add_work(work, sample.then_some(s));
         if fork {
@@ -186,8 +186,8 @@ impl StepOps for Engine<'_> {
             }
             let s = self.streams.running()[i];
             let st = &self.streams[s as usize];
-            if st.phase != Phase::Decode
-                || !st.cached
+            if st.phase() != Phase::Decode
+                || !st.cached()
                 || st.generated >= st.limit
                 || st.scheduled_step == cur
             {
@@ -217,7 +217,7 @@ impl StepOps for Engine<'_> {
         while i < self.streams.running().len() && self.steps.has_room() {
             let s = self.streams.running()[i];
             let st = &self.streams[s as usize];
-            if st.phase == Phase::Prefill && st.cached && st.scheduled_step != cur {
+            if st.phase() == Phase::Prefill && st.cached() && st.scheduled_step != cur {
                 total += self.prefill_chunk(s, chunked);
             }
             i += 1;
@@ -235,7 +235,7 @@ impl StepOps for Engine<'_> {
     fn has_prefill_work(&self) -> bool {
         self.streams.running().iter().any(|&s| {
             let st = &self.streams[s as usize];
-            st.cached && st.phase == Phase::Prefill
+            st.cached() && st.phase() == Phase::Prefill
         }) || self.streams.has_waiting()
     }
 

@@ -12,10 +12,155 @@
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
+use kvbench_cache_api::SeqId;
+
 use super::policy::queue::WaitQueue;
 use super::record::{StreamRecord, StreamStatus};
-use super::state::{Phase, Stream};
 use super::table::StreamTable;
+
+/// Per-stream scheduling state. Counts advance when a step is *planned* (so step N+1 can be
+/// planned while step N is in flight); emission times are stamped when the step *completes*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// A continuation not forked yet, or a request not arrived yet.
+    Pending,
+    /// In the wait queue (new, or preempted by recompute).
+    Waiting,
+    /// Holds cache; prompt (or recompute) tokens still to prefill.
+    Prefill,
+    /// Holds cache; generating.
+    Decode,
+    /// K/V copied to the host tier; holds no device cache.
+    Swapped,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub request: u32,
+    pub rank: u32,
+    /// Changed only by [`Streams`]' transitions, like `cached`, `registered` and `restart`.
+    phase: Phase,
+    /// Holds blocks in the cache manager (must be released exactly once).
+    cached: bool,
+    /// Registered with the backend (must be forgotten exactly once).
+    registered: bool,
+    /// Tokens this stream emits before it is done.
+    pub limit: u32,
+    /// Reaching `limit` means the client cancelled (after-tokens cancellation).
+    pub cancel_at_limit: bool,
+    /// Samples planned so far (optimistic).
+    pub generated: u32,
+    /// Tokens whose K/V are in the cache (optimistic: counted when planned).
+    pub in_cache: u32,
+    /// Tokens this incarnation must prefill up to (prompt, or prompt + generated on restart).
+    pub target: u32,
+    /// Tokens copied to the host tier by the last swap-out.
+    pub swapped_tokens: u32,
+    /// The step this stream was last scheduled in (u64::MAX: never).
+    pub scheduled_step: u64,
+    pub first_admission_done: bool,
+    /// Waiting to recompute after a preemption (or a fork with no room to copy).
+    restart: bool,
+    pub forked_children: bool,
+    pub record: StreamRecord,
+}
+
+impl Stream {
+    /// A stream of request `request` as it arrives: pending, holding nothing.
+    pub fn arriving(
+        request: u32,
+        rank: u32,
+        limit: u32,
+        cancel_at_limit: bool,
+        record: StreamRecord,
+    ) -> Stream {
+        Stream {
+            request,
+            rank,
+            phase: Phase::Pending,
+            cached: false,
+            registered: false,
+            limit,
+            cancel_at_limit,
+            generated: 0,
+            in_cache: 0,
+            target: 0,
+            swapped_tokens: 0,
+            scheduled_step: u64::MAX,
+            first_admission_done: false,
+            restart: false,
+            forked_children: false,
+            record,
+        }
+    }
+
+    /// A done stream that holds nothing (what a released id reads as).
+    pub fn released() -> Stream {
+        Stream {
+            request: u32::MAX,
+            rank: 0,
+            phase: Phase::Done,
+            cached: false,
+            registered: false,
+            limit: 0,
+            cancel_at_limit: false,
+            generated: 0,
+            in_cache: 0,
+            target: 0,
+            swapped_tokens: 0,
+            scheduled_step: u64::MAX,
+            first_admission_done: true,
+            restart: false,
+            forked_children: true,
+            record: StreamRecord {
+                request: u64::MAX,
+                rank: 0,
+                tenant: 0,
+                intended_arrival_ns: 0,
+                arrival_ns: 0,
+                admitted_ns: None,
+                finish_ns: 0,
+                prompt_tokens: 0,
+                cached_prompt_tokens: 0,
+                status: StreamStatus::Cancelled,
+                preemptions: 0,
+                recomputed_tokens: 0,
+                swapped_bytes: 0,
+                token_ns: Vec::new(),
+                token_ids: Vec::new(),
+            },
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn cached(&self) -> bool {
+        self.cached
+    }
+
+    pub fn registered(&self) -> bool {
+        self.registered
+    }
+
+    pub fn restart(&self) -> bool {
+        self.restart
+    }
+
+    pub fn seq(index: u32) -> SeqId {
+        index as SeqId
+    }
+
+    pub fn in_cache_at_swap(&self) -> u32 {
+        self.swapped_tokens
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+}
 
 pub(super) struct Streams {
     table: StreamTable,
@@ -154,6 +299,16 @@ impl Streams {
         st.phase = phase;
         self.running.push(s);
         self.decode_reserve = None;
+    }
+
+    /// Stream `s` finished its prefill in the step being planned: it decodes from now on.
+    pub fn prefilled(&mut self, s: u32) {
+        self.table[s as usize].phase = Phase::Decode;
+    }
+
+    /// Stream `s` is registered with the backend (and must be forgotten once, when done).
+    pub fn registered(&mut self, s: u32) {
+        self.table[s as usize].registered = true;
     }
 
     /// Stream `s` (already out of `running`) is swapped out with `tokens` tokens.

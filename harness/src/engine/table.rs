@@ -13,8 +13,8 @@
 
 use std::ops::{Index, IndexMut};
 
-use super::record::{StreamRecord, StreamStatus};
-use super::state::{Phase, Stream};
+use super::record::StreamRecord;
+use super::streams::Stream;
 
 const RELEASED: u32 = u32::MAX;
 
@@ -123,56 +123,14 @@ impl IndexMut<usize> for StreamTable {
     }
 }
 
-impl Stream {
-    /// A done stream that holds nothing (what a released id reads as).
-    pub(super) fn released() -> Stream {
-        Stream {
-            request: u32::MAX,
-            rank: 0,
-            phase: Phase::Done,
-            cached: false,
-            registered: false,
-            limit: 0,
-            cancel_at_limit: false,
-            generated: 0,
-            in_cache: 0,
-            target: 0,
-            swapped_tokens: 0,
-            scheduled_step: u64::MAX,
-            first_admission_done: true,
-            restart: false,
-            forked_children: true,
-            record: StreamRecord {
-                request: u64::MAX,
-                rank: 0,
-                tenant: 0,
-                intended_arrival_ns: 0,
-                arrival_ns: 0,
-                admitted_ns: None,
-                finish_ns: 0,
-                prompt_tokens: 0,
-                cached_prompt_tokens: 0,
-                status: StreamStatus::Cancelled,
-                preemptions: 0,
-                recomputed_tokens: 0,
-                swapped_bytes: 0,
-                token_ns: Vec::new(),
-                token_ids: Vec::new(),
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn stream(request: u32) -> Stream {
-        let mut s = Stream::released();
-        s.request = request;
-        s.phase = Phase::Waiting;
-        s.record.token_ns = vec![1, 2, 3];
-        s
+        let mut record = Stream::released().record;
+        record.token_ns = vec![1, 2, 3];
+        Stream::arriving(request, 0, 1, false, record)
     }
 
     #[test]
@@ -200,9 +158,12 @@ mod tests {
         let a = t.push(stream(7));
         t.release(a);
         assert!(t[a as usize].is_done());
-        assert!(!t[a as usize].cached);
-        t[a as usize].cached = true;
-        assert!(!t[a as usize].cached, "a write to a released id is dropped");
+        assert!(!t[a as usize].cached());
+        t[a as usize].in_cache = 5;
+        assert_eq!(
+            t[a as usize].in_cache, 0,
+            "a write to a released id is dropped"
+        );
         assert!(t[99].is_done(), "an id never added reads as done too");
     }
 }
