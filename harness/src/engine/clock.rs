@@ -114,3 +114,42 @@ impl VirtualClock {
             .max(self.now_ns)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_queue_on_the_device_and_the_clock_never_goes_back() {
+        let mut c = VirtualClock::new(2);
+        assert_eq!(c.place_step(0, 10, 0).expect("fits"), (0, 10));
+        // Planned at 5 while the device was busy until 10: starts at 10.
+        assert_eq!(c.place_step(5, 10, 1).expect("fits"), (10, 20));
+        assert_eq!(c.now_ns(), 20);
+        c.schedule_arrival(15, 0);
+        assert_eq!(
+            c.pop_arrival_due(),
+            Some((15, 0)),
+            "an arrival in the past is due now"
+        );
+        assert!(!c.jump_to_next_event(), "nothing left to wait for");
+        assert_eq!(c.end_ns(), 20);
+        assert!(
+            c.place_step(u64::MAX, 1, 2).is_err(),
+            "overflow is an error"
+        );
+    }
+
+    #[test]
+    fn an_idle_clock_jumps_to_the_next_live_event_only() {
+        let mut c = VirtualClock::new(2);
+        c.arm_cancel(0, 50);
+        c.schedule_arrival(100, 1);
+        c.disarm_cancel(0);
+        assert!(c.jump_to_next_event());
+        assert_eq!(c.now_ns(), 100, "a disarmed timer never sets the time");
+        assert_eq!(c.pop_cancel_due(), None);
+        assert_eq!(c.pop_arrival_due(), Some((100, 1)));
+        assert_eq!(c.end_ns(), 100, "no step ran: the run ends now");
+    }
+}

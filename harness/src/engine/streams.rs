@@ -2,10 +2,10 @@
 //! arrive → waiting → running ⇄ swapped (or back to waiting, preempted for recompute) → done —
 //! made here, so a transition moves the stream, its phase, its flags and its queue together.
 //!
-//! **Invariants:** a stream is in `running` while it holds cache (stale entries of streams that
-//! let go are dropped by [`Streams::tidy_running`] before the next step is planned); in
-//! `swapped` only while `Swapped`; `waiting` is peeked for streams that are `Waiting` and hold
-//! nothing. A request's open-stream count reaches 0 exactly once, when its last stream is done.
+//! **Invariants:** a stream joins `running` exactly when it starts holding cache (admission,
+//! swap-in, fork) and leaves it as a preemption victim or, once it let go, at the next
+//! [`Streams::tidy_running`] (before the next plan reads it); `swapped` and `waiting` entries
+//! count only while the stream is `Swapped`, or `Waiting` and holding nothing. A request's open-stream count reaches 0 exactly once, when its last stream is done.
 //! The decode reserve (the slots every running decode needs for one more token) is computed
 //! once per plan and forgotten whenever a stream starts running.
 
@@ -18,8 +18,6 @@ use super::policy::queue::WaitQueue;
 use super::record::{StreamRecord, StreamStatus};
 use super::table::StreamTable;
 
-/// Per-stream scheduling state. Counts advance when a step is *planned* (so step N+1 can be
-/// planned while step N is in flight); emission times are stamped when the step *completes*.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// A continuation not forked yet, or a request not arrived yet.
@@ -35,6 +33,8 @@ pub enum Phase {
     Done,
 }
 
+/// Per-stream scheduling state. Counts advance when a step is *planned* (so step N+1 can be
+/// planned while step N is in flight); emission times are stamped when the step *completes*.
 #[derive(Debug, Clone)]
 pub struct Stream {
     pub request: u32,
@@ -446,5 +446,86 @@ impl Index<usize> for Streams {
 impl IndexMut<usize> for Streams {
     fn index_mut(&mut self, id: usize) -> &mut Stream {
         &mut self.table[id]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streams_of(requests: &[u32]) -> Streams {
+        let mut s = Streams::new(requests.len(), WaitQueue::new(false, 1));
+        for (r, &n) in requests.iter().enumerate() {
+            let r = r as u32;
+            s.arrive(
+                r,
+                (0..n).map(|rank| Stream::arriving(r, rank, 4, false, Stream::released().record)),
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn a_request_resolves_once_when_its_last_stream_is_done() {
+        let mut s = streams_of(&[2, 1]);
+        assert_eq!(s.first_of(1), Some(2));
+        let a = s.finish(0, StreamStatus::Completed, 5).expect("open");
+        assert!(!a.request_resolved, "one stream of request 0 is still open");
+        assert!(
+            s.finish(0, StreamStatus::Completed, 6).is_none(),
+            "done twice"
+        );
+        let b = s.finish(1, StreamStatus::Cancelled, 7).expect("open");
+        assert!(b.request_resolved);
+        assert_eq!(s[1].record.finish_ns, 7);
+        assert_eq!(s[1].record.status, StreamStatus::Cancelled);
+        assert!(s[1].is_done());
+    }
+
+    #[test]
+    fn starting_to_run_holds_cache_joins_running_and_forgets_the_reserve() {
+        let mut s = streams_of(&[1, 1]);
+        s.enqueue(0, 0);
+        assert_eq!(s.next_waiting(), Some(0));
+        s.take_waiting(0);
+        s.start_running(0, Phase::Decode);
+        assert!(s[0].cached() && s[0].phase() == Phase::Decode);
+        assert_eq!(s.running(), [0]);
+        assert_eq!(s.decode_reserve(|_| 3), 3);
+        assert_eq!(s.decode_reserve(|_| 100), 3, "computed once per plan");
+        s.start_running(1, Phase::Decode);
+        assert_eq!(
+            s.decode_reserve(|_| 5),
+            10,
+            "a new running stream forgets it"
+        );
+        // Letting go marks `running` stale until it is tidied.
+        assert!(s.drop_cached(0));
+        assert!(!s.drop_cached(0), "released once");
+        assert_eq!(s.running(), [0, 1]);
+        s.tidy_running();
+        assert_eq!(s.running(), [1]);
+    }
+
+    #[test]
+    fn preempted_streams_go_to_the_front_and_swapped_ones_wait_their_turn() {
+        let mut s = streams_of(&[1, 1, 1]);
+        s.enqueue(0, 0);
+        s.requeue(1);
+        assert!(s[1].restart() && s[1].phase() == Phase::Waiting);
+        assert_eq!(s.next_waiting(), Some(1));
+        s.start_running(2, Phase::Decode);
+        assert_eq!(
+            s.pop_victim(2, 0),
+            2,
+            "the only running stream is its own victim"
+        );
+        s.swap_out(2, 9);
+        assert_eq!(s[2].in_cache_at_swap(), 9);
+        assert_eq!(s.next_swapped(), Some(2));
+        // A swapped stream cancelled in the meantime is skipped.
+        s.finish(2, StreamStatus::Cancelled, 1);
+        assert_eq!(s.next_swapped(), None);
+        assert_eq!(s.swapped_len(), 0);
     }
 }
