@@ -7,12 +7,13 @@ use std::path::Path;
 
 use super::super::plot::data::{self, Probe, Sweep, SweepRun};
 use super::super::plot::{blocks, latency, Series};
-use super::{esc, figure, note, table, ReportError};
+use super::{esc, figure, note, table, verdict, ReportError};
 
 /// One latency-against-throughput plot: which probe figure it draws and its target.
 struct ProbePlot {
     title: &'static str,
     y_label: &'static str,
+    unit: &'static str,
     slo: Option<f64>,
     value: fn(&Probe) -> f64,
     interval: fn(&Probe) -> Option<[f64; 2]>,
@@ -147,11 +148,17 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let stated: Vec<String> = [
         ("p99 TTFT ≤", s.slo.ttft_p99_ms, " ms"),
         ("p99 inter-token gap ≤", s.slo.itl_p99_ms, " ms"),
-        ("attainment ≥", s.slo.attainment, ""),
+        ("attainment ≥", s.slo.attainment, " of requests"),
     ]
     .iter()
     .filter_map(|(what, v, unit)| v.map(|v| format!("{what} {v}{unit}")))
     .collect();
+    let slo_words = if stated.is_empty() {
+        "none stated".to_string()
+    } else {
+        stated.join(", ")
+    };
+    body.push_str(&verdict::sweep(&s, &slo_words));
     body.push_str(&format!(
         "<p>backend <code>{}</code>, by {}, seeds {:?}, precision {}%, workload <code>{}</code>; \
          SLO: {}</p>\n",
@@ -160,11 +167,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         s.seeds,
         num(s.precision_pct, 1),
         esc(&s.workload_hash),
-        esc(&if stated.is_empty() {
-            "none stated".to_string()
-        } else {
-            stated.join(", ")
-        }),
+        esc(&slo_words),
     ));
     body.push_str(&summary_table(&s));
     body.push_str(&format!(
@@ -185,6 +188,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         ProbePlot {
             title: "p99 TTFT against throughput",
             y_label: "p99 TTFT (ms)",
+            unit: "ms",
             slo: s.slo.ttft_p99_ms,
             value: |p| p.ttft_p99_ms,
             interval: |p| p.ttft_p99_ms_ci,
@@ -192,13 +196,15 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         ProbePlot {
             title: "p99 inter-token gap against throughput",
             y_label: "p99 inter-token gap (ms)",
+            unit: "ms",
             slo: s.slo.itl_p99_ms,
             value: |p| p.itl_p99_ms,
             interval: |p| p.itl_p99_ms_ci,
         },
         ProbePlot {
             title: "SLO attainment against throughput",
-            y_label: "attainment",
+            y_label: "SLO attainment (share of requests)",
+            unit: "of requests",
             slo: s.slo.attainment,
             value: |p| p.attainment,
             interval: |p| p.attainment_ci,
@@ -221,12 +227,13 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
             y_label: plot.y_label,
             series: &series,
             slo: plot.slo,
+            unit: plot.unit,
             targets: &targets,
             log_ok: i != 2,
         })?;
         body.push_str(&figure(
             &svg,
-            "Each probe of `sweep.json` (bars: 95% intervals); dashed red: the target; dashed verticals: each mode's throughput at target.",
+            "Each probe of `sweep.json`, with error bars for its 95% interval over seeds; dashed red: the target; dashed verticals: each mode's throughput at target (tokens/s).",
         ));
     }
 

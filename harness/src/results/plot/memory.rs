@@ -1,11 +1,12 @@
-//! The KV memory timeline stacked by ledger category (live, allocated-but-unfilled, cached free,
-//! pending free, free): the stack's top is the KV budget, so what the cache wastes shows as the
-//! width of the "allocated, unfilled" band. Long runs are drawn through at most
+//! The KV memory timeline by ledger category (live, allocated-but-unfilled, cached free,
+//! pending free, free), one panel per cache mode on one time axis: per step the categories
+//! stack to the KV budget, so what the cache wastes shows as the width of the "allocated,
+//! unfilled" band. Long runs are drawn through at most
 //! [`MAX_POINTS`] steps, each bucket represented by its step of largest allocation.
 
 use plotters::prelude::*;
 
-use super::{byte_unit, msg, render, span, PlotError, FONT, HEIGHT_PX, PALETTE, WIDTH_PX};
+use super::{byte_unit, msg, render, time_unit, Axis, PlotError, FONT, PALETTE, WIDTH_PX};
 
 pub const MAX_POINTS: usize = 600;
 
@@ -43,47 +44,129 @@ pub fn thin(t: &Timeline) -> Vec<usize> {
         .collect()
 }
 
-pub fn svg(title: &str, t: &Timeline) -> Result<String, PlotError> {
-    render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let idx = thin(t);
+/// One cache mode's panel: its timeline, its KV budget (from `summary.json`) and, when
+/// `memory.csv` holds one row per interval rather than per step, that interval.
+pub struct Panel<'a> {
+    pub cache: &'a str,
+    pub timeline: &'a Timeline,
+    pub budget_bytes: Option<u64>,
+    pub interval_ms: Option<f64>,
+}
+
+/// One panel per cache mode, stacked vertically on one time axis so the modes compare at a
+/// glance. A row per step is drawn stacked: its categories add up to the budget. A row per
+/// interval holds each category's maximum over the interval — maxima of different steps, which
+/// do not add up — so those are drawn as one line per category under the budget line, never
+/// stacked past it.
+pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
+    const PANEL_PX: u32 = 300;
+    let n = panels.len().max(1) as u32;
+    let max_t = panels
+        .iter()
+        .flat_map(|p| p.timeline.t_ms.iter().copied())
+        .fold(0.0f64, f64::max);
+    let (tdiv, tunit) = time_unit(max_t);
+    let x = Axis::linear([0.0, max_t / tdiv], true);
+    let top_bytes = |p: &Panel<'_>| -> u64 {
+        let t = p.timeline;
         let total = |i: usize| -> u64 { t.layers.iter().map(|(_, v)| v[i]).sum() };
-        let max_total = idx.iter().map(|&i| total(i)).max().unwrap_or(0) as f64;
-        let (div, unit) = byte_unit(max_total);
-        let y_label = format!("KV memory ({unit})");
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(
-                span(idx.iter().map(|&i| t.t_ms[i]), true),
-                span([max_total / div], true),
-            )
-            .map_err(msg)?;
-        chart
-            .configure_mesh()
-            .x_desc("time (ms)")
-            .y_desc(y_label)
-            .label_style((FONT, 12))
-            .draw()
-            .map_err(msg)?;
-        // Draw the cumulative tops from the highest down, each over the one before.
-        for k in (0..t.layers.len()).rev() {
-            let c = COLORS.get(k).copied().unwrap_or(PALETTE[k % PALETTE.len()]);
-            let pts: Vec<(f64, f64)> = idx
-                .iter()
-                .map(|&i| {
-                    let top: u64 = t.layers[..=k].iter().map(|(_, v)| v[i]).sum();
-                    (t.t_ms[i], top as f64 / div)
-                })
-                .collect();
+        let observed = if p.interval_ms.is_some() {
+            (0..t.t_ms.len())
+                .flat_map(|i| t.layers.iter().map(move |(_, v)| v[i]))
+                .max()
+                .unwrap_or(0)
+        } else {
+            (0..t.t_ms.len()).map(total).max().unwrap_or(0)
+        };
+        p.budget_bytes.unwrap_or(0).max(observed)
+    };
+    let max_bytes = panels.iter().map(top_bytes).max().unwrap_or(0) as f64;
+    let (div, unit) = byte_unit(max_bytes);
+    render(title, (WIDTH_PX, 40 + PANEL_PX * n), |root| {
+        let titled = root.titled(title, (FONT, 18)).map_err(msg)?;
+        let areas = titled.split_evenly((panels.len().max(1), 1));
+        for (p, area) in panels.iter().zip(areas.iter()) {
+            let t = p.timeline;
+            let idx = thin(t);
+            let y = Axis::fixed(0.0..(top_bytes(p) as f64 / div).max(f64::MIN_POSITIVE) * 1.04);
+            let caption = match p.interval_ms {
+                Some(ms) => format!(
+                    "{}: each category's maximum per {} interval",
+                    p.cache,
+                    super::ticks::fmt_time_ms(ms)
+                ),
+                None => format!("{}: every step, stacked to the KV budget", p.cache),
+            };
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, (FONT, 14))
+                .margin(8)
+                .x_label_area_size(36)
+                .y_label_area_size(64)
+                .build_cartesian_2d(x.coord(), y.coord())
+                .map_err(msg)?;
+            let xf = |c: &f64| x.label(*c);
+            let yf = |c: &f64| y.label(*c);
             chart
-                .draw_series(AreaSeries::new(pts, 0.0, c.filled()))
-                .map_err(msg)?
-                .label(t.layers[k].0.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+                .configure_mesh()
+                .x_desc(format!("time since the run started ({tunit})"))
+                .y_desc(format!("KV memory ({unit})"))
+                .x_label_formatter(&xf)
+                .y_label_formatter(&yf)
+                .label_style((FONT, 12))
+                .draw()
+                .map_err(msg)?;
+            let at = |i: usize, bytes: u64| (t.t_ms[i] / tdiv, bytes as f64 / div);
+            if p.interval_ms.is_some() {
+                for (k, (name, values)) in t.layers.iter().enumerate() {
+                    if name == "free" {
+                        continue;
+                    }
+                    let c = COLORS.get(k).copied().unwrap_or(PALETTE[k % PALETTE.len()]);
+                    let pts: Vec<(f64, f64)> = idx.iter().map(|&i| at(i, values[i])).collect();
+                    chart
+                        .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                        .map_err(msg)?
+                        .label(format!("{name} (max per interval)"))
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                        });
+                }
+            } else {
+                // Draw the cumulative tops from the highest down, each over the one before.
+                for k in (0..t.layers.len()).rev() {
+                    let c = COLORS.get(k).copied().unwrap_or(PALETTE[k % PALETTE.len()]);
+                    let pts: Vec<(f64, f64)> = idx
+                        .iter()
+                        .map(|&i| at(i, t.layers[..=k].iter().map(|(_, v)| v[i]).sum()))
+                        .collect();
+                    chart
+                        .draw_series(AreaSeries::new(pts, 0.0, c.filled()))
+                        .map_err(msg)?
+                        .label(t.layers[k].0.as_str())
+                        .legend(move |(x, y)| {
+                            Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled())
+                        });
+                }
+            }
+            if let Some(b) = p.budget_bytes {
+                let level = b as f64 / div;
+                let red = RGBColor(200, 0, 0);
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        vec![(x.range.start, level), (x.range.end, level)],
+                        6,
+                        4,
+                        red.stroke_width(1),
+                    ))
+                    .map_err(msg)?
+                    .label(format!(
+                        "KV budget {} {unit}",
+                        super::ticks::fmt_sig(level, 3)
+                    ))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], red));
+            }
+            super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }

@@ -12,6 +12,10 @@ pub mod cdf;
 pub mod data;
 pub mod latency;
 pub mod memory;
+pub mod ratios;
+pub mod ticks;
+
+pub use ticks::{fmt_tick, time_unit, Axis};
 
 use std::ops::Range;
 

@@ -1,0 +1,152 @@
+//! The suite's answer at a glance: per scenario, paged ÷ contiguous of each headline figure as a
+//! point with its interval over seeds, one panel per figure sharing the rows, on log axes centred
+//! on 1× (no difference), coloured by which mode the figure favours.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{msg, render, Axis, PlotError, FONT};
+
+pub const WIDTH_PX: u32 = 940;
+
+/// One figure's ratio in one row: the mean over seeds and, with two or more seeds, its 95%
+/// interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ratio {
+    pub mean: f64,
+    pub ci: Option<(f64, f64)>,
+}
+
+/// One panel: the figure's name and whether a larger value is better for the system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub higher_is_better: bool,
+}
+
+const BETTER: RGBColor = RGBColor(31, 140, 60);
+const WORSE: RGBColor = RGBColor(200, 40, 40);
+const EVEN: RGBColor = RGBColor(120, 120, 120);
+
+/// `rows`: a label and, per panel, the ratio (`None` where it cannot be formed, e.g. a zero
+/// denominator).
+pub fn svg(
+    title: &str,
+    panels: &[Panel],
+    rows: &[(String, Vec<Option<Ratio>>)],
+) -> Result<String, PlotError> {
+    let n = rows.len().max(1);
+    let height = (110 + 26 * n).min(4000) as u32;
+    render(title, (WIDTH_PX, height), |root| {
+        let label_px = rows
+            .iter()
+            .map(|r| r.0.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 40) as u32
+            * 7
+            + 16;
+        let titled = root.titled(title, (FONT, 18)).map_err(msg)?;
+        let (names, plots) = titled.split_horizontally(label_px);
+        let _ = names;
+        let areas = plots.split_evenly((1, panels.len().max(1)));
+        let mut row_px: Vec<(i32, i32)> = Vec::new();
+        for (k, (panel, area)) in panels.iter().zip(areas.iter()).enumerate() {
+            let values = rows.iter().filter_map(|r| r.1.get(k).copied().flatten());
+            let axis = Axis::log(
+                values
+                    .flat_map(|r| {
+                        let (lo, hi) = r.ci.unwrap_or((r.mean, r.mean));
+                        [r.mean, lo, hi]
+                    })
+                    .chain([1.0]),
+            );
+            let mut chart = ChartBuilder::on(area)
+                .caption(&panel.title, (FONT, 14))
+                .margin(8)
+                .x_label_area_size(36)
+                .build_cartesian_2d(axis.coord(), 0.0..n as f64)
+                .map_err(msg)?;
+            let fmt = |c: &f64| format!("{}×", axis.label(*c));
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .y_labels(0)
+                .x_label_formatter(&fmt)
+                .x_desc("paged ÷ contiguous, log scale")
+                .label_style((FONT, 11))
+                .draw()
+                .map_err(msg)?;
+            let one = axis.at(1.0);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(one, 0.0), (one, n as f64)],
+                    4,
+                    3,
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(msg)?;
+            for (r, (_, ratios)) in rows.iter().enumerate() {
+                let y = n as f64 - r as f64 - 0.5;
+                if k == 0 {
+                    row_px.push(chart.backend_coord(&(axis.range.start, y)));
+                }
+                let Some(ratio) = ratios.get(k).copied().flatten() else {
+                    continue;
+                };
+                if !(ratio.mean.is_finite() && ratio.mean > 0.0) {
+                    continue;
+                }
+                let (lo, hi) = ratio.ci.unwrap_or((ratio.mean, ratio.mean));
+                let favours_paged = if panel.higher_is_better {
+                    lo > 1.0
+                } else {
+                    hi < 1.0
+                };
+                let favours_contiguous = if panel.higher_is_better {
+                    hi < 1.0
+                } else {
+                    lo > 1.0
+                };
+                let c = if favours_paged {
+                    BETTER
+                } else if favours_contiguous {
+                    WORSE
+                } else {
+                    EVEN
+                };
+                if ratio.ci.is_some() {
+                    let (a, b) = (axis.clamped(lo), axis.clamped(hi));
+                    chart
+                        .draw_series([
+                            PathElement::new(vec![(a, y), (b, y)], c.stroke_width(2)),
+                            PathElement::new(vec![(a, y - 0.25), (a, y + 0.25)], c.stroke_width(2)),
+                            PathElement::new(vec![(b, y - 0.25), (b, y + 0.25)], c.stroke_width(2)),
+                        ])
+                        .map_err(msg)?;
+                }
+                let x = axis.clamped(ratio.mean);
+                chart
+                    .draw_series([EmptyElement::at((x, y))
+                        + Circle::new((0, 0), 4, c.filled())
+                        + Text::new(
+                            format!("{}×", super::ticks::fmt_sig(ratio.mean, 3)),
+                            (6, -16),
+                            (FONT, 11).into_font().color(&c),
+                        )])
+                    .map_err(msg)?;
+            }
+        }
+        let style =
+            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+        for ((label, _), (_, py)) in rows.iter().zip(&row_px) {
+            root.draw(&Text::new(
+                label.as_str(),
+                (label_px as i32 - 8, *py),
+                style.clone(),
+            ))
+            .map_err(msg)?;
+        }
+        Ok(())
+    })
+}
