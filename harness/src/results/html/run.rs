@@ -94,23 +94,30 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         let svg = memory::svg("KV memory by ledger category", &panels)?;
         let rows: Vec<String> = panels
             .iter()
-            .map(|p| {
-                let what = match p.interval_ms {
-                    Some(ms) => format!(
-                        "{} intervals of {} (each category's maximum over its interval; maxima of different steps do not add up, so they are drawn as lines, not stacked)",
-                        p.timeline.t_ms.len(),
-                        super::super::plot::ticks::fmt_time_ms(ms)
-                    ),
-                    None => format!("{} steps, stacked: the categories add up to the KV budget", p.timeline.t_ms.len()),
-                };
-                format!("{}: {what}", p.cache)
+            .map(|p| match p.interval_ms {
+                Some(ms) => format!(
+                    "{} {} intervals of {}",
+                    p.cache,
+                    p.timeline.t_ms.len(),
+                    super::super::plot::ticks::fmt_time_ms(ms)
+                ),
+                None => format!("{} {} steps", p.cache, p.timeline.t_ms.len()),
             })
             .collect();
+        let mut how = String::new();
+        if panels.iter().any(|p| p.interval_ms.is_none()) {
+            how.push_str(
+                "A row per step is drawn stacked: its categories add up to the KV budget. ",
+            );
+        }
+        if panels.iter().any(|p| p.interval_ms.is_some()) {
+            how.push_str("A row per interval holds each category's maximum over that interval; maxima of different steps do not add up, so they are drawn as separate lines, not stacked. ");
+        }
         body.push_str(&figure(
             &svg,
             &format!(
-                "Each cache mode's KV budget by ledger category over time, from `memory.csv` ({}); dashed red: the KV budget (`summary.json`). {CATEGORIES}",
-                rows.join("; ")
+                "Each cache mode's KV budget by ledger category over time, on one time axis, from `memory.csv` ({}); dashed red: the KV budget (`summary.json`). {how}{CATEGORIES}",
+                rows.join(", ")
             ),
         ));
     }

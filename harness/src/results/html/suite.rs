@@ -172,24 +172,6 @@ fn group_ratio(t: &Table, g: &Group, metric: &str) -> Option<ratios::Ratio> {
     Some(ratios::Ratio { mean, ci })
 }
 
-/// Which way a ratio leans: 1 paging better, -1 contiguous better, 0 neither (its interval, or
-/// a 1% band without one, holds 1×).
-fn leaning(r: &ratios::Ratio, higher_is_better: bool) -> i32 {
-    let (lo, hi) = r.ci.unwrap_or((r.mean * 0.99, r.mean * 1.01));
-    let sign = if lo > 1.0 {
-        1
-    } else if hi < 1.0 {
-        -1
-    } else {
-        0
-    };
-    if higher_is_better {
-        sign
-    } else {
-        -sign
-    }
-}
-
 /// One trade-off plot per scenario that ran at several block sizes: mean KV waste against mean
 /// throughput over its seeds, per cache mode and block size.
 fn tradeoffs(t: &Table) -> Result<Vec<(String, String)>, ReportError> {
@@ -299,11 +281,11 @@ fn compact_table(t: &Table, gs: &[Group], rs: &[Vec<Option<ratios::Ratio>>]) -> 
     let head = [
         "scenario",
         "seeds",
-        "goodput (req/s) paged / contiguous",
-        "×",
-        "throughput (tok/s) paged / contiguous",
-        "×",
-        "TTFT p99 paged / contiguous",
+        "goodput (req/s), paged / contiguous",
+        "× [95% CI]",
+        "throughput (tok/s), paged / contiguous",
+        "× [95% CI]",
+        "TTFT p99, paged / contiguous",
         "checks",
     ]
     .map(String::from);
@@ -385,7 +367,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let tally = |k: usize| {
         let mut c = [0usize; 3];
         for r in rs.iter().filter_map(|r| r[k]) {
-            c[(leaning(&r, FIGURES[k].2) + 1) as usize] += 1;
+            c[(ratios::leaning(&r, FIGURES[k].2) + 1) as usize] += 1;
         }
         c
     };

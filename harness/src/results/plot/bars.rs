@@ -24,7 +24,7 @@ pub struct Bars<'a> {
 
 pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
     let rows = b.categories.len().max(1);
-    let height = (100 + 30 * rows * b.groups.len().max(1)).min(4000) as u32;
+    let height = (110 + 14 * rows * b.groups.len().max(1)).min(4000) as u32;
     let values = b
         .groups
         .iter()
@@ -60,7 +60,7 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
             .y_labels(0)
             .x_desc(x_desc.as_str())
             .x_label_formatter(&xf)
-            .label_style((FONT, 12))
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         let g = b.groups.len().max(1) as f64;
@@ -103,7 +103,7 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
                 });
         }
         let style =
-            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
         for (r, name) in b.categories.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(base, rows as f64 - r as f64 - 0.5));
             root.draw(&Text::new(name.as_str(), (px - 6, py), style.clone()))

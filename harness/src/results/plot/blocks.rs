@@ -43,7 +43,7 @@ pub fn svg(
             .y_desc(y_label)
             .x_label_formatter(&xf)
             .y_label_formatter(&yf)
-            .label_style((FONT, 12))
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         for (i, s) in series.iter().enumerate() {
@@ -67,7 +67,7 @@ pub fn svg(
                 .draw_series(pts.iter().map(|p| {
                     EmptyElement::at((p.1, p.2))
                         + Circle::new((0, 0), 4, c.filled())
-                        + Text::new(format!("{}", p.0), (6, -14), (FONT, 12).into_font())
+                        + Text::new(format!("{}", p.0), (6, -14), (FONT, 14).into_font())
                 }))
                 .map_err(msg)?;
         }

@@ -63,7 +63,7 @@ pub fn svg(title: &str, what: &str, series: &[Series], log: bool) -> Result<Stri
             .y_desc("fraction of samples ≤ x")
             .x_label_formatter(&xf)
             .y_label_formatter(&yf)
-            .label_style((FONT, 12))
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         for (i, s) in series.iter().enumerate() {

@@ -4,7 +4,10 @@
 
 use plotters::prelude::*;
 
-use super::{color, fmt_tick, msg, render, Axis, PlotError, Series, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{
+    color, fmt_tick, msg, render, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX, LEGEND_PX,
+    WIDE_PX,
+};
 
 pub struct LatencyPlot<'a> {
     pub title: &'a str,
@@ -60,8 +63,10 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
         true,
     );
     let y_label = y.describe(p.y_label);
-    render(p.title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let mut chart = ChartBuilder::on(root)
+    render(p.title, (WIDE_PX, HEIGHT_PX), |root| {
+        let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
+        let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
+        let mut chart = ChartBuilder::on(&plot)
             .caption(p.title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
@@ -76,7 +81,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
             .y_desc(y_label.as_str())
             .x_label_formatter(&xf)
             .y_label_formatter(&yf)
-            .label_style((FONT, 12))
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         // Error-bar caps a few pixels wide: wide enough to see, narrow enough to stay apart.
@@ -91,11 +96,8 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(msg)?
-                .label(s.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
+                .map_err(msg)?;
+            entries.push((s.label.clone(), c, Swatch::Line));
             let bars: Vec<PathElement<(f64, f64)>> = s
                 .points
                 .iter()
@@ -126,9 +128,12 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                         4,
                         red.stroke_width(1),
                     ))
-                    .map_err(msg)?
-                    .label(format!("target {} {}", fmt_tick(stated), p.unit))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], red));
+                    .map_err(msg)?;
+                entries.push((
+                    format!("target {} {}", fmt_tick(stated), p.unit),
+                    red,
+                    Swatch::Dashed,
+                ));
             }
         }
         for (i, (mode, at)) in p.targets.iter().enumerate() {
@@ -143,11 +148,14 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                     3,
                     c.stroke_width(1),
                 ))
-                .map_err(msg)?
-                .label(format!("{mode} at target: {} tokens/s", fmt_tick(*at)))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
+                .map_err(msg)?;
+            entries.push((
+                format!("{mode} at target: {} tok/s", fmt_tick(*at)),
+                c,
+                Swatch::Dashed,
+            ));
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        super::side_legend(&key, &entries)?;
         Ok(())
     })
 }

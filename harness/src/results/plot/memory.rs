@@ -6,7 +6,9 @@
 
 use plotters::prelude::*;
 
-use super::{byte_unit, msg, render, time_unit, Axis, PlotError, FONT, PALETTE, WIDTH_PX};
+use super::{
+    byte_unit, msg, render, time_unit, Axis, PlotError, Swatch, FONT, LEGEND_PX, PALETTE, WIDE_PX,
+};
 
 pub const MAX_POINTS: usize = 600;
 
@@ -82,10 +84,12 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
     };
     let max_bytes = panels.iter().map(top_bytes).max().unwrap_or(0) as f64;
     let (div, unit) = byte_unit(max_bytes);
-    render(title, (WIDTH_PX, 40 + PANEL_PX * n), |root| {
+    render(title, (WIDE_PX, 40 + PANEL_PX * n), |root| {
         let titled = root.titled(title, (FONT, 18)).map_err(msg)?;
         let areas = titled.split_evenly((panels.len().max(1), 1));
         for (p, area) in panels.iter().zip(areas.iter()) {
+            let (area, key) = area.split_horizontally(WIDE_PX - LEGEND_PX);
+            let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
             let t = p.timeline;
             let idx = thin(t);
             let y = Axis::fixed(0.0..(top_bytes(p) as f64 / div).max(f64::MIN_POSITIVE) * 1.04);
@@ -97,7 +101,7 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
                 ),
                 None => format!("{}: every step, stacked to the KV budget", p.cache),
             };
-            let mut chart = ChartBuilder::on(area)
+            let mut chart = ChartBuilder::on(&area)
                 .caption(caption, (FONT, 14))
                 .margin(8)
                 .x_label_area_size(36)
@@ -112,7 +116,7 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
                 .y_desc(format!("KV memory ({unit})"))
                 .x_label_formatter(&xf)
                 .y_label_formatter(&yf)
-                .label_style((FONT, 12))
+                .label_style((FONT, 14))
                 .draw()
                 .map_err(msg)?;
             let at = |i: usize, bytes: u64| (t.t_ms[i] / tdiv, bytes as f64 / div);
@@ -125,11 +129,8 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
                     let pts: Vec<(f64, f64)> = idx.iter().map(|&i| at(i, values[i])).collect();
                     chart
                         .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-                        .map_err(msg)?
-                        .label(format!("{name} (max per interval)"))
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                        });
+                        .map_err(msg)?;
+                    entries.push((format!("{name}, max"), c, Swatch::Line));
                 }
             } else {
                 // Draw the cumulative tops from the highest down, each over the one before.
@@ -141,11 +142,8 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
                         .collect();
                     chart
                         .draw_series(AreaSeries::new(pts, 0.0, c.filled()))
-                        .map_err(msg)?
-                        .label(t.layers[k].0.as_str())
-                        .legend(move |(x, y)| {
-                            Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled())
-                        });
+                        .map_err(msg)?;
+                    entries.push((t.layers[k].0.clone(), c, Swatch::Box));
                 }
             }
             if let Some(b) = p.budget_bytes {
@@ -158,14 +156,15 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
                         4,
                         red.stroke_width(1),
                     ))
-                    .map_err(msg)?
-                    .label(format!(
-                        "KV budget {} {unit}",
-                        super::ticks::fmt_sig(level, 3)
-                    ))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], red));
+                    .map_err(msg)?;
+                entries.push((
+                    format!("KV budget {} {unit}", super::ticks::fmt_short(level, 3)),
+                    red,
+                    Swatch::Dashed,
+                ));
             }
-            super::draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+            // Top of the stack first, as the bands lie.
+            super::side_legend(&key, &entries)?;
         }
         Ok(())
     })

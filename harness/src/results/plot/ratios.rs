@@ -24,6 +24,24 @@ pub struct Panel {
     pub higher_is_better: bool,
 }
 
+/// Which mode a ratio favours: 1 paged, -1 contiguous, 0 neither — its interval holds 1×, or,
+/// without an interval (one seed), it lies within 1% of 1×.
+pub fn leaning(r: &Ratio, higher_is_better: bool) -> i32 {
+    let (lo, hi) = r.ci.unwrap_or((r.mean * 0.99, r.mean * 1.01));
+    let sign = if lo > 1.0 {
+        1
+    } else if hi < 1.0 {
+        -1
+    } else {
+        0
+    };
+    if higher_is_better {
+        sign
+    } else {
+        -sign
+    }
+}
+
 const BETTER: RGBColor = RGBColor(31, 140, 60);
 const WORSE: RGBColor = RGBColor(200, 40, 40);
 const EVEN: RGBColor = RGBColor(120, 120, 120);
@@ -36,7 +54,7 @@ pub fn svg(
     rows: &[(String, Vec<Option<Ratio>>)],
 ) -> Result<String, PlotError> {
     let n = rows.len().max(1);
-    let height = (110 + 26 * n).min(4000) as u32;
+    let height = (120 + 28 * n).min(4000) as u32;
     render(title, (WIDTH_PX, height), |root| {
         let label_px = rows
             .iter()
@@ -62,8 +80,9 @@ pub fn svg(
                     .chain([1.0]),
             );
             let mut chart = ChartBuilder::on(area)
-                .caption(&panel.title, (FONT, 14))
+                .caption(&panel.title, (FONT, 15))
                 .margin(8)
+                .margin_right(26)
                 .x_label_area_size(36)
                 .build_cartesian_2d(axis.coord(), 0.0..n as f64)
                 .map_err(msg)?;
@@ -74,7 +93,7 @@ pub fn svg(
                 .y_labels(0)
                 .x_label_formatter(&fmt)
                 .x_desc("paged ÷ contiguous, log scale")
-                .label_style((FONT, 11))
+                .label_style((FONT, 13))
                 .draw()
                 .map_err(msg)?;
             let one = axis.at(1.0);
@@ -98,22 +117,10 @@ pub fn svg(
                     continue;
                 }
                 let (lo, hi) = ratio.ci.unwrap_or((ratio.mean, ratio.mean));
-                let favours_paged = if panel.higher_is_better {
-                    lo > 1.0
-                } else {
-                    hi < 1.0
-                };
-                let favours_contiguous = if panel.higher_is_better {
-                    hi < 1.0
-                } else {
-                    lo > 1.0
-                };
-                let c = if favours_paged {
-                    BETTER
-                } else if favours_contiguous {
-                    WORSE
-                } else {
-                    EVEN
+                let c = match leaning(&ratio, panel.higher_is_better) {
+                    1 => BETTER,
+                    -1 => WORSE,
+                    _ => EVEN,
                 };
                 if ratio.ci.is_some() {
                     let (a, b) = (axis.clamped(lo), axis.clamped(hi));
@@ -130,15 +137,21 @@ pub fn svg(
                     .draw_series([EmptyElement::at((x, y))
                         + Circle::new((0, 0), 4, c.filled())
                         + Text::new(
-                            format!("{}×", super::ticks::fmt_sig(ratio.mean, 3)),
-                            (6, -16),
-                            (FONT, 11).into_font().color(&c),
+                            format!(
+                                "{}×",
+                                super::ticks::fmt_short(
+                                    ratio.mean,
+                                    if ratio.mean < 1.0 { 2 } else { 3 }
+                                )
+                            ),
+                            (6, -17),
+                            (FONT, 13).into_font().color(&c),
                         )])
                     .map_err(msg)?;
             }
         }
         let style =
-            TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+            TextStyle::from((FONT, 15).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
         for ((label, _), (_, py)) in rows.iter().zip(&row_px) {
             root.draw(&Text::new(
                 label.as_str(),
