@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{color, msg, render, Axis, PlotError, FONT, WIDTH_PX};
+use super::{color, msg, render, Axis, PlotError, Swatch, FONT, LEGEND_PX, WIDE_PX};
 
 pub struct Bars<'a> {
     pub title: &'a str,
@@ -36,7 +36,9 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
         Axis::linear(values, true)
     };
     let x_desc = x.describe(b.x_label);
-    render(b.title, (WIDTH_PX, height), |root| {
+    render(b.title, (WIDE_PX, height), |root| {
+        let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
+        let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
         let label_px = b
             .categories
             .iter()
@@ -46,7 +48,7 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
             .clamp(4, 40) as u32
             * 7
             + 12;
-        let mut chart = ChartBuilder::on(root)
+        let mut chart = ChartBuilder::on(&plot)
             .caption(b.title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
@@ -75,11 +77,8 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
                     let top = rows as f64 - r as f64 - 0.1 - 0.8 * k as f64 / g;
                     Rectangle::new([(base, top), (x.clamped(v), top - 0.8 / g)], c.filled())
                 });
-            chart
-                .draw_series(bars)
-                .map_err(msg)?
-                .label(label.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+            chart.draw_series(bars).map_err(msg)?;
+            entries.push((label.clone(), c, Swatch::Box));
         }
         let red = RGBColor(200, 0, 0);
         let marks: Vec<PathElement<(f64, f64)>> = b
@@ -94,13 +93,8 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
             })
             .collect();
         if !marks.is_empty() {
-            chart
-                .draw_series(marks)
-                .map_err(msg)?
-                .label(b.mark_label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x + 7, y - 6), (x + 7, y + 6)], red.stroke_width(3))
-                });
+            chart.draw_series(marks).map_err(msg)?;
+            entries.push((b.mark_label.to_string(), red, Swatch::Line));
         }
         let style =
             TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
@@ -109,7 +103,7 @@ pub fn svg(b: &Bars<'_>) -> Result<String, PlotError> {
             root.draw(&Text::new(name.as_str(), (px - 6, py), style.clone()))
                 .map_err(msg)?;
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        super::side_legend(&key, &entries)?;
         Ok(())
     })
 }

@@ -174,6 +174,40 @@ pub fn svg(title: &str, panels: &[Panel<'_>]) -> Result<String, PlotError> {
 mod tests {
     use super::*;
 
+    /// Interval maxima of different steps can add up past the budget: drawn as lines, never as
+    /// stacked areas, and the axis stops at the budget.
+    #[test]
+    fn interval_maxima_are_not_stacked_past_the_budget() {
+        let budget = 20u64 << 30;
+        let t = Timeline {
+            t_ms: vec![1.0, 2.0, 3.0],
+            layers: vec![
+                ("live".into(), vec![15 << 30; 3]),
+                ("allocated, unfilled".into(), vec![12 << 30; 3]),
+                ("free".into(), vec![5 << 30; 3]),
+            ],
+        };
+        let panel = |interval_ms| Panel {
+            cache: "paged",
+            timeline: &t,
+            budget_bytes: Some(budget),
+            interval_ms,
+        };
+        let lines = svg("m", &[panel(Some(10.0))]).expect("svg");
+        assert!(!lines.contains("<polygon"), "interval maxima stacked");
+        assert!(lines.contains("maximum per 10 ms interval"));
+        let stacked = svg("m", &[panel(None)]).expect("svg");
+        assert!(stacked.contains("<polygon"), "steps are stacked");
+        // The y axis' top tick is the budget (20 GiB), not the 32 GiB the maxima would stack to.
+        for s in [&lines, &stacked] {
+            assert!(
+                s.contains(">\n20\n</text>") || s.contains(">20</text>"),
+                "{s}"
+            );
+            assert!(!s.contains(">\n30\n</text>") && !s.contains(">30</text>"));
+        }
+    }
+
     #[test]
     fn thinning_keeps_the_peak() {
         let n = 5 * MAX_POINTS + 3;
