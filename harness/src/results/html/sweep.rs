@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::super::plot::data::{self, Probe, Sweep, SweepRun};
+use super::super::plot::ticks::fmt_time_ms;
 use super::super::plot::{blocks, latency, Series};
 use super::{esc, figure, note, table, verdict, ReportError};
 
@@ -47,14 +48,15 @@ fn summary_table(s: &Sweep) -> String {
         "95% CI",
         "throughput at target (tok/s)",
         "95% CI",
-        "TTFT p50 / p99 (ms)",
-        "ITL p50 / p99 (ms)",
+        "TTFT p50 / p99",
+        "ITL p50 / p99",
         "probes",
     ]
     .map(String::from);
-    let dist = |d: &Option<data::Dist>, k: usize| {
-        d.as_ref()
-            .map_or("-".into(), |d| format!("{:.k$} / {:.k$}", d.p50, d.p99))
+    let dist = |d: &Option<data::Dist>| {
+        d.as_ref().map_or("-".into(), |d| {
+            format!("{} / {}", fmt_time_ms(d.p50), fmt_time_ms(d.p99))
+        })
     };
     let rows: Vec<Vec<String>> = s
         .runs
@@ -66,8 +68,8 @@ fn summary_table(s: &Sweep) -> String {
                 ci(r.rate_at_target_rps_ci, 3),
                 num(r.throughput_at_target_tokens_per_s, 1),
                 ci(r.throughput_at_target_tokens_per_s_ci, 1),
-                dist(&r.ttft_ms, 1),
-                dist(&r.itl_ms, 2),
+                dist(&r.ttft_ms),
+                dist(&r.itl_ms),
                 r.probes.len().to_string(),
             ]
         })
@@ -81,7 +83,7 @@ fn probe_table(r: &SweepRun) -> String {
         "offered (req/s)",
         "achieved (req/s)",
         "throughput (tok/s)",
-        "TTFT p99 (ms) [95% CI]",
+        "TTFT p99 [95% CI]",
         "ITL p99 (ms) [95% CI]",
         "attainment [95% CI]",
         "samples",
@@ -97,7 +99,15 @@ fn probe_table(r: &SweepRun) -> String {
                 format!("{:.3}", p.offered_rps),
                 format!("{:.3}", p.achieved_rps),
                 format!("{:.1}", p.throughput_tokens_per_s),
-                format!("{:.2} {}", p.ttft_p99_ms, ci(p.ttft_p99_ms_ci, 2)),
+                format!(
+                    "{} {}",
+                    fmt_time_ms(p.ttft_p99_ms),
+                    p.ttft_p99_ms_ci.map_or("-".into(), |[lo, hi]| format!(
+                        "[{}, {}]",
+                        fmt_time_ms(lo),
+                        fmt_time_ms(hi)
+                    ))
+                ),
                 format!("{:.3} {}", p.itl_p99_ms, ci(p.itl_p99_ms_ci, 3)),
                 format!("{:.4} {}", p.attainment, ci(p.attainment_ci, 4)),
                 p.samples.to_string(),

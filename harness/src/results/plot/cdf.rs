@@ -3,7 +3,10 @@
 
 use plotters::prelude::*;
 
-use super::{color, msg, render, time_unit, Axis, PlotError, Series, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{
+    color, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX, LEGEND_PX,
+    WIDE_PX,
+};
 
 pub const MAX_POINTS: usize = 400;
 
@@ -47,8 +50,10 @@ pub fn svg(title: &str, what: &str, series: &[Series], log: bool) -> Result<Stri
     };
     let y = Axis::fixed(0.0..1.02);
     let x_label = x.describe(&format!("{what} ({unit})"));
-    render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let mut chart = ChartBuilder::on(root)
+    render(title, (WIDE_PX, HEIGHT_PX), |root| {
+        let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
+        let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
+        let mut chart = ChartBuilder::on(&plot)
             .caption(title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
@@ -80,13 +85,10 @@ pub fn svg(title: &str, what: &str, series: &[Series], log: bool) -> Result<Stri
             }
             chart
                 .draw_series(LineSeries::new(steps, c.stroke_width(2)))
-                .map_err(msg)?
-                .label(s.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
+                .map_err(msg)?;
+            entries.push((s.label.clone(), c, Swatch::Line));
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        super::side_legend(&key, &entries)?;
         Ok(())
     })
 }
