@@ -263,6 +263,17 @@ fn the_run_verdict_is_recomputed_from_the_folders_files() {
         }
         assert_eq!(html.matches(word).count(), 2, "{word}: {html}");
     }
+    // A run whose own checks failed says so before any figure.
+    summary["checks"] = serde_json::json!({"ok": false, "failures": ["planted leak"]});
+    std::fs::write(out.join("summary.json"), summary.to_string()).expect("write");
+    let (code, text) = kvbench(&["report", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&out.join("report.html"));
+    let verdict = &html[html.find("id=\"verdict\"").expect("verdict")..];
+    assert!(
+        verdict.find("Checks FAILED") < verdict.find("Paging pays here"),
+        "{verdict}"
+    );
     verdict_in_first_screen(&out.join("report.html"), "run");
 }
 

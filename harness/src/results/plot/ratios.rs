@@ -163,3 +163,40 @@ pub fn svg(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_leans_only_when_its_interval_or_band_excludes_one() {
+        let r = |mean, ci| Ratio { mean, ci };
+        assert_eq!(leaning(&r(2.0, Some((1.5, 2.5))), true), 1);
+        assert_eq!(leaning(&r(2.0, Some((0.9, 3.1))), true), 0);
+        // Lower is better (latency): a ratio under 1 favours paging.
+        assert_eq!(leaning(&r(0.2, Some((0.1, 0.3))), false), 1);
+        assert_eq!(leaning(&r(1.004, None), true), 0);
+        assert_eq!(leaning(&r(0.98, None), true), -1);
+    }
+
+    #[test]
+    fn the_chart_draws_a_row_per_scenario_with_its_value() {
+        let panels = [Panel {
+            title: "goodput".into(),
+            higher_is_better: true,
+        }];
+        let rows = vec![
+            (
+                "a".to_string(),
+                vec![Some(Ratio {
+                    mean: 17.26,
+                    ci: None,
+                })],
+            ),
+            ("b".to_string(), vec![None]),
+        ];
+        let svg = svg("t", &panels, &rows).expect("svg");
+        assert!(svg.contains("17.3×"), "{svg}");
+        assert!(svg.contains(">\na\n</text>") || svg.contains(">a</text>"));
+    }
+}
