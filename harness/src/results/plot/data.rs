@@ -287,10 +287,15 @@ pub struct Sweep {
     pub ratio_paged_over_contiguous_ci: Option<[f64; 2]>,
 }
 
+/// An SLO as `sweep.json` states it (and `summary.json`, where it records one): the per-request
+/// TTFT and time-per-output-token targets, ms, and the share of requests that must meet both.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SweepSlo {
+    #[serde(default, alias = "ttft_ms")]
     pub ttft_p99_ms: Option<f64>,
+    #[serde(default, alias = "tpot_ms", alias = "tpot_p99_ms", alias = "itl_ms")]
     pub itl_p99_ms: Option<f64>,
+    #[serde(default)]
     pub attainment: Option<f64>,
 }
 
