@@ -161,7 +161,15 @@ fn group_ratio(t: &Table, g: &Group, metric: &str) -> Option<ratios::Ratio> {
         })
         .collect();
     if rs.is_empty() {
-        return None;
+        // Only contiguous at 0 (no contiguous request met the SLO): paging wins outright.
+        let only_paged = g.seeds.iter().any(|s| {
+            matches!((s.1.and_then(|i| value(t, i, col)), s.2.and_then(|i| value(t, i, col))),
+                (Some(p), Some(c)) if p > 0.0 && c == 0.0)
+        });
+        return only_paged.then_some(ratios::Ratio {
+            mean: f64::INFINITY,
+            ci: None,
+        });
     }
     let (mean, _) = stats::mean_sd(&rs);
     let ci = if rs.len() >= 2 {
@@ -300,6 +308,7 @@ fn compact_table(t: &Table, gs: &[Group], rs: &[Vec<Option<ratios::Ratio>>]) -> 
             };
             let x = |k: usize| {
                 r[k].map_or("-".into(), |r| match r.ci {
+                    _ if r.mean.is_infinite() => "∞ (contiguous 0)".into(),
                     Some((lo, hi)) => format!("{:.2} [{:.2}, {:.2}]", r.mean, lo, hi),
                     None => format!("{:.2}", r.mean),
                 })
@@ -413,7 +422,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         let svg = ratios::svg("Paged ÷ contiguous per scenario", &panels, &rows)?;
         body.push_str(&figure(
             &svg,
-            "Per scenario, each figure of paged over the same figure of contiguous (`suite.csv`, paired by seed, mean over seeds; bars: 95% Student-t interval over seeds where there are two or more). Sorted by the goodput ratio. A missing point: the contiguous figure is 0, so no ratio.",
+            "Per scenario, each figure of paged over the same figure of contiguous (`suite.csv`, paired by seed, mean over seeds; bars: 95% Student-t interval over seeds where there are two or more). Sorted by the goodput ratio. An arrow at the right end: contiguous is 0 there (no request met the SLO), so paging wins outright; no point: no figure on either side.",
         ));
     }
     body.push_str("<h2>Headline figures</h2>\n");

@@ -14,15 +14,22 @@ fn fig(name: &str, text: &str) -> String {
     format!("<span data-figure=\"{name}\">{}</span>", esc(text))
 }
 
+/// Paged ÷ contiguous; infinite where only contiguous is 0 (e.g. no contiguous request met the
+/// SLO), `None` where both are or a figure is missing.
 fn ratio(paged: Option<f64>, contiguous: Option<f64>) -> Option<f64> {
     match (paged, contiguous) {
         (Some(p), Some(c)) if p.is_finite() && c.is_finite() && c > 0.0 => Some(p / c),
+        (Some(p), Some(c)) if p.is_finite() && p > 0.0 && c == 0.0 => Some(f64::INFINITY),
         _ => None,
     }
 }
 
 fn ratio_text(r: Option<f64>) -> String {
-    r.map_or("n/a".into(), |r| format!("{r:.2}×"))
+    match r {
+        Some(r) if r.is_infinite() => "∞ (contiguous 0)".into(),
+        Some(r) => format!("{r:.2}×"),
+        None => "n/a".into(),
+    }
 }
 
 /// Share of a mode's requests that met every per-request target: goodput × duration over the
@@ -190,6 +197,12 @@ mod tests {
             "Paging makes no difference here"
         );
         assert_eq!(judge(None, None).0, "No verdict");
+        assert_eq!(
+            judge(ratio(Some(3.0), Some(0.0)), Some(1.0)).0,
+            "Paging pays here"
+        );
+        assert_eq!(ratio(Some(0.0), Some(0.0)), None);
+        assert_eq!(ratio_text(ratio(Some(3.0), Some(0.0))), "∞ (contiguous 0)");
     }
 
     #[test]

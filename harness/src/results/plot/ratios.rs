@@ -113,6 +113,20 @@ pub fn svg(
                 let Some(ratio) = ratios.get(k).copied().flatten() else {
                     continue;
                 };
+                if ratio.mean == f64::INFINITY {
+                    // Contiguous at 0: an arrow at the axis end, labelled.
+                    let end = axis.range.end;
+                    chart
+                        .draw_series([EmptyElement::at((end, y))
+                            + Polygon::new(vec![(-10, -6), (0, 0), (-10, 6)], BETTER.filled())
+                            + Text::new(
+                                "∞: contiguous 0",
+                                (-110, -17),
+                                (FONT, 13).into_font().color(&BETTER),
+                            )])
+                        .map_err(msg)?;
+                    continue;
+                }
                 if !(ratio.mean.is_finite() && ratio.mean > 0.0) {
                     continue;
                 }
