@@ -5,8 +5,8 @@
 use plotters::prelude::*;
 
 use super::{
-    color, fmt_tick, msg, render, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX, LEGEND_PX,
-    WIDE_PX,
+    color, fmt_tick, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX,
+    LEGEND_PX, WIDE_PX,
 };
 
 pub struct LatencyPlot<'a> {
@@ -49,6 +49,13 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .chain(s.ci.iter().flat_map(|c| [c.0, c.1]))
         })
         .chain(p.slo);
+    // Times past 10 s read in s: the values are divided by `div` before they are drawn.
+    let (div, unit) = if p.unit == "ms" {
+        time_unit(all_y.clone().filter(|v| v.is_finite()).fold(0.0, f64::max))
+    } else {
+        (1.0, p.unit)
+    };
+    let all_y = all_y.map(|v| v / div);
     let log = p.log_ok && wants_log(all_y.clone());
     let y = if log {
         Axis::log(all_y)
@@ -62,7 +69,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
             .chain(p.targets.iter().map(|t| t.1)),
         true,
     );
-    let y_label = y.describe(p.y_label);
+    let y_label = y.describe(&p.y_label.replace("(ms)", &format!("({unit})")));
     render(p.title, (WIDE_PX, HEIGHT_PX), |root| {
         let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
         let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
@@ -91,7 +98,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
-                .map(|&(a, b)| (a, y.at(b)))
+                .map(|&(a, b)| (a, y.at(b / div)))
                 .filter(|q| q.0.is_finite() && q.1.is_finite())
                 .collect();
             chart
@@ -102,7 +109,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .points
                 .iter()
                 .zip(&s.ci)
-                .map(|(q, ci)| (q.0, y.at(ci.0), y.at(ci.1)))
+                .map(|(q, ci)| (q.0, y.at(ci.0 / div), y.at(ci.1 / div)))
                 .filter(|(a, lo, hi)| a.is_finite() && lo.is_finite() && hi.is_finite())
                 .flat_map(|(a, lo, hi)| {
                     [
@@ -118,7 +125,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .map_err(msg)?;
         }
         if let Some(stated) = p.slo {
-            let level = y.at(stated);
+            let level = y.at(stated / div);
             if level.is_finite() {
                 let red = RGBColor(200, 0, 0);
                 chart
@@ -130,7 +137,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                     ))
                     .map_err(msg)?;
                 entries.push((
-                    format!("target {} {}", fmt_tick(stated), p.unit),
+                    format!("target {} {unit}", fmt_tick(stated / div)),
                     red,
                     Swatch::Dashed,
                 ));
