@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::super::plot::data::{self, file_error};
-use super::super::plot::ticks::{fmt_sig, fmt_time_ms};
+use super::super::plot::ticks::{fmt_sig, fmt_time_ms, time_unit};
 use super::super::plot::{bars, blocks, ratios};
 use super::super::suite::{self, SuiteMeta};
 use super::{esc, figure, note, table, ReportError};
@@ -460,18 +460,38 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         if t.col(metric).is_none() || categories.is_empty() {
             continue;
         }
-        let groups = vec![
+        let mut groups = vec![
             ("paged".to_string(), mean_of(metric, true)),
             ("contiguous".to_string(), mean_of(metric, false)),
         ];
-        let no_marks: Vec<Option<f64>> = Vec::new();
+        // Latencies (the log chart) past 10 s read in s.
+        let (div, unit) = if log {
+            time_unit(
+                groups
+                    .iter()
+                    .flat_map(|g| g.1.iter().copied())
+                    .filter(|v| v.is_finite())
+                    .fold(0.0, f64::max),
+            )
+        } else {
+            (1.0, "ms")
+        };
+        for g in &mut groups {
+            g.1.iter_mut().for_each(|v| *v /= div);
+        }
+        let shown_marks: Vec<Option<f64>> = if log {
+            marks.iter().map(|m| m.map(|v| v / div)).collect()
+        } else {
+            Vec::new()
+        };
+        let x_label = x_label.replace("(ms)", &format!("({unit})"));
         let svg = bars::svg(&bars::Bars {
             title,
-            x_label,
+            x_label: &x_label,
             categories: &categories,
             groups: &groups,
             log,
-            marks: if log { &marks } else { &no_marks },
+            marks: &shown_marks,
             mark_label: "SLO: TTFT target",
         })?;
         let slo_note = if !log {
