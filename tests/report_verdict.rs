@@ -384,6 +384,25 @@ fn every_page_opens_with_its_verdict_and_reads_its_axes() {
     assert!(html.contains("p99 TTFT (ms), log scale"));
     assert_axis_labels_read(&html, "suite");
     verdict_in_first_screen(&suite.join("report.html"), "suite");
+
+    // Where the cells record the SLO, the TTFT bars draw each scenario's target.
+    assert!(html.contains("no target is drawn"));
+    for entry in std::fs::read_dir(&suite).expect("suite") {
+        let cell = entry.expect("entry").path();
+        let path = cell.join("summary.json");
+        if !path.is_file() {
+            continue;
+        }
+        let mut v: serde_json::Value = serde_json::from_str(&read(&path)).expect("summary");
+        v["slo"] =
+            serde_json::json!({"ttft_p99_ms": 200.0, "itl_p99_ms": 100.0, "attainment": 0.9});
+        std::fs::write(&path, v.to_string()).expect("write");
+    }
+    let (code, text) = kvbench(&["report", suite.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&suite.join("report.html"));
+    assert!(html.contains("Red ticks: each scenario"), "{html}");
+    assert!(html.contains("SLO: TTFT target"));
 }
 
 #[test]
