@@ -3,11 +3,12 @@
 //! every plot draws and nothing fails to load. Without Chromium the browser checks print
 //! `SKIP: chromium not installed`, unless `KVBENCH_REQUIRE_CHROMIUM=1` (CI), where they fail.
 
+mod report_browser;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+use report_browser::{browser_check, check_marker, render};
 use support::kvbench;
 
 fn read(p: &Path) -> String {
@@ -65,8 +66,8 @@ fn a_run_writes_a_self_contained_page_whose_plots_count_the_files_samples() {
     run_sim(&out, &[]);
     let html = read(&out.join("report.html"));
     assert_self_contained(&html, "run page");
-    // TTFT CDF, inter-token CDF, a KV timeline per cache mode.
-    assert_eq!(svg_count(&html), 4, "{html}");
+    // TTFT CDF, inter-token CDF, both modes' KV timelines in one plot.
+    assert_eq!(svg_count(&html), 3, "{html}");
     assert!(html.contains("<h1>kvbench run: quick-basic</h1>"));
     // The legends name each mode's sample count; recount those from requests.csv and trace.jsonl
     // here and check both against summary.json's latency counts.
@@ -132,7 +133,7 @@ fn a_requests_level_trace_says_why_there_is_no_gap_cdf() {
     let out = tmp.path().join("run");
     run_sim(&out, &["--trace-level", "requests"]);
     let html = read(&out.join("report.html"));
-    assert_eq!(svg_count(&html), 3);
+    assert_eq!(svg_count(&html), 2);
     assert!(html.contains("no inter-token CDF"), "{html}");
 }
 
@@ -227,8 +228,8 @@ fn a_suite_with_block_sizes_gets_a_trade_off_plot_and_cell_pages() {
     assert_eq!(code, 0, "{text}");
     let html = read(&out.join("report.html"));
     assert_self_contained(&html, "suite page");
-    // Throughput and p99 TTFT bars, and quick-basic's block-size trade-off.
-    assert_eq!(svg_count(&html), 3, "{html}");
+    // The ratio chart, p99 TTFT and throughput bars, and quick-basic's block-size trade-off.
+    assert_eq!(svg_count(&html), 4, "{html}");
     assert!(html.contains("Block size trade-off, quick-basic"));
     for cell in ["quick-basic-bs8", "quick-basic-bs32"] {
         assert!(out.join(cell).join("report.html").is_file(), "{cell}");
@@ -281,13 +282,19 @@ fn report_renders_the_trimmed_reference_suite_from_its_table() {
     let (code, text) = kvbench(&["report", dir.to_str().expect("utf-8")]);
     assert_eq!(code, 0, "{text}");
     let html = read(&dir.join("report.html"));
+    // The compact table: a header and one row per scenario (the reference runs one seed, one
+    // block size, both modes: two suite.csv rows a scenario).
     let rows = read(&dir.join("suite.csv")).lines().count() - 1;
     assert_eq!(
         html.matches("<tr>").count(),
-        rows + 1,
-        "one table row per suite.csv row"
+        rows / 2 + 1,
+        "one table row per scenario"
     );
-    assert_eq!(svg_count(&html), 2, "throughput and p99 TTFT bars");
+    assert_eq!(
+        svg_count(&html),
+        3,
+        "the ratio chart, p99 TTFT and throughput bars"
+    );
     assert!(
         html.contains("<li>chat-8b-h200</li>"),
         "trimmed cells listed without links"
@@ -320,80 +327,4 @@ fn the_browser_check_catches_an_empty_plot_and_a_failed_load() {
     assert!(marker.contains("data-status=\"failed\""), "{marker}");
     assert!(marker.contains("is empty"), "{marker}");
     assert!(marker.contains("missing.png"), "{marker}");
-}
-
-fn chromium() -> Option<PathBuf> {
-    let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
-        Command::new(name)
-            .arg("--version")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|_| PathBuf::from(name))
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("KVBENCH_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
-            "KVBENCH_REQUIRE_CHROMIUM=1 but chromium is not installed"
-        );
-        println!("SKIP: chromium not installed");
-    }
-    found
-}
-
-/// The DOM after load, from headless Chromium; `None` (with a SKIP line) without Chromium.
-fn render(page: &Path) -> Option<String> {
-    let bin = chromium()?;
-    let profile = tempfile::tempdir().expect("profile dir");
-    let url = format!(
-        "file://{}",
-        page.canonicalize().expect("page path").display()
-    );
-    let out = Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn check_marker(dom: &str) -> String {
-    let start = dom
-        .find("<div id=\"kvbench-check\"")
-        .unwrap_or_else(|| panic!("no check marker in the rendered page:\n{dom}"));
-    let end = dom[start..].find("</div>").map_or(dom.len(), |e| start + e);
-    dom[start..end].to_string()
-}
-
-/// In headless Chromium every `<svg>` of the page drew and nothing failed to load.
-fn browser_check(page: &Path) {
-    let Some(dom) = render(page) else { return };
-    let marker = check_marker(&dom);
-    let plots = svg_count(&read(page));
-    assert!(
-        marker.contains("data-status=\"ok\""),
-        "{}: {marker}",
-        page.display()
-    );
-    assert!(
-        marker.contains(&format!("data-plots=\"{plots}\"")),
-        "{}: expected {plots} drawn plots: {marker}",
-        page.display()
-    );
 }

@@ -9,11 +9,13 @@
 //!
 //! The page carries a small inline check: on load it verifies that every `<svg>` drew something
 //! and that nothing failed to load, and records the verdict on `#kvbench-check`
-//! (`data-status="ok"`, `data-plots=N`), which the headless-browser test reads.
+//! (`data-status="ok"`, `data-plots=N`), with where the verdict line ends on screen
+//! (`data-verdict-bottom`, `data-viewport`, CSS pixels), which the headless-browser tests read.
 
 mod run;
 mod suite;
 mod sweep;
+mod verdict;
 
 use std::path::{Path, PathBuf};
 
@@ -110,7 +112,9 @@ table{border-collapse:collapse;margin:1em 0;font-size:14px}\
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}\
 figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}\
-code{background:#f3f3f3;padding:0 3px}.wide{overflow-x:auto}.note{color:#555;font-style:italic}";
+code{background:#f3f3f3;padding:0 3px}.wide{overflow-x:auto}.note{color:#555;font-style:italic}\
+.verdict{font-size:17px;line-height:1.45;background:#f4f8fc;border-left:4px solid #1f77b4;padding:8px 12px;margin:0.6em 0 1em}\
+.bad{color:#c00}table.compact{font-size:13px}table.compact td,table.compact th{padding:2px 6px}table.compact td{white-space:nowrap}h1{margin:0.3em 0}";
 
 /// Checks on load that every plot drew and nothing failed to load; see the module doc.
 const CHECK: &str = r#"(function(){
@@ -124,6 +128,9 @@ if(s.querySelectorAll('path,polyline,polygon,rect,circle,line,text').length>0&&b
 var imgs=document.querySelectorAll('img');
 for(var j=0;j<imgs.length;j++){if(!(imgs[j].complete&&imgs[j].naturalWidth>0)){problems.push('image not loaded: '+imgs[j].src);}}
 var m=document.getElementById('kvbench-check');
+var v=document.getElementById('verdict');
+if(v){m.setAttribute('data-verdict-bottom',String(Math.round(v.getBoundingClientRect().bottom)));}
+m.setAttribute('data-viewport',String(window.innerHeight));
 m.setAttribute('data-plots',String(drawn));
 m.setAttribute('data-status',problems.length?'failed':'ok');
 m.textContent=problems.join('; ');

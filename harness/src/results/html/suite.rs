@@ -5,10 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::plot::data::file_error;
-use super::super::plot::{bars, blocks};
+use super::super::plot::data::{self, file_error};
+use super::super::plot::ticks::{fmt_sig, fmt_time_ms, time_unit};
+use super::super::plot::{bars, blocks, ratios};
 use super::super::suite::{self, SuiteMeta};
 use super::{esc, figure, note, table, ReportError};
+use crate::sweep::stats;
 
 /// The cell folders of a suite: from `suite.json`'s plan when present, else every
 /// sub-folder holding a `summary.json`, in name order.
@@ -56,75 +58,126 @@ fn read_table(dir: &Path) -> Result<Table, ReportError> {
     Ok(Table { header, rows })
 }
 
-/// Per row, a label naming its cell: the scenario, plus block size and seed where the table
-/// holds several of them for that scenario.
-fn cell_labels(t: &Table) -> Vec<String> {
-    let (sc, bs, seed) = (t.col("scenario"), t.col("block_size"), t.col("seed"));
-    let get =
-        |r: &Vec<String>, c: Option<usize>| c.and_then(|c| r.get(c)).cloned().unwrap_or_default();
-    let distinct = |scenario: &str, c: Option<usize>| {
-        let mut v: Vec<String> = t
-            .rows
-            .iter()
-            .filter(|r| get(r, sc) == scenario)
-            .map(|r| get(r, c))
-            .collect();
-        v.sort();
-        v.dedup();
-        v.len()
-    };
-    t.rows
-        .iter()
-        .map(|r| {
-            let name = get(r, sc);
-            let mut label = name.clone();
-            if distinct(&name, bs) > 1 {
-                label.push_str(&format!(" bs{}", get(r, bs)));
-            }
-            if distinct(&name, seed) > 1 {
-                label.push_str(&format!(" seed {}", get(r, seed)));
-            }
-            label
-        })
-        .collect()
+/// The figures the ratio chart and the compact table show: `suite.csv` column, words with
+/// unit, whether larger is better for the system.
+const FIGURES: [(&str, &str, bool); 3] = [
+    ("goodput_requests_per_s", "goodput (requests/s)", true),
+    ("throughput_tokens_per_s", "throughput (tokens/s)", true),
+    ("ttft_p99_ms", "TTFT p99", false),
+];
+
+/// One row of the ratio chart: a scenario (at one block size where it lists several) and its
+/// seeds, each with its paged and contiguous rows of `suite.csv`.
+struct Group {
+    label: String,
+    scenario: String,
+    /// `(seed, paged row, contiguous row)`.
+    seeds: Vec<(String, Option<usize>, Option<usize>)>,
 }
 
-/// Grouped bars of column `metric`: one row per cell, one bar per cache mode.
-fn headline(
-    t: &Table,
-    labels: &[String],
-    metric: &str,
-    title: &str,
-    x_label: &str,
-) -> Result<Option<String>, ReportError> {
-    let (Some(m), Some(cache)) = (t.col(metric), t.col("cache")) else {
-        return Ok(None);
-    };
-    let mut categories: Vec<String> = Vec::new();
-    for l in labels {
-        if !categories.contains(l) {
-            categories.push(l.clone());
-        }
-    }
-    let mut groups: Vec<(String, Vec<f64>)> = Vec::new();
-    for (r, label) in t.rows.iter().zip(labels) {
-        let mode = r.get(cache).cloned().unwrap_or_default();
-        let v: f64 = r.get(m).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
-        let i = match groups.iter().position(|g| g.0 == mode) {
-            Some(i) => i,
+fn groups(t: &Table) -> Vec<Group> {
+    let (sc, bs, seed, cache) = (
+        t.col("scenario"),
+        t.col("block_size"),
+        t.col("seed"),
+        t.col("cache"),
+    );
+    let get =
+        |r: &Vec<String>, c: Option<usize>| c.and_then(|c| r.get(c)).cloned().unwrap_or_default();
+    let mut out: Vec<Group> = Vec::new();
+    for (i, r) in t.rows.iter().enumerate() {
+        let scenario = get(r, sc);
+        let sizes = {
+            let mut v: Vec<String> = t
+                .rows
+                .iter()
+                .filter(|x| get(x, sc) == scenario)
+                .map(|x| get(x, bs))
+                .collect();
+            v.sort();
+            v.dedup();
+            v.len()
+        };
+        let label = if sizes > 1 {
+            format!("{scenario} bs{}", get(r, bs))
+        } else {
+            scenario.clone()
+        };
+        let gi = match out.iter().position(|g| g.label == label) {
+            Some(gi) => gi,
             None => {
-                groups.push((mode, vec![f64::NAN; categories.len()]));
-                groups.len() - 1
+                out.push(Group {
+                    label,
+                    scenario,
+                    seeds: Vec::new(),
+                });
+                out.len() - 1
             }
         };
-        if let Some(c) = categories.iter().position(|c| c == label) {
-            groups[i].1[c] = v;
+        let s = get(r, seed);
+        let g = &mut out[gi];
+        let si = match g.seeds.iter().position(|x| x.0 == s) {
+            Some(si) => si,
+            None => {
+                g.seeds.push((s, None, None));
+                g.seeds.len() - 1
+            }
+        };
+        match get(r, cache).as_str() {
+            "paged" => g.seeds[si].1 = Some(i),
+            "contiguous" => g.seeds[si].2 = Some(i),
+            _ => {}
         }
     }
-    if categories.is_empty() {
-        return Ok(None);
+    out
+}
+
+fn value(t: &Table, row: usize, col: Option<usize>) -> Option<f64> {
+    let v: f64 = t.rows.get(row)?.get(col?)?.parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+/// Mean over the group's seeds of one mode's figure.
+fn mode_mean(t: &Table, g: &Group, metric: &str, paged: bool) -> Option<f64> {
+    let col = t.col(metric);
+    let xs: Vec<f64> = g
+        .seeds
+        .iter()
+        .filter_map(|s| value(t, if paged { s.1? } else { s.2? }, col))
+        .collect();
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+/// Paged ÷ contiguous of `metric` over the group's seeds: the mean of the per-seed ratios and,
+/// with two or more seeds, its 95% Student-t interval.
+fn group_ratio(t: &Table, g: &Group, metric: &str) -> Option<ratios::Ratio> {
+    let col = t.col(metric);
+    let rs: Vec<f64> = g
+        .seeds
+        .iter()
+        .filter_map(|s| {
+            let (p, c) = (value(t, s.1?, col)?, value(t, s.2?, col)?);
+            (c > 0.0).then(|| p / c)
+        })
+        .collect();
+    if rs.is_empty() {
+        // Only contiguous at 0 (no contiguous request met the SLO): paging wins outright.
+        let only_paged = g.seeds.iter().any(|s| {
+            matches!((s.1.and_then(|i| value(t, i, col)), s.2.and_then(|i| value(t, i, col))),
+                (Some(p), Some(c)) if p > 0.0 && c == 0.0)
+        });
+        return only_paged.then_some(ratios::Ratio {
+            mean: f64::INFINITY,
+            ci: None,
+        });
     }
-    Ok(Some(bars::svg(title, x_label, &categories, &groups)?))
+    let (mean, _) = stats::mean_sd(&rs);
+    let ci = if rs.len() >= 2 {
+        stats::mean_interval(&rs, stats::CONFIDENCE)
+    } else {
+        None
+    };
+    Some(ratios::Ratio { mean, ci })
 }
 
 /// One trade-off plot per scenario that ran at several block sizes: mean KV waste against mean
@@ -211,6 +264,78 @@ fn describe(meta: &SuiteMeta) -> String {
     )
 }
 
+/// The SLO's TTFT target per scenario, from the cells' `summary.json` where they record one.
+fn ttft_targets(dir: &Path) -> Result<Vec<(String, f64)>, ReportError> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for cell in cell_dirs(dir)? {
+        if !cell.join("summary.json").is_file() {
+            continue;
+        }
+        let s = data::run_folder(&cell)?;
+        let slo = s
+            .slo
+            .as_ref()
+            .or_else(|| s.runs.iter().find_map(|r| r.slo.as_ref()));
+        if let Some(t) = slo.and_then(|x| x.ttft_p99_ms) {
+            if !out.iter().any(|(n, _)| *n == s.scenario) {
+                out.push((s.scenario.clone(), t));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn compact_table(t: &Table, gs: &[Group], rs: &[Vec<Option<ratios::Ratio>>]) -> String {
+    let head = [
+        "scenario",
+        "seeds",
+        "goodput (req/s), paged / contiguous",
+        "× [95% CI]",
+        "throughput (tok/s), paged / contiguous",
+        "× [95% CI]",
+        "TTFT p99, paged / contiguous",
+        "checks",
+    ]
+    .map(String::from);
+    let (ok_col, recl_col) = (t.col("checks_ok"), t.col("reclamation_ok"));
+    let rows: Vec<Vec<String>> = gs
+        .iter()
+        .zip(rs)
+        .map(|(g, r)| {
+            let pair = |metric: &str, f: &dyn Fn(f64) -> String| {
+                let v = |paged| mode_mean(t, g, metric, paged).map_or("-".into(), f);
+                format!("{} / {}", v(true), v(false))
+            };
+            let x = |k: usize| {
+                r[k].map_or("-".into(), |r| match r.ci {
+                    _ if r.mean.is_infinite() => "∞ (contiguous 0)".into(),
+                    Some((lo, hi)) => format!("{:.2} [{:.2}, {:.2}]", r.mean, lo, hi),
+                    None => format!("{:.2}", r.mean),
+                })
+            };
+            let all_ok = g.seeds.iter().all(|s| {
+                [s.1, s.2].iter().flatten().all(|&i| {
+                    [ok_col, recl_col]
+                        .iter()
+                        .flatten()
+                        .all(|&c| t.rows[i].get(c).map(String::as_str) == Some("true"))
+                })
+            });
+            vec![
+                g.label.clone(),
+                g.seeds.len().to_string(),
+                pair("goodput_requests_per_s", &|v| fmt_sig(v, 4)),
+                x(0),
+                pair("throughput_tokens_per_s", &|v| fmt_sig(v, 4)),
+                x(1),
+                pair("ttft_p99_ms", &fmt_time_ms),
+                if all_ok { "ok" } else { "FAILED" }.to_string(),
+            ]
+        })
+        .collect();
+    table(&head, &rows).replacen("<table>", "<table class=\"compact\">", 1)
+}
+
 pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let title = "kvbench suite".to_string();
     let mut body = format!("<h1>{title}</h1>\n");
@@ -223,7 +348,49 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         body.push_str(&describe(m));
     }
     let t = read_table(dir)?;
-    body.push_str(&table(&t.header, &t.rows));
+
+    // First: paged ÷ contiguous per scenario, sorted by goodput ratio (then throughput).
+    let mut gs = groups(&t);
+    let mut rs: Vec<Vec<Option<ratios::Ratio>>> = gs
+        .iter()
+        .map(|g| FIGURES.iter().map(|f| group_ratio(&t, g, f.0)).collect())
+        .collect();
+    let key = |r: &Vec<Option<ratios::Ratio>>| r[0].or(r[1]).map_or(f64::NEG_INFINITY, |x| x.mean);
+    let mut order: Vec<usize> = (0..gs.len()).collect();
+    order.sort_by(|&a, &b| key(&rs[b]).total_cmp(&key(&rs[a])));
+    gs = order
+        .iter()
+        .map(|&i| {
+            std::mem::replace(
+                &mut gs[i],
+                Group {
+                    label: String::new(),
+                    scenario: String::new(),
+                    seeds: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    rs = order.iter().map(|&i| std::mem::take(&mut rs[i])).collect();
+
+    let tally = |k: usize| {
+        let mut c = [0usize; 3];
+        for r in rs.iter().filter_map(|r| r[k]) {
+            c[(ratios::leaning(&r, FIGURES[k].2) + 1) as usize] += 1;
+        }
+        c
+    };
+    let [worse, even, better] = tally(0);
+    let with_seeds = gs.iter().filter(|g| g.seeds.len() >= 2).count();
+    body.push_str(&format!(
+        "<p id=\"verdict\" class=\"verdict\">By goodput, <b>paging pays in <span data-figure=\"pays\">{better}</span> of {} scenarios</b>, makes no difference in <span data-figure=\"even\">{even}</span> and does not pay in <span data-figure=\"worse\">{worse}</span> (paged ÷ contiguous from `suite.csv`{}). Green: paging better; red: contiguous better; grey: no clear difference.</p>\n",
+        gs.len(),
+        if with_seeds > 0 {
+            "; mean over seeds with its 95% interval where a scenario ran at several"
+        } else {
+            "; one seed each, so no intervals"
+        }
+    ).replace('`', ""));
     if let Some(m) = &meta {
         let failures = m.failures();
         if !failures.is_empty() {
@@ -234,28 +401,110 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
             body.push_str("</ul>\n");
         }
     }
-
-    let labels = cell_labels(&t);
+    let panels: Vec<ratios::Panel> = FIGURES
+        .iter()
+        .map(|(_, what, higher)| ratios::Panel {
+            title: format!(
+                "{what}: {} is better",
+                if *higher { "> 1×" } else { "< 1×" }
+            ),
+            higher_is_better: *higher,
+        })
+        .collect();
+    let rows: Vec<(String, Vec<Option<ratios::Ratio>>)> = gs
+        .iter()
+        .zip(&rs)
+        .map(|(g, r)| (g.label.clone(), r.clone()))
+        .collect();
+    if rows.is_empty() {
+        body.push_str(&note("suite.csv holds no rows to plot."));
+    } else {
+        let svg = ratios::svg("Paged ÷ contiguous per scenario", &panels, &rows)?;
+        body.push_str(&figure(
+            &svg,
+            "Per scenario, each figure of paged over the same figure of contiguous (`suite.csv`, paired by seed, mean over seeds; bars: 95% Student-t interval over seeds where there are two or more). Sorted by the goodput ratio. An arrow at the right end: contiguous is 0 there (no request met the SLO), so paging wins outright; no point: no figure on either side.",
+        ));
+    }
     body.push_str("<h2>Headline figures</h2>\n");
-    let mut any = false;
-    for (metric, title, x) in [
+    body.push_str(&compact_table(&t, &gs, &rs));
+    body.push_str(&note(
+        "Means over seeds; × is paged ÷ contiguous with its 95% interval. Every column of every cell is in suite.csv.",
+    ));
+    body.push_str("<p>All columns: <a href=\"suite.csv\">suite.csv</a>.</p>\n");
+
+    let categories: Vec<String> = gs.iter().map(|g| g.label.clone()).collect();
+    let mean_of = |metric: &str, paged: bool| -> Vec<f64> {
+        gs.iter()
+            .map(|g| mode_mean(&t, g, metric, paged).unwrap_or(f64::NAN))
+            .collect()
+    };
+    let targets = ttft_targets(dir)?;
+    let marks: Vec<Option<f64>> = gs
+        .iter()
+        .map(|g| targets.iter().find(|(n, _)| *n == g.scenario).map(|x| x.1))
+        .collect();
+    for (metric, title, x_label, log) in [
+        (
+            "ttft_p99_ms",
+            "p99 TTFT per scenario",
+            "p99 TTFT (ms)",
+            true,
+        ),
         (
             "throughput_tokens_per_s",
-            "Throughput per cell",
+            "Throughput per scenario",
             "throughput (tokens/s)",
+            false,
         ),
-        ("ttft_p99_ms", "p99 TTFT per cell", "p99 TTFT (ms)"),
     ] {
-        if let Some(svg) = headline(&t, &labels, metric, title, x)? {
-            body.push_str(&figure(
-                &svg,
-                &format!("`{metric}` of each row of `suite.csv`."),
-            ));
-            any = true;
+        if t.col(metric).is_none() || categories.is_empty() {
+            continue;
         }
-    }
-    if !any {
-        body.push_str(&note("suite.csv holds no rows to plot."));
+        let mut groups = vec![
+            ("paged".to_string(), mean_of(metric, true)),
+            ("contiguous".to_string(), mean_of(metric, false)),
+        ];
+        // Latencies (the log chart) past 10 s read in s.
+        let (div, unit) = if log {
+            time_unit(
+                groups
+                    .iter()
+                    .flat_map(|g| g.1.iter().copied())
+                    .filter(|v| v.is_finite())
+                    .fold(0.0, f64::max),
+            )
+        } else {
+            (1.0, "ms")
+        };
+        for g in &mut groups {
+            g.1.iter_mut().for_each(|v| *v /= div);
+        }
+        let shown_marks: Vec<Option<f64>> = if log {
+            marks.iter().map(|m| m.map(|v| v / div)).collect()
+        } else {
+            Vec::new()
+        };
+        let x_label = x_label.replace("(ms)", &format!("({unit})"));
+        let svg = bars::svg(&bars::Bars {
+            title,
+            x_label: &x_label,
+            categories: &categories,
+            groups: &groups,
+            log,
+            marks: &shown_marks,
+            mark_label: "SLO: TTFT target",
+        })?;
+        let slo_note = if !log {
+            ""
+        } else if marks.iter().any(Option::is_some) {
+            " Red ticks: each scenario's TTFT target (its cells' summary.json)."
+        } else {
+            " No cell's summary.json records an SLO, so no target is drawn."
+        };
+        body.push_str(&figure(
+            &svg,
+            &format!("`{metric}` of `suite.csv`, mean over seeds.{slo_note}"),
+        ));
     }
     let trade = tradeoffs(&t)?;
     if !trade.is_empty() {

@@ -6,13 +6,15 @@
 use std::path::Path;
 
 use super::super::plot::data::{self, Probe, Sweep, SweepRun};
+use super::super::plot::ticks::fmt_time_ms;
 use super::super::plot::{blocks, latency, Series};
-use super::{esc, figure, note, table, ReportError};
+use super::{esc, figure, note, table, verdict, ReportError};
 
 /// One latency-against-throughput plot: which probe figure it draws and its target.
 struct ProbePlot {
     title: &'static str,
     y_label: &'static str,
+    unit: &'static str,
     slo: Option<f64>,
     value: fn(&Probe) -> f64,
     interval: fn(&Probe) -> Option<[f64; 2]>,
@@ -46,14 +48,15 @@ fn summary_table(s: &Sweep) -> String {
         "95% CI",
         "throughput at target (tok/s)",
         "95% CI",
-        "TTFT p50 / p99 (ms)",
-        "ITL p50 / p99 (ms)",
+        "TTFT p50 / p99",
+        "ITL p50 / p99",
         "probes",
     ]
     .map(String::from);
-    let dist = |d: &Option<data::Dist>, k: usize| {
-        d.as_ref()
-            .map_or("-".into(), |d| format!("{:.k$} / {:.k$}", d.p50, d.p99))
+    let dist = |d: &Option<data::Dist>| {
+        d.as_ref().map_or("-".into(), |d| {
+            format!("{} / {}", fmt_time_ms(d.p50), fmt_time_ms(d.p99))
+        })
     };
     let rows: Vec<Vec<String>> = s
         .runs
@@ -65,8 +68,8 @@ fn summary_table(s: &Sweep) -> String {
                 ci(r.rate_at_target_rps_ci, 3),
                 num(r.throughput_at_target_tokens_per_s, 1),
                 ci(r.throughput_at_target_tokens_per_s_ci, 1),
-                dist(&r.ttft_ms, 1),
-                dist(&r.itl_ms, 2),
+                dist(&r.ttft_ms),
+                dist(&r.itl_ms),
                 r.probes.len().to_string(),
             ]
         })
@@ -80,7 +83,7 @@ fn probe_table(r: &SweepRun) -> String {
         "offered (req/s)",
         "achieved (req/s)",
         "throughput (tok/s)",
-        "TTFT p99 (ms) [95% CI]",
+        "TTFT p99 [95% CI]",
         "ITL p99 (ms) [95% CI]",
         "attainment [95% CI]",
         "samples",
@@ -96,7 +99,15 @@ fn probe_table(r: &SweepRun) -> String {
                 format!("{:.3}", p.offered_rps),
                 format!("{:.3}", p.achieved_rps),
                 format!("{:.1}", p.throughput_tokens_per_s),
-                format!("{:.2} {}", p.ttft_p99_ms, ci(p.ttft_p99_ms_ci, 2)),
+                format!(
+                    "{} {}",
+                    fmt_time_ms(p.ttft_p99_ms),
+                    p.ttft_p99_ms_ci.map_or("-".into(), |[lo, hi]| format!(
+                        "[{}, {}]",
+                        fmt_time_ms(lo),
+                        fmt_time_ms(hi)
+                    ))
+                ),
                 format!("{:.3} {}", p.itl_p99_ms, ci(p.itl_p99_ms_ci, 3)),
                 format!("{:.4} {}", p.attainment, ci(p.attainment_ci, 4)),
                 p.samples.to_string(),
@@ -147,11 +158,17 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let stated: Vec<String> = [
         ("p99 TTFT ≤", s.slo.ttft_p99_ms, " ms"),
         ("p99 inter-token gap ≤", s.slo.itl_p99_ms, " ms"),
-        ("attainment ≥", s.slo.attainment, ""),
+        ("attainment ≥", s.slo.attainment, " of requests"),
     ]
     .iter()
     .filter_map(|(what, v, unit)| v.map(|v| format!("{what} {v}{unit}")))
     .collect();
+    let slo_words = if stated.is_empty() {
+        "none stated".to_string()
+    } else {
+        stated.join(", ")
+    };
+    body.push_str(&verdict::sweep(&s, &slo_words));
     body.push_str(&format!(
         "<p>backend <code>{}</code>, by {}, seeds {:?}, precision {}%, workload <code>{}</code>; \
          SLO: {}</p>\n",
@@ -160,11 +177,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         s.seeds,
         num(s.precision_pct, 1),
         esc(&s.workload_hash),
-        esc(&if stated.is_empty() {
-            "none stated".to_string()
-        } else {
-            stated.join(", ")
-        }),
+        esc(&slo_words),
     ));
     body.push_str(&summary_table(&s));
     body.push_str(&format!(
@@ -185,6 +198,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         ProbePlot {
             title: "p99 TTFT against throughput",
             y_label: "p99 TTFT (ms)",
+            unit: "ms",
             slo: s.slo.ttft_p99_ms,
             value: |p| p.ttft_p99_ms,
             interval: |p| p.ttft_p99_ms_ci,
@@ -192,13 +206,15 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         ProbePlot {
             title: "p99 inter-token gap against throughput",
             y_label: "p99 inter-token gap (ms)",
+            unit: "ms",
             slo: s.slo.itl_p99_ms,
             value: |p| p.itl_p99_ms,
             interval: |p| p.itl_p99_ms_ci,
         },
         ProbePlot {
             title: "SLO attainment against throughput",
-            y_label: "attainment",
+            y_label: "SLO attainment (share of requests)",
+            unit: "of requests",
             slo: s.slo.attainment,
             value: |p| p.attainment,
             interval: |p| p.attainment_ci,
@@ -221,12 +237,13 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
             y_label: plot.y_label,
             series: &series,
             slo: plot.slo,
+            unit: plot.unit,
             targets: &targets,
             log_ok: i != 2,
         })?;
         body.push_str(&figure(
             &svg,
-            "Each probe of `sweep.json` (bars: 95% intervals); dashed red: the target; dashed verticals: each mode's throughput at target.",
+            "Each probe of `sweep.json`, with error bars for its 95% interval over seeds; dashed red: the target; dashed verticals: each mode's throughput at target (tokens/s).",
         ));
     }
 

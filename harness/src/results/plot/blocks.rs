@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{color, msg, render, span, PlotError, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{color, msg, render, Axis, PlotError, FONT, HEIGHT_PX, WIDTH_PX};
 
 /// One cache mode's points: `(block size, x, y)`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -19,21 +19,31 @@ pub fn svg(
     y_label: &str,
     series: &[Tradeoff],
 ) -> Result<String, PlotError> {
+    let x = Axis::linear(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        true,
+    );
+    let y = Axis::linear(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.2)),
+        true,
+    );
     render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-        let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.2));
         let mut chart = ChartBuilder::on(root)
             .caption(title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d(span(xs, true), span(ys, true))
+            .build_cartesian_2d(x.coord(), y.coord())
             .map_err(msg)?;
+        let xf = |c: &f64| x.label(*c);
+        let yf = |c: &f64| y.label(*c);
         chart
             .configure_mesh()
             .x_desc(x_label)
             .y_desc(y_label)
-            .label_style((FONT, 12))
+            .x_label_formatter(&xf)
+            .y_label_formatter(&yf)
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         for (i, s) in series.iter().enumerate() {
@@ -57,7 +67,7 @@ pub fn svg(
                 .draw_series(pts.iter().map(|p| {
                     EmptyElement::at((p.1, p.2))
                         + Circle::new((0, 0), 4, c.filled())
-                        + Text::new(format!("{}", p.0), (6, -14), (FONT, 12).into_font())
+                        + Text::new(format!("{}", p.0), (6, -14), (FONT, 14).into_font())
                 }))
                 .map_err(msg)?;
         }

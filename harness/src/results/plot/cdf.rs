@@ -3,7 +3,10 @@
 
 use plotters::prelude::*;
 
-use super::{color, msg, render, span, PlotError, Series, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{
+    color, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX, LEGEND_PX,
+    WIDE_PX,
+};
 
 pub const MAX_POINTS: usize = 400;
 
@@ -27,41 +30,65 @@ pub fn points(sorted_ns: &[u64]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-pub fn svg(title: &str, x_label: &str, series: &[Series]) -> Result<String, PlotError> {
-    render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-        let mut chart = ChartBuilder::on(root)
+/// The CDFs of `series` (x in ms), the time axis in ms or s by the largest sample, on a log
+/// scale when `log` (latencies spanning decades: a linear axis would draw the fast mode as a
+/// line at zero). `what` names the quantity; the unit and scale are appended.
+pub fn svg(title: &str, what: &str, series: &[Series], log: bool) -> Result<String, PlotError> {
+    let max_ms = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    let (div, unit) = time_unit(max_ms);
+    let xs = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0 / div));
+    let x = if log {
+        Axis::log(xs)
+    } else {
+        Axis::linear(xs, true)
+    };
+    let y = Axis::fixed(0.0..1.02);
+    let x_label = x.describe(&format!("{what} ({unit})"));
+    render(title, (WIDE_PX, HEIGHT_PX), |root| {
+        let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
+        let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
+        let mut chart = ChartBuilder::on(&plot)
             .caption(title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(56)
-            .build_cartesian_2d(span(xs, true), 0.0..1.02)
+            .build_cartesian_2d(x.coord(), y.coord())
             .map_err(msg)?;
+        let xf = |c: &f64| x.label(*c);
+        let yf = |c: &f64| y.label(*c);
         chart
             .configure_mesh()
-            .x_desc(x_label)
+            .x_desc(x_label.as_str())
             .y_desc("fraction of samples ≤ x")
-            .label_style((FONT, 12))
+            .x_label_formatter(&xf)
+            .y_label_formatter(&yf)
+            .label_style((FONT, 14))
             .draw()
             .map_err(msg)?;
         for (i, s) in series.iter().enumerate() {
             let c = color(&s.label, i);
             let mut steps = Vec::with_capacity(2 * s.points.len());
             let mut below = 0.0;
-            for &(x, q) in &s.points {
-                steps.push((x, below));
-                steps.push((x, q));
+            for &(v, q) in &s.points {
+                let at = x.at(v / div);
+                if at.is_finite() {
+                    steps.push((at, below));
+                    steps.push((at, q));
+                }
                 below = q;
             }
             chart
                 .draw_series(LineSeries::new(steps, c.stroke_width(2)))
-                .map_err(msg)?
-                .label(s.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
+                .map_err(msg)?;
+            entries.push((s.label.clone(), c, Swatch::Line));
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+        super::side_legend(&key, &entries)?;
         Ok(())
     })
 }

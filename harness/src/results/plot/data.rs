@@ -287,10 +287,15 @@ pub struct Sweep {
     pub ratio_paged_over_contiguous_ci: Option<[f64; 2]>,
 }
 
+/// An SLO as `sweep.json` states it (and `summary.json`, where it records one): the per-request
+/// TTFT and time-per-output-token targets, ms, and the share of requests that must meet both.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SweepSlo {
+    #[serde(default, alias = "ttft_ms")]
     pub ttft_p99_ms: Option<f64>,
+    #[serde(default, alias = "tpot_ms", alias = "tpot_p99_ms", alias = "itl_ms")]
     pub itl_p99_ms: Option<f64>,
+    #[serde(default)]
     pub attainment: Option<f64>,
 }
 
@@ -347,6 +352,71 @@ pub struct Probe {
 
 pub fn sweep(dir: &Path) -> Result<Sweep, FileError> {
     let path = dir.join("sweep.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
+    serde_json::from_str(&text).map_err(|e| file_error(&path, e))
+}
+
+/// `summary.json` of a run folder: the figures the run page's verdict and memory panels need
+/// (others are ignored). Figures a run could not form may be null.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunFolder {
+    pub scenario: String,
+    #[serde(default)]
+    pub backend: String,
+    #[serde(default)]
+    pub checks: RunChecks,
+    /// The SLO the run's goodput counts against, where the folder records it.
+    #[serde(default)]
+    pub slo: Option<SweepSlo>,
+    pub runs: Vec<RunFigures>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunChecks {
+    pub ok: bool,
+    #[serde(default)]
+    pub failures: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunFigures {
+    pub cache: String,
+    #[serde(default)]
+    pub requests: RequestCounts,
+    pub duration_s: Option<f64>,
+    pub throughput_tokens_per_s: Option<f64>,
+    pub goodput_requests_per_s: Option<f64>,
+    #[serde(default)]
+    pub ttft_ms: Option<Percentiles>,
+    #[serde(default)]
+    pub memory: RunMemory,
+    /// `memory.csv`'s interval when its rows are per-interval maxima.
+    #[serde(default)]
+    pub memory_resolution_ms: Option<f64>,
+    #[serde(default)]
+    pub slo: Option<SweepSlo>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RequestCounts {
+    pub total: u64,
+    #[serde(default)]
+    pub completed: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Percentiles {
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunMemory {
+    pub kv_budget_bytes: Option<u64>,
+}
+
+pub fn run_folder(dir: &Path) -> Result<RunFolder, FileError> {
+    let path = dir.join("summary.json");
     let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
     serde_json::from_str(&text).map_err(|e| file_error(&path, e))
 }

@@ -4,7 +4,10 @@
 
 use plotters::prelude::*;
 
-use super::{color, msg, render, span, PlotError, Series, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{
+    color, fmt_tick, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX,
+    LEGEND_PX, WIDE_PX,
+};
 
 pub struct LatencyPlot<'a> {
     pub title: &'a str,
@@ -14,6 +17,8 @@ pub struct LatencyPlot<'a> {
     pub series: &'a [Series],
     /// The target the latency must stay under, if the scenario states one.
     pub slo: Option<f64>,
+    /// The unit of the values and the target ("ms", "share of requests").
+    pub unit: &'a str,
     /// `(cache mode, throughput at target)`: drawn as vertical lines.
     pub targets: &'a [(String, f64)],
     /// Allow a log scale when the values span more than [`LOG_SPAN`]× (latencies past
@@ -33,21 +38,6 @@ pub fn wants_log(values: impl IntoIterator<Item = f64>) -> bool {
     lo.is_finite() && hi / lo > LOG_SPAN
 }
 
-/// A 3-significant-digit label of `10^v`, for a log axis drawn as linear in log10.
-fn pow10_label(v: &f64) -> String {
-    let x = 10f64.powf(*v);
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 1.0 {
-        format!("{x:.3}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    } else {
-        format!("{x:.3e}")
-    }
-}
-
 pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
     let all_y = p
         .series
@@ -59,114 +49,120 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
                 .chain(s.ci.iter().flat_map(|c| [c.0, c.1]))
         })
         .chain(p.slo);
-    let log = p.log_ok && wants_log(all_y);
-    // On a log scale values are drawn as log10 (non-positive ones cannot be, and are dropped).
-    let y = |v: f64| -> f64 {
-        if !log {
-            v
-        } else if v > 0.0 {
-            v.log10()
-        } else {
-            f64::NAN
-        }
-    };
-    let series: Vec<Series> = p
-        .series
-        .iter()
-        .map(|s| Series {
-            label: s.label.clone(),
-            points: s.points.iter().map(|&(a, b)| (a, y(b))).collect(),
-            ci: s.ci.iter().map(|&(lo, hi)| (y(lo), y(hi))).collect(),
-        })
-        .collect();
-    let slo = p.slo.map(y).filter(|v| v.is_finite());
-    let y_label = if log {
-        format!("{} (log scale)", p.y_label)
+    // Times past 10 s read in s: the values are divided by `div` before they are drawn.
+    let (div, unit) = if p.unit == "ms" {
+        time_unit(all_y.clone().filter(|v| v.is_finite()).fold(0.0, f64::max))
     } else {
-        p.y_label.to_string()
+        (1.0, p.unit)
     };
-    render(p.title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let xs = series
+    let all_y = all_y.map(|v| v / div);
+    let log = p.log_ok && wants_log(all_y.clone());
+    let y = if log {
+        Axis::log(all_y)
+    } else {
+        Axis::linear(all_y, true)
+    };
+    let x = Axis::linear(
+        p.series
             .iter()
             .flat_map(|s| s.points.iter().map(|q| q.0))
-            .chain(p.targets.iter().map(|t| t.1));
-        let ys = series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|q| q.1).chain(s.ci.iter().map(|c| c.1)))
-            .chain(slo);
-        let mut chart = ChartBuilder::on(root)
+            .chain(p.targets.iter().map(|t| t.1)),
+        true,
+    );
+    let y_label = y.describe(&p.y_label.replace("(ms)", &format!("({unit})")));
+    render(p.title, (WIDE_PX, HEIGHT_PX), |root| {
+        let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
+        let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
+        let mut chart = ChartBuilder::on(&plot)
             .caption(p.title, (FONT, 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d(span(xs, true), span(ys, !log))
+            .build_cartesian_2d(x.coord(), y.coord())
             .map_err(msg)?;
-        let mut mesh = chart.configure_mesh();
-        mesh.x_desc(p.x_label)
+        let xf = |c: &f64| x.label(*c);
+        let yf = |c: &f64| y.label(*c);
+        chart
+            .configure_mesh()
+            .x_desc(p.x_label)
             .y_desc(y_label.as_str())
-            .label_style((FONT, 12));
-        if log {
-            mesh.y_label_formatter(&pow10_label);
-        }
-        mesh.draw().map_err(msg)?;
-        for (i, s) in series.iter().enumerate() {
+            .x_label_formatter(&xf)
+            .y_label_formatter(&yf)
+            .label_style((FONT, 14))
+            .draw()
+            .map_err(msg)?;
+        // Error-bar caps a few pixels wide: wide enough to see, narrow enough to stay apart.
+        let cap = (x.range.end - x.range.start) * 0.008;
+        for (i, s) in p.series.iter().enumerate() {
             let c = color(&s.label, i);
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
-                .copied()
+                .map(|&(a, b)| (a, y.at(b / div)))
                 .filter(|q| q.0.is_finite() && q.1.is_finite())
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(msg)?
-                .label(s.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|&q| Circle::new(q, 3, c.filled())))
                 .map_err(msg)?;
-            let bars = s
+            entries.push((s.label.clone(), c, Swatch::Line));
+            let bars: Vec<PathElement<(f64, f64)>> = s
                 .points
                 .iter()
                 .zip(&s.ci)
-                .filter(|(q, c)| q.0.is_finite() && c.0.is_finite() && c.1.is_finite())
-                .map(|(q, ci)| PathElement::new(vec![(q.0, ci.0), (q.0, ci.1)], c.stroke_width(1)));
+                .map(|(q, ci)| (q.0, y.at(ci.0 / div), y.at(ci.1 / div)))
+                .filter(|(a, lo, hi)| a.is_finite() && lo.is_finite() && hi.is_finite())
+                .flat_map(|(a, lo, hi)| {
+                    [
+                        PathElement::new(vec![(a, lo), (a, hi)], c.stroke_width(2)),
+                        PathElement::new(vec![(a - cap, lo), (a + cap, lo)], c.stroke_width(2)),
+                        PathElement::new(vec![(a - cap, hi), (a + cap, hi)], c.stroke_width(2)),
+                    ]
+                })
+                .collect();
             chart.draw_series(bars).map_err(msg)?;
-        }
-        if let (Some(slo), Some(stated)) = (slo, p.slo) {
-            let x = chart.x_range();
-            let red = RGBColor(200, 0, 0);
             chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(x.start, slo), (x.end, slo)],
-                    6,
-                    4,
-                    red.stroke_width(1),
-                ))
-                .map_err(msg)?
-                .label(format!("target {stated}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], red));
+                .draw_series(pts.iter().map(|&q| Circle::new(q, 3, c.filled())))
+                .map_err(msg)?;
+        }
+        if let Some(stated) = p.slo {
+            let level = y.at(stated / div);
+            if level.is_finite() {
+                let red = RGBColor(200, 0, 0);
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        vec![(x.range.start, level), (x.range.end, level)],
+                        6,
+                        4,
+                        red.stroke_width(1),
+                    ))
+                    .map_err(msg)?;
+                entries.push((
+                    format!("target {} {unit}", fmt_tick(stated / div)),
+                    red,
+                    Swatch::Dashed,
+                ));
+            }
         }
         for (i, (mode, at)) in p.targets.iter().enumerate() {
             if !at.is_finite() {
                 continue;
             }
             let c = color(mode, i);
-            let y = chart.y_range();
             chart
                 .draw_series(DashedLineSeries::new(
-                    vec![(*at, y.start), (*at, y.end)],
+                    vec![(*at, y.range.start), (*at, y.range.end)],
                     3,
                     3,
                     c.stroke_width(1),
                 ))
-                .map_err(msg)?
-                .label(format!("{mode} at target"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c));
+                .map_err(msg)?;
+            entries.push((
+                format!("{mode} at target: {} tok/s", fmt_tick(*at)),
+                c,
+                Swatch::Dashed,
+            ));
         }
-        super::draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        super::side_legend(&key, &entries)?;
         Ok(())
     })
 }
@@ -179,8 +175,5 @@ mod tests {
     fn log_scale_only_past_the_span() {
         assert!(!wants_log([1.0, 20.0, 0.0]));
         assert!(wants_log([1.0, 31.0]));
-        assert_eq!(pow10_label(&2.0), "100");
-        assert_eq!(pow10_label(&0.0), "1");
-        assert_eq!(pow10_label(&0.5), "3.162");
     }
 }

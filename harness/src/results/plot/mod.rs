@@ -12,6 +12,10 @@ pub mod cdf;
 pub mod data;
 pub mod latency;
 pub mod memory;
+pub mod ratios;
+pub mod ticks;
+
+pub use ticks::{fmt_tick, time_unit, Axis};
 
 use std::ops::Range;
 
@@ -20,6 +24,9 @@ use plotters::prelude::*;
 
 pub const WIDTH_PX: u32 = 720;
 pub const HEIGHT_PX: u32 = 380;
+/// Charts with their legend in a strip beside the plot.
+pub const WIDE_PX: u32 = 900;
+pub const LEGEND_PX: u32 = 210;
 pub const FONT: &str = "sans-serif";
 
 /// One line of a plot: `(x, y)` points, with an optional `[low, high]` interval per point.
@@ -82,7 +89,45 @@ pub fn render(
     Ok(buf)
 }
 
-/// Error text of any plotters failure.
+/// How a legend entry is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swatch {
+    Line,
+    Dashed,
+    Box,
+}
+
+/// A legend in its own strip beside the plot (`area`), so it never covers data.
+pub fn side_legend(area: &Area<'_>, entries: &[(String, RGBColor, Swatch)]) -> Result<(), String> {
+    for (i, (label, c, kind)) in entries.iter().enumerate() {
+        let y = 24 + 20 * i as i32;
+        match kind {
+            Swatch::Line => area
+                .draw(&PathElement::new(vec![(4, y), (24, y)], c.stroke_width(2)))
+                .map_err(msg)?,
+            Swatch::Dashed => {
+                for x in [4, 12, 20] {
+                    area.draw(&PathElement::new(
+                        vec![(x, y), (x + 5, y)],
+                        c.stroke_width(2),
+                    ))
+                    .map_err(msg)?;
+                }
+            }
+            Swatch::Box => area
+                .draw(&Rectangle::new([(6, y - 6), (22, y + 6)], c.filled()))
+                .map_err(msg)?,
+        }
+        area.draw(&Text::new(
+            label.as_str(),
+            (30, y - 7),
+            (FONT, 14).into_font(),
+        ))
+        .map_err(msg)?;
+    }
+    Ok(())
+}
+
 /// Every chart's legend looks the same; only where it sits depends on where the data leaves room.
 pub fn draw_legend<'a, DB, CT>(
     chart: &mut ChartContext<'a, DB, CT>,
@@ -95,7 +140,7 @@ where
     chart
         .configure_series_labels()
         .position(position)
-        .label_font((FONT, 12))
+        .label_font((FONT, 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
