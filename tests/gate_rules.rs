@@ -100,7 +100,10 @@ fn the_unplanted_copies_pass() {
 fn a_cache_mode_the_baseline_has_and_the_current_lacks_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let b = planted_sweep(dir.path(), "b", |j| {
-        j["runs"].as_array_mut().unwrap().retain(|r| r["cache"] == "paged");
+        j["runs"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["cache"] == "paged");
     });
     let (code, text) = gate(Path::new(BASELINE), &b);
     refused(code, &text, "cache mode contiguous is in");
@@ -144,7 +147,10 @@ fn a_nan_in_a_suite_table_is_refused() {
     // The table no longer holds what suite.json records, and the figure is not a number.
     let (code, text) = gate(&a, &b);
     refused(code, &text, "has no finite figure");
-    assert!(text.contains("does not hold the rows suite.json records"), "{text}");
+    assert!(
+        text.contains("does not hold the rows suite.json records"),
+        "{text}"
+    );
     // Without suite.json (an older suite) the NaN alone refuses it.
     std::fs::remove_file(b.join("suite.json")).unwrap();
     let (code, text) = gate(&a, &b);
@@ -215,7 +221,10 @@ fn another_device_profile_is_refused() {
     // Runs record it in environment.json.
     let (a, r) = planted_run(dir.path(), |_| {});
     let mut env = read(&r.join("environment.json"));
-    assert!(env["device_profile"].as_str().unwrap().contains(" ("), "{env}");
+    assert!(
+        env["device_profile"].as_str().unwrap().contains(" ("),
+        "{env}"
+    );
     env["device_profile"] = Value::from("other (ffffffffffffffff)");
     write(&r.join("environment.json"), &env);
     let (code, text) = gate(&a, &r);
@@ -237,10 +246,8 @@ fn a_headline_outside_its_own_interval_is_refused() {
     // Interval moved with it: still not the mean of its per-seed figures.
     let c = planted_sweep(dir.path(), "c", |j| {
         let r = &mut j["runs"][0];
-        for k in ["rate_at_target_rps"] {
-            let x = r[k].as_f64().unwrap();
-            r[k] = Value::from(x * 0.7);
-        }
+        let x = r["rate_at_target_rps"].as_f64().unwrap();
+        r["rate_at_target_rps"] = Value::from(x * 0.7);
         for e in r["rate_at_target_rps_ci"].as_array_mut().unwrap() {
             *e = Value::from(e.as_f64().unwrap() * 0.7);
         }
@@ -269,6 +276,22 @@ fn a_duplicated_entry_is_refused() {
     });
     let (code, text) = gate(Path::new(BASELINE), &c);
     refused(code, &text, "a seed appears twice in per_seed");
+    // A key twice in one object: a reader keeping the last would see 1.0 req/s.
+    let d = planted_sweep(dir.path(), "d", |_| {});
+    let text = std::fs::read_to_string(d.join("sweep.json")).unwrap();
+    let at = text.find("\"rate_at_target_rps\":").unwrap();
+    let planted = format!(
+        "{}\"rate_at_target_rps\": 1.0, {}",
+        &text[..at],
+        &text[at..]
+    );
+    std::fs::write(d.join("sweep.json"), planted).unwrap();
+    let (code, text) = gate(Path::new(BASELINE), &d);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("sweep.json: key \"rate_at_target_rps\" appears twice"),
+        "{text}"
+    );
 }
 
 /// `compare` says what the gate refuses in its own table, and never calls a change between two
@@ -277,12 +300,18 @@ fn a_duplicated_entry_is_refused() {
 fn compare_states_refusals_and_single_runs_have_no_interval() {
     let dir = tempfile::tempdir().unwrap();
     let b = planted_sweep(dir.path(), "b", |j| {
-        j["runs"].as_array_mut().unwrap().retain(|r| r["cache"] == "paged");
+        j["runs"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["cache"] == "paged");
     });
     let (code, text) = kvbench(&["compare", BASELINE, b.to_str().unwrap()]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("The gate refuses this comparison"), "{text}");
-    assert!(text.contains("cannot compare**: chat-8b-h200 contiguous"), "{text}");
+    assert!(
+        text.contains("cannot compare**: chat-8b-h200 contiguous"),
+        "{text}"
+    );
     assert!(text.contains("refused: in A only"), "{text}");
 
     // Two single runs whose figures differ a little: a change, no interval.

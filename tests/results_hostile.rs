@@ -71,8 +71,7 @@ fn a_cell_dir_that_leaves_its_folder_is_refused_by_merge_report_and_compare() {
         let sh = root.path().join(format!("bad{i}"));
         copy_tree(&good, &sh);
         let mut j: Value =
-            serde_json::from_str(&std::fs::read_to_string(sh.join("suite.json")).unwrap())
-                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(sh.join("suite.json")).unwrap()).unwrap();
         j["plan"][0]["dir"] = Value::from(bad.clone());
         std::fs::write(sh.join("suite.json"), j.to_string()).unwrap();
         let out = root.path().join(format!("merged{i}"));
@@ -89,7 +88,10 @@ fn a_cell_dir_that_leaves_its_folder_is_refused_by_merge_report_and_compare() {
         let (code, text) = kvbench(&["compare", s(&good), s(&sh)]);
         assert_eq!(code, 2, "{bad}: {text}");
         assert!(text.contains("plan[0].dir"), "{bad}: {text}");
-        assert!(ls(&victim).is_empty(), "{bad}: wrote into the victim folder");
+        assert!(
+            ls(&victim).is_empty(),
+            "{bad}: wrote into the victim folder"
+        );
     }
 }
 
@@ -255,7 +257,10 @@ fn an_interrupted_suite_leaves_no_partial_folder() {
         assert!(std::time::Instant::now() < deadline, "no cell finished");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(!out.exists(), "cells reached --out before the suite finished");
+    assert!(
+        !out.exists(),
+        "cells reached --out before the suite finished"
+    );
     let pid = child.id().to_string();
     let status = std::process::Command::new("kill")
         .args(["-INT", &pid])

@@ -34,6 +34,7 @@
 //! stated, never called significant ([`Change::interval`]).
 
 pub mod read;
+pub mod strict_json;
 pub mod write;
 
 use std::collections::BTreeMap;
@@ -382,7 +383,8 @@ pub fn device_identity(
         Some(p) => p,
         None => {
             let dir = scenario.source.as_deref().and_then(Path::parent);
-            loaded = crate::backend::sim::profile::DeviceProfile::load(&scenario.device, dir).ok()?;
+            loaded =
+                crate::backend::sim::profile::DeviceProfile::load(&scenario.device, dir).ok()?;
             &loaded
         }
     };

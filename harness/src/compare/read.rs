@@ -71,7 +71,7 @@ pub fn read_json(path: &Path) -> Result<Value, CompareError> {
         path: e.path,
         message: e.message,
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format_error(path, e))?;
+    let v = super::strict_json::parse(&text).map_err(|e| format_error(path, e))?;
     if !v.is_object() {
         return Err(format_error(path, "not a JSON object"));
     }
@@ -176,7 +176,9 @@ fn read_sweep(dir: &Path) -> Result<Folder, CompareError> {
     let mut seeds: Vec<u64> = Vec::new();
     for s in field(&j, "seeds", &path)?.as_array().into_iter().flatten() {
         match s.as_u64() {
-            Some(x) if seeds.contains(&x) => problems.push(format!("{file}: seed {x} listed twice")),
+            Some(x) if seeds.contains(&x) => {
+                problems.push(format!("{file}: seed {x} listed twice"))
+            }
             Some(x) => seeds.push(x),
             None => problems.push(format!("{file}: seeds: {s} is not a seed")),
         }
@@ -223,7 +225,9 @@ fn read_sweep(dir: &Path) -> Result<Folder, CompareError> {
             "{file}: the sweep's own checks failed (checks_ok: false{})",
             failures_note(j.get("check_failures"))
         )),
-        _ => problems.push(format!("{file}: no checks_ok: whether its checks passed is unknown")),
+        _ => problems.push(format!(
+            "{file}: no checks_ok: whether its checks passed is unknown"
+        )),
     }
     let mut metrics = Vec::new();
     let mut caches = BTreeSet::new();
@@ -285,7 +289,9 @@ fn read_sweep(dir: &Path) -> Result<Folder, CompareError> {
                             [p, p]
                         }
                     };
-                    if !(ci[0] - p <= 1e-9 * p.abs().max(1.0) && p - ci[1] <= 1e-9 * p.abs().max(1.0)) {
+                    if !(ci[0] - p <= 1e-9 * p.abs().max(1.0)
+                        && p - ci[1] <= 1e-9 * p.abs().max(1.0))
+                    {
                         problems.push(format!(
                             "{what}: the headline {p} lies outside its own interval [{}, {}]",
                             ci[0], ci[1]
@@ -320,9 +326,7 @@ fn read_sweep(dir: &Path) -> Result<Folder, CompareError> {
                 }
                 None => {
                     if !seed_figures.is_empty() && seed_figures.iter().all(Option::is_some) {
-                        problems.push(format!(
-                            "{what}: no headline where every seed has a figure"
-                        ));
+                        problems.push(format!("{what}: no headline where every seed has a figure"));
                     }
                     metrics.push(Metric {
                         scenario: scenario.clone(),
@@ -414,7 +418,9 @@ fn origin(dir: &Path, j: &Value, problems: &mut Vec<String>) -> Result<RunOrigin
             "{file}: the run's own checks failed (checks.ok: false{})",
             failures_note(j.get("checks").and_then(|c| c.get("failures")))
         )),
-        _ => problems.push(format!("{file}: no checks.ok: whether its checks passed is unknown")),
+        _ => problems.push(format!(
+            "{file}: no checks.ok: whether its checks passed is unknown"
+        )),
     }
     let env_path = dir.join("environment.json");
     let env = if env_path.is_file() {
@@ -558,7 +564,10 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
     let headers = rdr.headers().map_err(|e| format_error(&path, e))?.clone();
     let col = |name: &str| headers.iter().position(|h| h == name);
     let (Some(sc), Some(ca), Some(be)) = (col("scenario"), col("cache"), col("backend")) else {
-        return Err(format_error(&path, "missing scenario, cache or backend column"));
+        return Err(format_error(
+            &path,
+            "missing scenario, cache or backend column",
+        ));
     };
     // (scenario, cache) → column → (seed, value) over seeds.
     let mut groups: BTreeMap<(String, String), SeedValues> = BTreeMap::new();
@@ -573,7 +582,10 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
         let seed = match seed_col {
             None => 0,
             Some(c) => get(c).parse().map_err(|_| {
-                format_error(&path, format!("line {line}: seed {:?} is not a seed", get(c)))
+                format_error(
+                    &path,
+                    format!("line {line}: seed {:?} is not a seed", get(c)),
+                )
             })?,
         };
         // A scenario listing several block sizes has a row per size: each is its own figure.

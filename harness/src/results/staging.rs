@@ -81,9 +81,14 @@ pub fn wait_if_interrupted() {
 /// a `suite.json` (a suite or merged suite), a `sweep.json` (a sweep) or a `calibration.json` (a
 /// `calibrate --check` folder). Anything else is someone's data.
 fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
-    let marked = ["summary.json", "suite.json", "sweep.json", "calibration.json"]
-        .iter()
-        .any(|m| dir.join(m).is_file());
+    let marked = [
+        "summary.json",
+        "suite.json",
+        "sweep.json",
+        "calibration.json",
+    ]
+    .iter()
+    .any(|m| dir.join(m).is_file());
     if marked {
         return Ok(true);
     }

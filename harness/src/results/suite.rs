@@ -319,7 +319,10 @@ fn check(meta: &SuiteMeta) -> Result<(), String> {
     let mut dirs = std::collections::BTreeSet::new();
     for (i, c) in meta.plan.iter().enumerate() {
         if c.index != i {
-            return Err(format!("plan[{i}].index: {} is not its position {i}", c.index));
+            return Err(format!(
+                "plan[{i}].index: {} is not its position {i}",
+                c.index
+            ));
         }
         super::staging::scenario_folder(Path::new(""), &c.dir).map_err(|_| {
             format!(
@@ -341,7 +344,10 @@ fn check(meta: &SuiteMeta) -> Result<(), String> {
             ));
         }
         if !seen.insert(r.index) {
-            return Err(format!("results[{i}].index: cell {} appears twice", r.index));
+            return Err(format!(
+                "results[{i}].index: cell {} appears twice",
+                r.index
+            ));
         }
     }
     if let Some(s) = meta.shard {

@@ -55,7 +55,10 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<String, FileError> {
         .read_to_string(&mut text)
         .map_err(|e| file_error(path, e))?;
     if text.len() as u64 > cap {
-        return Err(file_error(path, format!("grew past {cap} bytes while read")));
+        return Err(file_error(
+            path,
+            format!("grew past {cap} bytes while read"),
+        ));
     }
     Ok(text)
 }
