@@ -121,7 +121,7 @@ fn a_non_finite_figure_where_the_baseline_has_one_is_refused() {
 }
 
 #[test]
-fn a_nan_in_a_suite_table_is_refused() {
+fn a_suite_with_a_nan_a_table_off_its_cells_or_mixed_builds_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let (code, text) = kvbench(&[
@@ -155,6 +155,22 @@ fn a_nan_in_a_suite_table_is_refused() {
     std::fs::remove_file(b.join("suite.json")).unwrap();
     let (code, text) = gate(&a, &b);
     refused(code, &text, "has no finite figure");
+
+    // The table and a cell disagree: the cell's summary was rerun or edited, the table not.
+    let t = dir.path().join("t");
+    copy_tree(&a, &t);
+    let cell = std::fs::read_dir(&t)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("summary.json").is_file())
+        .unwrap();
+    let mut sj = read(&cell.join("summary.json"));
+    let x = sj["runs"][0]["throughput_tokens_per_s"].as_f64().unwrap();
+    sj["runs"][0]["throughput_tokens_per_s"] = Value::from(x * 0.5);
+    write(&cell.join("summary.json"), &sj);
+    let (code, text) = gate(&a, &t);
+    refused(code, &text, "throughput_tokens_per_s is ");
+    assert!(text.contains("its cell's"), "{text}");
 
     // Cells made by another build: one cell's environment names another revision.
     let c = dir.path().join("c");

@@ -216,6 +216,11 @@ fn mismatches(a: &Folder, b: &Folder) -> Vec<String> {
                 b.path.display()
             )),
             (Some(_), Some(_)) => {}
+            (None, None) => out.push(format!(
+                "{s}: neither {} nor {} records its device profile (written by an older kvbench: run them again)",
+                a.path.display(),
+                b.path.display()
+            )),
             (x, y) => {
                 for (dir, missing) in [(&a.path, x.is_none()), (&b.path, y.is_none())] {
                     if missing {

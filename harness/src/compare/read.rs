@@ -505,6 +505,65 @@ fn read_run(dir: &Path) -> Result<Folder, CompareError> {
     })
 }
 
+/// The gated `suite.csv` columns, each with the `summary.json` figure it prints and how the
+/// suite writes it (`cli/suite.rs`): the table and its cells must say the same.
+const CELL_FIGURES: &[(&str, &[&str])] = &[
+    ("throughput_tokens_per_s", &["throughput_tokens_per_s"]),
+    ("ttft_p99_ms", &["ttft_ms", "p99"]),
+    ("itl_p99_ms", &["itl_ms", "p99"]),
+];
+
+fn printed_as(column: &str, x: f64) -> String {
+    if column == "throughput_tokens_per_s" {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// Where a suite's table and one of its cells' `summary.json` disagree on a gated figure (a
+/// cell rerun, a row edited): one source says one thing, the other another.
+fn disagreements(
+    table: &str,
+    summary: &Path,
+    j: &Value,
+    o: &RunOrigin,
+    printed: &BTreeMap<(String, String, u64, &str), (u64, String)>,
+    problems: &mut Vec<String>,
+) {
+    for run in j
+        .get("runs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(cache) = run.get("cache").and_then(Value::as_str) else {
+            continue;
+        };
+        let cache = match run.get("block_size").and_then(Value::as_u64) {
+            Some(b) => format!("{cache} b{b}"),
+            None => cache.to_string(),
+        };
+        for (column, keys) in CELL_FIGURES {
+            let key = (o.scenario.clone(), cache.clone(), o.seed, *column);
+            let (Some((line, text)), Some(x)) =
+                (printed.get(&key), dig(run, keys).and_then(Value::as_f64))
+            else {
+                continue;
+            };
+            let cell = printed_as(column, x);
+            if *text != cell {
+                problems.push(format!(
+                    "{table}: line {line}: {} {cache} seed {} {column} is {text}, its cell's {} says {cell}",
+                    o.scenario,
+                    o.seed,
+                    summary.display()
+                ));
+            }
+        }
+    }
+}
+
 /// suite.csv columns compared, with the run metric each corresponds to.
 const SUITE_COLUMNS: &[(&str, Better, bool)] = &[
     ("throughput_tokens_per_s", Better::Higher, true),
@@ -572,6 +631,8 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
     // (scenario, cache) → column → (seed, value) over seeds.
     let mut groups: BTreeMap<(String, String), SeedValues> = BTreeMap::new();
     let mut seen: BTreeMap<(String, String, u64), u64> = BTreeMap::new();
+    // (scenario, cache, seed, column) → (line, the table's text), to hold against each cell.
+    let mut printed: BTreeMap<(String, String, u64, &str), (u64, String)> = BTreeMap::new();
     let (seed_col, bs) = (col("seed"), col("block_size"));
     let mut backends = BTreeSet::new();
     for (i, rec) in rdr.records().enumerate() {
@@ -607,6 +668,14 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
                         "{file}: line {line}: {scenario} {cache} seed {seed}: the run's own checks failed ({check}: {v})"
                     ));
                 }
+            }
+        }
+        for (name, _) in CELL_FIGURES {
+            if let Some(c) = col(name) {
+                printed.insert(
+                    (scenario.clone(), cache.clone(), seed, *name),
+                    (line, get(c).to_string()),
+                );
             }
         }
         let g = groups.entry((scenario, cache)).or_default();
@@ -663,6 +732,7 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
         let j = read_json(&sp)?;
         let mut cell_problems = Vec::new();
         let o = origin(&cell, &j, &mut cell_problems)?;
+        disagreements(&file, &sp, &j, &o, &printed, &mut problems);
         // A cell's failed checks already show in its suite.csv row; say them once.
         if col("checks_ok").is_none() {
             problems.extend(cell_problems);
