@@ -151,6 +151,40 @@ fn an_oversized_sweep_json_is_refused_by_its_size() {
     }
 }
 
+/// `report` reads a run's `report.md` and a suite's `suite.csv` whole: past the cap, refused.
+#[test]
+fn report_refuses_oversized_files_it_would_read_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let sh = root.path().join("suite");
+    shard(&sh);
+    let cell = std::fs::read_dir(&sh)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("report.md").is_file())
+        .unwrap();
+    for victim in [cell.join("report.md"), sh.join("suite.csv")] {
+        let saved = std::fs::read(&victim).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&victim)
+            .unwrap()
+            .set_len(600 << 20)
+            .unwrap();
+        let (code, out) = kvbench(&["report", s(&sh)]);
+        assert_eq!(code, 2, "{out}");
+        assert!(
+            out.contains(&format!(
+                "{}: 629145600 bytes: larger than",
+                victim.display()
+            )),
+            "{out}"
+        );
+        std::fs::write(&victim, saved).unwrap();
+    }
+    let (code, out) = kvbench(&["report", s(&sh)]);
+    assert_eq!(code, 0, "{out}");
+}
+
 #[test]
 fn merge_force_replaces_only_a_results_folder_or_an_empty_one() {
     let root = tempfile::tempdir().unwrap();

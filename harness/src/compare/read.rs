@@ -786,10 +786,43 @@ fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
     })
 }
 
-/// Every `summary.json` a folder's report is drawn from (a run's own, or each cell's of a
-/// suite), read strictly: `kvbench report` refuses a folder whose summary is truncated or
-/// malformed rather than draw a page from the rest.
+/// Files a report page reads whole: each must be a regular file within the size cap.
+const READ_WHOLE: [&str; 5] = [
+    "summary.json",
+    "report.md",
+    "suite.csv",
+    "suite.json",
+    "sweep.json",
+];
+
+fn check_read_whole(dir: &Path) -> Result<(), CompareError> {
+    for name in READ_WHOLE {
+        let path = dir.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            return Err(format_error(&path, "not a regular file"));
+        }
+        if meta.len() > MAX_READ_WHOLE_BYTES {
+            return Err(format_error(
+                &path,
+                format!(
+                    "{} bytes: larger than the {MAX_READ_WHOLE_BYTES} bytes a results file may hold; refusing to read it",
+                    meta.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What `kvbench report` checks before it draws a page: every file the page reads whole is a
+/// regular file within the size cap, and every `summary.json` (a run's own, or each cell's of a
+/// suite) parses strictly — a truncated or malformed one refuses the folder rather than a page
+/// being drawn from the rest.
 pub fn check_summaries(dir: &Path) -> Result<(), CompareError> {
+    check_read_whole(dir)?;
     let cells = if dir.join("suite.csv").is_file() || dir.join("suite.json").is_file() {
         cell_folders(dir)?
     } else if dir.join("summary.json").is_file() {
@@ -798,6 +831,7 @@ pub fn check_summaries(dir: &Path) -> Result<(), CompareError> {
         Vec::new()
     };
     for cell in cells {
+        check_read_whole(&cell)?;
         let path = cell.join("summary.json");
         let j = read_json(&path)?;
         field(&j, "runs", &path)?
