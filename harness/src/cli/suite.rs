@@ -2,7 +2,9 @@
 //! suited to the backend — the `quick-*` ones on cpu, all on sim) and write one combined table,
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
 //! output folder, as `run` owns `results/latest`: results folders in it are replaced (never a
-//! file or a folder that holds no `summary.json`). A progress bar shows on a terminal.
+//! file or a folder that holds no `summary.json`). The whole suite is built in a temporary folder
+//! beside the output and moved in once its table is written, so a failure or an interrupt leaves
+//! the output as it was. A progress bar shows on a terminal.
 //! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
 //! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
 
