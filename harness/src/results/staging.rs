@@ -436,6 +436,43 @@ mod tests {
         assert_eq!(names, ["r"]);
     }
 
+    /// A suite's folder collects other results: committing into it replaces its own entries
+    /// (a results folder, a file) and leaves the rest; a folder that is not results refuses the
+    /// commit before anything moves.
+    #[test]
+    fn commit_into_replaces_only_its_own_entries() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let out = root.path().join("latest");
+        std::fs::create_dir_all(out.join("cell")).expect("mkdir");
+        std::fs::write(out.join("cell/summary.json"), "old").expect("write");
+        std::fs::write(out.join("notes.txt"), "mine").expect("write");
+        let s = Staging::begin_into(&out).expect("begin");
+        std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
+        std::fs::write(s.dir().join("cell/summary.json"), "new").expect("write");
+        std::fs::write(s.dir().join("suite.csv"), "table").expect("write");
+        s.commit_into().expect("commit");
+        let read = |p: &str| std::fs::read_to_string(out.join(p)).expect(p);
+        assert_eq!(read("cell/summary.json"), "new");
+        assert_eq!(read("notes.txt"), "mine");
+        assert_eq!(read("suite.csv"), "table");
+        assert_eq!(std::fs::read_dir(root.path()).expect("ls").count(), 1);
+
+        std::fs::create_dir(out.join("data")).expect("mkdir");
+        std::fs::write(out.join("data/x"), "mine").expect("write");
+        let s = Staging::begin_into(&out).expect("begin");
+        std::fs::create_dir(s.dir().join("data")).expect("mkdir");
+        std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
+        assert!(matches!(s.commit_into(), Err(ResultsError::NotResults(_))));
+        assert_eq!(read("data/x"), "mine");
+        assert_eq!(read("cell/summary.json"), "new");
+        assert_eq!(std::fs::read_dir(root.path()).expect("ls").count(), 1);
+        std::fs::write(root.path().join("file"), "x").expect("write");
+        assert!(matches!(
+            Staging::begin_into(&root.path().join("file")),
+            Err(ResultsError::NotAFolder(_))
+        ));
+    }
+
     /// A SIGKILLed run leaves its temporary folder; the next run beside it removes it when its
     /// PID is gone, and never touches a live process's folder or a look-alike name.
     #[test]

@@ -424,6 +424,59 @@ mod tests {
     }
 
     #[test]
+    fn cell_counts_are_checked_before_anything_is_allocated() {
+        assert_eq!(cell_count([(3, 4), (1, 2)]), Ok(14));
+        assert_eq!(cell_count([(1, MAX_CELLS)]), Ok(MAX_CELLS));
+        for bad in [
+            vec![(1, MAX_CELLS + 1)],
+            vec![(1, MAX_CELLS), (1, 1)],
+            vec![(u64::MAX, 2)],
+            vec![(1 << 32, 1 << 32)],
+        ] {
+            assert!(cell_count(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_suite_json_pointing_outside_its_folder_is_refused() {
+        let cells = plan(&items()).expect("plan");
+        let meta = SuiteMeta {
+            format: FORMAT,
+            revision: "r".into(),
+            backend: "sim".into(),
+            plan_hash: "h".into(),
+            shard: None,
+            merged_from: Vec::new(),
+            header: vec!["scenario".into()],
+            plan: cells,
+            results: vec![CellResult {
+                index: 0,
+                rows: Vec::new(),
+                failures: Vec::new(),
+            }],
+        };
+        assert_eq!(check(&meta), Ok(()));
+        for bad in ["../x", "/etc", "a/b", "..", "", "a\\b"] {
+            let mut m = meta.clone();
+            m.plan[1].dir = bad.into();
+            let err = check(&m).expect_err(bad);
+            assert!(err.starts_with("plan[1].dir"), "{bad:?}: {err}");
+        }
+        let mut m = meta.clone();
+        m.plan[2].dir = m.plan[0].dir.clone();
+        assert!(check(&m).expect_err("twice").contains("appears twice"));
+        let mut m = meta.clone();
+        m.plan[1].index = 7;
+        assert!(check(&m).is_err());
+        let mut m = meta.clone();
+        m.results[0].index = 99;
+        assert!(check(&m).is_err());
+        let mut m = meta;
+        m.shard = Some(Shard { index: 0, count: 0 });
+        assert!(check(&m).is_err());
+    }
+
+    #[test]
     fn plan_hash_changes_with_any_input() {
         let cells = plan(&items()).expect("plan");
         let h = plan_hash(&cells, &["{}".into()], "sim", "o");
