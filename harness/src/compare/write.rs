@@ -149,7 +149,7 @@ pub fn markdown(c: &Comparison) -> String {
             ch.abs.map_or_else(|| "-".into(), |x| format!("{x:+.3}")),
             rel,
             if ch.rel_ci.is_some() && !ch.interval {
-                "no interval (single runs)".into()
+                "no interval (points only)".into()
             } else if ch.significant {
                 format!("yes ({})", direction(ch.direction))
             } else {
