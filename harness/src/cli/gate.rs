@@ -1,8 +1,10 @@
 //! `kvbench gate --baseline DIR --current DIR [--max-regression PCT]`: exit 1 when a gated
 //! metric regressed beyond the threshold with significance (its relative change's 95% interval
-//! lies wholly beyond it, criterion's rule), 0 otherwise, 2 when the two sides are not the same
-//! experiment (workload hash, scenario definition) or cannot be read. Prints every gated figure
-//! and why it passed or failed.
+//! lies wholly beyond it, criterion's rule), 0 otherwise, 2 when the comparison cannot be made —
+//! each reason a sentence on stderr (`compare` module doc: a figure on one side only, a figure
+//! that is not a number, an entry twice, a headline off its own per-seed figures, failed checks,
+//! another backend, device profile, workload or definition, a suite of mixed revisions) — or a
+//! folder cannot be read. Prints every gated figure and why it passed or failed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,12 +38,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         c.b.backend,
         args.max_regression
     );
-    if !c.mismatches.is_empty() {
-        for m in &c.mismatches {
+    if !c.refusals.is_empty() {
+        for m in &c.refusals {
             eprintln!("not comparable: {m}");
         }
-        return Err(anyhow::Error::new(ExitStatus(2))
-            .context("the two sides ran different workloads or scenario definitions"));
+        return Err(anyhow::Error::new(ExitStatus(2)).context(format!(
+            "the gate refuses to judge what it cannot compare ({} reason(s) above)",
+            c.refusals.len()
+        )));
     }
     let threshold = args.max_regression / 100.0;
     let gated: Vec<_> = c.changes.iter().filter(|ch| ch.a.gated).collect();
@@ -53,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let v = compare::gate_verdict(ch, threshold);
         let why = match (ch.rel_ci, ch.b.value) {
             (_, None) if ch.a.value.is_some() => "no longer met at any load".to_string(),
+            (None, Some(_)) if ch.a.value.is_none() => "met now, at no load in the baseline".into(),
             (Some([lo, hi]), _) => {
                 let (bound, side) = match ch.a.better {
                     Better::Higher => (hi, "upper"),
@@ -73,7 +78,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     args.max_regression
                 )
             }
-            _ => "no figure on either side".into(),
+            // Runs and suites are refused before this point; a sweep where no load passed.
+            _ => "no load passed on either side".into(),
         };
         if v == GateVerdict::Regressed {
             regressed += 1;

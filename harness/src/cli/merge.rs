@@ -17,7 +17,8 @@ pub struct Args {
     /// The merged suite folder.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Replace an existing output folder.
+    /// Replace an existing output folder: only a results folder (a suite, run or sweep) or an
+    /// empty one, never another folder or a file.
     #[arg(long)]
     pub force: bool,
 }

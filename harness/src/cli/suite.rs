@@ -2,7 +2,9 @@
 //! suited to the backend — the `quick-*` ones on cpu, all on sim) and write one combined table,
 //! `suite.md` and `suite.csv`, beside each scenario's own results folder. The suite owns its
 //! output folder, as `run` owns `results/latest`: results folders in it are replaced (never a
-//! file or a folder that holds no `summary.json`). A progress bar shows on a terminal.
+//! file or a folder that holds no `summary.json`). The whole suite is built in a temporary folder
+//! beside the output and moved in once its table is written, so a failure or an interrupt leaves
+//! the output as it was. A progress bar shows on a terminal.
 //! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
 //! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
 
@@ -131,6 +133,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no scenarios to run");
     }
     let scenarios = load_all(&paths, &args.flags.overrides)?;
+    // Counted before a seed list or a cell is allocated.
+    suite::cell_count(scenarios.iter().map(|s| {
+        (
+            s.cache.block_size.as_slice().len() as u64,
+            u64::from(args.seeds),
+        )
+    }))
+    .map_err(|e| anyhow::anyhow!("--seeds {}: {e}", args.seeds))?;
     let mut items = Vec::new();
     let mut variants: Vec<Vec<Scenario>> = Vec::new();
     for (p, s) in paths.iter().zip(&scenarios) {
@@ -163,11 +173,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     let out = args.out.clone().unwrap_or_else(|| default_root(opts.fault));
     // Everything the suite will write is checked before the first cell runs.
-    let mut targets = Vec::with_capacity(selected.len());
     for cell in &selected {
         let dir = results::scenario_folder(&out, &cell.dir)?;
         results::check_target(&dir, true)?;
-        targets.push(dir);
     }
     for table_file in ["suite.csv", "suite.md", "suite.json", "report.html"] {
         let path = out.join(table_file);
@@ -177,6 +185,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 path.display()
             );
         }
+    }
+    // The whole suite is built in a temporary folder beside `out` and moved in only once its
+    // table is written: a failed or interrupted suite leaves `out` as it was.
+    let staging = results::Staging::begin_into(&out)?;
+    let mut targets = Vec::with_capacity(selected.len());
+    for cell in &selected {
+        targets.push(results::scenario_folder(staging.dir(), &cell.dir)?);
     }
     let progress = Progress::new(selected.len());
     let mut results = Vec::new();
@@ -216,8 +231,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         plan: cells.clone(),
         results,
     };
-    let md = suite::write(&out, &meta)?;
-    html::write_suite_report(&out)?;
+    let md = suite::write(staging.dir(), &meta)?;
+    html::write_suite_report(staging.dir())?;
+    staging.commit_into()?;
     print!("{md}");
     println!("wrote {}", out.join("suite.md").display());
     let failed = meta.failures();

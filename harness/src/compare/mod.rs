@@ -20,8 +20,21 @@
 //! p99 TTFT and inter-token gap at the scenario's fixed rate (runs, suites). Two folders that ran
 //! different workloads (workload hash per scenario and seed) or different scenario definitions
 //! (a sweep's definition hash, axis and SLO) are not comparable.
+//!
+//! **What the gate refuses** (exit 2, never a pass): it compares only what both sides hold, from
+//! one consistent source. [`Comparison::refusals`] lists, each as a sentence naming the folder,
+//! file and entry: a figure (cache mode, metric) one side has and the other lacks; a figure that
+//! is not a finite number where the other side has one (a sweep's `null` rate is not this: it
+//! says no load passed); anything a folder holds twice; a headline that does not follow from its
+//! own per-seed figures; a run whose own checks failed; two backends, or two device profiles for
+//! one scenario; cells of one suite made by different kvbench revisions; different workloads or
+//! definitions. The two sides' revisions differ by design: comparing builds is the gate's job.
+//!
+//! **No interval.** Two single runs (one seed, a point each) have no interval: the change is
+//! stated, never called significant ([`Change::interval`]).
 
 pub mod read;
+pub mod strict_json;
 pub mod write;
 
 use std::collections::BTreeMap;
@@ -96,6 +109,9 @@ pub struct Change {
     /// Relative change `B / A − 1` and its interval.
     pub rel: Option<f64>,
     pub rel_ci: Option<[f64; 2]>,
+    /// Whether the relative change has an interval of some width: two single runs have only
+    /// their points, and a change between points is never called significant.
+    pub interval: bool,
     pub significant: bool,
     pub direction: Direction,
 }
@@ -133,8 +149,9 @@ fn change(a: &Metric, b: &Metric) -> Change {
         ),
         _ => (None, None, None),
     };
+    let interval = rel_ci.is_some_and(|[lo, hi]| lo < hi);
     let significant = match rel_ci {
-        Some([lo, hi]) => lo > 0.0 || hi < 0.0,
+        Some([lo, hi]) => interval && (lo > 0.0 || hi < 0.0),
         // A figure that exists on one side only.
         None => a.value.is_some() != b.value.is_some(),
     };
@@ -156,6 +173,7 @@ fn change(a: &Metric, b: &Metric) -> Change {
         abs,
         rel,
         rel_ci,
+        interval,
         significant,
         direction,
     }
@@ -167,12 +185,54 @@ pub struct Comparison {
     pub a: Folder,
     pub b: Folder,
     pub changes: Vec<Change>,
-    /// Why the two are not the same experiment (empty when they are).
-    pub mismatches: Vec<String>,
+    /// Figures only one side holds: `('A' or 'B', the metric)`.
+    pub unmatched: Vec<(char, Metric)>,
+    /// Why the gate cannot judge this comparison (module doc), each a sentence; empty when it can.
+    pub refusals: Vec<String>,
 }
 
 fn mismatches(a: &Folder, b: &Folder) -> Vec<String> {
     let mut out = Vec::new();
+    if a.backend != b.backend {
+        out.push(format!(
+            "{} ran on backend {}, {} on backend {}",
+            a.path.display(),
+            a.backend,
+            b.path.display(),
+            b.backend
+        ));
+    }
+    let scenarios: std::collections::BTreeSet<&String> = a
+        .metrics
+        .iter()
+        .chain(&b.metrics)
+        .map(|m| &m.scenario)
+        .collect();
+    for s in scenarios {
+        match (a.identity.devices.get(s), b.identity.devices.get(s)) {
+            (Some(x), Some(y)) if x != y => out.push(format!(
+                "{s}: {} priced with device profile {x}, {} with {y}",
+                a.path.display(),
+                b.path.display()
+            )),
+            (Some(_), Some(_)) => {}
+            (None, None) => out.push(format!(
+                "{s}: neither {} nor {} records its device profile (written by an older kvbench: run them again)",
+                a.path.display(),
+                b.path.display()
+            )),
+            (x, y) => {
+                for (dir, missing) in [(&a.path, x.is_none()), (&b.path, y.is_none())] {
+                    if missing {
+                        out.push(format!(
+                            "{s}: {} does not record its device profile (written by an older kvbench: run it again)",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
     if a.kind != b.kind {
         out.push(format!(
             "{} is a {}, {} is a {}",
@@ -223,25 +283,119 @@ fn short(h: &str) -> &str {
     &h[..h.len().min(12)]
 }
 
+fn same(x: &Metric, y: &Metric) -> bool {
+    x.scenario == y.scenario && x.cache == y.cache && x.name == y.name
+}
+
+/// Figures one side holds and the other does not, one sentence per (scenario, cache mode) when a
+/// whole mode is missing, else per metric.
+fn coverage(a: &Folder, b: &Folder, unmatched: &[(char, Metric)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (side, has, lacks) in [('A', a, b), ('B', b, a)] {
+        let mut said = std::collections::BTreeSet::new();
+        for (_, m) in unmatched.iter().filter(|(s, _)| *s == side) {
+            let mode_missing = !lacks
+                .metrics
+                .iter()
+                .any(|x| x.scenario == m.scenario && x.cache == m.cache);
+            if mode_missing {
+                if said.insert((m.scenario.clone(), m.cache.clone())) {
+                    out.push(format!(
+                        "{} {}: cache mode {} is in {} only, {} has none",
+                        m.scenario,
+                        m.cache,
+                        m.cache,
+                        has.path.display(),
+                        lacks.path.display()
+                    ));
+                }
+            } else {
+                out.push(format!(
+                    "{} {} {}: in {} only",
+                    m.scenario,
+                    m.cache,
+                    m.name,
+                    has.path.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A figure one side has and the other cannot state (runs and suites: `null`, NaN, not a
+/// number; a sweep's `null` means no load passed and is a figure of its own).
+fn non_finite(a: &Folder, b: &Folder, changes: &[Change]) -> Vec<String> {
+    let mut out = Vec::new();
+    for ch in changes {
+        for (has, lacks, m_has, m_lacks) in [(a, b, &ch.a, &ch.b), (b, a, &ch.b, &ch.a)] {
+            if lacks.kind == Kind::Sweep {
+                continue;
+            }
+            if let (Some(x), None) = (m_has.value, m_lacks.value) {
+                out.push(format!(
+                    "{} {} {}: {} has no finite figure (null, NaN or missing) where {} has {x}",
+                    ch.a.scenario,
+                    ch.a.cache,
+                    ch.a.name,
+                    lacks.path.display(),
+                    has.path.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
 pub fn compare(a_dir: &Path, b_dir: &Path) -> Result<Comparison, CompareError> {
     let (a, b) = (read(a_dir)?, read(b_dir)?);
     let mut changes = Vec::new();
+    let mut unmatched = Vec::new();
     for ma in &a.metrics {
-        if let Some(mb) = b
-            .metrics
-            .iter()
-            .find(|m| m.scenario == ma.scenario && m.cache == ma.cache && m.name == ma.name)
-        {
-            changes.push(change(ma, mb));
+        match b.metrics.iter().find(|m| same(m, ma)) {
+            Some(mb) => changes.push(change(ma, mb)),
+            None => unmatched.push(('A', ma.clone())),
         }
     }
-    let mismatches = mismatches(&a, &b);
+    for mb in &b.metrics {
+        if !a.metrics.iter().any(|m| same(m, mb)) {
+            unmatched.push(('B', mb.clone()));
+        }
+    }
+    let mut refusals = mismatches(&a, &b);
+    refusals.extend(a.problems.iter().cloned());
+    refusals.extend(b.problems.iter().cloned());
+    refusals.extend(coverage(&a, &b, &unmatched));
+    refusals.extend(non_finite(&a, &b, &changes));
     Ok(Comparison {
         a,
         b,
         changes,
-        mismatches,
+        unmatched,
+        refusals,
     })
+}
+
+/// The device profile a scenario's figures are priced with, as a folder records it: the
+/// profile's name and a hash of its constants (a profile edited under the same name is another
+/// profile). `None` when the profile cannot be loaded (the run refuses it anyway on `sim`).
+pub fn device_identity(
+    scenario: &crate::scenario::Scenario,
+    given: Option<&crate::backend::sim::profile::DeviceProfile>,
+) -> Option<String> {
+    let loaded;
+    let profile = match given {
+        Some(p) => p,
+        None => {
+            let dir = scenario.source.as_deref().and_then(Path::parent);
+            loaded =
+                crate::backend::sim::profile::DeviceProfile::load(&scenario.device, dir).ok()?;
+            &loaded
+        }
+    };
+    let json = serde_json::to_string(profile).ok()?;
+    let hash = blake3::hash(json.as_bytes()).to_hex();
+    Some(format!("{} ({})", profile.name, &hash[..16]))
 }
 
 /// The gate's judgment of one gated metric.

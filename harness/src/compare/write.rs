@@ -50,11 +50,38 @@ pub fn csv(c: &Comparison) -> String {
             pct(ch.rel),
             pct(ch.rel_ci.map(|r| r[0])),
             pct(ch.rel_ci.map(|r| r[1])),
-            ch.significant,
+            significance(ch),
             direction(ch.direction),
         );
     }
+    for (side, m) in &c.unmatched {
+        let (a, b) = if *side == 'A' {
+            (num(m.value), String::new())
+        } else {
+            (String::new(), num(m.value))
+        };
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{a},,,,{b},,,,,,,,refused: in {side} only,",
+            m.scenario,
+            m.cache,
+            m.name,
+            match m.better {
+                super::Better::Higher => "higher",
+                super::Better::Lower => "lower",
+            },
+        );
+    }
     s
+}
+
+/// `true`/`false`, or `no interval` where the change is between two points (two single runs).
+fn significance(ch: &super::Change) -> String {
+    if ch.rel_ci.is_some() && !ch.interval {
+        "no interval".into()
+    } else {
+        ch.significant.to_string()
+    }
 }
 
 fn fig(v: Option<f64>) -> String {
@@ -75,10 +102,13 @@ pub fn markdown(c: &Comparison) -> String {
         c.b.kind.name(),
         c.b.backend
     );
-    for m in &c.mismatches {
-        let _ = writeln!(md, "- **not the same experiment**: {m}");
+    if !c.refusals.is_empty() {
+        md.push_str("**The gate refuses this comparison** (exit 2): it compares only what both sides hold, from one consistent source.\n\n");
     }
-    if !c.mismatches.is_empty() {
+    for m in &c.refusals {
+        let _ = writeln!(md, "- **cannot compare**: {m}");
+    }
+    if !c.refusals.is_empty() {
         md.push('\n');
     }
     md.push_str("| scenario | cache | metric | A [95%] | B [95%] | change | relative [95%] | significant |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -118,11 +148,25 @@ pub fn markdown(c: &Comparison) -> String {
             side(b),
             ch.abs.map_or_else(|| "-".into(), |x| format!("{x:+.3}")),
             rel,
-            if ch.significant {
+            if ch.rel_ci.is_some() && !ch.interval {
+                "no interval (points only)".into()
+            } else if ch.significant {
                 format!("yes ({})", direction(ch.direction))
             } else {
                 "no".into()
             }
+        );
+    }
+    for (side, m) in &c.unmatched {
+        let (a, b) = if *side == 'A' {
+            (fig(m.value), "-".to_string())
+        } else {
+            ("-".to_string(), fig(m.value))
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {a} | {b} | - | - | refused: in {side} only |",
+            m.scenario, m.cache, m.name
         );
     }
     md

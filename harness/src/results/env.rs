@@ -19,6 +19,9 @@ pub struct Environment {
     pub arch: &'static str,
     pub date_utc: String,
     pub backend: String,
+    /// The device profile the scenario's figures are priced with (`compare::device_identity`):
+    /// `kvbench gate` refuses to compare figures of two profiles.
+    pub device_profile: Option<String>,
 }
 
 fn cmd(program: &str, args: &[&str]) -> Option<String> {
@@ -86,6 +89,7 @@ pub fn collect(backend: &str) -> Environment {
         arch: std::env::consts::ARCH,
         date_utc: now_utc(),
         backend: backend.to_string(),
+        device_profile: None,
     }
 }
 

@@ -129,7 +129,9 @@ pub(crate) fn write_rest(exp: &Experiment, dir: &Path) -> Result<(), ResultsErro
         w.write_all(report::markdown(exp).as_bytes())
     })?;
     write_file(dir, "environment.json", |w| {
-        serde_json::to_writer_pretty(&mut *w, &env::collect(exp.backend))?;
+        let mut environment = env::collect(exp.backend);
+        environment.device_profile = crate::compare::device_identity(&exp.scenario, None);
+        serde_json::to_writer_pretty(&mut *w, &environment)?;
         writeln!(w)
     })?;
     // Last, and from the files just written, so the page shows only what the folder holds.

@@ -77,10 +77,19 @@ pub fn wait_if_interrupted() {
     }
 }
 
-/// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench results
-/// folder) or a `calibration.json` (a `calibrate --check` folder). Anything else is someone's data.
+/// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench run folder),
+/// a `suite.json` (a suite or merged suite), a `sweep.json` (a sweep) or a `calibration.json` (a
+/// `calibrate --check` folder). Anything else is someone's data.
 fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
-    if dir.join("summary.json").is_file() || dir.join("calibration.json").is_file() {
+    let marked = [
+        "summary.json",
+        "suite.json",
+        "sweep.json",
+        "calibration.json",
+    ]
+    .iter()
+    .any(|m| dir.join(m).is_file());
+    if marked {
         return Ok(true);
     }
     let mut entries = std::fs::read_dir(dir).map_err(io(dir))?;
@@ -153,6 +162,23 @@ impl Staging {
     /// Check `out` ([`check_target`]) and create the temporary folder beside it.
     pub fn begin(out: &Path, replace: bool) -> Result<Staging, ResultsError> {
         check_target(out, replace)?;
+        Self::create(out, replace)
+    }
+
+    /// A temporary folder whose entries [`Staging::commit_into`] moves into `out`, a folder that
+    /// collects results (a suite's output, `results/latest`) and may hold other things: `out`
+    /// must be absent or a folder (never a file or a link).
+    pub fn begin_into(out: &Path) -> Result<Staging, ResultsError> {
+        match std::fs::symlink_metadata(out) {
+            Ok(m) if !m.is_dir() => return Err(ResultsError::NotAFolder(out.to_path_buf())),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(out)(e)),
+        }
+        Self::create(out, true)
+    }
+
+    fn create(out: &Path, replace: bool) -> Result<Staging, ResultsError> {
         let name = out
             .file_name()
             .ok_or_else(|| ResultsError::NotAFolder(out.to_path_buf()))?
@@ -205,6 +231,65 @@ impl Staging {
             std::fs::rename(&self.tmp, &self.out).map_err(io(&self.out))
         };
         if result.is_ok() {
+            dirs.retain(|d| d != &self.tmp);
+            self.done = true;
+        }
+        drop(dirs);
+        result
+    }
+}
+
+impl Staging {
+    /// Move every entry of the finished temporary folder into `out` ([`Staging::begin_into`]):
+    /// a folder replaces only a results folder ([`check_target`]), a file only a regular file.
+    /// Everything is checked before the first move, and the moves run under the interrupt
+    /// registry's lock, so an interrupt finds either nothing moved or everything; a suite never
+    /// shows cells without its table.
+    pub fn commit_into(mut self) -> Result<(), ResultsError> {
+        if std::fs::symlink_metadata(&self.out).is_err() {
+            // Nothing there yet: the whole folder moves at once.
+            return self.commit();
+        }
+        if !std::fs::symlink_metadata(&self.out).is_ok_and(|m| m.is_dir()) {
+            return Err(ResultsError::NotAFolder(self.out.clone()));
+        }
+        let mut entries: Vec<(std::ffi::OsString, bool)> = Vec::new();
+        for e in std::fs::read_dir(&self.tmp).map_err(io(&self.tmp))? {
+            let e = e.map_err(io(&self.tmp))?;
+            let is_dir = e.file_type().map_err(io(&e.path()))?.is_dir();
+            entries.push((e.file_name(), is_dir));
+        }
+        entries.sort();
+        for (name, is_dir) in &entries {
+            let target = self.out.join(name);
+            if *is_dir {
+                check_target(&target, true)?;
+            } else if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
+                return Err(ResultsError::NotAFolder(target));
+            }
+        }
+        let mut old = self.tmp.clone().into_os_string();
+        old.push(".old");
+        let old = PathBuf::from(old);
+        let mut dirs = live();
+        let result = (|| -> Result<(), ResultsError> {
+            for (name, is_dir) in &entries {
+                let (from, to) = (self.tmp.join(name), self.out.join(name));
+                if *is_dir && to.exists() {
+                    if !old.exists() {
+                        std::fs::create_dir(&old).map_err(io(&old))?;
+                    }
+                    std::fs::rename(&to, old.join(name)).map_err(io(&to))?;
+                }
+                std::fs::rename(&from, &to).map_err(io(&to))?;
+            }
+            Ok(())
+        })();
+        if old.exists() {
+            let _ = std::fs::remove_dir_all(&old);
+        }
+        if result.is_ok() {
+            let _ = std::fs::remove_dir_all(&self.tmp);
             dirs.retain(|d| d != &self.tmp);
             self.done = true;
         }
@@ -349,6 +434,43 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, ["r"]);
+    }
+
+    /// A suite's folder collects other results: committing into it replaces its own entries
+    /// (a results folder, a file) and leaves the rest; a folder that is not results refuses the
+    /// commit before anything moves.
+    #[test]
+    fn commit_into_replaces_only_its_own_entries() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let out = root.path().join("latest");
+        std::fs::create_dir_all(out.join("cell")).expect("mkdir");
+        std::fs::write(out.join("cell/summary.json"), "old").expect("write");
+        std::fs::write(out.join("notes.txt"), "mine").expect("write");
+        let s = Staging::begin_into(&out).expect("begin");
+        std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
+        std::fs::write(s.dir().join("cell/summary.json"), "new").expect("write");
+        std::fs::write(s.dir().join("suite.csv"), "table").expect("write");
+        s.commit_into().expect("commit");
+        let read = |p: &str| std::fs::read_to_string(out.join(p)).expect(p);
+        assert_eq!(read("cell/summary.json"), "new");
+        assert_eq!(read("notes.txt"), "mine");
+        assert_eq!(read("suite.csv"), "table");
+        assert_eq!(std::fs::read_dir(root.path()).expect("ls").count(), 1);
+
+        std::fs::create_dir(out.join("data")).expect("mkdir");
+        std::fs::write(out.join("data/x"), "mine").expect("write");
+        let s = Staging::begin_into(&out).expect("begin");
+        std::fs::create_dir(s.dir().join("data")).expect("mkdir");
+        std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
+        assert!(matches!(s.commit_into(), Err(ResultsError::NotResults(_))));
+        assert_eq!(read("data/x"), "mine");
+        assert_eq!(read("cell/summary.json"), "new");
+        assert_eq!(std::fs::read_dir(root.path()).expect("ls").count(), 1);
+        std::fs::write(root.path().join("file"), "x").expect("write");
+        assert!(matches!(
+            Staging::begin_into(&root.path().join("file")),
+            Err(ResultsError::NotAFolder(_))
+        ));
     }
 
     /// A SIGKILLed run leaves its temporary folder; the next run beside it removes it when its

@@ -83,7 +83,13 @@ impl std::str::FromStr for Shard {
 /// name gains `-bs<B>` only when its scenario lists several block sizes and `-seed<S>` only with
 /// several seeds, so a one-seed suite keeps its folders named after the scenarios.
 pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
+    cell_count(
+        items
+            .iter()
+            .map(|it| (it.block_sizes.len() as u64, it.seeds.len() as u64)),
+    )?;
     let mut cells: Vec<Cell> = Vec::new();
+    let mut dirs: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     for it in items {
         for &b in &it.block_sizes {
             for &seed in &it.seeds {
@@ -94,10 +100,9 @@ pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
                 if it.seeds.len() > 1 {
                     dir.push_str(&format!("-seed{seed}"));
                 }
-                if let Some(c) = cells.iter().find(|c| c.dir == dir) {
+                if let Some(c) = dirs.insert(dir.clone(), it.scenario.clone()) {
                     return Err(format!(
-                        "two cells would write {dir:?} (scenario {:?} appears twice?)",
-                        c.scenario
+                        "two cells would write {dir:?} (scenario {c:?} appears twice?)"
                     ));
                 }
                 cells.push(Cell {
@@ -111,6 +116,28 @@ pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
         }
     }
     Ok(cells)
+}
+
+/// The most cells one suite may plan. Each cell is a full run with its own folder; a plan past
+/// this is a typo (`--seeds 1000000000`), refused before anything is allocated for it.
+pub const MAX_CELLS: u64 = 100_000;
+
+/// The number of cells of per-scenario (block sizes, seeds) counts, refused past [`MAX_CELLS`]
+/// (checked arithmetic: the product of two counts cannot wrap into a small number).
+pub fn cell_count(per_scenario: impl IntoIterator<Item = (u64, u64)>) -> Result<u64, String> {
+    let mut total: u64 = 0;
+    for (block_sizes, seeds) in per_scenario {
+        total = block_sizes
+            .checked_mul(seeds)
+            .and_then(|n| total.checked_add(n))
+            .filter(|&n| n <= MAX_CELLS)
+            .ok_or_else(|| {
+                format!(
+                    "the suite would run more than {MAX_CELLS} cells (scenarios × block sizes × seeds); run fewer seeds, or split it into several suites"
+                )
+            })?;
+    }
+    Ok(total)
 }
 
 /// A hash of everything that decides a suite's results besides the code: the plan's cells,
@@ -269,9 +296,13 @@ pub fn write(dir: &Path, meta: &SuiteMeta) -> Result<String, FileError> {
     Ok(md)
 }
 
+/// `dir/suite.json`, read as the input it is: size-capped, parsed strictly, and checked so that
+/// nothing in it can point outside `dir` — every cell's `dir` is a slug (letters, digits, `-`,
+/// `_`, `.`; never absolute, `..` or holding a separator), unique, and every index is its
+/// position in the plan.
 pub fn read(dir: &Path) -> Result<SuiteMeta, FileError> {
     let path = dir.join("suite.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
+    let text = super::plot::data::read_capped(&path, super::plot::data::MAX_READ_WHOLE_BYTES)?;
     let meta: SuiteMeta = serde_json::from_str(&text).map_err(|e| file_error(&path, e))?;
     if meta.format != FORMAT {
         return Err(file_error(
@@ -279,7 +310,52 @@ pub fn read(dir: &Path) -> Result<SuiteMeta, FileError> {
             format!("format: {} is not the supported {FORMAT}", meta.format),
         ));
     }
+    check(&meta).map_err(|m| file_error(&path, m))?;
     Ok(meta)
+}
+
+/// What [`read`] refuses in a `suite.json` (module doc of `read`).
+fn check(meta: &SuiteMeta) -> Result<(), String> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for (i, c) in meta.plan.iter().enumerate() {
+        if c.index != i {
+            return Err(format!(
+                "plan[{i}].index: {} is not its position {i}",
+                c.index
+            ));
+        }
+        super::staging::scenario_folder(Path::new(""), &c.dir).map_err(|_| {
+            format!(
+                "plan[{i}].dir: {:?} is not a folder name (a slug of letters, digits, '-', '_' and '.'; never absolute, '..' or a path)",
+                c.dir
+            )
+        })?;
+        if !dirs.insert(c.dir.as_str()) {
+            return Err(format!("plan[{i}].dir: {:?} appears twice", c.dir));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, r) in meta.results.iter().enumerate() {
+        if r.index >= meta.plan.len() {
+            return Err(format!(
+                "results[{i}].index: {} is not a cell of the {}-cell plan",
+                r.index,
+                meta.plan.len()
+            ));
+        }
+        if !seen.insert(r.index) {
+            return Err(format!(
+                "results[{i}].index: cell {} appears twice",
+                r.index
+            ));
+        }
+    }
+    if let Some(s) = meta.shard {
+        if s.count == 0 || s.index >= s.count {
+            return Err(format!("shard: {}/{} is not a shard", s.index, s.count));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -345,6 +421,59 @@ mod tests {
         assert!("4/4".parse::<Shard>().is_err());
         assert!("0/0".parse::<Shard>().is_err());
         assert!("x".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn cell_counts_are_checked_before_anything_is_allocated() {
+        assert_eq!(cell_count([(3, 4), (1, 2)]), Ok(14));
+        assert_eq!(cell_count([(1, MAX_CELLS)]), Ok(MAX_CELLS));
+        for bad in [
+            vec![(1, MAX_CELLS + 1)],
+            vec![(1, MAX_CELLS), (1, 1)],
+            vec![(u64::MAX, 2)],
+            vec![(1 << 32, 1 << 32)],
+        ] {
+            assert!(cell_count(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_suite_json_pointing_outside_its_folder_is_refused() {
+        let cells = plan(&items()).expect("plan");
+        let meta = SuiteMeta {
+            format: FORMAT,
+            revision: "r".into(),
+            backend: "sim".into(),
+            plan_hash: "h".into(),
+            shard: None,
+            merged_from: Vec::new(),
+            header: vec!["scenario".into()],
+            plan: cells,
+            results: vec![CellResult {
+                index: 0,
+                rows: Vec::new(),
+                failures: Vec::new(),
+            }],
+        };
+        assert_eq!(check(&meta), Ok(()));
+        for bad in ["../x", "/etc", "a/b", "..", "", "a\\b"] {
+            let mut m = meta.clone();
+            m.plan[1].dir = bad.into();
+            let err = check(&m).expect_err(bad);
+            assert!(err.starts_with("plan[1].dir"), "{bad:?}: {err}");
+        }
+        let mut m = meta.clone();
+        m.plan[2].dir = m.plan[0].dir.clone();
+        assert!(check(&m).expect_err("twice").contains("appears twice"));
+        let mut m = meta.clone();
+        m.plan[1].index = 7;
+        assert!(check(&m).is_err());
+        let mut m = meta.clone();
+        m.results[0].index = 99;
+        assert!(check(&m).is_err());
+        let mut m = meta;
+        m.shard = Some(Shard { index: 0, count: 0 });
+        assert!(check(&m).is_err());
     }
 
     #[test]

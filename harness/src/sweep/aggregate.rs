@@ -97,6 +97,10 @@ pub struct RunJson {
 pub struct SweepJson {
     pub scenario: String,
     pub backend: String,
+    /// The device profile the figures are priced with (`compare::device_identity`): two sweeps
+    /// of different profiles are not gated against each other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     pub by: By,
     pub seeds: Vec<u64>,
     pub precision_pct: f64,
@@ -354,6 +358,7 @@ pub fn build(sweep: &Sweep) -> SweepJson {
     SweepJson {
         scenario: sweep.scenario.name.clone(),
         backend: sweep.backend.into(),
+        device: crate::compare::device_identity(&sweep.scenario, None),
         by,
         seeds: sweep.config.seeds.clone(),
         precision_pct: sweep.config.search.precision * 100.0,

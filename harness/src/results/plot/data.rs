@@ -25,6 +25,44 @@ pub fn file_error(path: &Path, message: impl std::fmt::Display) -> FileError {
     }
 }
 
+/// The most bytes a metadata file read whole (`summary.json`, `sweep.json`, `suite.json`,
+/// `suite.csv`) may hold. The largest a kvbench run writes are a few MB (a sweep's probes, a
+/// suite's rows); a file past this is refused by its size before a byte of it is read.
+pub const MAX_READ_WHOLE_BYTES: u64 = 64 << 20;
+
+/// A results file read whole, refused unless it is a regular file (never a FIFO or a device,
+/// which could block or never end) no larger than `cap` bytes.
+pub fn read_capped(path: &Path, cap: u64) -> Result<String, FileError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| file_error(path, e))?;
+    let meta = file.metadata().map_err(|e| file_error(path, e))?;
+    if !meta.is_file() {
+        return Err(file_error(path, "not a regular file"));
+    }
+    if meta.len() > cap {
+        return Err(file_error(
+            path,
+            format!(
+                "{} bytes: larger than the {} bytes a results file may hold; refusing to read it",
+                meta.len(),
+                cap
+            ),
+        ));
+    }
+    let mut text = String::new();
+    // `take`: a file that grows while being read still stops at the cap.
+    file.take(cap.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(|e| file_error(path, e))?;
+    if text.len() as u64 > cap {
+        return Err(file_error(
+            path,
+            format!("grew past {cap} bytes while read"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Samples per cache mode, in the order the modes first appear in the file.
 pub type ByCache<T> = Vec<(String, T)>;
 
@@ -352,7 +390,7 @@ pub struct Probe {
 
 pub fn sweep(dir: &Path) -> Result<Sweep, FileError> {
     let path = dir.join("sweep.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e))?;
+    let text = read_capped(&path, MAX_READ_WHOLE_BYTES)?;
     serde_json::from_str(&text).map_err(|e| file_error(&path, e))
 }
 

@@ -1,7 +1,9 @@
 //! `kvbench merge`: shard folders into one suite folder. Refuses (bad input, nothing written)
 //! shards of different builds or different plans, a cell that two shards ran, and a cell no
 //! shard ran; otherwise copies each cell's folder from its shard and writes the table in plan
-//! order, atomically (a temporary folder renamed into place).
+//! order, atomically (a temporary folder renamed into place, removed on an error or an
+//! interrupt). The output is replaced only with `--force` and only when it is a results folder
+//! or empty (`staging::check_target`): never someone's other folder, never a file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,7 @@ use std::path::{Path, PathBuf};
 use super::{read, write, SuiteMeta};
 use crate::results::html;
 use crate::results::plot::data::{file_error, FileError};
+use crate::results::Staging;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -38,13 +41,21 @@ pub enum MergeError {
     },
     #[error("the shards do not cover the suite: {} of {total} cells missing ({})", missing.len(), missing.join(", "))]
     Missing { missing: Vec<String>, total: usize },
-    #[error("{}: output folder exists (use --force to replace it)", .0.display())]
-    Exists(PathBuf),
+    #[error(transparent)]
+    Output(#[from] crate::results::ResultsError),
     #[error(transparent)]
     Report(#[from] html::ReportError),
 }
 
+/// Copy a cell's folder: folders and regular files only (a link inside a shard is not followed,
+/// so nothing outside the shard is read).
 fn copy_tree(from: &Path, to: &Path) -> Result<(), FileError> {
+    if !std::fs::symlink_metadata(from)
+        .map_err(|e| file_error(from, e))?
+        .is_dir()
+    {
+        return Err(file_error(from, "not a folder (a file or a link)"));
+    }
     std::fs::create_dir_all(to).map_err(|e| file_error(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| file_error(from, e))? {
         let entry = entry.map_err(|e| file_error(from, e))?;
@@ -125,44 +136,19 @@ pub fn combine(shards: &[PathBuf]) -> Result<(SuiteMeta, BTreeMap<usize, PathBuf
     Ok((merged, owner))
 }
 
-/// Merge `shards` into `out` (replaced only with `force`); returns the merged metadata.
+/// Merge `shards` into `out` (replaced only with `force`, and only a results folder or an empty
+/// one); returns the merged metadata.
 pub fn merge(shards: &[PathBuf], out: &Path, force: bool) -> Result<SuiteMeta, MergeError> {
     let (meta, owner) = combine(shards)?;
-    if out.exists() && !force {
-        return Err(MergeError::Exists(out.to_path_buf()));
-    }
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(|e| file_error(&parent, e))?;
-    let name = out
-        .file_name()
-        .map_or_else(|| "suite".into(), |n| n.to_string_lossy().to_string());
-    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| file_error(&tmp, e))?;
-    }
-    let result = (|| -> Result<(), MergeError> {
-        for cell in &meta.plan {
-            if let Some(shard) = owner.get(&cell.index) {
-                copy_tree(&shard.join(&cell.dir), &tmp.join(&cell.dir))?;
-            }
+    let staging = Staging::begin(out, force)?;
+    for cell in &meta.plan {
+        if let Some(shard) = owner.get(&cell.index) {
+            // `cell.dir` is a slug (checked by `read`): both paths stay in their folders.
+            copy_tree(&shard.join(&cell.dir), &staging.dir().join(&cell.dir))?;
         }
-        write(&tmp, &meta)?;
-        html::write_suite_report(&tmp)?;
-        if out.exists() {
-            let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-            std::fs::rename(out, &old).map_err(|e| file_error(out, e))?;
-            std::fs::rename(&tmp, out).map_err(|e| file_error(out, e))?;
-            std::fs::remove_dir_all(&old).map_err(|e| file_error(&old, e))?;
-        } else {
-            std::fs::rename(&tmp, out).map_err(|e| file_error(out, e))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
     }
-    result.map(|_| meta)
+    write(staging.dir(), &meta)?;
+    html::write_suite_report(staging.dir())?;
+    staging.commit()?;
+    Ok(meta)
 }
