@@ -22,7 +22,7 @@
 #define __global__
 #endif
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// (`__noinline__` is left alone: the C++ library spells its attribute with that word.)
 #define __launch_bounds__(...)
 #define __constant__ static
 // Block-shared storage. Blocks of one launch run one at a time, so one static object per

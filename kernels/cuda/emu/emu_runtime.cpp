@@ -22,14 +22,13 @@
 
 #ifdef EMU_OS_THREADS
 #include <condition_variable>
+#include <memory>
 #include <thread>
 #endif
 
 namespace emu {
 
 thread_local Thread* t_cur = nullptr;
-
-namespace {
 
 constexpr unsigned int kMaxThreads = 1024;
 
@@ -42,8 +41,6 @@ struct Barrier {
   std::condition_variable cv;
 #endif
 };
-
-}  // namespace
 
 struct Warp {
   Barrier bar;
@@ -484,21 +481,31 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
   Block* blk = new Block();
   std::vector<Thread> threads;
 #ifdef EMU_OS_THREADS
-  for (unsigned int bz = 0; bz < grid[2]; ++bz)
-    for (unsigned int by = 0; by < grid[1]; ++by)
-      for (unsigned int bx = 0; bx < grid[0]; ++bx) {
-        init_block(*blk, grid, block, bx, by, bz, threads);
-        std::vector<std::thread> ts;
-        ts.reserve(n);
-        for (unsigned int i = 0; i < n; ++i)
-          ts.emplace_back([&, i] {
-            t_cur = &threads[i];
-            k->call(params);
-            leave(blk->bar);
-            leave(threads[i].warp->bar);
-          });
-        for (auto& t : ts) t.join();
+  // One OS thread per CUDA thread for the whole launch; they run the blocks in turn, meeting
+  // at a launch-wide barrier between blocks (blocks share the static `__shared__` storage).
+  const std::size_t nblocks = std::size_t(grid[0]) * grid[1] * grid[2];
+  std::unique_ptr<Block[]> blocks(new Block[nblocks]);
+  for (std::size_t b = 0; b < nblocks; ++b)
+    init_block(blocks[b], grid, block, unsigned(b % grid[0]), unsigned(b / grid[0] % grid[1]),
+               unsigned(b / (std::size_t(grid[0]) * grid[1])), threads);
+  Barrier between;
+  between.expected = n;
+  std::vector<std::thread> ts;
+  ts.reserve(n);
+  for (unsigned int i = 0; i < n; ++i)
+    ts.emplace_back([&, i] {
+      for (std::size_t b = 0; b < nblocks; ++b) {
+        Thread t = threads[i];
+        t.block = &blocks[b];
+        t.warp = &blocks[b].warps[i / 32];
+        t_cur = &t;
+        k->call(params);
+        leave(blocks[b].bar);
+        leave(t.warp->bar);
+        arrive(between, blocks[b]);
       }
+    });
+  for (auto& t : ts) t.join();
   delete blk;
   t_cur = saved_cur;
   return LAUNCH_OK;
