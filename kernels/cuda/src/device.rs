@@ -186,8 +186,9 @@ fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
     }
 }
 
+/// A one-dimensional grid of `n` blocks (checked against the device's x limit).
 fn u32_of(n: usize, what: &str) -> Result<u32, CudaError> {
-    u32::try_from(n).map_err(|_| CudaError::Shape(format!("{what} {n} exceeds a grid dimension")))
+    crate::launch::grid(n, 1, 1, what).map(|g| g.0)
 }
 
 fn i32_of(n: usize, what: &str) -> Result<i32, CudaError> {
@@ -530,7 +531,12 @@ impl Gpu {
                 .arg(&kv_heads)
                 .arg(&part_tokens)
                 .arg(&scale);
-            let grid = (kv_heads as u32, u32_of(rows.rows, "rows")?, parts.parts);
+            let grid = crate::launch::grid(
+                shape.kv_heads,
+                rows.rows,
+                parts.parts as usize,
+                "kv_heads, rows, partitions",
+            )?;
             // SAFETY: the caller checked tables/bases/lengths against the layer on the host;
             // buffers hold rows x heads x partitions as the kernel indexes them.
             unsafe { b.launch(cfg(grid, ATTN_THREADS)) }.map_err(CudaError::driver("attention"))?;
@@ -548,11 +554,7 @@ impl Gpu {
                 .arg(&nparts)
                 .arg(&part_tokens)
                 .arg(&d);
-            let grid = (
-                u32_of(shape.q_heads, "q_heads")?,
-                u32_of(rows.rows, "rows")?,
-                1,
-            );
+            let grid = crate::launch::grid(shape.q_heads, rows.rows, 1, "q_heads, rows, 1")?;
             // SAFETY: the partial buffers were sized for rows x q_heads x parts above.
             unsafe { b.launch(cfg(grid, shape.head_dim as u32)) }
                 .map_err(CudaError::driver("attn_merge"))?;

@@ -486,14 +486,16 @@ impl Backend for CudaBackend {
             .and_then(|m| m.forward(&gpu, &mut kv, &batch, ring).map_err(dev));
         self.kv = kv;
         r?;
+        // The logits' copies go on the stream before the step's end event: `resolve` waits on
+        // that event only, and the pinned buffers carry no event of their own (tracking is off).
+        let n = samples.len();
+        self.model()?.enqueue_fetch(&gpu, ring, n).map_err(dev)?;
         self.end_ev[ring]
             .record(&self.gpu.stream)
             .map_err(drv("cuEventRecord"))?;
         self.events
             .record(id, StepEvent(self.end_ev[ring].clone()))
             .map_err(|e| BackendError::Step(e.to_string()))?;
-        let n = samples.len();
-        self.model()?.enqueue_fetch(&gpu, ring, n).map_err(dev)?;
         let model_s = self.clock_model.as_ref().map(|m| {
             let paged = cache.mode() == CacheMode::Paged;
             m.step(&plan.seqs, &plan.copies, &plan.swaps, paged).total_s

@@ -514,17 +514,19 @@ impl DevModel {
         if ring >= RING || rows > self.plan.logit_rows {
             return Err(CudaError::Shape("fetch: bad ring slot or row count".into()));
         }
+        // Destinations sliced to what is read: cudarc copies the destination's length, and the
+        // whole buffer is logit_rows x vocab (at 8B: 512 x 128,256 x 4 B per step).
+        let hl = self.host_logits[ring]
+            .as_mut_slice()
+            .map_err(CudaError::driver("pinned logits"))?;
         gpu.stream
-            .memcpy_dtoh(
-                &self.logits[ring].slice(0..rows * v),
-                &mut self.host_logits[ring],
-            )
+            .memcpy_dtoh(&self.logits[ring].slice(0..rows * v), &mut hl[..rows * v])
             .map_err(CudaError::driver("cuMemcpyDtoH"))?;
+        let ht = self.host_argmax[ring]
+            .as_mut_slice()
+            .map_err(CudaError::driver("pinned tokens"))?;
         gpu.stream
-            .memcpy_dtoh(
-                &self.argmax[ring].slice(0..rows),
-                &mut self.host_argmax[ring],
-            )
+            .memcpy_dtoh(&self.argmax[ring].slice(0..rows), &mut ht[..rows])
             .map_err(CudaError::driver("cuMemcpyDtoH"))
     }
 

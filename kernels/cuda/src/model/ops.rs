@@ -13,12 +13,7 @@ const FLAT_BLOCKS: u32 = 1024;
 
 fn rows_cfg(rows: usize) -> Result<LaunchConfig, CudaError> {
     Ok(LaunchConfig {
-        grid_dim: (
-            u32::try_from(rows)
-                .map_err(|_| CudaError::Shape(format!("{rows} rows exceed a grid")))?,
-            1,
-            1,
-        ),
+        grid_dim: crate::launch::grid(rows, 1, 1, "rows")?,
         block_dim: (ROW_THREADS, 1, 1),
         shared_mem_bytes: 0,
     })
