@@ -1,0 +1,2 @@
+//! The emulated CUDA device (`--backend cuda-emu`): the real kernels built for the host.
+pub mod kernels;
