@@ -70,13 +70,42 @@ pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
     }
 }
 
+static EMU_SEED: OnceLock<u64> = OnceLock::new();
+
+/// The seed of the emulated device's completion delays when `--emu-seed` is not given.
+pub const DEFAULT_EMU_SEED: u64 = 1;
+
+/// Sets the seed of every emulated device this process opens (`--emu-seed`); the first call wins.
+pub fn set_emu_seed(seed: u64) {
+    let _ = EMU_SEED.set(seed);
+}
+
+/// The emulated devices' delay seed.
+pub fn emu_seed() -> u64 {
+    EMU_SEED.get().copied().unwrap_or(DEFAULT_EMU_SEED)
+}
+
+/// Prints the delay seed once per process, so a failing run can be replayed.
+pub fn note_emu_seed(seed: u64) {
+    static NOTE: OnceLock<()> = OnceLock::new();
+    NOTE.get_or_init(|| {
+        eprintln!("cuda-emu: emulated device, completion delays from --emu-seed {seed}; timings are emulated")
+    });
+}
+
+/// Constructs the backend on the emulated device (`--backend cuda-emu`): needs no GPU and no
+/// CUDA library. It is for testing, and `auto` never picks it.
+pub fn create_emulated(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
+    Ok(Box::new(backend::CudaBackend::new(setup, true)?))
+}
+
 /// Constructs the cuda backend, or says what is missing (driver, NVRTC, cuBLAS, device).
 pub fn create(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
     let miss = missing();
     if !miss.is_empty() || !SCENARIO_MODEL_BUILT {
         return Err(unavailable(miss, SCENARIO_MODEL_BUILT));
     }
-    Ok(Box::new(backend::CudaBackend::new(setup)?))
+    Ok(Box::new(backend::CudaBackend::new(setup, false)?))
 }
 
 #[cfg(test)]

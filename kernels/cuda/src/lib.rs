@@ -18,6 +18,7 @@ pub mod source;
 pub use libs::{CudaLib, LibError};
 pub use source::{KvDtype, ProgramId};
 pub mod device;
+pub mod runtime;
 pub mod emu;
 pub mod error;
 pub mod launch;

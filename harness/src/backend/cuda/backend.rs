@@ -16,8 +16,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
-use kvbench_cuda::cudarc::driver::{sys::CUevent_flags, CudaEvent, DriverError};
 use kvbench_cuda::device::{DevLayer, Gpu, PinnedKv};
+use kvbench_cuda::emu::EmuConfig;
+use kvbench_cuda::runtime::Event;
 use kvbench_cuda::model::batch::{copy_launches, pack, SeqAddr, SeqChunk};
 use kvbench_cuda::model::forward::{DevModel, RING};
 use kvbench_cuda::model::sizes::COPY_PAIRS_PER_LAUNCH;
@@ -43,18 +44,15 @@ fn dev(e: CudaError) -> BackendError {
     BackendError::Step(format!("cuda: {e}"))
 }
 
-fn drv(call: &'static str) -> impl FnOnce(DriverError) -> BackendError {
-    move |e| BackendError::Step(format!("cuda: {call}: {e:?}"))
-}
 
 /// The event recorded after a step, as the fence bookkeeping sees it.
-struct StepEvent(Arc<CudaEvent>);
+struct StepEvent(Arc<Event>);
 
 impl Completion for StepEvent {
     fn done(&self) -> bool {
         // An error (a faulted device) counts as done here; the synchronize in `complete`
         // returns it.
-        self.0.try_is_complete().unwrap_or(true)
+        self.0.is_complete()
     }
 }
 
@@ -79,6 +77,16 @@ pub fn shared_gpu() -> Result<Arc<Gpu>, BackendError> {
         .map_err(|e| BackendError::Unavailable(format!("cuda: {e}")))
 }
 
+/// The emulated device for one run, its delays seeded by [`super::emu_seed`] (printed once).
+/// A fresh device per backend: its teardown check then covers exactly this run's allocations.
+fn emulated_gpu() -> Result<Arc<Gpu>, BackendError> {
+    let seed = super::emu_seed();
+    super::note_emu_seed(seed);
+    Gpu::emulated_open(EmuConfig::new(seed))
+        .map(Arc::new)
+        .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
+}
+
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
     model: Option<DevModel>,
@@ -94,8 +102,8 @@ pub struct CudaBackend {
     graveyard: Vec<Vec<PinnedKv>>,
     events: InOrder<StepEvent>,
     in_flight: VecDeque<InFlight>,
-    start_ev: Vec<Arc<CudaEvent>>,
-    end_ev: Vec<Arc<CudaEvent>>,
+    start_ev: Vec<Arc<Event>>,
+    end_ev: Vec<Arc<Event>>,
     next_id: u64,
     forks_checked: u64,
     /// Registered sequences taken into the 8B sample so far.
@@ -131,9 +139,14 @@ fn seq_addr(layout: SeqLayout<'_>) -> SeqAddr<'_> {
 }
 
 impl CudaBackend {
-    pub fn new(setup: &RunSetup) -> Result<CudaBackend, BackendError> {
+    /// The backend on the GPU, or on the emulated device when `emulated`.
+    pub fn new(setup: &RunSetup, emulated: bool) -> Result<CudaBackend, BackendError> {
         let cc = setup::config(&setup.model)?;
-        let gpu = shared_gpu()?;
+        let gpu = if emulated {
+            emulated_gpu()?
+        } else {
+            shared_gpu()?
+        };
         let num_slots = usize::try_from(setup.cache_slots)
             .map_err(|_| BackendError::Config("cache slots exceed usize".into()))?;
         let host = setup::host_model(&cc, setup.seed)?;
@@ -168,12 +181,7 @@ impl CudaBackend {
             num_blocks,
         )
         .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
-        let event = || {
-            gpu.ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map(Arc::new)
-                .map_err(drv("cuEventCreate"))
-        };
+        let event = || gpu.new_event().map(Arc::new).map_err(dev);
         let start_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         let end_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         gpu.sync().map_err(dev)?;
@@ -241,10 +249,8 @@ impl CudaBackend {
             }
             let ring = self.in_flight[i].ring;
             let end = self.end_ev[ring].clone();
-            end.synchronize().map_err(drv("cuEventSynchronize"))?;
-            let elapsed_ms = self.start_ev[ring]
-                .elapsed_ms(&end)
-                .map_err(drv("cuEventElapsedTime"))?;
+            end.synchronize().map_err(dev)?;
+            let elapsed_ms = self.start_ev[ring].elapsed_ms(&end).map_err(dev)?;
             let measured_s = f64::from(elapsed_ms) / 1e3;
             self.measured_s += measured_s;
             let rows = self.in_flight[i].samples.len();
@@ -375,7 +381,11 @@ impl CudaBackend {
 
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
-        "cuda"
+        if self.gpu.emulated().is_some() {
+            "cuda-emu"
+        } else {
+            "cuda"
+        }
     }
 
     fn computes(&self) -> bool {
@@ -443,9 +453,7 @@ impl Backend for CudaBackend {
         let ring = (self.next_id as usize) % RING;
         let id = self.next_id;
         self.next_id += 1;
-        self.start_ev[ring]
-            .record(&self.gpu.stream)
-            .map_err(drv("cuEventRecord"))?;
+        self.gpu.record(&self.start_ev[ring]).map_err(dev)?;
         let sources = self.transfer(plan, cache)?;
         // Pack the step from the layouts as they are now.
         let mut layouts = Vec::with_capacity(plan.seqs.len());
@@ -486,14 +494,16 @@ impl Backend for CudaBackend {
             .and_then(|m| m.forward(&gpu, &mut kv, &batch, ring).map_err(dev));
         self.kv = kv;
         r?;
-        self.end_ev[ring]
-            .record(&self.gpu.stream)
-            .map_err(drv("cuEventRecord"))?;
+        // The logits' copies go on the stream before the step's end event: `resolve` waits on
+        // that event only, and the pinned buffers carry no event of their own.
+        let n = samples.len();
+        let end = self.end_ev[ring].clone();
+        self.model()?
+            .finish_step(&gpu, ring, n, &end)
+            .map_err(dev)?;
         self.events
             .record(id, StepEvent(self.end_ev[ring].clone()))
             .map_err(|e| BackendError::Step(e.to_string()))?;
-        let n = samples.len();
-        self.model()?.enqueue_fetch(&gpu, ring, n).map_err(dev)?;
         let model_s = self.clock_model.as_ref().map(|m| {
             let paged = cache.mode() == CacheMode::Paged;
             m.step(&plan.seqs, &plan.copies, &plan.swaps, paged).total_s
