@@ -86,9 +86,17 @@ FAILED=0
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$STEPS"; }  # name verdict rc want s note
 skip() { record "$1" skipped - - 0 "$2"; echo "== $1: skipped ($2)"; }
 
+# KVBENCH_GPU_CHECK_ONLY=name,name,... runs only those steps (the others are listed as not
+# selected): for a quick look at one step, and for the test that runs the emulated check in CI.
+selected() { [ -z "${KVBENCH_GPU_CHECK_ONLY:-}" ] || [[ ",$KVBENCH_GPU_CHECK_ONLY," == *",$1,"* ]]; }
+
 # step NAME LIMIT_S WANT_RC NOTE -- command...   (passes when the command exits WANT_RC)
 step() {
   local name=$1 limit=$2 want=$3 note=$4; shift 5
+  if ! selected "$name"; then
+    skip "$name" "not selected (KVBENCH_GPU_CHECK_ONLY)"
+    return 0
+  fi
   local left=$(( BUDGET - RESERVE - $(elapsed) ))
   if [ "$left" -lt 10 ]; then
     skip "$name" "budget of ${BUDGET}s spent"
