@@ -209,7 +209,7 @@ else
 fi
 
 # 4. quick scenarios with the oracle on every sequence
-Q=45; [ "$MODE" = emulated ] && Q=90
+Q=45; [ "$MODE" = emulated ] && Q=300   # emulated: the budget is the real cap
 E2E="$WORK/e2e"
 step e2e_quick_basic "$Q" 0 "" -- "$BIN" run scenarios/quick-basic.toml --backend "$BACKEND" \
   --out "$E2E/quick-basic" --force
@@ -221,7 +221,7 @@ step e2e_conversation_quick "$Q" 0 "" -- "$BIN" run scenarios/conversation-quick
   --backend "$BACKEND" --out "$E2E/conversation-quick" --force
 
 # 5. the four planted faults: each must be caught (exit 1)
-F=40; [ "$MODE" = emulated ] && F=60
+F=40; [ "$MODE" = emulated ] && F=300
 for f in skip-cow early-reuse leak bad-block-table; do
   step "fault_$f" "$F" 1 "must be caught" -- "$BIN" run scenarios/quick-mixed.toml --backend "$BACKEND" \
     --inject-fault "$f" --out "$E2E/fault-$f" --force
