@@ -207,7 +207,7 @@ impl Gpu {
         use crate::runtime::Arg;
         self.launch(
             "fill_words",
-            (1024, 1, 1),
+            crate::model::ops::flat_grid(words),
             (256, 1, 1),
             0,
             &[Arg::Buf(buf), Arg::I64(words as i64), Arg::U32(word)],
