@@ -561,36 +561,85 @@ impl Backend for CudaBackend {
     }
 }
 
+/// What a backend's teardown found: the ledger against the device's free-memory drop, the
+/// free memory back at its pre-run figure, and any error the device's stream still held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Teardown {
+    pub backend: &'static str,
+    pub reconciled: bool,
+    pub returned: bool,
+    pub stream_error: Option<String>,
+}
+
+impl Teardown {
+    pub fn ok(&self) -> bool {
+        self.reconciled && self.returned && self.stream_error.is_none()
+    }
+}
+
+thread_local! {
+    static TEARDOWNS: std::cell::RefCell<Vec<Teardown>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The teardowns of the cuda backends this thread dropped since the last call (tests check
+/// that every run on the emulated device freed all it allocated).
+pub fn take_teardowns() -> Vec<Teardown> {
+    TEARDOWNS.with(|t| std::mem::take(&mut *t.borrow_mut()))
+}
+
 impl Drop for CudaBackend {
     /// Tears down in order and says whether the device's free memory came back to its figure
     /// from before this backend's allocations (the reclamation check on the device).
     fn drop(&mut self) {
-        let _ = self.gpu.sync();
-        match self.reconciliation() {
-            Ok(r) => eprintln!(
-                "cuda backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
-                r.accounted_bytes,
-                r.device_used_bytes,
-                r.unaccounted_bytes,
-                r.allowed_overhead_bytes,
-                if r.ok { "reconciled" } else { "NOT RECONCILED" }
-            ),
-            Err(e) => eprintln!("cuda backend: ledger not reconciled: {e}"),
-        }
+        let name = self.name();
+        let mut stream_error = self.gpu.sync().err().map(|e| e.to_string());
+        let reconciled = match self.reconciliation() {
+            Ok(r) => {
+                eprintln!(
+                    "{name} backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
+                    r.accounted_bytes,
+                    r.device_used_bytes,
+                    r.unaccounted_bytes,
+                    r.allowed_overhead_bytes,
+                    if r.ok { "reconciled" } else { "NOT RECONCILED" }
+                );
+                r.ok
+            }
+            Err(e) => {
+                eprintln!("{name} backend: ledger not reconciled: {e}");
+                false
+            }
+        };
         self.in_flight.clear();
         self.graveyard.clear();
         self.host.clear();
         self.kv.clear();
         self.model = None;
-        let _ = self.gpu.release_freed();
-        if let Ok(after) = mem(&self.gpu) {
-            let ok = ledger::returned_to_baseline(self.baseline, after);
-            eprintln!(
-                "cuda backend: device free memory {} B before, {} B after teardown: {}",
-                self.baseline.free_bytes,
-                after.free_bytes,
-                if ok { "returned" } else { "NOT RETURNED" }
-            );
+        if let Err(e) = self.gpu.release_freed() {
+            stream_error.get_or_insert(e.to_string());
         }
+        let returned = match mem(&self.gpu) {
+            Ok(after) => {
+                let ok = ledger::returned_to_baseline(self.baseline, after);
+                eprintln!(
+                    "{name} backend: device free memory {} B before, {} B after teardown: {}",
+                    self.baseline.free_bytes,
+                    after.free_bytes,
+                    if ok { "returned" } else { "NOT RETURNED" }
+                );
+                ok
+            }
+            Err(_) => false,
+        };
+        if let Some(e) = &stream_error {
+            eprintln!("{name} backend: device error at teardown: {e}");
+        }
+        let t = Teardown {
+            backend: name,
+            reconciled,
+            returned,
+            stream_error,
+        };
+        TEARDOWNS.with(|v| v.borrow_mut().push(t));
     }
 }
