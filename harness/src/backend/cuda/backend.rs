@@ -450,6 +450,16 @@ impl Backend for CudaBackend {
                 "cuda: more than {RING} steps in flight"
             )));
         }
+        // A sequence sampled by a step still in flight needs that token now (its ids are
+        // packed on the host): wait for the newest such step and take its results.
+        if let Some(i) = self.in_flight.iter().rposition(|f| {
+            f.output.is_none()
+                && f.samples
+                    .iter()
+                    .any(|&(s, _)| plan.seqs.iter().any(|w| w.seq == s))
+        }) {
+            self.resolve(i)?;
+        }
         let ring = (self.next_id as usize) % RING;
         let id = self.next_id;
         self.next_id += 1;
