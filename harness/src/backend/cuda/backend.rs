@@ -343,13 +343,21 @@ impl CudaBackend {
                             .pinned(self.kv_dtype, 2 * s.tokens as usize * row)
                             .map_err(dev)?;
                         let mut at = 0;
+                        let mut queued = Ok(());
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_out_at(layer, first, len, &mut host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_out_at(layer, first, len, &mut host, at);
+                            if queued.is_err() {
+                                break;
+                            }
                             at += 2 * len * row;
                         }
                         bufs.push(host);
+                        if let Err(e) = queued {
+                            // Queued copies write into these: freed only once the device is idle.
+                            self.graveyard.push(bufs);
+                            self.graveyard.append(&mut sources);
+                            return Err(dev(e));
+                        }
                     }
                     if let Some(old) = self.host.insert(s.seq, bufs) {
                         self.graveyard.push(old);
@@ -362,16 +370,24 @@ impl CudaBackend {
                             s.seq
                         ))
                     })?;
-                    for (layer, host) in self.kv.iter_mut().zip(&bufs) {
+                    let mut queued = Ok(());
+                    'layers: for (layer, host) in self.kv.iter_mut().zip(&bufs) {
                         let mut at = 0;
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_in_at(layer, first, len, host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_in_at(layer, first, len, host, at);
+                            if queued.is_err() {
+                                break 'layers;
+                            }
                             at += 2 * len * row;
                         }
                     }
                     sources.push(bufs);
+                    if let Err(e) = queued {
+                        // Copies already queued read these buffers: they are freed only after
+                        // the device is idle (teardown synchronizes first).
+                        self.graveyard.append(&mut sources);
+                        return Err(dev(e));
+                    }
                 }
             }
         }
