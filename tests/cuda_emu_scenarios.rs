@@ -124,7 +124,10 @@ fn the_cli_marks_the_backend_and_its_timings_as_emulated() {
         out.to_str().expect("utf-8"),
     ]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("--emu-seed 42"), "the delay seed is printed: {text}");
+    assert!(
+        text.contains("--emu-seed 42"),
+        "the delay seed is printed: {text}"
+    );
     let summary = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
     assert!(summary.contains("\"backend\": \"cuda-emu\""), "{summary}");
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
@@ -136,7 +139,10 @@ fn the_cli_marks_the_backend_and_its_timings_as_emulated() {
 fn fuzzing_on_the_emulated_device_runs_and_replays_a_case_from_both_seeds() {
     let (code, text) = kvbench(&["fuzz", "--backend", "cuda-emu", "--seconds", "4"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("delay seed") && text.contains("cases passed"), "{text}");
+    assert!(
+        text.contains("delay seed") && text.contains("cases passed"),
+        "{text}"
+    );
     let (code, text) = kvbench(&[
         "fuzz",
         "--backend",
@@ -147,5 +153,8 @@ fn fuzzing_on_the_emulated_device_runs_and_replays_a_case_from_both_seeds() {
         "34",
     ]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("seed 3: ok") && text.contains("--emu-seed 34"), "{text}");
+    assert!(
+        text.contains("seed 3: ok") && text.contains("--emu-seed 34"),
+        "{text}"
+    );
 }

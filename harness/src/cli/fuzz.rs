@@ -67,8 +67,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Outcome::Infeasible(e) => anyhow::bail!("seed {seed}: scenario refused: {e}"),
-            Outcome::Failed(e) => Err(anyhow::Error::new(ExitStatus(1))
-                .context(format!("seed {seed}: {e}\nreplay: {}", replay(&args, seed, emu_seed)))),
+            Outcome::Failed(e) => Err(anyhow::Error::new(ExitStatus(1)).context(format!(
+                "seed {seed}: {e}\nreplay: {}",
+                replay(&args, seed, emu_seed)
+            ))),
         };
     }
     let deadline = Duration::try_from_secs_f64(args.seconds)

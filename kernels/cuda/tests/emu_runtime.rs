@@ -118,7 +118,10 @@ fn the_step_end_event_covers_the_logits_copies_and_the_old_order_reads_poison() 
         l.iter().all(|x| x.is_nan()) && l.len() == want.len(),
         "a read ordered only by an event recorded before the copy must see the poison"
     );
-    assert!(t.iter().all(|&t| t as u32 == 0x7fc0_7fc0), "tokens poisoned too");
+    assert!(
+        t.iter().all(|&t| t as u32 == 0x7fc0_7fc0),
+        "tokens poisoned too"
+    );
     gpu.sync().expect("sync");
 }
 
@@ -138,7 +141,8 @@ fn a_step_copies_only_the_logits_rows_it_reads_at_the_8b_vocabulary() {
         let copied = dev.copied_bytes() - before;
         let read_bytes = (rows * d.vocab * 4 + rows * 4) as u64;
         assert_eq!(
-            copied, read_bytes,
+            copied,
+            read_bytes,
             "{rows} rows: {copied} bytes copied, {read_bytes} read (whole buffer {} bytes)",
             64 * d.vocab * 4
         );
@@ -164,10 +168,7 @@ fn pinned_reads_before_completion_see_nan_and_a_freed_source_fails_the_stream() 
     gpu.htod_async(&tmp, 0, &mut dst, 0, 4).expect("queued");
     drop(tmp);
     let e = gpu.sync().expect_err("use after free").to_string();
-    assert!(
-        e.contains("use after free of pinned host buffer"),
-        "{e}"
-    );
+    assert!(e.contains("use after free of pinned host buffer"), "{e}");
 }
 
 #[test]
@@ -175,7 +176,10 @@ fn copies_past_an_allocation_are_errors_and_kernel_faults_name_kernel_and_parame
     let gpu = Gpu::emulated_open(EmuConfig::new(9)).expect("emulated device");
     let mut small = gpu.zeros::<u32>(4).expect("alloc");
     let e = gpu.htod(&[1u32; 5], &mut small, 0).expect_err("too long");
-    assert!(e.to_string().contains("elements [0, 0+5) of a buffer of 4"), "{e}");
+    assert!(
+        e.to_string().contains("elements [0, 0+5) of a buffer of 4"),
+        "{e}"
+    );
     let mut host = gpu.pinned_buf::<u32>(2).expect("pinned");
     assert!(gpu.dtoh_async(&small, 2, &mut host, 0, 4).is_err());
     // fill_words told to write 1,000 words into 4: the fifth lands on the guard page.
@@ -189,7 +193,9 @@ fn copies_past_an_allocation_are_errors_and_kernel_faults_name_kernel_and_parame
     .expect("queued");
     let e = gpu.sync().expect_err("fault").to_string();
     assert!(
-        e.contains("fill_words") && e.contains("past the end of device allocation") && e.contains("parameter 0"),
+        e.contains("fill_words")
+            && e.contains("past the end of device allocation")
+            && e.contains("parameter 0"),
         "{e}"
     );
 }
@@ -239,10 +245,13 @@ fn gemm_follows_the_column_major_contract_and_a_swapped_order_is_caught() {
     assert_eq!(gpu.download(&c).expect("download"), got);
     // The operands in the other order (A = x, B = W) with the same dimensions: either refused
     // as past a buffer or a different product — never the right answer by accident.
-    let (xa, wa) = (GemmIn::F32(&a), GemmIn::F32(match &wb {
-        WeightBuf::F32(b) => b,
-        WeightBuf::Bf16(_) => unreachable!(),
-    }));
+    let (xa, wa) = (
+        GemmIn::F32(&a),
+        GemmIn::F32(match &wb {
+            WeightBuf::F32(b) => b,
+            WeightBuf::Bf16(_) => unreachable!(),
+        }),
+    );
     let swapped = gpu.gemm_ex(GemmArgs {
         trans_a: false,
         trans_b: false,
@@ -285,5 +294,9 @@ fn device_memory_returns_to_its_figure_once_everything_is_freed() {
     gpu.release_freed().expect("release");
     assert_eq!(gpu.mem_info().expect("mem"), (free0, total));
     let dev = gpu.emulated().expect("emulated");
-    assert_eq!(dev.leaks().len(), 3, "only the device's own three scratch words stay");
+    assert_eq!(
+        dev.leaks().len(),
+        3,
+        "only the device's own three scratch words stay"
+    );
 }

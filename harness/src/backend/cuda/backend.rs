@@ -18,10 +18,10 @@ use std::sync::Arc;
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
 use kvbench_cuda::device::{DevLayer, Gpu, PinnedKv};
 use kvbench_cuda::emu::EmuConfig;
-use kvbench_cuda::runtime::Event;
 use kvbench_cuda::model::batch::{copy_launches, pack, SeqAddr, SeqChunk};
 use kvbench_cuda::model::forward::{DevModel, RING};
 use kvbench_cuda::model::sizes::COPY_PAIRS_PER_LAUNCH;
+use kvbench_cuda::runtime::Event;
 use kvbench_cuda::CudaError;
 use kvbench_kernels::model::rope_inv_freq;
 use kvbench_kernels::rank_token;
@@ -43,7 +43,6 @@ use crate::backend::{
 fn dev(e: CudaError) -> BackendError {
     BackendError::Step(format!("cuda: {e}"))
 }
-
 
 /// The event recorded after a step, as the fence bookkeeping sees it.
 struct StepEvent(Arc<Event>);

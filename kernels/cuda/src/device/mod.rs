@@ -216,11 +216,7 @@ impl Gpu {
 
     /// The read-bandwidth ceiling kernel over `buf` (whole 16-byte vectors); `out` holds one
     /// word per block.
-    pub fn read_ceiling(
-        &self,
-        buf: &DevBuf<u32>,
-        out: &mut DevBuf<u32>,
-    ) -> Result<(), CudaError> {
+    pub fn read_ceiling(&self, buf: &DevBuf<u32>, out: &mut DevBuf<u32>) -> Result<(), CudaError> {
         use crate::runtime::Arg;
         let n_vec = (buf.len() / 4) as i64;
         let blocks = out.len().min(65535) as u32;

@@ -220,13 +220,13 @@ impl EmuDevice {
                         EmuParam::Scalar(v) => *v,
                     });
                 }
-                let mut ptrs: Vec<*mut c_void> = words
+                let ptrs: Vec<*mut c_void> = words
                     .iter_mut()
                     .map(|w| w as *mut u64 as *mut c_void)
                     .collect();
                 // SAFETY: each pointer parameter is the base of a live allocation; the kernel's
                 // accesses past them land on guard pages, which `launch` turns into `Fault`.
-                let r = unsafe { kernels::launch(&name, grid, block, shared_bytes, &mut ptrs) };
+                let r = unsafe { kernels::launch(&name, grid, block, shared_bytes, &ptrs) };
                 r.map_err(|e| describe_fault(&mem, &params, e))
             }))
             .map(drop)

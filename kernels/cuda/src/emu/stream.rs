@@ -69,7 +69,7 @@ impl Stream {
                 let mut rng = delays.seed;
                 for (seq, op) in rx {
                     let r = next(&mut rng);
-                    if delays.max_delay_us > 0 && r % delays.delay_one_in.max(1) == 0 {
+                    if delays.max_delay_us > 0 && r.is_multiple_of(delays.delay_one_in.max(1)) {
                         let span = delays.max_delay_us.saturating_sub(delays.min_delay_us);
                         let us = delays.min_delay_us + next(&mut rng) % (span + 1);
                         std::thread::sleep(Duration::from_micros(us));

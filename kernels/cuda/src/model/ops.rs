@@ -16,7 +16,9 @@ const FLAT_THREADS: u32 = 256;
 /// Blocks for `n` elements: one thread each up to [`FLAT_BLOCKS`] blocks (grid-stride beyond),
 /// so a small step does not start a thousand idle blocks.
 pub(crate) fn flat_grid(n: usize) -> (u32, u32, u32) {
-    let blocks = n.div_ceil(FLAT_THREADS as usize).clamp(1, FLAT_BLOCKS as usize);
+    let blocks = n
+        .div_ceil(FLAT_THREADS as usize)
+        .clamp(1, FLAT_BLOCKS as usize);
     (blocks as u32, 1, 1)
 }
 
@@ -88,7 +90,13 @@ impl Gpu {
             rows_grid(rows)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(out), Arg::Buf(x), Arg::Buf(gain), Arg::I32(di), Arg::F32(eps)],
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
         )
     }
 
@@ -119,7 +127,14 @@ impl Gpu {
             rows_grid(n)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(out), Arg::Buf(x), Arg::Buf(gain), Arg::Buf(rows), Arg::I32(di), Arg::F32(eps)],
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::Buf(rows),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
         )
     }
 
@@ -146,7 +161,13 @@ impl Gpu {
             rows_grid(rows)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(x), Arg::Buf(cos), Arg::Buf(sin), Arg::I32(h), Arg::I32(hd)],
+            &[
+                Arg::Buf(x),
+                Arg::Buf(cos),
+                Arg::Buf(sin),
+                Arg::I32(h),
+                Arg::I32(hd),
+            ],
         )
     }
 
