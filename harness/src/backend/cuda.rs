@@ -11,6 +11,7 @@ pub mod fence;
 pub mod ledger;
 pub mod setup;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use kvbench_cuda::probe::Probe;
@@ -70,27 +71,31 @@ pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
     }
 }
 
-static EMU_SEED: OnceLock<u64> = OnceLock::new();
+static EMU_SEED: AtomicU64 = AtomicU64::new(DEFAULT_EMU_SEED);
 
 /// The seed of the emulated device's completion delays when `--emu-seed` is not given.
 pub const DEFAULT_EMU_SEED: u64 = 1;
 
-/// Sets the seed of every emulated device this process opens (`--emu-seed`); the first call wins.
+/// Sets the seed of the emulated devices opened from now on (`--emu-seed`; `kvbench fuzz`
+/// draws one per case).
 pub fn set_emu_seed(seed: u64) {
-    let _ = EMU_SEED.set(seed);
+    EMU_SEED.store(seed, Ordering::Relaxed);
 }
 
 /// The emulated devices' delay seed.
 pub fn emu_seed() -> u64 {
-    EMU_SEED.get().copied().unwrap_or(DEFAULT_EMU_SEED)
+    EMU_SEED.load(Ordering::Relaxed)
 }
 
-/// Prints the delay seed once per process, so a failing run can be replayed.
+/// Prints the delay seed once per process and seed, so a failing run can be replayed.
 pub fn note_emu_seed(seed: u64) {
-    static NOTE: OnceLock<()> = OnceLock::new();
-    NOTE.get_or_init(|| {
-        eprintln!("cuda-emu: emulated device, completion delays from --emu-seed {seed}; timings are emulated")
-    });
+    static LAST: AtomicU64 = AtomicU64::new(u64::MAX);
+    if LAST.swap(seed, Ordering::Relaxed) != seed {
+        eprintln!(
+            "cuda-emu: emulated device, completion delays from --emu-seed {seed}; timings are \
+             emulated (not comparable with a GPU)"
+        );
+    }
 }
 
 /// Constructs the backend on the emulated device (`--backend cuda-emu`): needs no GPU and no

@@ -10,9 +10,9 @@ use crate::device::{Addressing, DevLayer, Gpu, KvBuf, Rows, Workspace};
 use crate::error::CudaError;
 use crate::launch::{plan_partitions, AttnShape};
 use crate::rng::Rng;
+use crate::runtime::DevBuf;
 use crate::KvDtype;
 use cudarc::driver::sys;
-use crate::runtime::DevBuf;
 
 #[derive(Debug, Clone)]
 pub struct GpuBenchConfig {

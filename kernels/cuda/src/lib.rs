@@ -18,10 +18,10 @@ pub mod source;
 pub use libs::{CudaLib, LibError};
 pub use source::{KvDtype, ProgramId};
 pub mod device;
-pub mod runtime;
 pub mod emu;
 pub mod error;
 pub mod launch;
+pub mod runtime;
 
 pub use error::CudaError;
 pub mod bench;

@@ -104,7 +104,7 @@ pub fn open(lib: CudaLib) -> Result<&'static Found, LibError> {
         return Err(LibError::Hidden { lib });
     }
     SLOTS[lib as usize]
-        .get_or_init(|| search(lib).map(|f| as_cudarc_opened(f)))
+        .get_or_init(|| search(lib).map(as_cudarc_opened))
         .as_ref()
         .map_err(Clone::clone)
 }

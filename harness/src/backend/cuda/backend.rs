@@ -18,10 +18,10 @@ use std::sync::Arc;
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
 use kvbench_cuda::device::{DevLayer, Gpu, PinnedKv};
 use kvbench_cuda::emu::EmuConfig;
-use kvbench_cuda::runtime::Event;
 use kvbench_cuda::model::batch::{copy_launches, pack, SeqAddr, SeqChunk};
 use kvbench_cuda::model::forward::{DevModel, RING};
 use kvbench_cuda::model::sizes::COPY_PAIRS_PER_LAUNCH;
+use kvbench_cuda::runtime::Event;
 use kvbench_cuda::CudaError;
 use kvbench_kernels::model::rope_inv_freq;
 use kvbench_kernels::rank_token;
@@ -43,7 +43,6 @@ use crate::backend::{
 fn dev(e: CudaError) -> BackendError {
     BackendError::Step(format!("cuda: {e}"))
 }
-
 
 /// The event recorded after a step, as the fence bookkeeping sees it.
 struct StepEvent(Arc<Event>);
@@ -343,13 +342,21 @@ impl CudaBackend {
                             .pinned(self.kv_dtype, 2 * s.tokens as usize * row)
                             .map_err(dev)?;
                         let mut at = 0;
+                        let mut queued = Ok(());
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_out_at(layer, first, len, &mut host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_out_at(layer, first, len, &mut host, at);
+                            if queued.is_err() {
+                                break;
+                            }
                             at += 2 * len * row;
                         }
                         bufs.push(host);
+                        if let Err(e) = queued {
+                            // Queued copies write into these: freed only once the device is idle.
+                            self.graveyard.push(bufs);
+                            self.graveyard.append(&mut sources);
+                            return Err(dev(e));
+                        }
                     }
                     if let Some(old) = self.host.insert(s.seq, bufs) {
                         self.graveyard.push(old);
@@ -362,16 +369,24 @@ impl CudaBackend {
                             s.seq
                         ))
                     })?;
-                    for (layer, host) in self.kv.iter_mut().zip(&bufs) {
+                    let mut queued = Ok(());
+                    'layers: for (layer, host) in self.kv.iter_mut().zip(&bufs) {
                         let mut at = 0;
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_in_at(layer, first, len, host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_in_at(layer, first, len, host, at);
+                            if queued.is_err() {
+                                break 'layers;
+                            }
                             at += 2 * len * row;
                         }
                     }
                     sources.push(bufs);
+                    if let Err(e) = queued {
+                        // Copies already queued read these buffers: they are freed only after
+                        // the device is idle (teardown synchronizes first).
+                        self.graveyard.append(&mut sources);
+                        return Err(dev(e));
+                    }
                 }
             }
         }
@@ -449,6 +464,16 @@ impl Backend for CudaBackend {
             return Err(BackendError::Step(format!(
                 "cuda: more than {RING} steps in flight"
             )));
+        }
+        // A sequence sampled by a step still in flight needs that token now (its ids are
+        // packed on the host): wait for the newest such step and take its results.
+        if let Some(i) = self.in_flight.iter().rposition(|f| {
+            f.output.is_none()
+                && f.samples
+                    .iter()
+                    .any(|&(s, _)| plan.seqs.iter().any(|w| w.seq == s))
+        }) {
+            self.resolve(i)?;
         }
         let ring = (self.next_id as usize) % RING;
         let id = self.next_id;
@@ -561,36 +586,85 @@ impl Backend for CudaBackend {
     }
 }
 
+/// What a backend's teardown found: the ledger against the device's free-memory drop, the
+/// free memory back at its pre-run figure, and any error the device's stream still held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Teardown {
+    pub backend: &'static str,
+    pub reconciled: bool,
+    pub returned: bool,
+    pub stream_error: Option<String>,
+}
+
+impl Teardown {
+    pub fn ok(&self) -> bool {
+        self.reconciled && self.returned && self.stream_error.is_none()
+    }
+}
+
+thread_local! {
+    static TEARDOWNS: std::cell::RefCell<Vec<Teardown>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The teardowns of the cuda backends this thread dropped since the last call (tests check
+/// that every run on the emulated device freed all it allocated).
+pub fn take_teardowns() -> Vec<Teardown> {
+    TEARDOWNS.with(|t| std::mem::take(&mut *t.borrow_mut()))
+}
+
 impl Drop for CudaBackend {
     /// Tears down in order and says whether the device's free memory came back to its figure
     /// from before this backend's allocations (the reclamation check on the device).
     fn drop(&mut self) {
-        let _ = self.gpu.sync();
-        match self.reconciliation() {
-            Ok(r) => eprintln!(
-                "cuda backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
-                r.accounted_bytes,
-                r.device_used_bytes,
-                r.unaccounted_bytes,
-                r.allowed_overhead_bytes,
-                if r.ok { "reconciled" } else { "NOT RECONCILED" }
-            ),
-            Err(e) => eprintln!("cuda backend: ledger not reconciled: {e}"),
-        }
+        let name = self.name();
+        let mut stream_error = self.gpu.sync().err().map(|e| e.to_string());
+        let reconciled = match self.reconciliation() {
+            Ok(r) => {
+                eprintln!(
+                    "{name} backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
+                    r.accounted_bytes,
+                    r.device_used_bytes,
+                    r.unaccounted_bytes,
+                    r.allowed_overhead_bytes,
+                    if r.ok { "reconciled" } else { "NOT RECONCILED" }
+                );
+                r.ok
+            }
+            Err(e) => {
+                eprintln!("{name} backend: ledger not reconciled: {e}");
+                false
+            }
+        };
         self.in_flight.clear();
         self.graveyard.clear();
         self.host.clear();
         self.kv.clear();
         self.model = None;
-        let _ = self.gpu.release_freed();
-        if let Ok(after) = mem(&self.gpu) {
-            let ok = ledger::returned_to_baseline(self.baseline, after);
-            eprintln!(
-                "cuda backend: device free memory {} B before, {} B after teardown: {}",
-                self.baseline.free_bytes,
-                after.free_bytes,
-                if ok { "returned" } else { "NOT RETURNED" }
-            );
+        if let Err(e) = self.gpu.release_freed() {
+            stream_error.get_or_insert(e.to_string());
         }
+        let returned = match mem(&self.gpu) {
+            Ok(after) => {
+                let ok = ledger::returned_to_baseline(self.baseline, after);
+                eprintln!(
+                    "{name} backend: device free memory {} B before, {} B after teardown: {}",
+                    self.baseline.free_bytes,
+                    after.free_bytes,
+                    if ok { "returned" } else { "NOT RETURNED" }
+                );
+                ok
+            }
+            Err(_) => false,
+        };
+        if let Some(e) = &stream_error {
+            eprintln!("{name} backend: device error at teardown: {e}");
+        }
+        let t = Teardown {
+            backend: name,
+            reconciled,
+            returned,
+            stream_error,
+        };
+        TEARDOWNS.with(|v| v.borrow_mut().push(t));
     }
 }

@@ -207,7 +207,7 @@ impl Gpu {
         use crate::runtime::Arg;
         self.launch(
             "fill_words",
-            (1024, 1, 1),
+            crate::model::ops::flat_grid(words),
             (256, 1, 1),
             0,
             &[Arg::Buf(buf), Arg::I64(words as i64), Arg::U32(word)],
@@ -216,11 +216,7 @@ impl Gpu {
 
     /// The read-bandwidth ceiling kernel over `buf` (whole 16-byte vectors); `out` holds one
     /// word per block.
-    pub fn read_ceiling(
-        &self,
-        buf: &DevBuf<u32>,
-        out: &mut DevBuf<u32>,
-    ) -> Result<(), CudaError> {
+    pub fn read_ceiling(&self, buf: &DevBuf<u32>, out: &mut DevBuf<u32>) -> Result<(), CudaError> {
         use crate::runtime::Arg;
         let n_vec = (buf.len() / 4) as i64;
         let blocks = out.len().min(65535) as u32;

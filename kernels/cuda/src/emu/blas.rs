@@ -80,40 +80,63 @@ impl Gemm {
     /// written by anyone else during the call.
     pub unsafe fn run(&self) {
         let g = *self;
-        let read = |base: usize, i: usize| -> f32 {
-            match g.ab_type {
-                // SAFETY: i < the operand's span (caller's contract).
-                GemmType::F32 => unsafe { *(base as *const f32).add(i) },
-                GemmType::Bf16 => {
-                    // SAFETY: as above.
-                    let bits = unsafe { *(base as *const u16).add(i) };
-                    f32::from_bits(u32::from(bits) << 16)
-                }
+        if g.m == 0 || g.n == 0 {
+            return;
+        }
+        let Ok((sa, sb, _)) = g.spans() else {
+            return;
+        };
+        // bf16 operands widened to f32 (exact); f32 ones read in place.
+        let widen = |base: usize, span: usize| -> Vec<f32> {
+            // SAFETY: `span` elements at `base` (caller's contract).
+            let bits = unsafe { std::slice::from_raw_parts(base as *const u16, span) };
+            bits.iter()
+                .map(|&b| f32::from_bits(u32::from(b) << 16))
+                .collect()
+        };
+        let (wa, wb);
+        let (pa, pb) = match g.ab_type {
+            GemmType::F32 => (g.a as *const f32, g.b as *const f32),
+            GemmType::Bf16 => {
+                wa = widen(g.a, sa);
+                wb = widen(g.b, sb);
+                (wa.as_ptr(), wb.as_ptr())
             }
         };
-        let mut acc = vec![0f32; g.m];
-        for j in 0..g.n {
-            acc.fill(0.0);
-            for p in 0..g.k {
-                let bv = read(g.b, if g.trans_b { j + p * g.ldb } else { p + j * g.ldb });
-                for (i, x) in acc.iter_mut().enumerate() {
-                    let av = read(g.a, if g.trans_a { p + i * g.lda } else { i + p * g.lda });
-                    *x = av.mul_add(bv, *x);
+        // Column-major element (i, p) of op(A): A[i + p·lda], or A[p + i·lda] transposed.
+        let (rsa, csa) = if g.trans_a { (g.lda, 1) } else { (1, g.lda) };
+        let (rsb, csb) = if g.trans_b { (g.ldb, 1) } else { (1, g.ldb) };
+        if g.k == 0 {
+            for j in 0..g.n {
+                for i in 0..g.m {
+                    // SAFETY: inside C's span.
+                    let cp = unsafe { (g.c as *mut f32).add(i + j * g.ldc) };
+                    // SAFETY: as above.
+                    unsafe { *cp = if g.beta == 0.0 { 0.0 } else { g.beta * *cp } };
                 }
             }
-            for (i, &x) in acc.iter().enumerate() {
-                // SAFETY: i + j * ldc < C's span (caller's contract).
-                let cp = unsafe { (g.c as *mut f32).add(i + j * g.ldc) };
-                let v = if g.beta == 0.0 {
-                    g.alpha * x
-                } else {
-                    // SAFETY: as above.
-                    g.alpha * x + g.beta * unsafe { *cp }
-                };
-                // SAFETY: as above.
-                unsafe { *cp = v };
-            }
+            return;
         }
+        // SAFETY: every index matrixmultiply forms lies inside the spans checked by the caller;
+        // with beta 0 it does not read C (as cuBLAS does not).
+        unsafe {
+            matrixmultiply::sgemm(
+                g.m,
+                g.k,
+                g.n,
+                g.alpha,
+                pa,
+                rsa as isize,
+                csa as isize,
+                pb,
+                rsb as isize,
+                csb as isize,
+                g.beta,
+                g.c as *mut f32,
+                1,
+                g.ldc as isize,
+            )
+        };
     }
 }
 

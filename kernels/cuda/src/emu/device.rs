@@ -18,7 +18,8 @@ use super::stream::{Delays, Stream};
 pub struct EmuConfig {
     /// Seeds the completion delays (`--emu-seed`).
     pub seed: u64,
-    /// Longest delay of one operation.
+    /// Shortest and longest delay of a delayed operation.
+    pub min_delay_us: u64,
     pub max_delay_us: u64,
     /// One operation in this many is delayed.
     pub delay_one_in: u64,
@@ -30,6 +31,7 @@ impl EmuConfig {
     pub fn new(seed: u64) -> EmuConfig {
         EmuConfig {
             seed,
+            min_delay_us: 0,
             max_delay_us: 200,
             delay_one_in: 16,
             total_bytes: 80 << 30,
@@ -69,6 +71,7 @@ impl EmuDevice {
     pub fn new(config: EmuConfig) -> Result<Arc<EmuDevice>, String> {
         let stream = Stream::new(Delays {
             seed: config.seed,
+            min_delay_us: config.min_delay_us,
             max_delay_us: config.max_delay_us,
             delay_one_in: config.delay_one_in,
         })?;
@@ -217,13 +220,13 @@ impl EmuDevice {
                         EmuParam::Scalar(v) => *v,
                     });
                 }
-                let mut ptrs: Vec<*mut c_void> = words
+                let ptrs: Vec<*mut c_void> = words
                     .iter_mut()
                     .map(|w| w as *mut u64 as *mut c_void)
                     .collect();
                 // SAFETY: each pointer parameter is the base of a live allocation; the kernel's
                 // accesses past them land on guard pages, which `launch` turns into `Fault`.
-                let r = unsafe { kernels::launch(&name, grid, block, shared_bytes, &mut ptrs) };
+                let r = unsafe { kernels::launch(&name, grid, block, shared_bytes, &ptrs) };
                 r.map_err(|e| describe_fault(&mem, &params, e))
             }))
             .map(drop)

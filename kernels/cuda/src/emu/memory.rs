@@ -148,7 +148,10 @@ impl Region {
         } else if addr < self.base {
             format!("{} bytes before {what}", self.base - addr)
         } else if addr >= self.base + self.bytes {
-            format!("{} bytes past the end of {what}", addr - (self.base + self.bytes))
+            format!(
+                "{} bytes past the end of {what}",
+                addr - (self.base + self.bytes)
+            )
         } else {
             format!("at byte {} of {what}", addr - self.base)
         }
@@ -299,7 +302,10 @@ mod tests {
         assert_eq!(m.device_live(), (1, 512));
         m.free(&r).unwrap();
         assert_eq!(m.device_live(), (0, 0));
-        assert!(r.check(0, 4, "copy").unwrap_err().contains("use after free"));
+        assert!(r
+            .check(0, 4, "copy")
+            .unwrap_err()
+            .contains("use after free"));
         assert!(m.free(&r).unwrap_err().contains("double free"));
         let f = m.find(r.base + r.bytes + 8).unwrap();
         assert_eq!(f.id, r.id);

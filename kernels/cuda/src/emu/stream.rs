@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 /// An operation; `Err` is the message of a failed operation.
 pub type Op = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
-/// How late operations complete: each operation waits a uniform `0..=max_delay_us` with
-/// probability `1 / delay_one_in`, drawn from `seed`.
+/// How late operations complete: each operation waits a uniform `min_delay_us..=max_delay_us`
+/// with probability `1 / delay_one_in`, drawn from `seed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delays {
     pub seed: u64,
+    pub min_delay_us: u64,
     pub max_delay_us: u64,
     pub delay_one_in: u64,
 }
@@ -68,8 +69,9 @@ impl Stream {
                 let mut rng = delays.seed;
                 for (seq, op) in rx {
                     let r = next(&mut rng);
-                    if delays.max_delay_us > 0 && r % delays.delay_one_in.max(1) == 0 {
-                        let us = next(&mut rng) % (delays.max_delay_us + 1);
+                    if delays.max_delay_us > 0 && r.is_multiple_of(delays.delay_one_in.max(1)) {
+                        let span = delays.max_delay_us.saturating_sub(delays.min_delay_us);
+                        let us = delays.min_delay_us + next(&mut rng) % (span + 1);
                         std::thread::sleep(Duration::from_micros(us));
                     }
                     let failed = sh.lock().error.is_some();
@@ -208,6 +210,7 @@ mod tests {
     fn operations_run_later_in_order_and_events_complete_when_passed() {
         let s = Stream::new(Delays {
             seed: 7,
+            min_delay_us: 0,
             max_delay_us: 20_000,
             delay_one_in: 1,
         })

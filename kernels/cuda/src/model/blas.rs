@@ -67,7 +67,9 @@ impl Blas {
         }
         let tiles = padded / ROW_TILE;
         match w {
-            WeightBuf::F32(wb) => gemm_tiles(gpu, GemmIn::F32(wb), GemmIn::F32(a), c, (tiles, k, m)),
+            WeightBuf::F32(wb) => {
+                gemm_tiles(gpu, GemmIn::F32(wb), GemmIn::F32(a), c, (tiles, k, m))
+            }
             WeightBuf::Bf16(wb) => {
                 let staging = staging
                     .ok_or_else(|| CudaError::Shape("bf16 GEMM without a staging buffer".into()))?;
@@ -75,7 +77,13 @@ impl Blas {
                     return Err(CudaError::Shape("bf16 staging buffer too small".into()));
                 }
                 gpu.to_bf16(staging, a, padded * k)?;
-                gemm_tiles(gpu, GemmIn::Bf16(wb), GemmIn::Bf16(staging), c, (tiles, k, m))
+                gemm_tiles(
+                    gpu,
+                    GemmIn::Bf16(wb),
+                    GemmIn::Bf16(staging),
+                    c,
+                    (tiles, k, m),
+                )
             }
         }
     }

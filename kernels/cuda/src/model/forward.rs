@@ -3,7 +3,6 @@
 //! logits copied to page-locked host memory (two buffers, so a step's results survive while the
 //! next one is enqueued). Nothing here waits for the device except [`DevModel::read_fetched`].
 
-
 use super::batch::{PackedAddr, StepBatch};
 use super::blas::{Blas, WeightBuf};
 use super::sizes::{plan_slices, weight_bytes, WorkspacePlan};
@@ -35,10 +34,7 @@ struct Alloc<'g> {
 }
 
 impl Alloc<'_> {
-    fn zeros<T: Elem>(
-        &mut self,
-        n: usize,
-    ) -> Result<DevBuf<T>, CudaError> {
+    fn zeros<T: Elem>(&mut self, n: usize) -> Result<DevBuf<T>, CudaError> {
         self.count += 1;
         self.gpu.zeros(n)
     }
@@ -500,7 +496,13 @@ impl DevModel {
         }
         // Only what is read is copied: rows x vocab, not the whole logit_rows x vocab buffer
         // (at 8B: 512 x 128,256 x 4 B per step).
-        gpu.dtoh_async(&self.logits[ring], 0, &mut self.host_logits[ring], 0, rows * v)?;
+        gpu.dtoh_async(
+            &self.logits[ring],
+            0,
+            &mut self.host_logits[ring],
+            0,
+            rows * v,
+        )?;
         gpu.dtoh_async(&self.argmax[ring], 0, &mut self.host_argmax[ring], 0, rows)
     }
 

@@ -8,8 +8,19 @@ use crate::error::CudaError;
 
 /// Threads per block of the row kernels (a multiple of 32, as `block_sum` needs).
 const ROW_THREADS: u32 = 256;
-/// Grid of the grid-stride element-wise kernels.
+/// Most blocks of the grid-stride element-wise kernels.
 const FLAT_BLOCKS: u32 = 1024;
+/// Threads per block of the element-wise kernels.
+const FLAT_THREADS: u32 = 256;
+
+/// Blocks for `n` elements: one thread each up to [`FLAT_BLOCKS`] blocks (grid-stride beyond),
+/// so a small step does not start a thousand idle blocks.
+pub(crate) fn flat_grid(n: usize) -> (u32, u32, u32) {
+    let blocks = n
+        .div_ceil(FLAT_THREADS as usize)
+        .clamp(1, FLAT_BLOCKS as usize);
+    (blocks as u32, 1, 1)
+}
 
 /// One block of [`ROW_THREADS`] per row.
 fn rows_grid(rows: usize) -> Result<(u32, u32, u32), CudaError> {
@@ -79,7 +90,13 @@ impl Gpu {
             rows_grid(rows)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(out), Arg::Buf(x), Arg::Buf(gain), Arg::I32(di), Arg::F32(eps)],
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
         )
     }
 
@@ -110,7 +127,14 @@ impl Gpu {
             rows_grid(n)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(out), Arg::Buf(x), Arg::Buf(gain), Arg::Buf(rows), Arg::I32(di), Arg::F32(eps)],
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::Buf(rows),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
         )
     }
 
@@ -137,7 +161,13 @@ impl Gpu {
             rows_grid(rows)?,
             (ROW_THREADS, 1, 1),
             0,
-            &[Arg::Buf(x), Arg::Buf(cos), Arg::Buf(sin), Arg::I32(h), Arg::I32(hd)],
+            &[
+                Arg::Buf(x),
+                Arg::Buf(cos),
+                Arg::Buf(sin),
+                Arg::I32(h),
+                Arg::I32(hd),
+            ],
         )
     }
 
@@ -154,8 +184,8 @@ impl Gpu {
         // both hold n elements.
         self.launch(
             "silu_mul",
-            (FLAT_BLOCKS, 1, 1),
-            (256, 1, 1),
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
             0,
             &[Arg::Buf(gate), Arg::Buf(up), Arg::I64(ni)],
         )
@@ -174,8 +204,8 @@ impl Gpu {
         // both hold n elements.
         self.launch(
             "add_in_place",
-            (FLAT_BLOCKS, 1, 1),
-            (256, 1, 1),
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
             0,
             &[Arg::Buf(x), Arg::Buf(y), Arg::I64(ni)],
         )
@@ -194,8 +224,8 @@ impl Gpu {
         // both hold n elements.
         self.launch(
             "to_bf16",
-            (FLAT_BLOCKS, 1, 1),
-            (256, 1, 1),
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
             0,
             &[Arg::Buf(out), Arg::Buf(x), Arg::I64(ni)],
         )

@@ -7,8 +7,10 @@ pub(crate) mod real;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaSlice, DeviceRepr, LaunchArgs, PinnedHostSlice, PushKernelArg};
 use cudarc::driver::ValidAsZeroBits;
+use cudarc::driver::{
+    CudaEvent, CudaSlice, DeviceRepr, LaunchArgs, PinnedHostSlice, PushKernelArg,
+};
 
 use crate::device::Gpu;
 use crate::emu::blas::{Gemm, GemmType};
@@ -316,7 +318,9 @@ impl GemmArgs<'_> {
     /// The operands' spans checked against their buffers (cuBLAS itself would read past them).
     fn check(&self) -> Result<Gemm, CudaError> {
         if self.a.ty() != self.b.ty() {
-            return Err(CudaError::Shape("GemmEx: A and B of different types".into()));
+            return Err(CudaError::Shape(
+                "GemmEx: A and B of different types".into(),
+            ));
         }
         let g = self.shape();
         let (sa, sb, sc) = g.spans().map_err(CudaError::Shape)?;
@@ -367,7 +371,12 @@ impl Gpu {
 
     /// Copies pageable `host` to `dst` at element `at` (the source is taken at the call, as the
     /// driver stages pageable memory before returning).
-    pub fn htod<T: Elem>(&self, host: &[T], dst: &mut DevBuf<T>, at: usize) -> Result<(), CudaError> {
+    pub fn htod<T: Elem>(
+        &self,
+        host: &[T],
+        dst: &mut DevBuf<T>,
+        at: usize,
+    ) -> Result<(), CudaError> {
         if host.is_empty() {
             return Ok(());
         }
@@ -377,7 +386,10 @@ impl Gpu {
             Rt::Emu(d) => {
                 // SAFETY: plain-old-data elements viewed as bytes.
                 let bytes = unsafe {
-                    std::slice::from_raw_parts(host.as_ptr() as *const u8, bytes_of::<T>(host.len()))
+                    std::slice::from_raw_parts(
+                        host.as_ptr() as *const u8,
+                        bytes_of::<T>(host.len()),
+                    )
                 };
                 d.htod(bytes.to_vec(), dst.region()?, bytes_of::<T>(at))
                     .map_err(emu_err("cuMemcpyHtoD"))
@@ -461,7 +473,9 @@ impl Gpu {
         check_range(src_at, n, src.len(), "host-to-device copy source")?;
         check_range(dst_at, n, dst.len(), "host-to-device copy destination")?;
         match (&self.rt, &src.inner) {
-            (Rt::Real(r), HostInner::Real(h)) => r.htod_pinned(h, src_at, dst.real_mut()?, dst_at, n),
+            (Rt::Real(r), HostInner::Real(h)) => {
+                r.htod_pinned(h, src_at, dst.real_mut()?, dst_at, n)
+            }
             (Rt::Emu(d), HostInner::Emu { region, .. }) => d
                 .copy(
                     region,
@@ -518,7 +532,10 @@ impl Gpu {
     pub fn sync(&self) -> Result<(), CudaError> {
         match &self.rt {
             Rt::Real(r) => r.sync(),
-            Rt::Emu(d) => d.stream.synchronize().map_err(emu_err("cuStreamSynchronize")),
+            Rt::Emu(d) => d
+                .stream
+                .synchronize()
+                .map_err(emu_err("cuStreamSynchronize")),
         }
     }
 
