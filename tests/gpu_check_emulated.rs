@@ -30,8 +30,8 @@ const ORDER: [&str; 14] = [
 ];
 
 /// The steps CI runs: a scenario on the emulated device takes minutes of CPU, so one (the
-/// faults' exit codes are covered by the stand-in test below).
-const SELECTED: &str = "doctor,e2e_quick_basic";
+/// faults' exit codes are covered by the stand-in test below), and the quick cuda-check grid.
+const SELECTED: &str = "doctor,cuda_check,e2e_quick_basic";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -141,6 +141,7 @@ fn the_emulated_gpu_check_packs_one_archive_and_one_summary_with_every_step() {
     assert_eq!(rc, 0, "{text}");
     let res = unpack(&out, &tmp);
     for f in [
+        "cuda_check.csv",
         "summary.md",
         "steps.tsv",
         "environment.txt",
@@ -155,6 +156,7 @@ fn the_emulated_gpu_check_packs_one_archive_and_one_summary_with_every_step() {
     .expect("json");
     assert_eq!(run["backend"], "cuda-emu");
     assert_eq!(run["checks"]["ok"], true, "{run}");
+    assert!(summary.contains("checks passed"), "{summary}");
     assert!(
         summary.contains("| quick-basic | cuda-emu | ok"),
         "{summary}"
