@@ -118,7 +118,7 @@ step() {
     FAILED=1
     local last
     last=$(grep -v '^[[:space:]]*$' "$WORK/$name.log" | tail -n 1 | tr '\t|' '  ' | cut -c1-160)
-    note="${note:+$note; }$last"
+    [ -n "$last" ] && note="${note:+$note; }$last"
     echo "--- $name failed (exit $rc, wanted $want); tail of its log:"
     tail -n 15 "$WORK/$name.log"
   fi
