@@ -11,6 +11,7 @@ pub mod fence;
 pub mod ledger;
 pub mod setup;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use kvbench_cuda::probe::Probe;
@@ -70,13 +71,46 @@ pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
     }
 }
 
+static EMU_SEED: AtomicU64 = AtomicU64::new(DEFAULT_EMU_SEED);
+
+/// The seed of the emulated device's completion delays when `--emu-seed` is not given.
+pub const DEFAULT_EMU_SEED: u64 = 1;
+
+/// Sets the seed of the emulated devices opened from now on (`--emu-seed`; `kvbench fuzz`
+/// draws one per case).
+pub fn set_emu_seed(seed: u64) {
+    EMU_SEED.store(seed, Ordering::Relaxed);
+}
+
+/// The emulated devices' delay seed.
+pub fn emu_seed() -> u64 {
+    EMU_SEED.load(Ordering::Relaxed)
+}
+
+/// Prints the delay seed once per process and seed, so a failing run can be replayed.
+pub fn note_emu_seed(seed: u64) {
+    static LAST: AtomicU64 = AtomicU64::new(u64::MAX);
+    if LAST.swap(seed, Ordering::Relaxed) != seed {
+        eprintln!(
+            "cuda-emu: emulated device, completion delays from --emu-seed {seed}; timings are \
+             emulated (not comparable with a GPU)"
+        );
+    }
+}
+
+/// Constructs the backend on the emulated device (`--backend cuda-emu`): needs no GPU and no
+/// CUDA library. It is for testing, and `auto` never picks it.
+pub fn create_emulated(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
+    Ok(Box::new(backend::CudaBackend::new(setup, true)?))
+}
+
 /// Constructs the cuda backend, or says what is missing (driver, NVRTC, cuBLAS, device).
 pub fn create(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
     let miss = missing();
     if !miss.is_empty() || !SCENARIO_MODEL_BUILT {
         return Err(unavailable(miss, SCENARIO_MODEL_BUILT));
     }
-    Ok(Box::new(backend::CudaBackend::new(setup)?))
+    Ok(Box::new(backend::CudaBackend::new(setup, false)?))
 }
 
 #[cfg(test)]

@@ -175,6 +175,9 @@ pub enum BackendKind {
     Auto,
     Cpu,
     Cuda,
+    /// The `cuda` backend on an emulated device (host memory, a delayed worker stream, the
+    /// kernels built for the host): for testing; its timings are emulated. Never chosen by `auto`.
+    CudaEmu,
     Sim,
 }
 
@@ -184,6 +187,7 @@ impl BackendKind {
             BackendKind::Auto => "auto",
             BackendKind::Cpu => "cpu",
             BackendKind::Cuda => "cuda",
+            BackendKind::CudaEmu => "cuda-emu",
             BackendKind::Sim => "sim",
         }
     }
@@ -251,6 +255,7 @@ pub fn create(kind: BackendKind, setup: &RunSetup) -> Result<Box<dyn Backend>, B
         BackendKind::Sim => Ok(Box::new(sim::SimBackend::new(setup)?)),
         BackendKind::Cpu => Ok(Box::new(cpu::CpuBackend::new(setup)?)),
         BackendKind::Cuda => cuda::create(setup),
+        BackendKind::CudaEmu => cuda::create_emulated(setup),
         BackendKind::Auto => Err(BackendError::Config("auto backend was not resolved".into())),
     }
 }

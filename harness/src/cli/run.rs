@@ -52,6 +52,9 @@ pub struct RunFlags {
     /// why on stderr); sim = the cost model.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
+    /// On cuda-emu: seed of the emulated device's completion delays (printed; replays a run).
+    #[arg(long, value_name = "SEED")]
+    pub emu_seed: Option<u64>,
     /// Seed of the workload (and model weights), overriding the scenario's.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -83,6 +86,9 @@ pub struct RunFlags {
 
 impl RunFlags {
     pub fn options(&self) -> anyhow::Result<RunOptions> {
+        if let Some(seed) = self.emu_seed {
+            crate::backend::cuda::set_emu_seed(seed);
+        }
         Ok(RunOptions {
             backend: self.backend,
             seed: self.seed,

@@ -99,13 +99,18 @@ pub enum Outcome {
 }
 
 pub fn run_case(seed: u64) -> Outcome {
+    run_case_on(seed, BackendKind::Sim)
+}
+
+/// One case on `backend` (`sim`, or `cuda-emu` with its delay seed set by the caller).
+pub fn run_case_on(seed: u64, backend: BackendKind) -> Outcome {
     let text = case_toml(seed);
     let s = match scenario::parse_str(&text, None, &[]) {
         Ok(s) => s,
         Err(e) => return Outcome::Infeasible(e.to_string()),
     };
     let opts = RunOptions {
-        backend: BackendKind::Sim,
+        backend,
         invariant_check_every: 1,
         ..RunOptions::default()
     };

@@ -147,6 +147,12 @@ pub fn markdown(exp: &Experiment) -> String {
         format_bytes(exp.kv_budget_bytes),
         exp.fault.map(|f| format!(", planted fault `{}`", f.name())).unwrap_or_default()
     );
+    if exp.backend == "cuda-emu" {
+        s.push_str(
+            "Timings are emulated: the host CPU running an emulated CUDA device, never \
+             comparable with a GPU's.\n\n",
+        );
+    }
     s.push_str(&table(exp));
     let failures = exp.failures();
     s.push_str("\n## Checks\n\n");

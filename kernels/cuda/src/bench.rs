@@ -10,6 +10,7 @@ use crate::device::{Addressing, DevLayer, Gpu, KvBuf, Rows, Workspace};
 use crate::error::CudaError;
 use crate::launch::{plan_partitions, AttnShape};
 use crate::rng::Rng;
+use crate::runtime::DevBuf;
 use crate::KvDtype;
 use cudarc::driver::sys;
 
@@ -54,25 +55,13 @@ pub struct GpuBenchResult {
 }
 
 fn elapsed_us(gpu: &Gpu, mut f: impl FnMut() -> Result<(), CudaError>) -> Result<f64, CudaError> {
-    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let a = gpu
-        .ctx
-        .new_event(flags)
-        .map_err(CudaError::driver("cuEventCreate"))?;
-    let b = gpu
-        .ctx
-        .new_event(flags)
-        .map_err(CudaError::driver("cuEventCreate"))?;
-    a.record(&gpu.stream)
-        .map_err(CudaError::driver("cuEventRecord"))?;
+    let a = gpu.new_event()?;
+    let b = gpu.new_event()?;
+    gpu.record(&a)?;
     f()?;
-    b.record(&gpu.stream)
-        .map_err(CudaError::driver("cuEventRecord"))?;
-    b.synchronize()
-        .map_err(CudaError::driver("cuEventSynchronize"))?;
-    Ok(a.elapsed_ms(&b)
-        .map_err(CudaError::driver("cuEventElapsedTime"))? as f64
-        * 1e3)
+    gpu.record(&b)?;
+    b.synchronize()?;
+    Ok(a.elapsed_ms(&b)? as f64 * 1e3)
 }
 
 /// Streaming-read ceiling in GB/s over `bytes` (at least 8 × L2), best of 10.
@@ -176,7 +165,7 @@ fn point(
         };
         let contig = Addressing::Contiguous { seq_base: &bases };
         let addrs = [("paged", &paged), ("contiguous", &contig)];
-        let mut launch = |which: usize, copy: usize, out: &mut cudarc::driver::CudaSlice<f32>| {
+        let mut launch = |which: usize, copy: usize, out: &mut DevBuf<f32>| {
             gpu.attention(
                 &layers[copy],
                 addrs[which].1,
@@ -232,14 +221,17 @@ fn graph_time(
     mut launch: impl FnMut(usize) -> Result<(), CudaError>,
 ) -> Result<f64, CudaError> {
     let per_graph = copies.max(4);
-    gpu.stream
+    let rt = gpu
+        .real()
+        .ok_or_else(|| CudaError::Shape("CUDA graphs need a GPU".into()))?;
+    rt.stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .map_err(CudaError::driver("cuStreamBeginCapture"))?;
     let mut captured = Ok(());
     for i in 0..per_graph {
         captured = captured.and_then(|()| launch(i % copies));
     }
-    let graph = gpu
+    let graph = rt
         .stream
         .end_capture(sys::CUgraphInstantiate_flags(0))
         .map_err(CudaError::driver("cuStreamEndCapture"))?;

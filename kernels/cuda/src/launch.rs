@@ -168,6 +168,25 @@ pub fn check_table(
     Ok(())
 }
 
+/// Grid limits of every CUDA device since compute capability 3.0: x up to 2^31 - 1 blocks,
+/// y and z up to 65,535. A launch past them fails at run time, so it is refused on the host.
+pub const GRID_X_MAX: usize = (1 << 31) - 1;
+pub const GRID_YZ_MAX: usize = 65_535;
+
+/// A launch grid `(x, y, z)`, each dimension checked against the device limits and at least 1;
+/// `what` names the dimensions in the error (`"heads, rows, partitions"`).
+pub fn grid(x: usize, y: usize, z: usize, what: &str) -> Result<(u32, u32, u32), CudaError> {
+    let ok = |n: usize, max: usize| (1..=max).contains(&n);
+    if !ok(x, GRID_X_MAX) || !ok(y, GRID_YZ_MAX) || !ok(z, GRID_YZ_MAX) {
+        return Err(CudaError::Shape(format!(
+            "launch grid ({x}, {y}, {z}) of ({what}) outside the device limits \
+             (x 1..={GRID_X_MAX}, y and z 1..={GRID_YZ_MAX})"
+        )));
+    }
+    // In range of u32 by the checks above.
+    Ok((x as u32, y as u32, z as u32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +223,16 @@ mod tests {
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn grids_past_the_device_limits_are_errors() {
+        assert_eq!(grid(8, 65_535, 2, "t").unwrap(), (8, 65_535, 2));
+        let e = grid(8, 65_536, 1, "heads, rows, partitions").unwrap_err();
+        assert!(e.to_string().contains("rows"), "{e}");
+        assert!(grid(8, 1, 65_536, "t").is_err());
+        assert!(grid(1 << 31, 1, 1, "t").is_err());
+        assert!(grid(0, 1, 1, "t").is_err());
     }
 
     #[test]

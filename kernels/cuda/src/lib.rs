@@ -12,13 +12,16 @@
 
 pub mod libs;
 pub mod nvrtc;
+pub mod nvrtc_cache;
 pub mod source;
 
 pub use libs::{CudaLib, LibError};
 pub use source::{KvDtype, ProgramId};
 pub mod device;
+pub mod emu;
 pub mod error;
 pub mod launch;
+pub mod runtime;
 
 pub use error::CudaError;
 pub mod bench;

@@ -42,13 +42,13 @@ impl CudaLib {
         }
     }
 
-    /// Sonames tried, newest first. Each must be one cudarc (built with `cuda-13000`) also tries,
-    /// so that its `dlopen` by name lands on the copy opened here.
+    /// Sonames tried, in the order cudarc (built with `cuda-13000`) tries them — the
+    /// unversioned name first — so that the system loader's choice here is cudarc's too.
     pub fn sonames(self) -> &'static [&'static str] {
         match self {
-            CudaLib::Driver => &["libcuda.so.1", "libcuda.so"],
-            CudaLib::Nvrtc => &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"],
-            CudaLib::Cublas => &["libcublas.so.13", "libcublas.so.12", "libcublas.so"],
+            CudaLib::Driver => &["libcuda.so", "libcuda.so.1"],
+            CudaLib::Nvrtc => &["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"],
+            CudaLib::Cublas => &["libcublas.so", "libcublas.so.13", "libcublas.so.12"],
         }
     }
 
@@ -104,9 +104,36 @@ pub fn open(lib: CudaLib) -> Result<&'static Found, LibError> {
         return Err(LibError::Hidden { lib });
     }
     SLOTS[lib as usize]
-        .get_or_init(|| search(lib))
+        .get_or_init(|| search(lib).map(as_cudarc_opened))
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// `found` with `path` replaced by the file cudarc's own loader mapped, when that differs: the
+/// library reported is then the one every call goes to. (cudarc opens by bare name; with a
+/// `KVBENCH_CUDA_LIB_DIR` copy open, its `dlopen("libnvrtc.so")` can still find the system's.)
+fn as_cudarc_opened(found: Found) -> Found {
+    let lib = found.lib;
+    let used = std::panic::catch_unwind(|| {
+        // SAFETY: cudarc's loaders run the library's initialisers only; a missing library panics
+        // (caught here), it never returns an invalid handle.
+        let handle = unsafe {
+            match lib {
+                CudaLib::Driver => cudarc::driver::sys::culib(),
+                CudaLib::Nvrtc => cudarc::nvrtc::sys::culib(),
+                CudaLib::Cublas => cudarc::cublas::sys::culib(),
+            }
+        };
+        loaded_path(handle, lib.probe_symbol())
+    });
+    match used {
+        Ok(Some(path)) if path != found.path => Found {
+            path,
+            via: "cudarc's loader (bare name)",
+            ..found
+        },
+        _ => found,
+    }
 }
 
 /// `KVBENCH_CUDA_HIDE=driver,nvrtc,cublas` makes the named libraries count as absent, so the
@@ -247,6 +274,30 @@ pub fn guarded<T>(lib: CudaLib, f: impl FnOnce() -> T) -> Result<T, LibError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The system loader's pick here must be the one cudarc's loader makes: the same names in
+    /// the same order (cudarc tries the unversioned name first).
+    #[test]
+    fn sonames_are_tried_in_cudarcs_order() {
+        for lib in CudaLib::ALL {
+            let stem = match lib {
+                CudaLib::Driver => "cuda",
+                CudaLib::Nvrtc => "nvrtc",
+                CudaLib::Cublas => "cublas",
+            };
+            let cudarc = cudarc::get_lib_name_candidates(stem);
+            let at: Vec<usize> = lib
+                .sonames()
+                .iter()
+                .filter_map(|s| cudarc.iter().position(|c| c == s))
+                .collect();
+            assert!(
+                at.windows(2).all(|w| w[0] < w[1]),
+                "{:?} in another order than cudarc's {cudarc:?}",
+                lib.sonames()
+            );
+        }
+    }
 
     #[test]
     fn every_soname_is_one_cudarc_also_tries() {

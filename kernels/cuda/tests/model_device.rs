@@ -1,6 +1,7 @@
 //! The GPU model against the CPU model on a real device, where one exists (a developer machine
 //! with Rust and a GPU; the GPU check box runs the scenarios through `kvbench run --backend
-//! cuda` instead). Elsewhere it prints `SKIP: no CUDA device` and checks nothing.
+//! cuda` instead), where it prints `SKIP: no CUDA device` otherwise — and always on the emulated
+//! device.
 //!
 //! Same seeded tiny model, paged layout with a shuffled table: a prefill chunk then a decode
 //! must match the CPU's logits (relative L2 ≤ 1e-4) and greedy tokens, and a token's logits must
@@ -26,13 +27,21 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
-    let gpu = match Gpu::open() {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("SKIP: no CUDA device: {e}");
-            return;
-        }
-    };
+    match Gpu::open() {
+        Ok(g) => check_against_cpu(&g),
+        Err(e) => eprintln!("SKIP: no CUDA device: {e}"),
+    }
+}
+
+/// The same check on the emulated device (the kernels built for the host, the CPU GemmEx),
+/// which every machine has.
+#[test]
+fn emulated_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
+    let gpu = Gpu::emulated_open(kvbench_cuda::emu::EmuConfig::new(17)).expect("emulated");
+    check_against_cpu(&gpu);
+}
+
+fn check_against_cpu(gpu: &Gpu) {
     let cfg = ModelConfig {
         layers: 2,
         q_heads: 8,
@@ -77,7 +86,7 @@ fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
         lm_head: &w.lm_head,
     };
     let slots = 64;
-    let mut dm = DevModel::new(&gpu, dims, WeightDtype::F32, &hw, 64, slots / 4).expect("model");
+    let mut dm = DevModel::new(gpu, dims, WeightDtype::F32, &hw, 64, slots / 4).expect("model");
     let mut kv: Vec<DevLayer> = (0..cfg.layers)
         .map(|_| {
             gpu.new_layer(KvDtype::F32, slots, dims.attn_shape())
@@ -99,8 +108,8 @@ fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
     let mut run = |chunks: &[SeqChunk<'_>], ring: usize| {
         let batch = pack(chunks, slots, cfg.vocab, &inv).expect("packed");
         let n = batch.logit_rows.len();
-        dm.forward(&gpu, &mut kv, &batch, ring).expect("forward");
-        dm.enqueue_fetch(&gpu, ring, n).expect("fetch");
+        dm.forward(gpu, &mut kv, &batch, ring).expect("forward");
+        dm.enqueue_fetch(gpu, ring, n).expect("fetch");
         gpu.sync().expect("sync");
         let (l, t) = dm.read_fetched(ring, n).expect("read");
         let rows: Vec<Vec<f32>> = l.chunks_exact(cfg.vocab).map(|r| r.to_vec()).collect();

@@ -16,11 +16,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
-use kvbench_cuda::cudarc::driver::{sys::CUevent_flags, CudaEvent, DriverError};
 use kvbench_cuda::device::{DevLayer, Gpu, PinnedKv};
+use kvbench_cuda::emu::EmuConfig;
 use kvbench_cuda::model::batch::{copy_launches, pack, SeqAddr, SeqChunk};
 use kvbench_cuda::model::forward::{DevModel, RING};
 use kvbench_cuda::model::sizes::COPY_PAIRS_PER_LAUNCH;
+use kvbench_cuda::runtime::Event;
 use kvbench_cuda::CudaError;
 use kvbench_kernels::model::rope_inv_freq;
 use kvbench_kernels::rank_token;
@@ -43,18 +44,14 @@ fn dev(e: CudaError) -> BackendError {
     BackendError::Step(format!("cuda: {e}"))
 }
 
-fn drv(call: &'static str) -> impl FnOnce(DriverError) -> BackendError {
-    move |e| BackendError::Step(format!("cuda: {call}: {e:?}"))
-}
-
 /// The event recorded after a step, as the fence bookkeeping sees it.
-struct StepEvent(Arc<CudaEvent>);
+struct StepEvent(Arc<Event>);
 
 impl Completion for StepEvent {
     fn done(&self) -> bool {
         // An error (a faulted device) counts as done here; the synchronize in `complete`
         // returns it.
-        self.0.try_is_complete().unwrap_or(true)
+        self.0.is_complete()
     }
 }
 
@@ -79,6 +76,16 @@ pub fn shared_gpu() -> Result<Arc<Gpu>, BackendError> {
         .map_err(|e| BackendError::Unavailable(format!("cuda: {e}")))
 }
 
+/// The emulated device for one run, its delays seeded by [`super::emu_seed`] (printed once).
+/// A fresh device per backend: its teardown check then covers exactly this run's allocations.
+fn emulated_gpu() -> Result<Arc<Gpu>, BackendError> {
+    let seed = super::emu_seed();
+    super::note_emu_seed(seed);
+    Gpu::emulated_open(EmuConfig::new(seed))
+        .map(Arc::new)
+        .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
+}
+
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
     model: Option<DevModel>,
@@ -94,8 +101,8 @@ pub struct CudaBackend {
     graveyard: Vec<Vec<PinnedKv>>,
     events: InOrder<StepEvent>,
     in_flight: VecDeque<InFlight>,
-    start_ev: Vec<Arc<CudaEvent>>,
-    end_ev: Vec<Arc<CudaEvent>>,
+    start_ev: Vec<Arc<Event>>,
+    end_ev: Vec<Arc<Event>>,
     next_id: u64,
     forks_checked: u64,
     /// Registered sequences taken into the 8B sample so far.
@@ -131,9 +138,14 @@ fn seq_addr(layout: SeqLayout<'_>) -> SeqAddr<'_> {
 }
 
 impl CudaBackend {
-    pub fn new(setup: &RunSetup) -> Result<CudaBackend, BackendError> {
+    /// The backend on the GPU, or on the emulated device when `emulated`.
+    pub fn new(setup: &RunSetup, emulated: bool) -> Result<CudaBackend, BackendError> {
         let cc = setup::config(&setup.model)?;
-        let gpu = shared_gpu()?;
+        let gpu = if emulated {
+            emulated_gpu()?
+        } else {
+            shared_gpu()?
+        };
         let num_slots = usize::try_from(setup.cache_slots)
             .map_err(|_| BackendError::Config("cache slots exceed usize".into()))?;
         let host = setup::host_model(&cc, setup.seed)?;
@@ -168,12 +180,7 @@ impl CudaBackend {
             num_blocks,
         )
         .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
-        let event = || {
-            gpu.ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map(Arc::new)
-                .map_err(drv("cuEventCreate"))
-        };
+        let event = || gpu.new_event().map(Arc::new).map_err(dev);
         let start_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         let end_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         gpu.sync().map_err(dev)?;
@@ -241,10 +248,8 @@ impl CudaBackend {
             }
             let ring = self.in_flight[i].ring;
             let end = self.end_ev[ring].clone();
-            end.synchronize().map_err(drv("cuEventSynchronize"))?;
-            let elapsed_ms = self.start_ev[ring]
-                .elapsed_ms(&end)
-                .map_err(drv("cuEventElapsedTime"))?;
+            end.synchronize().map_err(dev)?;
+            let elapsed_ms = self.start_ev[ring].elapsed_ms(&end).map_err(dev)?;
             let measured_s = f64::from(elapsed_ms) / 1e3;
             self.measured_s += measured_s;
             let rows = self.in_flight[i].samples.len();
@@ -337,13 +342,21 @@ impl CudaBackend {
                             .pinned(self.kv_dtype, 2 * s.tokens as usize * row)
                             .map_err(dev)?;
                         let mut at = 0;
+                        let mut queued = Ok(());
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_out_at(layer, first, len, &mut host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_out_at(layer, first, len, &mut host, at);
+                            if queued.is_err() {
+                                break;
+                            }
                             at += 2 * len * row;
                         }
                         bufs.push(host);
+                        if let Err(e) = queued {
+                            // Queued copies write into these: freed only once the device is idle.
+                            self.graveyard.push(bufs);
+                            self.graveyard.append(&mut sources);
+                            return Err(dev(e));
+                        }
                     }
                     if let Some(old) = self.host.insert(s.seq, bufs) {
                         self.graveyard.push(old);
@@ -356,16 +369,24 @@ impl CudaBackend {
                             s.seq
                         ))
                     })?;
-                    for (layer, host) in self.kv.iter_mut().zip(&bufs) {
+                    let mut queued = Ok(());
+                    'layers: for (layer, host) in self.kv.iter_mut().zip(&bufs) {
                         let mut at = 0;
                         for &(first, len) in &runs {
-                            self.gpu
-                                .swap_in_at(layer, first, len, host, at)
-                                .map_err(dev)?;
+                            queued = self.gpu.swap_in_at(layer, first, len, host, at);
+                            if queued.is_err() {
+                                break 'layers;
+                            }
                             at += 2 * len * row;
                         }
                     }
                     sources.push(bufs);
+                    if let Err(e) = queued {
+                        // Copies already queued read these buffers: they are freed only after
+                        // the device is idle (teardown synchronizes first).
+                        self.graveyard.append(&mut sources);
+                        return Err(dev(e));
+                    }
                 }
             }
         }
@@ -375,7 +396,11 @@ impl CudaBackend {
 
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
-        "cuda"
+        if self.gpu.emulated().is_some() {
+            "cuda-emu"
+        } else {
+            "cuda"
+        }
     }
 
     fn computes(&self) -> bool {
@@ -440,12 +465,20 @@ impl Backend for CudaBackend {
                 "cuda: more than {RING} steps in flight"
             )));
         }
+        // A sequence sampled by a step still in flight needs that token now (its ids are
+        // packed on the host): wait for the newest such step and take its results.
+        if let Some(i) = self.in_flight.iter().rposition(|f| {
+            f.output.is_none()
+                && f.samples
+                    .iter()
+                    .any(|&(s, _)| plan.seqs.iter().any(|w| w.seq == s))
+        }) {
+            self.resolve(i)?;
+        }
         let ring = (self.next_id as usize) % RING;
         let id = self.next_id;
         self.next_id += 1;
-        self.start_ev[ring]
-            .record(&self.gpu.stream)
-            .map_err(drv("cuEventRecord"))?;
+        self.gpu.record(&self.start_ev[ring]).map_err(dev)?;
         let sources = self.transfer(plan, cache)?;
         // Pack the step from the layouts as they are now.
         let mut layouts = Vec::with_capacity(plan.seqs.len());
@@ -486,14 +519,16 @@ impl Backend for CudaBackend {
             .and_then(|m| m.forward(&gpu, &mut kv, &batch, ring).map_err(dev));
         self.kv = kv;
         r?;
-        self.end_ev[ring]
-            .record(&self.gpu.stream)
-            .map_err(drv("cuEventRecord"))?;
+        // The logits' copies go on the stream before the step's end event: `resolve` waits on
+        // that event only, and the pinned buffers carry no event of their own.
+        let n = samples.len();
+        let end = self.end_ev[ring].clone();
+        self.model()?
+            .finish_step(&gpu, ring, n, &end)
+            .map_err(dev)?;
         self.events
             .record(id, StepEvent(self.end_ev[ring].clone()))
             .map_err(|e| BackendError::Step(e.to_string()))?;
-        let n = samples.len();
-        self.model()?.enqueue_fetch(&gpu, ring, n).map_err(dev)?;
         let model_s = self.clock_model.as_ref().map(|m| {
             let paged = cache.mode() == CacheMode::Paged;
             m.step(&plan.seqs, &plan.copies, &plan.swaps, paged).total_s
@@ -551,36 +586,85 @@ impl Backend for CudaBackend {
     }
 }
 
+/// What a backend's teardown found: the ledger against the device's free-memory drop, the
+/// free memory back at its pre-run figure, and any error the device's stream still held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Teardown {
+    pub backend: &'static str,
+    pub reconciled: bool,
+    pub returned: bool,
+    pub stream_error: Option<String>,
+}
+
+impl Teardown {
+    pub fn ok(&self) -> bool {
+        self.reconciled && self.returned && self.stream_error.is_none()
+    }
+}
+
+thread_local! {
+    static TEARDOWNS: std::cell::RefCell<Vec<Teardown>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The teardowns of the cuda backends this thread dropped since the last call (tests check
+/// that every run on the emulated device freed all it allocated).
+pub fn take_teardowns() -> Vec<Teardown> {
+    TEARDOWNS.with(|t| std::mem::take(&mut *t.borrow_mut()))
+}
+
 impl Drop for CudaBackend {
     /// Tears down in order and says whether the device's free memory came back to its figure
     /// from before this backend's allocations (the reclamation check on the device).
     fn drop(&mut self) {
-        let _ = self.gpu.sync();
-        match self.reconciliation() {
-            Ok(r) => eprintln!(
-                "cuda backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
-                r.accounted_bytes,
-                r.device_used_bytes,
-                r.unaccounted_bytes,
-                r.allowed_overhead_bytes,
-                if r.ok { "reconciled" } else { "NOT RECONCILED" }
-            ),
-            Err(e) => eprintln!("cuda backend: ledger not reconciled: {e}"),
-        }
+        let name = self.name();
+        let mut stream_error = self.gpu.sync().err().map(|e| e.to_string());
+        let reconciled = match self.reconciliation() {
+            Ok(r) => {
+                eprintln!(
+                    "{name} backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
+                    r.accounted_bytes,
+                    r.device_used_bytes,
+                    r.unaccounted_bytes,
+                    r.allowed_overhead_bytes,
+                    if r.ok { "reconciled" } else { "NOT RECONCILED" }
+                );
+                r.ok
+            }
+            Err(e) => {
+                eprintln!("{name} backend: ledger not reconciled: {e}");
+                false
+            }
+        };
         self.in_flight.clear();
         self.graveyard.clear();
         self.host.clear();
         self.kv.clear();
         self.model = None;
-        let _ = self.gpu.release_freed();
-        if let Ok(after) = mem(&self.gpu) {
-            let ok = ledger::returned_to_baseline(self.baseline, after);
-            eprintln!(
-                "cuda backend: device free memory {} B before, {} B after teardown: {}",
-                self.baseline.free_bytes,
-                after.free_bytes,
-                if ok { "returned" } else { "NOT RETURNED" }
-            );
+        if let Err(e) = self.gpu.release_freed() {
+            stream_error.get_or_insert(e.to_string());
         }
+        let returned = match mem(&self.gpu) {
+            Ok(after) => {
+                let ok = ledger::returned_to_baseline(self.baseline, after);
+                eprintln!(
+                    "{name} backend: device free memory {} B before, {} B after teardown: {}",
+                    self.baseline.free_bytes,
+                    after.free_bytes,
+                    if ok { "returned" } else { "NOT RETURNED" }
+                );
+                ok
+            }
+            Err(_) => false,
+        };
+        if let Some(e) = &stream_error {
+            eprintln!("{name} backend: device error at teardown: {e}");
+        }
+        let t = Teardown {
+            backend: name,
+            reconciled,
+            returned,
+            stream_error,
+        };
+        TEARDOWNS.with(|v| v.borrow_mut().push(t));
     }
 }

@@ -3,8 +3,6 @@
 //! logits copied to page-locked host memory (two buffers, so a step's results survive while the
 //! next one is enqueued). Nothing here waits for the device except [`DevModel::read_fetched`].
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
-
 use super::batch::{PackedAddr, StepBatch};
 use super::blas::{Blas, WeightBuf};
 use super::sizes::{plan_slices, weight_bytes, WorkspacePlan};
@@ -12,17 +10,18 @@ use super::{HostWeights, ModelDims, WeightDtype};
 use crate::device::{Addressing, DevLayer, Gpu, Rows, Workspace};
 use crate::error::CudaError;
 use crate::launch::{fixed_partitions, ATTN_MAX_PART_TOKENS};
+use crate::runtime::{DevBuf, Elem, Event, HostBuf};
 
 /// Steps that may be in flight at once (the engine's async depth).
 pub const RING: usize = 2;
 
 struct LayerW {
-    attn_norm: CudaSlice<f32>,
+    attn_norm: DevBuf<f32>,
     wq: WeightBuf,
     wk: WeightBuf,
     wv: WeightBuf,
     wo: WeightBuf,
-    mlp_norm: CudaSlice<f32>,
+    mlp_norm: DevBuf<f32>,
     w_gate: WeightBuf,
     w_up: WeightBuf,
     w_down: WeightBuf,
@@ -35,15 +34,12 @@ struct Alloc<'g> {
 }
 
 impl Alloc<'_> {
-    fn zeros<T: DeviceRepr + ValidAsZeroBits>(
-        &mut self,
-        n: usize,
-    ) -> Result<CudaSlice<T>, CudaError> {
+    fn zeros<T: Elem>(&mut self, n: usize) -> Result<DevBuf<T>, CudaError> {
         self.count += 1;
         self.gpu.zeros(n)
     }
 
-    fn norm(&mut self, host: &[f32]) -> Result<CudaSlice<f32>, CudaError> {
+    fn norm(&mut self, host: &[f32]) -> Result<DevBuf<f32>, CudaError> {
         self.count += 1;
         self.gpu.upload(host)
     }
@@ -63,10 +59,9 @@ impl Alloc<'_> {
     }
 }
 
-fn pinned<T: DeviceRepr>(gpu: &Gpu, n: usize) -> Result<PinnedHostSlice<T>, CudaError> {
-    // SAFETY: read only after a device-to-host copy into it completed (read_fetched).
-    unsafe { gpu.ctx.alloc_pinned_with_flags::<T>(n.max(1), 0) }
-        .map_err(CudaError::driver("cuMemHostAlloc"))
+fn pinned<T: Elem>(gpu: &Gpu, n: usize) -> Result<HostBuf<T>, CudaError> {
+    // Read only after a device-to-host copy into it completed (read_fetched).
+    gpu.pinned_buf(n)
 }
 
 pub struct DevModel {
@@ -76,46 +71,43 @@ pub struct DevModel {
     /// Device allocations made (weights and workspace).
     pub allocations: u64,
     blas: Blas,
-    embed: CudaSlice<f32>,
+    embed: DevBuf<f32>,
     layers: Vec<LayerW>,
-    final_norm: CudaSlice<f32>,
+    final_norm: DevBuf<f32>,
     lm_head: WeightBuf,
-    x: CudaSlice<f32>,
-    h: CudaSlice<f32>,
-    proj: CudaSlice<f32>,
-    q: CudaSlice<f32>,
-    att: CudaSlice<f32>,
-    k: CudaSlice<f32>,
-    v: CudaSlice<f32>,
-    gate: CudaSlice<f32>,
-    up: CudaSlice<f32>,
-    last: CudaSlice<f32>,
-    logits: Vec<CudaSlice<f32>>,
-    cos: CudaSlice<f32>,
-    sin: CudaSlice<f32>,
-    q_chunk: CudaSlice<f32>,
-    out_chunk: CudaSlice<f32>,
-    staging: Option<CudaSlice<u16>>,
-    tokens: CudaSlice<i32>,
-    row_seq: CudaSlice<i32>,
-    row_len: CudaSlice<i32>,
-    chunk_seq: CudaSlice<i32>,
-    chunk_len: CudaSlice<i32>,
-    logit_rows: CudaSlice<i32>,
-    argmax: Vec<CudaSlice<i32>>,
-    tables: CudaSlice<i32>,
-    slots: CudaSlice<i64>,
-    seq_base: CudaSlice<i64>,
-    pairs: CudaSlice<i64>,
+    x: DevBuf<f32>,
+    h: DevBuf<f32>,
+    proj: DevBuf<f32>,
+    q: DevBuf<f32>,
+    att: DevBuf<f32>,
+    k: DevBuf<f32>,
+    v: DevBuf<f32>,
+    gate: DevBuf<f32>,
+    up: DevBuf<f32>,
+    last: DevBuf<f32>,
+    logits: Vec<DevBuf<f32>>,
+    cos: DevBuf<f32>,
+    sin: DevBuf<f32>,
+    q_chunk: DevBuf<f32>,
+    out_chunk: DevBuf<f32>,
+    staging: Option<DevBuf<u16>>,
+    tokens: DevBuf<i32>,
+    row_seq: DevBuf<i32>,
+    row_len: DevBuf<i32>,
+    chunk_seq: DevBuf<i32>,
+    chunk_len: DevBuf<i32>,
+    logit_rows: DevBuf<i32>,
+    argmax: Vec<DevBuf<i32>>,
+    tables: DevBuf<i32>,
+    slots: DevBuf<i64>,
+    seq_base: DevBuf<i64>,
+    pairs: DevBuf<i64>,
     attn_ws: Workspace,
-    host_logits: Vec<PinnedHostSlice<f32>>,
-    host_argmax: Vec<PinnedHostSlice<i32>>,
+    host_logits: Vec<HostBuf<f32>>,
+    host_argmax: Vec<HostBuf<i32>>,
 }
 
-fn up<T: DeviceRepr>(gpu: &Gpu, host: &[T], dev: &mut CudaSlice<T>) -> Result<(), CudaError> {
-    if host.is_empty() {
-        return Ok(());
-    }
+fn up<T: Elem>(gpu: &Gpu, host: &[T], dev: &mut DevBuf<T>) -> Result<(), CudaError> {
     if host.len() > dev.len() {
         return Err(CudaError::Shape(format!(
             "step input of {} elements, buffer of {}",
@@ -123,9 +115,7 @@ fn up<T: DeviceRepr>(gpu: &Gpu, host: &[T], dev: &mut CudaSlice<T>) -> Result<()
             dev.len()
         )));
     }
-    gpu.stream
-        .memcpy_htod(host, &mut dev.slice_mut(0..host.len()))
-        .map_err(CudaError::driver("cuMemcpyHtoD"))
+    gpu.htod(host, dev, 0)
 }
 
 impl DevModel {
@@ -433,12 +423,7 @@ impl DevModel {
                     up(gpu, &b.row_seq[r0..r1], &mut s.chunk_seq)?;
                     up(gpu, &b.row_len[r0..r1], &mut s.chunk_len)?;
                     let max_len = b.row_len[r0..r1].iter().copied().max().unwrap_or(1) as usize;
-                    gpu.stream
-                        .memcpy_dtod(
-                            &s.q.slice(r0 * qd..r1 * qd),
-                            &mut s.q_chunk.slice_mut(0..m * qd),
-                        )
-                        .map_err(CudaError::driver("cuMemcpyDtoD"))?;
+                    gpu.dtod(&s.q, r0 * qd, &mut s.q_chunk, 0, m * qd)?;
                     let rows = Rows {
                         row_seq: &s.chunk_seq,
                         row_len: &s.chunk_len,
@@ -456,12 +441,7 @@ impl DevModel {
                         &mut s.attn_ws,
                         scale,
                     )?;
-                    gpu.stream
-                        .memcpy_dtod(
-                            &s.out_chunk.slice(0..m * qd),
-                            &mut s.att.slice_mut(r0 * qd..r1 * qd),
-                        )
-                        .map_err(CudaError::driver("cuMemcpyDtoD"))?;
+                    gpu.dtod(&s.out_chunk, 0, &mut s.att, r0 * qd, m * qd)?;
                     r0 = r1;
                 }
             }
@@ -514,21 +494,40 @@ impl DevModel {
         if ring >= RING || rows > self.plan.logit_rows {
             return Err(CudaError::Shape("fetch: bad ring slot or row count".into()));
         }
-        gpu.stream
-            .memcpy_dtoh(
-                &self.logits[ring].slice(0..rows * v),
-                &mut self.host_logits[ring],
-            )
-            .map_err(CudaError::driver("cuMemcpyDtoH"))?;
-        gpu.stream
-            .memcpy_dtoh(
-                &self.argmax[ring].slice(0..rows),
-                &mut self.host_argmax[ring],
-            )
-            .map_err(CudaError::driver("cuMemcpyDtoH"))
+        // Only what is read is copied: rows x vocab, not the whole logit_rows x vocab buffer
+        // (at 8B: 512 x 128,256 x 4 B per step).
+        gpu.dtoh_async(
+            &self.logits[ring],
+            0,
+            &mut self.host_logits[ring],
+            0,
+            rows * v,
+        )?;
+        gpu.dtoh_async(&self.argmax[ring], 0, &mut self.host_argmax[ring], 0, rows)
     }
 
-    /// Waits for buffer `ring`'s fetch and returns its first `rows` logits rows (`[rows,
+    /// Ends a step enqueued by [`forward`](Self::forward): queues the fetch of its first
+    /// `rows` logits rows and greedy tokens, then records `end` after them, so that waiting on
+    /// `end` is all [`read_fetched`](Self::read_fetched) needs (the pinned buffers carry no
+    /// event of their own).
+    pub fn finish_step(
+        &mut self,
+        gpu: &Gpu,
+        ring: usize,
+        rows: usize,
+        end: &Event,
+    ) -> Result<(), CudaError> {
+        self.enqueue_fetch(gpu, ring, rows)?;
+        gpu.record(end)
+    }
+
+    /// Buffer `ring`'s logits on the device (tests write known values into it).
+    pub fn logits_buffer(&mut self, ring: usize) -> Option<&mut DevBuf<f32>> {
+        self.logits.get_mut(ring)
+    }
+
+    /// Buffer `ring`'s fetched rows, once the caller waited on the step's end event (see
+    /// [`finish_step`](Self::finish_step)): returns its first `rows` logits rows (`[rows,
     /// vocab]`, borrowed: the caller copies only the rows it keeps) and greedy tokens.
     pub fn read_fetched(&self, ring: usize, rows: usize) -> Result<(&[f32], &[i32]), CudaError> {
         if rows == 0 {
@@ -538,12 +537,8 @@ impl DevModel {
         if ring >= RING || rows > self.plan.logit_rows {
             return Err(CudaError::Shape("read: bad ring slot or row count".into()));
         }
-        let l = self.host_logits[ring]
-            .as_slice()
-            .map_err(CudaError::driver("pinned logits"))?;
-        let t = self.host_argmax[ring]
-            .as_slice()
-            .map_err(CudaError::driver("pinned tokens"))?;
+        let l = self.host_logits[ring].as_slice()?;
+        let t = self.host_argmax[ring].as_slice()?;
         Ok((&l[..rows * v], &t[..rows]))
     }
 }

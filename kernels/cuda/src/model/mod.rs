@@ -19,7 +19,7 @@
 pub mod batch;
 pub mod blas;
 pub mod forward;
-mod ops;
+pub(crate) mod ops;
 pub mod sizes;
 
 /// The model's shape and constants (plain data: the harness builds it from its own shape type).

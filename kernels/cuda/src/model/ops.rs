@@ -1,35 +1,30 @@
 //! Launchers of `model_ops.cu`'s kernels, each checking its buffers' lengths first (the kernels
 //! trust their arguments).
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use crate::runtime::{Arg, DevBuf};
 
 use crate::device::Gpu;
 use crate::error::CudaError;
 
 /// Threads per block of the row kernels (a multiple of 32, as `block_sum` needs).
 const ROW_THREADS: u32 = 256;
-/// Grid of the grid-stride element-wise kernels.
+/// Most blocks of the grid-stride element-wise kernels.
 const FLAT_BLOCKS: u32 = 1024;
+/// Threads per block of the element-wise kernels.
+const FLAT_THREADS: u32 = 256;
 
-fn rows_cfg(rows: usize) -> Result<LaunchConfig, CudaError> {
-    Ok(LaunchConfig {
-        grid_dim: (
-            u32::try_from(rows)
-                .map_err(|_| CudaError::Shape(format!("{rows} rows exceed a grid")))?,
-            1,
-            1,
-        ),
-        block_dim: (ROW_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    })
+/// Blocks for `n` elements: one thread each up to [`FLAT_BLOCKS`] blocks (grid-stride beyond),
+/// so a small step does not start a thousand idle blocks.
+pub(crate) fn flat_grid(n: usize) -> (u32, u32, u32) {
+    let blocks = n
+        .div_ceil(FLAT_THREADS as usize)
+        .clamp(1, FLAT_BLOCKS as usize);
+    (blocks as u32, 1, 1)
 }
 
-fn flat_cfg() -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (FLAT_BLOCKS, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+/// One block of [`ROW_THREADS`] per row.
+fn rows_grid(rows: usize) -> Result<(u32, u32, u32), CudaError> {
+    crate::launch::grid(rows, 1, 1, "rows")
 }
 
 fn need(what: &str, len: usize, n: usize) -> Result<(), CudaError> {
@@ -49,9 +44,9 @@ impl Gpu {
     /// `x[i] = embed[tokens[i]]` for `rows` rows of `d` (token ids checked on the host).
     pub fn embed_rows(
         &self,
-        x: &mut CudaSlice<f32>,
-        embed: &CudaSlice<f32>,
-        tokens: &CudaSlice<i32>,
+        x: &mut DevBuf<f32>,
+        embed: &DevBuf<f32>,
+        tokens: &DevBuf<i32>,
         rows: usize,
         d: usize,
     ) -> Result<(), CudaError> {
@@ -61,20 +56,23 @@ impl Gpu {
         need("embed_rows x", x.len(), rows * d)?;
         need("embed_rows tokens", tokens.len(), rows)?;
         let di = int(d, "d")?;
-        let mut b = self.stream.launch_builder(self.kernel("embed_rows")?);
-        b.arg(x).arg(embed).arg(tokens).arg(&di);
-        // SAFETY: x holds rows x d; every token id < vocab was checked by batch::pack, and
+        // x holds rows x d; every token id < vocab was checked by batch::pack, and
         // embed holds vocab x d (weight plan).
-        unsafe { b.launch(rows_cfg(rows)?) }.map_err(CudaError::driver("embed_rows"))?;
-        Ok(())
+        self.launch(
+            "embed_rows",
+            rows_grid(rows)?,
+            (ROW_THREADS, 1, 1),
+            0,
+            &[Arg::Buf(x), Arg::Buf(embed), Arg::Buf(tokens), Arg::I32(di)],
+        )
     }
 
     /// `out[i] = rmsnorm(x[i]) * gain` for `rows` rows of `d`.
     pub fn rms_norm(
         &self,
-        out: &mut CudaSlice<f32>,
-        x: &CudaSlice<f32>,
-        gain: &CudaSlice<f32>,
+        out: &mut DevBuf<f32>,
+        x: &DevBuf<f32>,
+        gain: &DevBuf<f32>,
         rows: usize,
         d: usize,
         eps: f32,
@@ -86,21 +84,30 @@ impl Gpu {
         need("rms_norm x", x.len(), rows * d)?;
         need("rms_norm gain", gain.len(), d)?;
         let di = int(d, "d")?;
-        let mut b = self.stream.launch_builder(self.kernel("rms_norm")?);
-        b.arg(out).arg(x).arg(gain).arg(&di).arg(&eps);
-        // SAFETY: lengths checked above; one block per row.
-        unsafe { b.launch(rows_cfg(rows)?) }.map_err(CudaError::driver("rms_norm"))?;
-        Ok(())
+        // lengths checked above; one block per row.
+        self.launch(
+            "rms_norm",
+            rows_grid(rows)?,
+            (ROW_THREADS, 1, 1),
+            0,
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
+        )
     }
 
     /// `out[i] = rmsnorm(x[rows[i]]) * gain` for `n` gathered rows (`x` holds `x_rows`).
     #[allow(clippy::too_many_arguments)]
     pub fn rms_norm_gather(
         &self,
-        out: &mut CudaSlice<f32>,
-        x: &CudaSlice<f32>,
-        gain: &CudaSlice<f32>,
-        rows: &CudaSlice<i32>,
+        out: &mut DevBuf<f32>,
+        x: &DevBuf<f32>,
+        gain: &DevBuf<f32>,
+        rows: &DevBuf<i32>,
         n: usize,
         x_rows: usize,
         d: usize,
@@ -114,19 +121,29 @@ impl Gpu {
         need("rms_norm_gather rows", rows.len(), n)?;
         need("rms_norm_gather gain", gain.len(), d)?;
         let di = int(d, "d")?;
-        let mut b = self.stream.launch_builder(self.kernel("rms_norm_gather")?);
-        b.arg(out).arg(x).arg(gain).arg(rows).arg(&di).arg(&eps);
-        // SAFETY: every gathered row index < x_rows was checked by batch::pack.
-        unsafe { b.launch(rows_cfg(n)?) }.map_err(CudaError::driver("rms_norm_gather"))?;
-        Ok(())
+        // every gathered row index < x_rows was checked by batch::pack.
+        self.launch(
+            "rms_norm_gather",
+            rows_grid(n)?,
+            (ROW_THREADS, 1, 1),
+            0,
+            &[
+                Arg::Buf(out),
+                Arg::Buf(x),
+                Arg::Buf(gain),
+                Arg::Buf(rows),
+                Arg::I32(di),
+                Arg::F32(eps),
+            ],
+        )
     }
 
     /// RoPE in place over `rows` rows of `heads × head_dim`, with `[rows, head_dim/2]` tables.
     pub fn rope(
         &self,
-        x: &mut CudaSlice<f32>,
-        cos: &CudaSlice<f32>,
-        sin: &CudaSlice<f32>,
+        x: &mut DevBuf<f32>,
+        cos: &DevBuf<f32>,
+        sin: &DevBuf<f32>,
         rows: usize,
         heads: usize,
         head_dim: usize,
@@ -138,69 +155,87 @@ impl Gpu {
         need("rope cos", cos.len(), rows * head_dim / 2)?;
         need("rope sin", sin.len(), rows * head_dim / 2)?;
         let (h, hd) = (int(heads, "heads")?, int(head_dim, "head_dim")?);
-        let mut b = self.stream.launch_builder(self.kernel("rope")?);
-        b.arg(x).arg(cos).arg(sin).arg(&h).arg(&hd);
-        // SAFETY: lengths checked above.
-        unsafe { b.launch(rows_cfg(rows)?) }.map_err(CudaError::driver("rope"))?;
-        Ok(())
+        // lengths checked above.
+        self.launch(
+            "rope",
+            rows_grid(rows)?,
+            (ROW_THREADS, 1, 1),
+            0,
+            &[
+                Arg::Buf(x),
+                Arg::Buf(cos),
+                Arg::Buf(sin),
+                Arg::I32(h),
+                Arg::I32(hd),
+            ],
+        )
     }
 
     /// `gate = silu(gate) * up` over `n` elements.
     pub fn silu_mul(
         &self,
-        gate: &mut CudaSlice<f32>,
-        up: &CudaSlice<f32>,
+        gate: &mut DevBuf<f32>,
+        up: &DevBuf<f32>,
         n: usize,
     ) -> Result<(), CudaError> {
         need("silu_mul gate", gate.len(), n)?;
         need("silu_mul up", up.len(), n)?;
         let ni = n as i64;
-        let mut b = self.stream.launch_builder(self.kernel("silu_mul")?);
-        b.arg(gate).arg(up).arg(&ni);
-        // SAFETY: both hold n elements.
-        unsafe { b.launch(flat_cfg()) }.map_err(CudaError::driver("silu_mul"))?;
-        Ok(())
+        // both hold n elements.
+        self.launch(
+            "silu_mul",
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
+            0,
+            &[Arg::Buf(gate), Arg::Buf(up), Arg::I64(ni)],
+        )
     }
 
     /// `x += y` over `n` elements.
     pub fn add_in_place(
         &self,
-        x: &mut CudaSlice<f32>,
-        y: &CudaSlice<f32>,
+        x: &mut DevBuf<f32>,
+        y: &DevBuf<f32>,
         n: usize,
     ) -> Result<(), CudaError> {
         need("add x", x.len(), n)?;
         need("add y", y.len(), n)?;
         let ni = n as i64;
-        let mut b = self.stream.launch_builder(self.kernel("add_in_place")?);
-        b.arg(x).arg(y).arg(&ni);
-        // SAFETY: both hold n elements.
-        unsafe { b.launch(flat_cfg()) }.map_err(CudaError::driver("add_in_place"))?;
-        Ok(())
+        // both hold n elements.
+        self.launch(
+            "add_in_place",
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
+            0,
+            &[Arg::Buf(x), Arg::Buf(y), Arg::I64(ni)],
+        )
     }
 
     /// `out = bf16(x)` over `n` elements.
     pub fn to_bf16(
         &self,
-        out: &mut CudaSlice<u16>,
-        x: &CudaSlice<f32>,
+        out: &mut DevBuf<u16>,
+        x: &DevBuf<f32>,
         n: usize,
     ) -> Result<(), CudaError> {
         need("to_bf16 out", out.len(), n)?;
         need("to_bf16 x", x.len(), n)?;
         let ni = n as i64;
-        let mut b = self.stream.launch_builder(self.kernel("to_bf16")?);
-        b.arg(out).arg(x).arg(&ni);
-        // SAFETY: both hold n elements.
-        unsafe { b.launch(flat_cfg()) }.map_err(CudaError::driver("to_bf16"))?;
-        Ok(())
+        // both hold n elements.
+        self.launch(
+            "to_bf16",
+            flat_grid(n),
+            (FLAT_THREADS, 1, 1),
+            0,
+            &[Arg::Buf(out), Arg::Buf(x), Arg::I64(ni)],
+        )
     }
 
     /// `out[r]` = the greedy token of logits row `r`, for `rows` rows of `vocab`.
     pub fn argmax_rows(
         &self,
-        out: &mut CudaSlice<i32>,
-        logits: &CudaSlice<f32>,
+        out: &mut DevBuf<i32>,
+        logits: &DevBuf<f32>,
         rows: usize,
         vocab: usize,
     ) -> Result<(), CudaError> {
@@ -210,10 +245,13 @@ impl Gpu {
         need("argmax out", out.len(), rows)?;
         need("argmax logits", logits.len(), rows * vocab)?;
         let v = int(vocab, "vocab")?;
-        let mut b = self.stream.launch_builder(self.kernel("argmax_rows")?);
-        b.arg(out).arg(logits).arg(&v);
-        // SAFETY: lengths checked; blockDim must equal ARGMAX_THREADS (256) in model_ops.cu.
-        unsafe { b.launch(rows_cfg(rows)?) }.map_err(CudaError::driver("argmax_rows"))?;
-        Ok(())
+        // lengths checked; blockDim must equal ARGMAX_THREADS (256) in model_ops.cu.
+        self.launch(
+            "argmax_rows",
+            rows_grid(rows)?,
+            (ROW_THREADS, 1, 1),
+            0,
+            &[Arg::Buf(out), Arg::Buf(logits), Arg::I32(v)],
+        )
     }
 }

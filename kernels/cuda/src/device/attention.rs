@@ -1,0 +1,193 @@
+//! Attention launches: where rows find their tokens (paged tables or contiguous bases), the
+//! partition scratch, and the attention + log-sum-exp merge kernels.
+
+use super::{i32_of, DevLayer, Gpu};
+use crate::error::CudaError;
+use crate::launch::{log2_block_size, AttnShape, Partitions, ATTN_THREADS};
+use crate::runtime::{Arg, DevBuf};
+use crate::source::attn_kernel_name;
+
+/// Where rows find their tokens.
+pub enum Addressing<'a> {
+    /// `block_tables` is `[num_seqs, max_blocks]`.
+    Paged {
+        block_tables: &'a DevBuf<i32>,
+        max_blocks: usize,
+        block_size: usize,
+    },
+    /// Sequence `s` holds positions at slots `seq_base[s] ..`.
+    Contiguous { seq_base: &'a DevBuf<i64> },
+}
+
+/// The query rows of one attention launch: row `r` attends positions `[0, row_len[r])` of
+/// sequence `row_seq[r]`.
+pub struct Rows<'a> {
+    pub row_seq: &'a DevBuf<i32>,
+    pub row_len: &'a DevBuf<i32>,
+    pub rows: usize,
+    pub max_len: usize,
+}
+
+/// Partition scratch for the log-sum-exp merge, grown on demand.
+#[derive(Default)]
+pub struct Workspace {
+    part_out: Option<DevBuf<f32>>,
+    part_max: Option<DevBuf<f32>>,
+    part_sum: Option<DevBuf<f32>>,
+}
+
+impl Workspace {
+    /// Allocates the partition scratch for `row_parts` (row, partition) pairs of `shape` now,
+    /// so that no launch within that bound allocates (the device's free memory stays flat).
+    pub fn reserve(
+        &mut self,
+        gpu: &Gpu,
+        shape: AttnShape,
+        row_parts: usize,
+    ) -> Result<(), CudaError> {
+        let m = row_parts * shape.q_heads;
+        grow(gpu, &mut self.part_out, m * shape.head_dim)?;
+        grow(gpu, &mut self.part_max, m)?;
+        grow(gpu, &mut self.part_sum, m)
+    }
+
+    /// Bytes held on the device.
+    pub fn bytes(&self) -> usize {
+        [&self.part_out, &self.part_max, &self.part_sum]
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |s| s.len() * 4))
+            .sum()
+    }
+}
+
+impl Gpu {
+    /// Attention for `rows`; `q` and `out` are `[rows, q_heads, head_dim]` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &self,
+        layer: &DevLayer,
+        addr: &Addressing<'_>,
+        rows: &Rows<'_>,
+        q: &DevBuf<f32>,
+        out: &mut DevBuf<f32>,
+        parts: Partitions,
+        ws: &mut Workspace,
+        scale: f32,
+    ) -> Result<(), CudaError> {
+        let shape = layer.shape;
+        shape.check()?;
+        if rows.rows == 0 {
+            return Ok(());
+        }
+        let q_elems = rows.rows * shape.q_row();
+        if q.len() < q_elems || out.len() < q_elems {
+            return Err(CudaError::Shape(
+                "attention: q/out shorter than rows".into(),
+            ));
+        }
+        if (parts.part_tokens as usize) * (parts.parts as usize) < rows.max_len {
+            return Err(CudaError::Shape(
+                "attention: partitions do not cover max_len".into(),
+            ));
+        }
+        let (paged, tables, max_blocks, log2_bs, base) = match addr {
+            Addressing::Paged {
+                block_tables,
+                max_blocks,
+                block_size,
+            } => (
+                true,
+                *block_tables,
+                i32_of(*max_blocks, "max_blocks")?,
+                log2_block_size(*block_size)? as i32,
+                &self.dummy_i64,
+            ),
+            Addressing::Contiguous { seq_base } => (false, &self.dummy_i32, 0, 0, *seq_base),
+        };
+        let name = attn_kernel_name(paged, layer.k.dtype(), shape.head_dim, shape.group());
+        let split = parts.parts > 1;
+        if split {
+            let n = q_elems * parts.parts as usize;
+            let m = rows.rows * shape.q_heads * parts.parts as usize;
+            grow(self, &mut ws.part_out, n)?;
+            grow(self, &mut ws.part_max, m)?;
+            grow(self, &mut ws.part_sum, m)?;
+        }
+        let kv_heads = i32_of(shape.kv_heads, "kv_heads")?;
+        let part_tokens = parts.part_tokens as i32;
+        {
+            let (po, pm, ps) = if split {
+                (
+                    ws.part_out.as_ref().unwrap_or(&self.dummy_f32),
+                    ws.part_max.as_ref().unwrap_or(&self.dummy_f32),
+                    ws.part_sum.as_ref().unwrap_or(&self.dummy_f32),
+                )
+            } else {
+                (&self.dummy_f32, &self.dummy_f32, &self.dummy_f32)
+            };
+            let (k, v) = layer.kv_args()?;
+            let grid = crate::launch::grid(
+                shape.kv_heads,
+                rows.rows,
+                parts.parts as usize,
+                "kv_heads, rows, partitions",
+            )?;
+            // The caller checked tables/bases/lengths against the layer on the host; buffers
+            // hold rows x heads x partitions as the kernel indexes them.
+            self.launch(
+                &name,
+                grid,
+                (ATTN_THREADS, 1, 1),
+                0,
+                &[
+                    Arg::Buf(&*out),
+                    Arg::Buf(po),
+                    Arg::Buf(pm),
+                    Arg::Buf(ps),
+                    Arg::Buf(q),
+                    k,
+                    v,
+                    Arg::Buf(rows.row_seq),
+                    Arg::Buf(rows.row_len),
+                    Arg::Buf(tables),
+                    Arg::I32(max_blocks),
+                    Arg::I32(log2_bs),
+                    Arg::Buf(base),
+                    Arg::I32(kv_heads),
+                    Arg::I32(part_tokens),
+                    Arg::F32(scale),
+                ],
+            )?;
+        }
+        if split {
+            let nparts = parts.parts as i32;
+            let d = i32_of(shape.head_dim, "head_dim")?;
+            let grid = crate::launch::grid(shape.q_heads, rows.rows, 1, "q_heads, rows, 1")?;
+            // The partial buffers were sized for rows x q_heads x parts above.
+            self.launch(
+                "attn_merge",
+                grid,
+                (shape.head_dim as u32, 1, 1),
+                0,
+                &[
+                    Arg::Buf(&*out),
+                    Arg::Buf(ws.part_out.as_ref().unwrap_or(&self.dummy_f32)),
+                    Arg::Buf(ws.part_max.as_ref().unwrap_or(&self.dummy_f32)),
+                    Arg::Buf(ws.part_sum.as_ref().unwrap_or(&self.dummy_f32)),
+                    Arg::Buf(rows.row_len),
+                    Arg::I32(nparts),
+                    Arg::I32(part_tokens),
+                    Arg::I32(d),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn grow(gpu: &Gpu, slot: &mut Option<DevBuf<f32>>, n: usize) -> Result<(), CudaError> {
+    if slot.as_ref().is_none_or(|s| s.len() < n) {
+        *slot = Some(gpu.zeros(n)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The real `.cu` kernels compiled for the host (`build.rs`, `emu/emu_cuda.h`): every kernel
+//! name an NVRTC program exports has a host build here, launched with CUDA's conventions
+//! (grid, block, `kernelParams`), its CUDA threads run as fibers with real barriers. A kernel
+//! thread that touches a protected page makes the launch return [`EmuKernelError::Fault`].
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+include!(concat!(env!("OUT_DIR"), "/emu_kernels.rs"));
+
+/// A CUDA launch dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+impl Dim3 {
+    pub fn new(x: u32, y: u32, z: u32) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmuKernelError {
+    #[error("no host build of kernel {0}")]
+    UnknownKernel(String),
+    #[error("kernel {kernel}: {reason}")]
+    BadLaunch { kernel: String, reason: String },
+    /// A kernel thread touched a protected page (a guard page around a device allocation, or freed memory).
+    #[error("kernel {kernel}: invalid {} at address {addr:#x}", if *.write { "write" } else { "access" })]
+    Fault {
+        kernel: String,
+        addr: usize,
+        write: bool,
+    },
+}
+
+/// `emu::LaunchResult` in emu_cuda.h.
+#[repr(C)]
+struct LaunchResult {
+    fault_addr: usize,
+    fault_write: c_int,
+    reason: [c_char; 256],
+}
+
+const LAUNCH_OK: c_int = 0;
+const LAUNCH_UNKNOWN: c_int = 1;
+const LAUNCH_BAD: c_int = 2;
+const LAUNCH_FAULT: c_int = 3;
+
+extern "C" {
+    fn emu_kernels_launch(
+        program: c_uint,
+        kernel: c_uint,
+        grid: *const c_uint,
+        block: *const c_uint,
+        shared: c_uint,
+        params: *const *mut c_void,
+        nparams: usize,
+        res: *mut LaunchResult,
+    ) -> c_int;
+}
+
+/// Every kernel name the host build provides (the same names NVRTC programs export).
+pub fn kernel_names() -> &'static [&'static str] {
+    &NAMES
+}
+
+/// Runs `kernel` to completion on the calling thread: every block of `grid` in turn, each block's
+/// block.x*block.y*block.z CUDA threads as fibers (OS threads in the ThreadSanitizer build),
+/// `__syncthreads` a real barrier, warp operations warp-synchronous.
+/// # Safety
+/// `params[i]` points at the value of the kernel's i-th parameter (CUDA's `kernelParams` convention);
+/// pointer parameters hold host addresses valid for every access a correct kernel makes.
+pub unsafe fn launch(
+    kernel: &str,
+    grid: Dim3,
+    block: Dim3,
+    dynamic_shared_bytes: u32,
+    params: &[*mut c_void],
+) -> Result<(), EmuKernelError> {
+    let Ok(i) = KERNELS.binary_search_by(|e| e.0.cmp(kernel)) else {
+        return Err(EmuKernelError::UnknownKernel(kernel.to_string()));
+    };
+    let (_, program, index) = KERNELS[i];
+    let g = [grid.x, grid.y, grid.z];
+    let b = [block.x, block.y, block.z];
+    let mut res = LaunchResult {
+        fault_addr: 0,
+        fault_write: 0,
+        reason: [0; 256],
+    };
+    // SAFETY: the arrays live across the call; the parameter pointers are the caller's promise.
+    let rc = unsafe {
+        emu_kernels_launch(
+            program,
+            index,
+            g.as_ptr(),
+            b.as_ptr(),
+            dynamic_shared_bytes,
+            params.as_ptr(),
+            params.len(),
+            &mut res,
+        )
+    };
+    match rc {
+        LAUNCH_OK => Ok(()),
+        LAUNCH_FAULT => Err(EmuKernelError::Fault {
+            kernel: kernel.to_string(),
+            addr: res.fault_addr,
+            write: res.fault_write != 0,
+        }),
+        LAUNCH_UNKNOWN => Err(EmuKernelError::UnknownKernel(kernel.to_string())),
+        LAUNCH_BAD => {
+            let bytes: Vec<u8> = res
+                .reason
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            Err(EmuKernelError::BadLaunch {
+                kernel: kernel.to_string(),
+                reason: String::from_utf8_lossy(&bytes).into_owned(),
+            })
+        }
+        other => Err(EmuKernelError::BadLaunch {
+            kernel: kernel.to_string(),
+            reason: format!("host launcher returned status {other}"),
+        }),
+    }
+}
