@@ -67,9 +67,7 @@ impl Gpu {
         let (a, n) = swap_range(layer, first, len)?;
         match (&layer.k, &layer.v, host) {
             (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.d2h(k, v, a, n, h, kv_at),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => {
-                self.d2h(k, v, a, n, h, kv_at)
-            }
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.d2h(k, v, a, n, h, kv_at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
@@ -113,9 +111,7 @@ impl Gpu {
         let (a, n) = swap_range(layer, first, len)?;
         match (&mut layer.k, &mut layer.v, host) {
             (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.h2d(k, v, a, n, h, kv_at),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => {
-                self.h2d(k, v, a, n, h, kv_at)
-            }
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.h2d(k, v, a, n, h, kv_at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
