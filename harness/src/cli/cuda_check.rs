@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use kvbench_cuda::check::{self, CheckRow};
 use kvbench_cuda::device::Gpu;
+use kvbench_cuda::emu::EmuConfig;
 
 use crate::cli::ExitStatus;
 
@@ -24,6 +25,15 @@ pub struct Args {
     /// A reduced grid (bf16, GQA 4, head dim 128, block 16; every length), for sanitizer runs.
     #[arg(long)]
     quick: bool,
+    /// The device: a GPU, or the emulated device (no GPU needed; the kernels' host build).
+    #[arg(long, value_enum, default_value = "cuda")]
+    backend: CheckBackend,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckBackend {
+    Cuda,
+    CudaEmu,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -31,7 +41,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(args.seed);
-    let gpu = Gpu::open().context("cuda-check: no usable GPU")?;
+    let gpu = match args.backend {
+        CheckBackend::Cuda => Gpu::open().context("cuda-check: no usable GPU")?,
+        CheckBackend::CudaEmu => {
+            Gpu::emulated_open(EmuConfig::new(seed)).context("cuda-check: the emulated device")?
+        }
+    };
     println!(
         "cuda-check on {} ({}), seed {seed} (replay: KVBENCH_SEED={seed})",
         gpu.info.name,

@@ -129,6 +129,10 @@ struct Fiber {
   Ctx ctx;
   Thread t;
   bool done = false;
+  // The barrier this fiber waits at and the generation it waits to end: the scheduler resumes
+  // it only once that generation has passed (no switch in and straight back out).
+  const Barrier* wait_bar = nullptr;
+  unsigned int wait_gen = 0;
 };
 
 struct Sched {
@@ -149,7 +153,11 @@ void arrive(Barrier& b, Block& blk) {
     ++b.gen;
     return;
   }
+  Fiber* f = t_sched->cur;
+  f->wait_bar = &b;
+  f->wait_gen = g;
   while (b.gen == g) yield();
+  f->wait_bar = nullptr;
 }
 
 void leave(Barrier& b) {
@@ -407,7 +415,9 @@ void install_handler() {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO;
+    // On the thread's alternate stack where it has one (Rust gives every thread one), so a
+    // fiber that overflowed its stack still gets a handler that can report it.
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &g_prev_segv);
   });
@@ -447,6 +457,7 @@ bool run_block(Sched& s, Block& blk, std::vector<Fiber>& fibers, unsigned int n)
   for (unsigned int i = 0; i < n; ++i) {
     Fiber& f = fibers[i];
     f.done = false;
+    f.wait_bar = nullptr;
     ctx_init(&f.ctx, t_stacks.bases[i] + t_stacks.page + kStackBytes, &fiber_main, &f);
   }
   unsigned int live = n;
@@ -454,7 +465,7 @@ bool run_block(Sched& s, Block& blk, std::vector<Fiber>& fibers, unsigned int n)
     const unsigned long before = blk.events;
     for (unsigned int i = 0; i < n; ++i) {
       Fiber& f = fibers[i];
-      if (f.done) continue;
+      if (f.done || (f.wait_bar != nullptr && f.wait_bar->gen == f.wait_gen)) continue;
       t_cur = &f.t;
       s.cur = &f;
       ctx_switch(&s.ctx, &f.ctx);

@@ -12,6 +12,7 @@
 
 pub mod libs;
 pub mod nvrtc;
+pub mod nvrtc_cache;
 pub mod source;
 
 pub use libs::{CudaLib, LibError};

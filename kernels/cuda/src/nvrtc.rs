@@ -1,6 +1,7 @@
 //! NVRTC: the library's version and compiling a program for one GPU architecture to a CUBIN.
 //! The CI gate ([`compile`] for every program and `sm_80`/`sm_90`) fails on any warning too:
 //! warnings (spills included, through `--warn-on-spills`) are returned separately from the log.
+//! A program is compiled once per process ([`crate::nvrtc_cache`]).
 
 use std::ffi::CString;
 use std::time::Instant;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use cudarc::nvrtc::{result, sys};
 
 use crate::libs::{guarded, CudaLib, LibError};
+use crate::nvrtc_cache::{self, CacheKey};
 use crate::source::ProgramId;
 
 /// Architectures every program is compiled for in CI and by `kvbench doctor`.
@@ -64,13 +66,40 @@ pub fn options(arch: &str) -> Vec<String> {
     ]
 }
 
-/// Compiles `program` for `arch` (`sm_90`, ...) to a CUBIN.
+/// Compiles `program` for `arch` (`sm_90`, ...) to a CUBIN, at most once per process (and once
+/// per cache folder where `KVBENCH_KERNEL_CACHE` names one): see [`crate::nvrtc_cache`].
 pub fn compile(program: ProgramId, arch: &str) -> Result<Compiled, CompileError> {
     compile_source(program.name(), &program.source(), arch)
 }
 
-/// Compiles any CUDA C text (`program` names it in errors).
+/// Compiles any CUDA C text (`program` names it in errors), through the process-wide cache.
 pub fn compile_source(program: &str, source: &str, arch: &str) -> Result<Compiled, CompileError> {
+    let (major, minor) = version()?;
+    let compiler = format!("{major}.{minor}");
+    let options = options(arch);
+    let key = CacheKey {
+        program,
+        arch,
+        source,
+        options: &options,
+        compiler: &compiler,
+    };
+    let dir = nvrtc_cache::dir_from_env();
+    nvrtc_cache::global().get_or_compile(&key, dir.as_deref(), || {
+        compile_uncached(program, source, arch)
+    })
+}
+
+/// The lines of an NVRTC log that are warnings.
+pub fn warning_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.to_ascii_lowercase().contains("warning"))
+        .map(String::from)
+        .collect()
+}
+
+/// One NVRTC compilation, no cache.
+pub fn compile_uncached(program: &str, source: &str, arch: &str) -> Result<Compiled, CompileError> {
     let t = Instant::now();
     let nul = |what: &str| CompileError::Failed {
         program: program.to_string(),
@@ -117,11 +146,7 @@ pub fn compile_source(program: &str, source: &str, arch: &str) -> Result<Compile
         },
     )??;
     let (cubin, log) = out;
-    let warnings = log
-        .lines()
-        .filter(|l| l.to_ascii_lowercase().contains("warning"))
-        .map(String::from)
-        .collect();
+    let warnings = warning_lines(&log);
     Ok(Compiled {
         program: program.to_string(),
         arch: arch.to_string(),

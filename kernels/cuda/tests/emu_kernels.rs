@@ -271,7 +271,7 @@ fn kv_write_and_copy_slots_move_exactly_the_named_rows() {
                     KvDtype::F32 => f32::from_bits(buf[i]),
                     KvDtype::Bf16 => {
                         let w = buf[i / 2];
-                        half::bf16::from_bits(if i % 2 == 0 {
+                        half::bf16::from_bits(if i.is_multiple_of(2) {
                             w as u16
                         } else {
                             (w >> 16) as u16
