@@ -159,3 +159,22 @@ fn fuzzing_on_the_emulated_device_runs_and_replays_a_case_from_both_seeds() {
         "{text}"
     );
 }
+
+/// Found by `kvbench fuzz --backend cuda-emu`: with swap preemption and async steps a sequence
+/// came back from the host in other runs of slots than it left in, and the host buffer's layout
+/// followed the runs (K and V of each run together), so its V rows were read from K's place.
+/// The host layout is now all K rows, then all V rows, whatever the runs.
+#[test]
+fn a_sequence_swapped_out_and_in_through_different_runs_keeps_its_kv() {
+    take_teardowns();
+    kvbench::backend::cuda::set_emu_seed(1);
+    let seed = 1_796_158_746_852_104_363;
+    let case = kvbench::results::fuzz::case_toml(seed);
+    assert!(case.contains("preemption = \"swap\"") && case.contains("async_steps = true"));
+    match kvbench::results::fuzz::run_case_on(seed, BackendKind::CudaEmu) {
+        kvbench::results::fuzz::Outcome::Passed => {}
+        kvbench::results::fuzz::Outcome::Failed(e) => panic!("seed {seed}: {e}"),
+        kvbench::results::fuzz::Outcome::Infeasible(e) => panic!("seed {seed} refused: {e}"),
+    }
+    assert!(take_teardowns().iter().all(|t| t.ok()));
+}

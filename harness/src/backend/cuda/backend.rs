@@ -341,14 +341,23 @@ impl CudaBackend {
                             .gpu
                             .pinned(self.kv_dtype, 2 * s.tokens as usize * row)
                             .map_err(dev)?;
+                        // All K rows in token order, then all V rows: the layout must not
+                        // depend on the runs, which differ after the swap-in's allocation.
+                        let v_base = s.tokens as usize * row;
                         let mut at = 0;
                         let mut queued = Ok(());
                         for &(first, len) in &runs {
-                            queued = self.gpu.swap_out_at(layer, first, len, &mut host, at);
+                            queued = self.gpu.swap_out_kv(
+                                layer,
+                                first,
+                                len,
+                                &mut host,
+                                (at, v_base + at),
+                            );
                             if queued.is_err() {
                                 break;
                             }
-                            at += 2 * len * row;
+                            at += len * row;
                         }
                         bufs.push(host);
                         if let Err(e) = queued {
@@ -370,14 +379,17 @@ impl CudaBackend {
                         ))
                     })?;
                     let mut queued = Ok(());
+                    let v_base = s.tokens as usize * row;
                     'layers: for (layer, host) in self.kv.iter_mut().zip(&bufs) {
                         let mut at = 0;
                         for &(first, len) in &runs {
-                            queued = self.gpu.swap_in_at(layer, first, len, host, at);
+                            queued =
+                                self.gpu
+                                    .swap_in_kv(layer, first, len, host, (at, v_base + at));
                             if queued.is_err() {
                                 break 'layers;
                             }
-                            at += 2 * len * row;
+                            at += len * row;
                         }
                     }
                     sources.push(bufs);

@@ -49,10 +49,25 @@ impl Gpu {
         host: &mut PinnedKv,
         at: usize,
     ) -> Result<(), CudaError> {
+        let n = len * layer.shape.kv_row();
+        self.swap_out_kv(layer, first, len, host, (at, at + n))
+    }
+
+    /// Copies slots `[first, first + len)` to `host`: K rows at element `kv_at.0`, V rows at
+    /// `kv_at.1`. A sequence held in several runs of slots keeps one layout on the host — all
+    /// its K rows in token order, then all its V rows — whatever runs it has on either side.
+    pub fn swap_out_kv(
+        &self,
+        layer: &DevLayer,
+        first: usize,
+        len: usize,
+        host: &mut PinnedKv,
+        kv_at: (usize, usize),
+    ) -> Result<(), CudaError> {
         let (a, n) = swap_range(layer, first, len)?;
         match (&layer.k, &layer.v, host) {
-            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.d2h(k, v, a, n, h, at),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.d2h(k, v, a, n, h, at),
+            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.d2h(k, v, a, n, h, kv_at),
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.d2h(k, v, a, n, h, kv_at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
@@ -79,10 +94,24 @@ impl Gpu {
         host: &PinnedKv,
         at: usize,
     ) -> Result<(), CudaError> {
+        let n = len * layer.shape.kv_row();
+        self.swap_in_kv(layer, first, len, host, (at, at + n))
+    }
+
+    /// Copies K rows at element `kv_at.0` and V rows at `kv_at.1` of `host` into slots
+    /// `[first, first + len)` (the inverse of [`swap_out_kv`](Self::swap_out_kv)).
+    pub fn swap_in_kv(
+        &self,
+        layer: &mut DevLayer,
+        first: usize,
+        len: usize,
+        host: &PinnedKv,
+        kv_at: (usize, usize),
+    ) -> Result<(), CudaError> {
         let (a, n) = swap_range(layer, first, len)?;
         match (&mut layer.k, &mut layer.v, host) {
-            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.h2d(k, v, a, n, h, at),
-            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.h2d(k, v, a, n, h, at),
+            (KvBuf::F32(k), KvBuf::F32(v), PinnedKv::F32(h)) => self.h2d(k, v, a, n, h, kv_at),
+            (KvBuf::Bf16(k), KvBuf::Bf16(v), PinnedKv::Bf16(h)) => self.h2d(k, v, a, n, h, kv_at),
             _ => Err(CudaError::Shape(
                 "swap buffer of another element type".into(),
             )),
@@ -96,13 +125,10 @@ impl Gpu {
         a: usize,
         n: usize,
         h: &mut HostBuf<T>,
-        at: usize,
+        (k_at, v_at): (usize, usize),
     ) -> Result<(), CudaError> {
-        if h.len() < at + 2 * n {
-            return Err(CudaError::Shape("swap buffer too small".into()));
-        }
-        self.dtoh_async(k, a, h, at, n)?;
-        self.dtoh_async(v, a, h, at + n, n)
+        self.dtoh_async(k, a, h, k_at, n)?;
+        self.dtoh_async(v, a, h, v_at, n)
     }
 
     fn h2d<T: Elem>(
@@ -112,13 +138,10 @@ impl Gpu {
         a: usize,
         n: usize,
         h: &HostBuf<T>,
-        at: usize,
+        (k_at, v_at): (usize, usize),
     ) -> Result<(), CudaError> {
-        if h.len() < at + 2 * n {
-            return Err(CudaError::Shape("swap buffer too small".into()));
-        }
-        self.htod_async(h, at, k, a, n)?;
-        self.htod_async(h, at + n, v, a, n)
+        self.htod_async(h, k_at, k, a, n)?;
+        self.htod_async(h, v_at, v, a, n)
     }
 }
 
