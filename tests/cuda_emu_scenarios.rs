@@ -169,12 +169,12 @@ fn a_sequence_swapped_out_and_in_through_different_runs_keeps_its_kv() {
     take_teardowns();
     kvbench::backend::cuda::set_emu_seed(1);
     let seed = 1_796_158_746_852_104_363;
-    let case = kvbench::results::fuzz::case_toml(seed);
+    let case = kvbench::experiment::fuzz::case_toml(seed);
     assert!(case.contains("preemption = \"swap\"") && case.contains("async_steps = true"));
-    match kvbench::results::fuzz::run_case_on(seed, BackendKind::CudaEmu) {
-        kvbench::results::fuzz::Outcome::Passed => {}
-        kvbench::results::fuzz::Outcome::Failed(e) => panic!("seed {seed}: {e}"),
-        kvbench::results::fuzz::Outcome::Infeasible(e) => panic!("seed {seed} refused: {e}"),
+    match kvbench::experiment::fuzz::run_case_on(seed, BackendKind::CudaEmu) {
+        kvbench::experiment::fuzz::Outcome::Passed => {}
+        kvbench::experiment::fuzz::Outcome::Failed(e) => panic!("seed {seed}: {e}"),
+        kvbench::experiment::fuzz::Outcome::Infeasible(e) => panic!("seed {seed} refused: {e}"),
     }
     assert!(take_teardowns().iter().all(|t| t.ok()));
 }
