@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::{read_rows, TraceError, TraceRead};
 use crate::scenario::{FailedRows, TraceFormat, TraceSpec};
 use crate::workload::types::{CancelPoint, Request, TraceInfo};
-use crate::workload::{Head, Prompt, Recipe};
+use crate::workload::{Continuation, Head, Prompt, Recipe};
 
 /// What a replay produced: the requests (dense ids, arrival order) and the facts about it.
 pub struct Replayed {
@@ -144,8 +144,12 @@ fn replay_kept(
     let end_ns = limits.duration_s.map(|d| (d * 1e9).round() as u64);
     let cap = limits.max_requests.map_or(usize::MAX, |n| n as usize);
 
-    // The latest prompt of each CSV session, which its next row continues.
-    let mut sessions: BTreeMap<u32, Arc<Recipe>> = BTreeMap::new();
+    // Each CSV session's link chain from its latest row down to its first, as a stack of
+    // (position where the row's own ids start, row), starts strictly increasing: the rows a
+    // next row's prefix can still come from. A row continuing with prefix `upto` pops the rows
+    // whose own ids all lie at or past `upto` (no later row reads them through the chain) and
+    // links to the top, so each row is pushed and popped once: linear in the session.
+    let mut sessions: BTreeMap<u32, SessionChain> = BTreeMap::new();
     let block = spec.hash_block_tokens.max(1);
     let mut requests = Vec::with_capacity(kept.len().min(cap));
     for row in kept {
@@ -167,13 +171,22 @@ fn replay_kept(
         }
         let id = requests.len() as u64;
         let in_session = row.session != NO_SESSION;
-        let earlier = in_session.then(|| sessions.get(&row.session)).flatten();
+        let earlier = if in_session {
+            sessions.get_mut(&row.session)
+        } else {
+            None
+        };
+        // Where this row's own ids start (what a later row's chain needs to know).
+        let mut own_from = 0;
         let head = match (earlier, row.prefix_group) {
             _ if !row.hash_ids.is_empty() => Head::HashIds {
                 block_tokens: block,
                 ids: row.hash_ids,
             },
-            (Some(prev), _) => Head::Continues(Arc::clone(prev)),
+            (Some(chain), _) => {
+                own_from = row.prompt_tokens.min(chain.prev_len_tokens);
+                Head::Continues(chain.link(own_from))
+            }
             (None, Some(g)) => Head::PrefixGroup {
                 group: g,
                 tokens: spec.prefix_tokens.min(row.prompt_tokens),
@@ -191,7 +204,15 @@ fn replay_kept(
             head,
         };
         if in_session {
-            sessions.insert(row.session, Arc::new(recipe.clone()));
+            let latest = Arc::new(recipe.clone());
+            match sessions.get_mut(&row.session) {
+                Some(chain) if matches!(recipe.head, Head::Continues(_)) => {
+                    chain.push(own_from, latest)
+                }
+                _ => {
+                    sessions.insert(row.session, SessionChain::new(latest));
+                }
+            }
         }
         // A prefill always emits one token; a failed request is cancelled at that token.
         let (output_tokens, cancel) = if row.failed {
@@ -217,5 +238,47 @@ fn replay_kept(
         requests,
         info,
         has_content_ids: read.has_content_ids,
+    }
+}
+
+/// One CSV session's rows a later row may continue (see `replay_kept`).
+struct SessionChain {
+    /// (position where the row's own ids start, the row); the first entry is the session's
+    /// first row (own ids from 0), starts strictly increase.
+    stack: Vec<(u32, Arc<Recipe>)>,
+    prev_key: u64,
+    prev_len_tokens: u32,
+}
+
+impl SessionChain {
+    fn new(first: Arc<Recipe>) -> SessionChain {
+        SessionChain {
+            prev_key: first.key,
+            prev_len_tokens: first.len_tokens,
+            stack: vec![(0, first)],
+        }
+    }
+
+    /// The link of a row continuing the previous one with its first `upto` tokens: the
+    /// nearest row whose first `upto` tokens are the previous row's (rows whose own ids start
+    /// at or past `upto` give none of them, and no later row of the session reads them through
+    /// its chain: they are popped).
+    fn link(&mut self, upto: u32) -> Continuation {
+        while self.stack.len() > 1 && self.stack.last().is_some_and(|(s, _)| *s >= upto) {
+            self.stack.pop();
+        }
+        let from = Arc::clone(&self.stack[self.stack.len() - 1].1);
+        Continuation {
+            from,
+            prev_key: self.prev_key,
+            prev_len_tokens: self.prev_len_tokens,
+        }
+    }
+
+    /// The row just made (linked by `link(own_from)`) is the session's latest.
+    fn push(&mut self, own_from: u32, row: Arc<Recipe>) {
+        self.prev_key = row.key;
+        self.prev_len_tokens = row.len_tokens;
+        self.stack.push((own_from, row));
     }
 }
