@@ -73,6 +73,12 @@ fn calibrate_and_check() -> Vec<String> {
         "--out",
         p,
     ]);
+    // A loaded machine can spoil the fit: it is then refused (nothing written), an attempt lost.
+    if code == 2 && text.contains("is refused") {
+        assert!(!profile.exists(), "a refused fit writes nothing");
+        missed.push(format!("fit refused: {text}"));
+        return missed;
+    }
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("R²"), "{text}");
     assert!(dir.path().join("cpu.grid.json").is_file());
@@ -101,7 +107,15 @@ fn calibrate_and_check() -> Vec<String> {
         "--out",
         out.to_str().expect("utf-8"),
     ]);
-    assert_eq!(code, 0, "{text}");
+    // Exit 1 when a figure misses its stated target (the files are written either way); the
+    // CI bound below is looser than the targets, for a shared VM.
+    assert!(code == 0 || code == 1, "{text}");
+    assert_eq!(code == 1, text.contains("missed their target"), "{text}");
+    assert!(text.contains("| ttft_p50 (ms) | ±5% |"), "{text}");
+    assert!(
+        text.contains("| pass |") || text.contains("| miss |"),
+        "{text}"
+    );
     println!("{text}");
     let cal = json(&out.join("calibration.json"));
     let measured = json(&out.join("measured/summary.json"));
