@@ -78,7 +78,7 @@ impl Fit {
                 bound.join(", ")
             ));
         }
-        if !(self.r2 >= R2_FLOOR) {
+        if self.r2.is_nan() || self.r2 < R2_FLOOR {
             why.push(format!(
                 "R² {:.4} is below the floor {R2_FLOOR} (the cost model does not explain the \
                  measured times)",

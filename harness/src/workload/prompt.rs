@@ -68,9 +68,10 @@ pub enum Head {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Continuation {
     pub from: Arc<Recipe>,
-    /// The previous row of the session: its request id and prompt length (what the workload
-    /// hash names, and what caps the continued prefix).
-    pub prev_key: u64,
+    /// The previous row of the session, by how many request ids before this row it is (its key
+    /// is `key - prev_back`; 4 bytes, so a recipe stays 48) and its prompt length: what the
+    /// workload hash names, and what caps the continued prefix.
+    pub prev_back: u32,
     pub prev_len_tokens: u32,
 }
 
@@ -299,7 +300,8 @@ impl Recipe {
                 }
             }
             Head::Continues(c) => {
-                h.update(&[3]).update(&c.prev_key.to_le_bytes());
+                let prev_key = self.key.wrapping_sub(u64::from(c.prev_back));
+                h.update(&[3]).update(&prev_key.to_le_bytes());
                 h.update(&c.prev_len_tokens.to_le_bytes());
             }
         }
@@ -426,7 +428,7 @@ mod tests {
         let cont = |r: &Recipe| {
             Head::Continues(Continuation {
                 from: Arc::new(r.clone()),
-                prev_key: r.key,
+                prev_back: 1,
                 prev_len_tokens: r.len_tokens,
             })
         };
@@ -455,13 +457,12 @@ mod tests {
             },
         ));
         for k in 1..200_000 {
-            let prev_key = p.key;
             p = Arc::new(recipe(
                 k,
                 4,
                 Head::Continues(Continuation {
                     from: p,
-                    prev_key,
+                    prev_back: 1,
                     prev_len_tokens: 4,
                 }),
             ));

@@ -194,7 +194,9 @@ fn replay_kept(
                 line: row.line,
                 col: 1,
                 message: format!(
-                    "this row arrives {:.3} s after the first replayed row, times time_scale                      {} / rate_scale {} = {at_s:e} s of virtual time; the most is                      {MAX_HORIZON_S:e} s (lower time_scale or raise rate_scale)",
+                    "this row arrives {:.3} s after the first replayed row, times time_scale {} / \
+                     rate_scale {} = {at_s:e} s of virtual time; the most is {MAX_HORIZON_S:e} s \
+                     (lower time_scale or raise rate_scale)",
                     rel as f64 / 1e9,
                     spec.time_scale,
                     spec.rate_scale
@@ -217,7 +219,16 @@ fn replay_kept(
             },
             (Some(chain), _) => {
                 own_from = row.prompt_tokens.min(chain.prev_len_tokens);
-                Head::Continues(chain.link(own_from))
+                let link = chain.link(own_from, id).ok_or_else(|| TraceError::Row {
+                    path: path_of(read),
+                    line: row.line,
+                    col: 1,
+                    message: format!(
+                        "this session row is more than {} requests after its previous row",
+                        u32::MAX
+                    ),
+                })?;
+                Head::Continues(link)
             }
             (None, Some(g)) => Head::PrefixGroup {
                 group: g,
@@ -349,16 +360,19 @@ impl SessionChain {
     /// nearest row whose first `upto` tokens are the previous row's (rows whose own ids start
     /// at or past `upto` give none of them, and no later row of the session reads them through
     /// its chain: they are popped).
-    fn link(&mut self, upto: u32) -> Continuation {
+    /// `key`: the new row's request id (`None`: its previous row is more than `u32::MAX`
+    /// requests back).
+    fn link(&mut self, upto: u32, key: u64) -> Option<Continuation> {
+        let prev_back = u32::try_from(key.checked_sub(self.prev_key)?).ok()?;
         while self.stack.len() > 1 && self.stack.last().is_some_and(|(s, _)| *s >= upto) {
             self.stack.pop();
         }
-        let from = Arc::clone(&self.stack[self.stack.len() - 1].1);
-        Continuation {
+        let from = Arc::clone(&self.stack.last()?.1);
+        Some(Continuation {
             from,
-            prev_key: self.prev_key,
+            prev_back,
             prev_len_tokens: self.prev_len_tokens,
-        }
+        })
     }
 
     /// The row just made (linked by `link(own_from)`) is the session's latest.
