@@ -8,6 +8,10 @@
 //! attempts' errors are printed. Every error in `calibration.json` is recomputed from the two
 //! `summary.json` files beside it.
 //!
+//! On a loaded machine `calibrate` refuses a poor fit (R² below 0.95 or a constant on its bound)
+//! and writes nothing; when both attempts are refused with the load warning, the bound cannot be
+//! checked and the test prints a `SKIP:` line (counted by tests/check.sh) instead of passing.
+//!
 //! The tests in this file take turns (one lock): the load test burns CPU on purpose.
 
 use std::path::Path;
@@ -55,6 +59,19 @@ fn calibrate_then_check_meets_the_ci_bound() {
             return;
         }
         misses.push(missed);
+    }
+    // On a machine other work loads, calibrate says so and refuses the fit it cannot trust:
+    // then there is no profile whose error this test could bound. That is a visible skip
+    // (tests/check.sh counts it), never a pass; a refusal without a load warning fails.
+    let loaded_refusals = misses
+        .iter()
+        .all(|m| m.len() == 1 && m[0].contains("is refused") && m[0].contains("machine is loaded"));
+    if loaded_refusals {
+        println!(
+            "SKIP: calibrate_then_check_meets_the_ci_bound: the machine is loaded and both fits \
+             were refused (nothing written); the CI bound was not checked"
+        );
+        return;
     }
     panic!("outside the CI bound on both attempts: {misses:?}");
 }

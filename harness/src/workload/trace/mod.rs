@@ -12,6 +12,7 @@ mod lines;
 mod mooncake;
 mod replay;
 mod reuse;
+mod session_chain;
 mod stats;
 mod time;
 

@@ -14,11 +14,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::session_chain::SessionChain;
 use super::{read_rows, TraceError, TraceRead};
 use crate::scenario::ranges::MAX_HORIZON_S;
 use crate::scenario::{FailedRows, TraceFormat, TraceSpec};
 use crate::workload::types::{CancelPoint, Request, TraceInfo};
-use crate::workload::{Continuation, Head, Prompt, Recipe};
+use crate::workload::{Head, Prompt, Recipe};
 
 /// What a replay produced: the requests (dense ids, arrival order) and the facts about it.
 pub struct Replayed {
@@ -335,50 +336,5 @@ impl TraceInfo {
         .filter(|(n, _)| *n > 0)
         .map(|(n, why)| format!("{n} {why}"))
         .collect()
-    }
-}
-
-/// One CSV session's rows a later row may continue (see `replay_kept`).
-struct SessionChain {
-    /// (position where the row's own ids start, the row); the first entry is the session's
-    /// first row (own ids from 0), starts strictly increase.
-    stack: Vec<(u32, Arc<Recipe>)>,
-    prev_key: u64,
-    prev_len_tokens: u32,
-}
-
-impl SessionChain {
-    fn new(first: Arc<Recipe>) -> SessionChain {
-        SessionChain {
-            prev_key: first.key,
-            prev_len_tokens: first.len_tokens,
-            stack: vec![(0, first)],
-        }
-    }
-
-    /// The link of a row continuing the previous one with its first `upto` tokens: the
-    /// nearest row whose first `upto` tokens are the previous row's (rows whose own ids start
-    /// at or past `upto` give none of them, and no later row of the session reads them through
-    /// its chain: they are popped).
-    /// `key`: the new row's request id (`None`: its previous row is more than `u32::MAX`
-    /// requests back).
-    fn link(&mut self, upto: u32, key: u64) -> Option<Continuation> {
-        let prev_back = u32::try_from(key.checked_sub(self.prev_key)?).ok()?;
-        while self.stack.len() > 1 && self.stack.last().is_some_and(|(s, _)| *s >= upto) {
-            self.stack.pop();
-        }
-        let from = Arc::clone(&self.stack.last()?.1);
-        Some(Continuation {
-            from,
-            prev_back,
-            prev_len_tokens: self.prev_len_tokens,
-        })
-    }
-
-    /// The row just made (linked by `link(own_from)`) is the session's latest.
-    fn push(&mut self, own_from: u32, row: Arc<Recipe>) {
-        self.prev_key = row.key;
-        self.prev_len_tokens = row.len_tokens;
-        self.stack.push((own_from, row));
     }
 }

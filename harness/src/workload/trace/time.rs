@@ -41,7 +41,7 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 
 fn days_in_month(y: u32, m: u32) -> u32 {
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
     match m {
         2 if leap => 29,
         2 => 28,
