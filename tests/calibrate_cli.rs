@@ -8,6 +8,10 @@
 //! attempts' errors are printed. Every error in `calibration.json` is recomputed from the two
 //! `summary.json` files beside it.
 //!
+//! On a loaded machine `calibrate` refuses a poor fit (R² below 0.95 or a constant on its bound)
+//! and writes nothing; when both attempts are refused with the load warning, the bound cannot be
+//! checked and the test prints a `SKIP:` line (counted by tests/check.sh) instead of passing.
+//!
 //! The tests in this file take turns (one lock): the load test burns CPU on purpose.
 
 use std::path::Path;
@@ -56,6 +60,19 @@ fn calibrate_then_check_meets_the_ci_bound() {
         }
         misses.push(missed);
     }
+    // On a machine other work loads, calibrate says so and refuses the fit it cannot trust:
+    // then there is no profile whose error this test could bound. That is a visible skip
+    // (tests/check.sh counts it), never a pass; a refusal without a load warning fails.
+    let loaded_refusals = misses
+        .iter()
+        .all(|m| m.len() == 1 && m[0].contains("is refused") && m[0].contains("machine is loaded"));
+    if loaded_refusals {
+        println!(
+            "SKIP: calibrate_then_check_meets_the_ci_bound: the machine is loaded and both fits \
+             were refused (nothing written); the CI bound was not checked"
+        );
+        return;
+    }
     panic!("outside the CI bound on both attempts: {misses:?}");
 }
 
@@ -73,6 +90,12 @@ fn calibrate_and_check() -> Vec<String> {
         "--out",
         p,
     ]);
+    // A loaded machine can spoil the fit: it is then refused (nothing written), an attempt lost.
+    if code == 2 && text.contains("is refused") {
+        assert!(!profile.exists(), "a refused fit writes nothing");
+        missed.push(format!("fit refused: {text}"));
+        return missed;
+    }
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("R²"), "{text}");
     assert!(dir.path().join("cpu.grid.json").is_file());
@@ -101,7 +124,15 @@ fn calibrate_and_check() -> Vec<String> {
         "--out",
         out.to_str().expect("utf-8"),
     ]);
-    assert_eq!(code, 0, "{text}");
+    // Exit 1 when a figure misses its stated target (the files are written either way); the
+    // CI bound below is looser than the targets, for a shared VM.
+    assert!(code == 0 || code == 1, "{text}");
+    assert_eq!(code == 1, text.contains("missed their target"), "{text}");
+    assert!(text.contains("| ttft_p50 (ms) | ±5% |"), "{text}");
+    assert!(
+        text.contains("| pass |") || text.contains("| miss |"),
+        "{text}"
+    );
     println!("{text}");
     let cal = json(&out.join("calibration.json"));
     let measured = json(&out.join("measured/summary.json"));

@@ -337,3 +337,59 @@ fn committed_calibration_errors_recompute_from_their_summaries() {
     }
     assert!(checked >= 28, "{checked}");
 }
+
+#[test]
+fn a_fit_on_its_bounds_or_below_the_r2_floor_is_refused_and_writes_nothing() {
+    let seed = seed();
+    let base = DeviceProfile::load("cpu", None).expect("cpu");
+    // The true fit is accepted.
+    let good = fit::fit(&synthetic_grid(&truth(), 0.0, seed), &base, "fitted").expect("fit");
+    assert_eq!(good.refusal(), None);
+    // Swaps that cost nothing measurable: the host link's rate sits on its range's bound.
+    let mut t = truth();
+    t.host_link_bytes_per_s = 1e30;
+    let f = fit::fit(&synthetic_grid(&t, 0.0, seed), &base, "fitted").expect("fit");
+    let why = f.refusal().expect("refused");
+    assert!(why.contains("host_link_bytes_per_s"), "{why}");
+    // Times the model cannot explain (each point timed as another one): R² below the floor.
+    let mut g = synthetic_grid(&truth(), 0.0, seed);
+    let times: Vec<Vec<f64>> = g.points.iter().map(|p| p.samples_s.clone()).collect();
+    for (p, t) in g.points.iter_mut().zip(times.into_iter().rev()) {
+        p.samples_s = t;
+    }
+    let f = fit::fit(&g, &base, "fitted").expect("fit");
+    println!("R² {} with the times reversed", f.r2);
+    assert!(f.r2 < fit::R2_FLOOR, "{}", f.r2);
+    assert!(f.refusal().expect("refused").contains("R²"));
+
+    // Through the binary: exit non-zero, no profile written.
+    let mut t = truth();
+    t.host_link_bytes_per_s = 1e30;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let grid = dir.path().join("g.grid.json");
+    std::fs::write(
+        &grid,
+        serde_json::to_string(&synthetic_grid(&t, 0.0, seed)).expect("json"),
+    )
+    .expect("write grid");
+    let out = dir.path().join("p.toml");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["calibrate", "--from-grid"])
+        .arg(&grid)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("host_link_bytes_per_s") && text.contains("nothing written"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_loaded_machine_is_named() {
+    use kvbench::calibrate::grid::load_warning;
+    assert_eq!(load_warning(0.3, 2), None);
+    let w = load_warning(16.5, 2).expect("a warning");
+    assert!(w.contains("16.50 on 2 cores"), "{w}");
+}

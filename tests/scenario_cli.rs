@@ -40,6 +40,26 @@ fn validate_accepts_every_shipped_scenario() {
     );
 }
 
+/// Each shipped scenario tests something of its own: no two are the same scenario under two
+/// names (`decode-first-8b-h200` was `chat-8b-h200` renamed).
+#[test]
+fn no_two_shipped_scenarios_differ_only_in_name() {
+    let mut seen: Vec<(String, serde_json::Value)> = Vec::new();
+    for p in shipped_scenarios() {
+        let s = kvbench::scenario::load(&p, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let mut v = serde_json::to_value(&s).expect("json");
+        if let Some(o) = v.as_object_mut() {
+            for k in ["name", "description", "source"] {
+                o.remove(k);
+            }
+        }
+        if let Some((other, _)) = seen.iter().find(|(_, w)| *w == v) {
+            panic!("{} is {other} under another name", s.name);
+        }
+        seen.push((s.name.clone(), v));
+    }
+}
+
 #[test]
 fn validate_rejects_a_malformed_file_with_file_line_and_exit_2() {
     let bad = root().join("tests/fixtures/scenarios/unknown_key.toml");
@@ -111,6 +131,38 @@ fn show_json_is_one_object() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["workload"]["requests"], 48);
     assert_eq!(v["scenario"]["name"], "quick-basic");
+}
+
+#[test]
+fn show_json_prints_the_resolved_model_without_nulls() {
+    let p = root().join("scenarios/chat-8b-h200.toml");
+    let out = kvbench(&["scenario", "show", p.to_str().unwrap_or(""), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let model = v["scenario"]["model"].as_object().expect("a model object");
+    let nulls: Vec<&String> = model
+        .iter()
+        .filter(|(_, x)| x.is_null())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(nulls.is_empty(), "null model fields: {nulls:?}");
+    // The preset's shape, resolved (llama3-8b: 32 layers, 8 KV heads of 128).
+    assert_eq!(model["layers"], 32);
+    assert_eq!(model["kv_heads"], 8);
+    assert_eq!(model["head_dim"], 128);
+}
+
+#[test]
+fn a_set_value_with_a_line_break_is_refused() {
+    let p = root().join("scenarios/quick-basic.toml");
+    let out = kvbench(&[
+        "validate",
+        p.to_str().unwrap_or(""),
+        "--set",
+        "seed=3\n[extra]\nkey = 1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("one line"), "{err}");
 }
 
 /// Output into a closed pipe (`kvbench ... | head -1` after head exited) must not panic: the

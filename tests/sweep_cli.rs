@@ -113,12 +113,28 @@ fn verdicts_are_monotone_and_the_rate_at_target_passed() {
         assert_eq!(ci[0].as_f64(), Some(max_pass));
         assert_eq!(ci[1].as_f64(), Some(min_nonpass));
         assert!((min_nonpass - max_pass) <= 0.05 * max_pass + 1e-9);
+        // Beside the offered rate: what the passing probe achieved there.
+        let pass = j["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["cache"] == cache)
+            .and_then(|r| r["probes"].as_array())
+            .and_then(|ps| {
+                ps.iter()
+                    .find(|p| p["verdict"] == "pass" && p["load"].as_f64() == Some(max_pass))
+            })
+            .expect("the passing probe");
+        assert_eq!(run["achieved_at_target_rps"], pass["achieved_rps"]);
+        assert!(run["achieved_at_target_rps"].as_f64().unwrap_or(0.0) > 0.0);
     }
+    assert!(text.contains("req/s achieved"), "{text}");
     // The paged cache sustains more than the contiguous baseline at the same SLO.
     let ratio = j["ratio_paged_over_contiguous"].as_f64().unwrap();
     assert!(ratio > 1.2, "{ratio}");
     let md = std::fs::read_to_string(dir.path().join("sweep.md")).unwrap();
     assert!(md.contains("| paged |") && md.contains("## Probes"), "{md}");
+    assert!(md.contains("achieved there (req/s)"), "{md}");
 }
 
 /// 600 requests keep 480 in the window: enough for a p99 claim with no sample over the target

@@ -21,6 +21,64 @@ pub const FIGURES: [&str; 7] = [
     "goodput",
 ];
 
+/// The target each figure's relative error must meet, as a fraction (±), on the calibration's
+/// own machine (README, "Calibration"): medians, throughput and goodput within 5%, p99s (where
+/// one slow step weighs) within 10%.
+pub const TARGETS: [(&str, f64); 7] = [
+    ("ttft_p50", 0.05),
+    ("ttft_p99", 0.10),
+    ("itl_p50", 0.05),
+    ("itl_p99", 0.10),
+    ("e2e_p50", 0.05),
+    ("throughput", 0.05),
+    ("goodput", 0.05),
+];
+
+/// The unit of the figure called `key`.
+pub fn unit(key: &str) -> &'static str {
+    match key {
+        "throughput" => "tok/s",
+        "goodput" => "req/s",
+        _ => "ms",
+    }
+}
+
+/// The target of the figure called `key` (±, a fraction).
+pub fn target(key: &str) -> Option<f64> {
+    TARGETS.iter().find(|(k, _)| *k == key).map(|(_, t)| *t)
+}
+
+/// `pass` when `error` is within the figure's target; `miss` otherwise, or where no error
+/// could be computed (a measured figure of 0 compares to nothing).
+pub fn verdict(key: &str, error: Option<f64>) -> &'static str {
+    match (error, target(key)) {
+        (Some(e), Some(t)) if e.abs() <= t => "pass",
+        _ => "miss",
+    }
+}
+
+/// Every (cache mode, figure, error) that missed its target.
+pub fn misses(c: &Check) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in &c.runs {
+        for key in FIGURES {
+            let e = r.errors[key];
+            if verdict(key, e) == "miss" {
+                out.push(format!(
+                    "{} {key}: {} against ±{:.0}%",
+                    r.cache.name(),
+                    e.map_or("no error (measured 0)".into(), |e| format!(
+                        "{:+.1}%",
+                        100.0 * e
+                    )),
+                    100.0 * target(key).unwrap_or(0.0)
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The figure called `key` of a run (latencies in ms, throughput in tokens/s, goodput in
 /// requests/s), as `summary.json` reports it.
 pub fn figure(m: &RunMetrics, key: &str) -> Option<f64> {
@@ -126,25 +184,32 @@ pub fn check(
     })
 }
 
-/// The error table, one row per figure, a column per cache mode.
+/// The error table, one row per figure (with its unit and target), a column per cache mode:
+/// measured, sim, error and pass/miss.
 pub fn table(c: &Check) -> String {
-    let mut out = String::from("| figure | ");
+    let mut out = String::from("| figure | target | ");
     for r in &c.runs {
         out.push_str(&format!(
-            "{} measured | {} sim | error | ",
+            "{} measured | {} sim | error | verdict | ",
             r.cache.name(),
             r.cache.name()
         ));
     }
     out.push('\n');
-    out.push_str(&"| --- ".repeat(1 + 3 * c.runs.len()));
+    out.push_str(&"| --- ".repeat(2 + 4 * c.runs.len()));
     out.push_str("|\n");
     for key in FIGURES {
-        out.push_str(&format!("| {key} | "));
+        let t = target(key).map_or("-".to_string(), |t| format!("±{:.0}%", 100.0 * t));
+        out.push_str(&format!("| {key} ({}) | {t} | ", unit(key)));
         for r in &c.runs {
             let f = &r.figures[key];
             let e = r.errors[key].map_or("-".to_string(), |e| format!("{:+.1}%", 100.0 * e));
-            out.push_str(&format!("{:.3} | {:.3} | {e} | ", f.measured, f.model));
+            out.push_str(&format!(
+                "{:.3} | {:.3} | {e} | {} | ",
+                f.measured,
+                f.model,
+                verdict(key, r.errors[key])
+            ));
         }
         out.push('\n');
     }

@@ -56,6 +56,39 @@ pub struct Fit {
     pub predictions: Vec<(f64, f64)>,
 }
 
+/// The least R² a fit must reach to be written: below it the linear cost model does not explain
+/// the measured times (a loaded machine, a backend the model does not describe).
+pub const R2_FLOOR: f64 = 0.95;
+
+impl Fit {
+    /// Why this fit must not become a profile, if it must not: a constant on its range's bound
+    /// (the fit found no measurable cost, or was cut at the range: the value is the range's,
+    /// not the device's), or an R² below [`R2_FLOOR`].
+    pub fn refusal(&self) -> Option<String> {
+        let mut why = Vec::new();
+        let bound: Vec<&str> = PARAMS
+            .iter()
+            .zip(&self.origins)
+            .filter(|(_, o)| **o == Origin::AtBound)
+            .map(|(k, _)| *k)
+            .collect();
+        if !bound.is_empty() {
+            why.push(format!(
+                "{} sit on their range's bound (no measurable cost in the grid)",
+                bound.join(", ")
+            ));
+        }
+        if self.r2.is_nan() || self.r2 < R2_FLOOR {
+            why.push(format!(
+                "R² {:.4} is below the floor {R2_FLOOR} (the cost model does not explain the \
+                 measured times)",
+                self.r2
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FitError {
     #[error("grid: {0}")]

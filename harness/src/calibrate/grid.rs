@@ -85,6 +85,19 @@ pub fn load_average() -> Option<f64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// A sentence when the machine is busy: a 1-minute load average at or above half its cores
+/// means other work competes for the CPU, step times spread and a fit suffers.
+pub fn load_warning(load: f64, cores: usize) -> Option<String> {
+    let cores = cores.max(1);
+    (load >= 0.5 * cores as f64).then(|| {
+        format!(
+            "the machine is loaded (1-minute load average {load:.2} on {cores} cores): other \
+             work competes for the CPU, so step times spread and the fit suffers; calibrate on \
+             an idle machine"
+        )
+    })
+}
+
 impl Point {
     /// The step's sequences as the engine would plan them (ids from 0).
     pub fn seq_work(&self) -> Vec<SeqWork> {

@@ -82,6 +82,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 sc.scheduler.max_tokens_per_step,
                 slots,
             );
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if let Some(w) = calibrate::grid::load_average()
+                .and_then(|l| calibrate::grid::load_warning(l, cores))
+            {
+                eprintln!("warning: {w}");
+            }
             let tty = std::io::stderr().is_terminal();
             let grid = calibrate::measure_grid(&sc, &mut source, a.repeats, |i, n| {
                 if tty {
@@ -115,6 +121,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let base = DeviceProfile::load(&base_name, None)?;
     let name = a.name.clone().unwrap_or_else(|| base_name.clone());
     let fitted = fit::fit(&grid, &base, &name)?;
+    if let Some(why) = fitted.refusal() {
+        // Nothing is written: a profile at its bounds or with a poor fit would pass for a
+        // measured device.
+        anyhow::bail!(
+            "the fit of {} points on {} is refused: {why}; nothing written",
+            fitted.points,
+            grid.device
+        );
+    }
     let text = write::profile_toml(&fitted, &grid, &base_name);
     // The written file must load like a shipped one.
     DeviceProfile::parse(&text, Some(&out)).context("the fitted profile does not validate")?;
@@ -191,6 +206,23 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
     );
     println!("{}", calibrate::check::table(&c));
     println!("wrote {}", out.join("calibration.json").display());
+    let misses = calibrate::check::misses(&c);
+    if !misses.is_empty() {
+        for m in &misses {
+            eprintln!("calibration target missed: {m}");
+        }
+        return Err(
+            anyhow::Error::new(crate::cli::ExitStatus(1)).context(format!(
+                "{} of {} figures missed their target",
+                misses.len(),
+                calibrate::check::FIGURES.len() * c.runs.len()
+            )),
+        );
+    }
+    println!(
+        "all {} figures within their targets",
+        calibrate::check::FIGURES.len() * c.runs.len()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -65,8 +65,10 @@ pub struct RunFlags {
     /// skip-cow | early-reuse | leak | bad-block-table.
     #[arg(long, value_name = "KIND")]
     pub inject_fault: Option<String>,
-    #[arg(long, value_enum, default_value = "tokens")]
-    pub trace_level: TraceLevel,
+    /// What trace.jsonl records: `run` defaults to tokens, `suite` to requests (a whole suite
+    /// at token level writes about a gigabyte).
+    #[arg(long, value_enum)]
+    pub trace_level: Option<TraceLevel>,
     /// Check cache invariants every N steps (0: only after the run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub check_every: u32,
@@ -85,7 +87,13 @@ pub struct RunFlags {
 }
 
 impl RunFlags {
+    /// `run`'s options: every token traced unless `--trace-level requests`.
     pub fn options(&self) -> anyhow::Result<RunOptions> {
+        self.options_at(TraceLevel::Tokens)
+    }
+
+    /// The options with `level` as the trace level when `--trace-level` is not given.
+    pub fn options_at(&self, level: TraceLevel) -> anyhow::Result<RunOptions> {
         if let Some(seed) = self.emu_seed {
             crate::backend::cuda::set_emu_seed(seed);
         }
@@ -93,7 +101,7 @@ impl RunFlags {
             backend: self.backend,
             seed: self.seed,
             fault: parse_fault(self.inject_fault.as_deref())?,
-            trace_tokens: self.trace_level == TraceLevel::Tokens,
+            trace_tokens: self.trace_level.unwrap_or(level) == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
             shadow: !self.no_shadow,
             clock: self.clock,

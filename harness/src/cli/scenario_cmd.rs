@@ -49,7 +49,11 @@ fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         .map_or(0, |p| p.prefix_tokens);
     let summary = Summary::of(&w, prefix);
     if a.json {
-        let out = serde_json::json!({ "scenario": s, "seed": seed, "workload": summary });
+        let out = serde_json::json!({
+            "scenario": resolved_json(&s)?,
+            "seed": seed,
+            "workload": summary
+        });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -66,6 +70,21 @@ fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         println!("#   {line}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The scenario as JSON with its model resolved: every shape field from the preset or the file
+/// (a preset leaves the file's fields unset, which would print as nulls).
+fn resolved_json(s: &Scenario) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(s)?;
+    if let Some(model) = v.get_mut("model").and_then(|m| m.as_object_mut()) {
+        if let Some(shape) = s.model_shape() {
+            if let serde_json::Value::Object(fields) = serde_json::to_value(&shape)? {
+                model.extend(fields);
+            }
+        }
+        model.retain(|_, x| !x.is_null());
+    }
+    Ok(v)
 }
 
 /// Figures the file implies but does not state.

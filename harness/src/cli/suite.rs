@@ -123,7 +123,9 @@ fn block_size_variants(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let opts = args.flags.options()?;
+    let opts = args
+        .flags
+        .options_at(crate::cli::run::TraceLevel::Requests)?;
     let paths = if args.scenarios.is_empty() {
         default_scenarios(args.flags.backend)?
     } else {

@@ -82,8 +82,25 @@ impl TraceFlags {
         if let Some(file) = &self.trace {
             let abs = std::env::current_dir()
                 .map(|d| d.join(file))
-                .unwrap_or_else(|_| file.clone());
-            s.traffic.arrival = ArrivalSpec::Trace(TraceSpec::new(abs.display().to_string()));
+                .unwrap_or_else(|_| file.clone())
+                .display()
+                .to_string();
+            match &mut s.traffic.arrival {
+                // The scenario's own trace keys (filters, `failed`, `hash_block_tokens`,
+                // `prefix_tokens`, the window) stay: only the file (and a --trace-format) change.
+                ArrivalSpec::Trace(spec) => spec.path = abs,
+                other => {
+                    *other = ArrivalSpec::Trace(TraceSpec::new(abs));
+                    if let Some(w) = inherited_window(s) {
+                        eprintln!(
+                            "warning: {}: --trace replays the trace within this scenario's \
+                             synthetic window, {w}: rows past it are left out (see the trace \
+                             line of the report; --set changes the window)",
+                            s.name
+                        );
+                    }
+                }
+            }
         }
         let any = self.trace_format.is_some()
             || self.skip_bad_rows
@@ -110,6 +127,21 @@ impl TraceFlags {
         }
         s.validate().map_err(|e| anyhow::anyhow!("{e}"))
     }
+}
+
+/// The window a trace replay takes from `traffic.requests` / `traffic.duration_s`, in words.
+fn inherited_window(s: &Scenario) -> Option<String> {
+    let t = &s.traffic;
+    let parts: Vec<String> = [
+        t.requests
+            .map(|n| format!("traffic.requests = {n} rows at most")),
+        t.duration_s
+            .map(|d| format!("traffic.duration_s = {d} s of trace time")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(" and "))
 }
 
 pub fn run(c: Command) -> anyhow::Result<ExitCode> {

@@ -4,37 +4,85 @@
 use super::experiment::Experiment;
 use crate::units::format_bytes;
 
+/// What a figure of a run stopped early prints instead of itself.
+pub const ABORTED: &str = "aborted";
+
+/// The goodput row's name: its unit and each per-request target it counts, with units.
+pub fn goodput_label(slo: &crate::scenario::SloSpec) -> String {
+    let mut targets = Vec::new();
+    if let Some(ms) = slo.ttft_p99_ms {
+        targets.push(format!("TTFT <= {ms} ms"));
+    }
+    if let Some(ms) = slo.itl_p99_ms {
+        targets.push(format!("TPOT <= {ms} ms"));
+    }
+    if targets.is_empty() {
+        "goodput (req/s, no SLO: every completed request)".into()
+    } else {
+        format!("goodput (req/s with {})", targets.join(", "))
+    }
+}
+
 /// Rows of (metric, paged, contiguous).
 pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
     let mut add = |name: &str, f: &dyn Fn(&super::experiment::ModeRun) -> String| {
         rows.push((name.to_string(), exp.runs.iter().map(f).collect()));
     };
+    // A run stopped by a violation (a planted fault caught, a cache error) has partial figures:
+    // they are not measurements of the scenario and print as "aborted".
+    let measured = |r: &super::experiment::ModeRun, text: String| {
+        if r.end.violation.is_some() {
+            ABORTED.to_string()
+        } else {
+            text
+        }
+    };
     add("throughput (tok/s)", &|r| {
-        format!("{:.1}", r.metrics.throughput_tokens_per_s)
+        measured(r, format!("{:.1}", r.metrics.throughput_tokens_per_s))
     });
-    add("goodput (req/s)", &|r| {
-        format!("{:.3}", r.metrics.goodput_requests_per_s)
+    add(&goodput_label(&exp.scenario.slo), &|r| {
+        measured(r, format!("{:.3}", r.metrics.goodput_requests_per_s))
     });
     add("TTFT p50 / p99 (ms)", &|r| {
-        format!("{:.1} / {:.1}", r.metrics.ttft.p50, r.metrics.ttft.p99)
+        measured(
+            r,
+            format!("{:.1} / {:.1}", r.metrics.ttft.p50, r.metrics.ttft.p99),
+        )
     });
-    add("ITL p50 / p99 (ms)", &|r| {
-        format!("{:.2} / {:.2}", r.metrics.itl.p50, r.metrics.itl.p99)
+    add("TPOT p50 / p99 (ms, per request)", &|r| {
+        measured(
+            r,
+            format!("{:.2} / {:.2}", r.metrics.tpot.p50, r.metrics.tpot.p99),
+        )
+    });
+    add("ITL p50 / p99 (ms, every gap)", &|r| {
+        measured(
+            r,
+            format!("{:.2} / {:.2}", r.metrics.itl.p50, r.metrics.itl.p99),
+        )
     });
     add("E2E p50 / p99 (ms)", &|r| {
-        format!("{:.1} / {:.1}", r.metrics.e2e.p50, r.metrics.e2e.p99)
+        measured(
+            r,
+            format!("{:.1} / {:.1}", r.metrics.e2e.p50, r.metrics.e2e.p99),
+        )
     });
     add("peak concurrent sequences", &|r| {
-        r.end.peak_running.to_string()
+        measured(r, r.end.peak_running.to_string())
     });
     add("KV waste (time-weighted)", &|r| {
-        format!("{:.1}%", 100.0 * r.metrics.ledger.kv_waste_fraction)
+        measured(
+            r,
+            format!("{:.1}%", 100.0 * r.metrics.ledger.kv_waste_fraction),
+        )
     });
     add("KV peak allocated", &|r| {
-        format_bytes(r.metrics.ledger.kv_peak_allocated_bytes)
+        measured(r, format_bytes(r.metrics.ledger.kv_peak_allocated_bytes))
     });
-    add("preemptions", &|r| r.metrics.preemptions.to_string());
+    add("preemptions", &|r| {
+        measured(r, r.metrics.preemptions.to_string())
+    });
     add("prefix hit rate", &|r| {
         let p = &r.end.prefix;
         if p.lookup_tokens == 0 {
@@ -153,8 +201,21 @@ pub fn markdown(exp: &Experiment) -> String {
              comparable with a GPU's.\n\n",
         );
     }
+    if let Some(line) = trace_line(exp) {
+        s.push_str(&line);
+        s.push_str("\n\n");
+    }
     s.push_str(&table(exp));
     let failures = exp.failures();
+    for r in &exp.runs {
+        if let Some(v) = &r.end.violation {
+            s.push_str(&format!(
+                "\nThe {} run was aborted ({v}): its figures are partial and are not shown as \
+                 measurements.\n",
+                r.end.mode.name()
+            ));
+        }
+    }
     s.push_str("\n## Checks\n\n");
     if failures.is_empty() {
         s.push_str("All checks passed (invariants, reclamation, numerics where computed).\n");
@@ -171,4 +232,39 @@ pub fn markdown(exp: &Experiment) -> String {
         );
     }
     s
+}
+
+/// What a replay took from its trace: the file, rows replayed of rows read, why the rest were
+/// left out (a cap inherited from `traffic.requests` must not pass for the whole trace) and the
+/// rows rejected at arrival as longer than `max_seq_len`.
+pub fn trace_line(exp: &Experiment) -> Option<String> {
+    let t = exp.workload.trace.as_ref()?;
+    let traffic = &exp.scenario.traffic;
+    let start_s = match &traffic.arrival {
+        crate::scenario::ArrivalSpec::Trace(spec) => spec.start_s,
+        _ => 0.0,
+    };
+    let limits = crate::workload::trace::ReplayLimits {
+        max_requests: traffic.requests,
+        duration_s: traffic.duration_s,
+    };
+    let mut s = format!(
+        "trace `{}` ({}): {} of {} rows replayed",
+        t.path, t.format, t.replayed, t.rows
+    );
+    let left = t.left_out(&limits, start_s);
+    if !left.is_empty() {
+        s.push_str(&format!("; left out: {}", left.join(", ")));
+    }
+    let rejected: Vec<String> = exp
+        .runs
+        .iter()
+        .map(|r| format!("{} {}", r.metrics.counts.rejected, r.end.mode.name()))
+        .collect();
+    s.push_str(&format!(
+        "; rejected at arrival (prompt + output over max_seq_len = {} tokens, or empty): {}",
+        exp.scenario.cache.max_seq_len,
+        rejected.join(", ")
+    ));
+    Some(s)
 }

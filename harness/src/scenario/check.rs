@@ -272,11 +272,10 @@ impl Scenario {
         if let ArrivalSpec::Trace(tr) = &t.arrival {
             // Its rows are checked when it is read (errors name the trace's own line and column).
             let path = self.resolve_path(&tr.path);
-            if !tr.path.trim().is_empty() && !path.is_file() {
-                p.push(KeyProblem::new(
-                    "traffic.arrival.path",
-                    format!("{}: no such trace file", path.display()),
-                ));
+            if !tr.path.trim().is_empty() {
+                if let Err(message) = crate::workload::trace::check_file(&path) {
+                    p.push(KeyProblem::new("traffic.arrival.path", message));
+                }
             }
         }
         if let Some(sp) = &t.shared_prefix {

@@ -251,6 +251,14 @@ fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), KeyProblem>
         return Err(KeyProblem::new(spec.trim(), "expected KEY=VALUE"));
     };
     let key = key.trim();
+    // `v = {raw}` is parsed as a TOML document: a line break would let one value smuggle in
+    // further keys or tables.
+    if spec.contains(['\n', '\r']) {
+        return Err(KeyProblem::new(
+            key.lines().next().unwrap_or(key).trim(),
+            "a --set value must be one line (it holds a line break)",
+        ));
+    }
     let parts: Vec<&str> = key.split('.').map(str::trim).collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(KeyProblem::new(key, "empty part in dotted key"));
@@ -302,6 +310,14 @@ mod tests {
         let mut t: toml::Table = toml::from_str("a = 1").unwrap_or_default();
         let err = apply_override(&mut t, "a.b=2").err();
         assert_eq!(err.map(|e| e.key), Some("a.b".to_string()));
+    }
+
+    #[test]
+    fn override_with_a_line_break_is_refused() {
+        let mut t: toml::Table = toml::from_str("a = 1").unwrap_or_default();
+        let err = apply_override(&mut t, "a=2\n[b]\nc = 3").err();
+        assert!(err.is_some_and(|e| e.message.contains("one line")));
+        assert!(!t.contains_key("b"));
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub struct SeedJson {
     pub seed: u64,
     /// Highest passing rate, and the lowest non-passing one above it (`null`: none found).
     pub rate_at_target_rps: Option<f64>,
+    /// What the passing probe achieved (completed requests per second) at that offered rate.
+    pub achieved_at_target_rps: Option<f64>,
     pub lowest_failing_rps: Option<f64>,
     pub load_at_target: Option<f64>,
     pub throughput_at_target_tokens_per_s: Option<f64>,
@@ -82,6 +84,9 @@ pub struct RunJson {
     pub cache: String,
     pub rate_at_target_rps: Option<f64>,
     pub rate_at_target_rps_ci: [f64; 2],
+    /// The passing probes' achieved rate (completed requests per second), mean over seeds:
+    /// beside the offered rate, what the system really served there.
+    pub achieved_at_target_rps: Option<f64>,
     pub throughput_at_target_tokens_per_s: Option<f64>,
     pub throughput_at_target_tokens_per_s_ci: [f64; 2],
     /// Pooled over the seeds' passing probes.
@@ -223,6 +228,7 @@ fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
         .map(|s| SeedJson {
             seed: s.seed,
             rate_at_target_rps: s.pass_probe().map(|p| p.rate_rps(by)),
+            achieved_at_target_rps: s.pass_probe().map(|p| p.achieved_rps),
             lowest_failing_rps: s.fail_probe().map(|p| p.rate_rps(by)),
             load_at_target: s.pass_probe().map(|p| p.load),
             throughput_at_target_tokens_per_s: s.pass_probe().map(|p| p.throughput_tokens_per_s),
@@ -276,10 +282,17 @@ fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
         .flat_map(|s| s.probes.iter().map(|p| probe_json(cache, p)))
         .collect();
     probes.sort_by(|x, y| x.seed.cmp(&y.seed).then(x.load.total_cmp(&y.load)));
+    let achieved: Vec<f64> = searches
+        .iter()
+        .filter_map(|s| s.pass_probe())
+        .map(|p| p.achieved_rps)
+        .collect();
     RunJson {
         cache: cache.into(),
         rate_at_target_rps: rate,
         rate_at_target_rps_ci: rate_ci,
+        achieved_at_target_rps: (rate.is_some() && !achieved.is_empty())
+            .then(|| stats::mean_sd(&achieved).0),
         throughput_at_target_tokens_per_s: thr,
         throughput_at_target_tokens_per_s_ci: thr_ci,
         ttft_ms: ttft.dist(),

@@ -53,17 +53,18 @@ pub fn markdown(j: &SweepJson) -> String {
     );
     let _ = writeln!(
         md,
-        "| cache | rate at target (req/s) | 95% interval | throughput at target (tok/s) | 95% interval | TTFT p99 (ms) | ITL p99 (ms) |\n| --- | --- | --- | --- | --- | --- | --- |"
+        "| cache | rate at target (req/s offered) | 95% interval | achieved there (req/s) | throughput at target (tok/s) | 95% interval | TTFT p99 (ms) | ITL p99 (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for r in &j.runs {
         let _ = writeln!(
             md,
-            "| {} | {}{} | [{:.3}, {:.3}] | {} | [{:.1}, {:.1}] | {:.1} | {:.1} |",
+            "| {} | {}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1} | {:.1} |",
             r.cache,
             opt(r.rate_at_target_rps, 3),
             if r.capped { " (search limit)" } else { "" },
             r.rate_at_target_rps_ci[0],
             r.rate_at_target_rps_ci[1],
+            opt(r.achieved_at_target_rps, 3),
             opt(r.throughput_at_target_tokens_per_s, 1),
             r.throughput_at_target_tokens_per_s_ci[0],
             r.throughput_at_target_tokens_per_s_ci[1],
@@ -122,11 +123,12 @@ pub fn summary_lines(j: &SweepJson) -> String {
         let _ =
             writeln!(
             s,
-            "  {:<10} rate at target {} req/s [{:.3}, {:.3}], throughput {} tok/s [{:.1}, {:.1}]{}",
+            "  {:<10} rate at target {} req/s offered [{:.3}, {:.3}], {} req/s achieved, throughput {} tok/s [{:.1}, {:.1}]{}",
             r.cache,
             opt(r.rate_at_target_rps, 3),
             r.rate_at_target_rps_ci[0],
             r.rate_at_target_rps_ci[1],
+            opt(r.achieved_at_target_rps, 3),
             opt(r.throughput_at_target_tokens_per_s, 1),
             r.throughput_at_target_tokens_per_s_ci[0],
             r.throughput_at_target_tokens_per_s_ci[1],

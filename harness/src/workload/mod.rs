@@ -15,7 +15,7 @@ mod types;
 
 pub use generate::{generate, prefix_tokens, MAX_REQUESTS};
 pub use hash::{workload_hash, workload_hash_with_trace};
-pub use prompt::{hash_block_tokens, Head, Prompt, Recipe};
+pub use prompt::{hash_block_tokens, Continuation, Head, Prompt, Recipe};
 pub use sample::{DelaySampler, GapSampler, LengthSampler};
 pub use summary::{Percentiles, Summary};
 pub use types::*;

@@ -53,8 +53,26 @@ pub enum Head {
     /// Mooncake: `block_tokens` ids per hash id ([`hash_block_tokens`]), the last block cut at
     /// the prompt's length; fresh ids past the last hash id.
     HashIds { block_tokens: u32, ids: Box<[u64]> },
-    /// A CSV session row: its session's previous row's prompt, as much of it as fits.
-    Continues(Arc<Recipe>),
+    /// A CSV session row: its session's previous row's prompt, as much of it as fits
+    /// (`min(len_tokens, prev_len_tokens)` tokens).
+    Continues(Continuation),
+}
+
+/// A session row's link to the content it continues. `from` is not necessarily the previous
+/// row: it is the nearest earlier row of the session whose first `min(len_tokens,
+/// prev_len_tokens)` tokens are the previous row's, and which still adds ids of its own below
+/// that length; rows in between add ids only past it. That keeps a session's chain as short as
+/// its distinct contributions, so making a row's ids walks at most one link per run of its own
+/// ids: a session of n equal-length turns costs O(1) links a row, not O(n) (the replay builds
+/// these links with one monotone stack a session, `replay.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Continuation {
+    pub from: Arc<Recipe>,
+    /// The previous row of the session, by how many request ids before this row it is (its key
+    /// is `key - prev_back`; 4 bytes, so a recipe stays 48) and its prompt length: what the
+    /// workload hash names, and what caps the continued prefix.
+    pub prev_back: u32,
+    pub prev_len_tokens: u32,
 }
 
 impl Prompt {
@@ -96,7 +114,7 @@ impl Prompt {
             Prompt::Explicit(t) => t.capacity() * 4,
             Prompt::Recipe(r) => match &r.head {
                 Head::HashIds { ids, .. } => ids.len() * 8,
-                // The parent is its own request's recipe (counted there) plus the Arc's counts.
+                // The link is its own request's recipe (counted there) plus the Arc's counts.
                 Head::Continues(_) => std::mem::size_of::<Recipe>() + 16,
                 _ => 0,
             },
@@ -153,18 +171,19 @@ impl Recipe {
         // A session row continues a chain of earlier rows; walk it without recursion (a long
         // session would otherwise recurse once per row). need[j]: tokens of chain[j] wanted.
         let mut chain: Vec<&Recipe> = Vec::new();
+        let mut need: Vec<u32> = Vec::new();
         let mut at = self;
+        let mut want = self.len_tokens;
         loop {
             chain.push(at);
+            need.push(want);
             match &at.head {
-                Head::Continues(p) => at = p,
+                Head::Continues(c) => {
+                    want = want.min(c.prev_len_tokens);
+                    at = &c.from;
+                }
                 _ => break,
             }
-        }
-        let mut need = Vec::with_capacity(chain.len());
-        need.push(self.len_tokens);
-        for j in 1..chain.len() {
-            need.push(need[j - 1].min(chain[j].len_tokens));
         }
         let last = chain.len() - 1;
         let mut out = Vec::with_capacity(self.len_tokens as usize);
@@ -172,10 +191,22 @@ impl Recipe {
         for j in (0..last).rev() {
             // `out` holds chain[j + 1]'s first need[j + 1] tokens, which chain[j] starts with;
             // when it wants more they are its own fresh ids, from its first fresh position.
-            let more = need[j] as usize - out.len();
+            let more = (need[j] as usize).saturating_sub(out.len());
             chain[j].fresh_into(more, &mut out);
         }
         out
+    }
+
+    /// How many recipes `tokens()` visits: 1 plus the links of a session row's chain. The work
+    /// of making a session row's ids, besides the ids themselves.
+    pub fn chain_links(&self) -> usize {
+        let mut n = 1;
+        let mut at = self;
+        while let Head::Continues(c) = &at.head {
+            n += 1;
+            at = &c.from;
+        }
+        n
     }
 
     /// The first `n` tokens of a recipe whose head is not `Continues`.
@@ -268,9 +299,10 @@ impl Recipe {
                     h.update(&id.to_le_bytes());
                 }
             }
-            Head::Continues(p) => {
-                h.update(&[3]).update(&p.key.to_le_bytes());
-                h.update(&p.len_tokens.to_le_bytes());
+            Head::Continues(c) => {
+                let prev_key = self.key.wrapping_sub(u64::from(c.prev_back));
+                h.update(&[3]).update(&prev_key.to_le_bytes());
+                h.update(&c.prev_len_tokens.to_le_bytes());
             }
         }
     }
@@ -286,8 +318,8 @@ impl Drop for Recipe {
                 opens_session: false,
             },
         );
-        while let Head::Continues(p) = next {
-            match Arc::try_unwrap(p) {
+        while let Head::Continues(c) = next {
+            match Arc::try_unwrap(c.from) {
                 Ok(mut inner) => {
                     next = std::mem::replace(
                         &mut inner.head,
@@ -393,10 +425,17 @@ mod tests {
             },
         );
         let root_t = root.tokens();
-        let mid = recipe(1, 20, Head::Continues(Arc::new(root.clone())));
+        let cont = |r: &Recipe| {
+            Head::Continues(Continuation {
+                from: Arc::new(r.clone()),
+                prev_back: 1,
+                prev_len_tokens: r.len_tokens,
+            })
+        };
+        let mid = recipe(1, 20, cont(&root));
         let mid_t = mid.tokens();
         assert_eq!(mid_t[..], root_t[..20]);
-        let leaf = recipe(2, 45, Head::Continues(Arc::new(mid.clone())));
+        let leaf = recipe(2, 45, cont(&mid));
         let leaf_t = leaf.tokens();
         assert_eq!(leaf_t[..20], mid_t[..]);
         // Its own ids start where its parent ends.
@@ -418,7 +457,15 @@ mod tests {
             },
         ));
         for k in 1..200_000 {
-            p = Arc::new(recipe(k, 4, Head::Continues(p)));
+            p = Arc::new(recipe(
+                k,
+                4,
+                Head::Continues(Continuation {
+                    from: p,
+                    prev_back: 1,
+                    prev_len_tokens: 4,
+                }),
+            ));
         }
         assert_eq!(
             p.tokens()[..],

@@ -87,8 +87,18 @@ pub struct TraceInfo {
     pub failed_skipped: u64,
     /// ... or replayed as cancellations (`failed = "cancel"`).
     pub failed_cancelled: u64,
-    /// Rows outside the window (`start_s`, `traffic.requests`, `traffic.duration_s`).
+    /// Rows outside the window (`start_s`, `traffic.requests`, `traffic.duration_s`): the sum
+    /// of the three counts below.
     pub outside_window: u64,
+    /// Rows before `start_s`.
+    #[serde(default)]
+    pub before_start: u64,
+    /// Rows past the `traffic.requests` cap.
+    #[serde(default)]
+    pub past_requests: u64,
+    /// Rows past `traffic.duration_s` of replayed time.
+    #[serde(default)]
+    pub past_duration: u64,
     /// Share of prompt tokens an infinite prefix cache could serve, at the cache's block size,
     /// in the tenant's scope (None for traces without content ids).
     pub ideal_prefix_hit_rate: Option<f64>,

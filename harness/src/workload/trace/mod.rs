@@ -12,6 +12,7 @@ mod lines;
 mod mooncake;
 mod replay;
 mod reuse;
+mod session_chain;
 mod stats;
 mod time;
 
@@ -61,6 +62,9 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
+    /// Nothing to replay: an empty or header-only trace, or a window that leaves no row.
+    #[error("{}: {message}", path.display())]
+    Nothing { path: PathBuf, message: String },
     /// `FILE:LINE:COL: message` (add `skip_bad_rows` / `--skip-bad-rows` to skip such rows).
     #[error("{}:{line}:{col}: {message}", path.display())]
     Row {
@@ -86,6 +90,23 @@ pub struct TraceRead {
     pub has_content_ids: bool,
 }
 
+/// A trace is read only from a regular file: a FIFO, a device (`/dev/zero`) or a directory
+/// would block or never end. Shared by the scenario check (`run`) and every reader
+/// (`trace stats`).
+pub fn check_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(format!(
+            "{}: not a regular file (a FIFO, device or directory is not read as a trace)",
+            path.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{}: no such trace file", path.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 /// Read a trace row by row, handing each good row (with the format and its 1-based line) to
 /// `on_row`: the format from `format` or, for `auto`, from the header line. A bad row is an
 /// error naming file, line and column unless `skip_bad_rows`, which skips and counts it.
@@ -106,6 +127,13 @@ pub fn read_rows(
         col,
         message,
     };
+    check_file(path).map_err(|message| TraceError::Nothing {
+        path: path.to_path_buf(),
+        message: message
+            .strip_prefix(&format!("{}: ", path.display()))
+            .unwrap_or(&message)
+            .to_string(),
+    })?;
     let file = File::open(path).map_err(io)?;
     let mut lines = lines::Lines::new(BufReader::with_capacity(1 << 16, file));
     let mut out = TraceRead {

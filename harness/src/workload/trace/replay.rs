@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::session_chain::SessionChain;
 use super::{read_rows, TraceError, TraceRead};
+use crate::scenario::ranges::MAX_HORIZON_S;
 use crate::scenario::{FailedRows, TraceFormat, TraceSpec};
 use crate::workload::types::{CancelPoint, Request, TraceInfo};
 use crate::workload::{Head, Prompt, Recipe};
@@ -38,6 +40,8 @@ pub struct ReplayLimits {
 /// A row the filters kept, as little as a request needs.
 struct Kept {
     time_ns: u64,
+    /// Its 1-based line in the file (to name it when its time cannot be replayed).
+    line: u64,
     prompt_tokens: u32,
     output_tokens: u32,
     tenant: u32,
@@ -66,41 +70,47 @@ pub fn replay(
         Some(w) => have.map(str::trim) == Some(w.trim()),
         None => true,
     };
-    let read = read_rows(path, spec.format, spec.skip_bad_rows, |format, _, row| {
-        let burst = format == TraceFormat::Burstgpt;
-        if burst && !(wanted(&spec.model, row.model) && wanted(&spec.log_type, row.log_type)) {
-            filtered += 1;
-            return;
-        }
-        let failed = burst && row.output_tokens == 0;
-        if failed && spec.failed == FailedRows::Skip {
-            failed_skipped += 1;
-            return;
-        }
-        let session = match row.session {
-            Some(s) => match session_ids.get(s) {
-                Some(&i) => i,
-                None => {
-                    let i = session_ids.len() as u32;
-                    session_ids.insert(s.to_string(), i);
-                    i
-                }
-            },
-            None => NO_SESSION,
-        };
-        kept.push(Kept {
-            time_ns: row.time_ns,
-            prompt_tokens: row.prompt_tokens,
-            output_tokens: row.output_tokens,
-            tenant: row.tenant.unwrap_or(0),
-            prefix_group: row.prefix_group,
-            session,
-            failed,
-            hash_ids: row.hash_ids.into_boxed_slice(),
-        });
-    })?;
+    let read = read_rows(
+        path,
+        spec.format,
+        spec.skip_bad_rows,
+        |format, line, row| {
+            let burst = format == TraceFormat::Burstgpt;
+            if burst && !(wanted(&spec.model, row.model) && wanted(&spec.log_type, row.log_type)) {
+                filtered += 1;
+                return;
+            }
+            let failed = burst && row.output_tokens == 0;
+            if failed && spec.failed == FailedRows::Skip {
+                failed_skipped += 1;
+                return;
+            }
+            let session = match row.session {
+                Some(s) => match session_ids.get(s) {
+                    Some(&i) => i,
+                    None => {
+                        let i = session_ids.len() as u32;
+                        session_ids.insert(s.to_string(), i);
+                        i
+                    }
+                },
+                None => NO_SESSION,
+            };
+            kept.push(Kept {
+                time_ns: row.time_ns,
+                line,
+                prompt_tokens: row.prompt_tokens,
+                output_tokens: row.output_tokens,
+                tenant: row.tenant.unwrap_or(0),
+                prefix_group: row.prefix_group,
+                session,
+                failed,
+                hash_ids: row.hash_ids.into_boxed_slice(),
+            });
+        },
+    )?;
     drop(session_ids);
-    Ok(replay_kept(
+    replay_kept(
         kept,
         &read,
         spec,
@@ -109,7 +119,7 @@ pub fn replay(
         vocab,
         filtered,
         failed_skipped,
-    ))
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -122,7 +132,7 @@ fn replay_kept(
     vocab: u32,
     filtered_rows: u64,
     failed_skipped: u64,
-) -> Replayed {
+) -> Result<Replayed, TraceError> {
     let mut info = TraceInfo {
         path: spec.path.clone(),
         format: read.format.name().into(),
@@ -134,6 +144,9 @@ fn replay_kept(
         failed_skipped,
         failed_cancelled: 0,
         outside_window: 0,
+        before_start: 0,
+        past_requests: 0,
+        past_duration: 0,
         ideal_prefix_hit_rate: None,
     };
     // Traces are nearly sorted; a stable sort keeps file order among equal times.
@@ -144,15 +157,19 @@ fn replay_kept(
     let end_ns = limits.duration_s.map(|d| (d * 1e9).round() as u64);
     let cap = limits.max_requests.map_or(usize::MAX, |n| n as usize);
 
-    // The latest prompt of each CSV session, which its next row continues.
-    let mut sessions: BTreeMap<u32, Arc<Recipe>> = BTreeMap::new();
+    // Each CSV session's link chain from its latest row down to its first, as a stack of
+    // (position where the row's own ids start, row), starts strictly increasing: the rows a
+    // next row's prefix can still come from. A row continuing with prefix `upto` pops the rows
+    // whose own ids all lie at or past `upto` (no later row reads them through the chain) and
+    // links to the top, so each row is pushed and popped once: linear in the session.
+    let mut sessions: BTreeMap<u32, SessionChain> = BTreeMap::new();
     let block = spec.hash_block_tokens.max(1);
     let mut requests = Vec::with_capacity(kept.len().min(cap));
     for row in kept {
         let rel = match row.time_ns.checked_sub(start) {
             Some(d) => d,
             None => {
-                info.outside_window += 1;
+                info.before_start += 1;
                 continue;
             }
         };
@@ -161,19 +178,59 @@ fn replay_kept(
         } else {
             (rel as f64 * factor).round() as u64
         };
-        if requests.len() >= cap || end_ns.is_some_and(|e| at_ns >= e) {
-            info.outside_window += 1;
+        if requests.len() >= cap {
+            info.past_requests += 1;
             continue;
+        }
+        if end_ns.is_some_and(|e| at_ns >= e) {
+            info.past_duration += 1;
+            continue;
+        }
+        // The engine's clock is integer ns; a scaled time past the horizon would overflow it
+        // mid-run (or saturate silently above): refused here, naming the row.
+        let at_s = rel as f64 * factor / 1e9;
+        if !at_s.is_finite() || at_s > MAX_HORIZON_S {
+            return Err(TraceError::Row {
+                path: path_of(read),
+                line: row.line,
+                col: 1,
+                message: format!(
+                    "this row arrives {:.3} s after the first replayed row, times time_scale {} / \
+                     rate_scale {} = {at_s:e} s of virtual time; the most is {MAX_HORIZON_S:e} s \
+                     (lower time_scale or raise rate_scale)",
+                    rel as f64 / 1e9,
+                    spec.time_scale,
+                    spec.rate_scale
+                ),
+            });
         }
         let id = requests.len() as u64;
         let in_session = row.session != NO_SESSION;
-        let earlier = in_session.then(|| sessions.get(&row.session)).flatten();
+        let earlier = if in_session {
+            sessions.get_mut(&row.session)
+        } else {
+            None
+        };
+        // Where this row's own ids start (what a later row's chain needs to know).
+        let mut own_from = 0;
         let head = match (earlier, row.prefix_group) {
             _ if !row.hash_ids.is_empty() => Head::HashIds {
                 block_tokens: block,
                 ids: row.hash_ids,
             },
-            (Some(prev), _) => Head::Continues(Arc::clone(prev)),
+            (Some(chain), _) => {
+                own_from = row.prompt_tokens.min(chain.prev_len_tokens);
+                let link = chain.link(own_from, id).ok_or_else(|| TraceError::Row {
+                    path: path_of(read),
+                    line: row.line,
+                    col: 1,
+                    message: format!(
+                        "this session row is more than {} requests after its previous row",
+                        u32::MAX
+                    ),
+                })?;
+                Head::Continues(link)
+            }
             (None, Some(g)) => Head::PrefixGroup {
                 group: g,
                 tokens: spec.prefix_tokens.min(row.prompt_tokens),
@@ -191,7 +248,15 @@ fn replay_kept(
             head,
         };
         if in_session {
-            sessions.insert(row.session, Arc::new(recipe.clone()));
+            let latest = Arc::new(recipe.clone());
+            match sessions.get_mut(&row.session) {
+                Some(chain) if matches!(recipe.head, Head::Continues(_)) => {
+                    chain.push(own_from, latest)
+                }
+                _ => {
+                    sessions.insert(row.session, SessionChain::new(latest));
+                }
+            }
         }
         // A prefill always emits one token; a failed request is cancelled at that token.
         let (output_tokens, cancel) = if row.failed {
@@ -213,9 +278,63 @@ fn replay_kept(
         });
     }
     info.replayed = requests.len() as u64;
-    Replayed {
+    info.outside_window = info.before_start + info.past_requests + info.past_duration;
+    if requests.is_empty() {
+        let message = if info.rows == 0 {
+            "no data rows (empty or header only): nothing to replay".to_string()
+        } else {
+            format!(
+                "none of its {} rows is replayed: {}",
+                info.rows,
+                info.left_out(limits, spec.start_s).join(", ")
+            )
+        };
+        return Err(TraceError::Nothing {
+            path: path_of(read),
+            message,
+        });
+    }
+    Ok(Replayed {
         requests,
         info,
         has_content_ids: read.has_content_ids,
+    })
+}
+
+fn path_of(read: &TraceRead) -> std::path::PathBuf {
+    read.path.clone()
+}
+
+impl TraceInfo {
+    /// Why rows were not replayed, one phrase per nonzero reason (empty when every row was).
+    pub fn left_out(&self, limits: &ReplayLimits, start_s: f64) -> Vec<String> {
+        let cap = limits
+            .max_requests
+            .map_or("traffic.requests".to_string(), |n| {
+                format!("traffic.requests = {n}")
+            });
+        let dur = limits
+            .duration_s
+            .map_or("traffic.duration_s".to_string(), |d| {
+                format!("traffic.duration_s = {d} s")
+            });
+        [
+            (self.skipped_bad_rows, "malformed (skipped)".to_string()),
+            (
+                self.filtered_rows,
+                "left out by the model / log-type filters".into(),
+            ),
+            (
+                self.failed_skipped,
+                "failed (0 response tokens; failed = \"skip\")".into(),
+            ),
+            (self.before_start, format!("before start_s = {start_s} s")),
+            (self.past_requests, format!("past the cap {cap}")),
+            (self.past_duration, format!("past {dur} of replayed time")),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect()
     }
 }

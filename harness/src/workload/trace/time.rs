@@ -40,6 +40,16 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+fn days_in_month(y: u32, m: u32) -> u32 {
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+    match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 /// `2023-11-16 18:15:46.6805900` (a `T` instead of the space, a trailing `Z`, and 0 to 9
 /// fractional digits are accepted) → nanoseconds since the Unix epoch. UTC is assumed.
 pub fn azure_timestamp_ns(s: &str) -> Result<u64, String> {
@@ -65,7 +75,14 @@ pub fn azure_timestamp_ns(s: &str) -> Result<u64, String> {
         }
     };
     let (y, mo, d) = (num(y, 1970, 9999)?, num(mo, 1, 12)?, num(d, 1, 31)?);
-    let (h, mi, sec) = (num(h, 0, 23)?, num(mi, 0, 59)?, num(sec, 0, 60)?);
+    if d > days_in_month(y, mo) {
+        return Err(format!(
+            "`{s}`: {y}-{mo:02} has {} days, not {d}",
+            days_in_month(y, mo)
+        ));
+    }
+    // A leap second cannot be placed on a clock of ns since the epoch without a table: refused.
+    let (h, mi, sec) = (num(h, 0, 23)?, num(mi, 0, 59)?, num(sec, 0, 59)?);
     if frac.len() > 9 {
         return Err(bad());
     }
@@ -115,6 +132,12 @@ mod tests {
             2 * 86_400 * 1_000_000_000
         );
         assert!(azure_timestamp_ns("2023-13-01 00:00:00").is_err());
+        // Dates and times that do not exist.
+        assert!(azure_timestamp_ns("2023-02-29 00:00:00").is_err());
+        assert!(azure_timestamp_ns("2024-02-29 00:00:00").is_ok());
+        assert!(azure_timestamp_ns("1900-02-29 00:00:00").is_err());
+        assert!(azure_timestamp_ns("2023-04-31 00:00:00").is_err());
+        assert!(azure_timestamp_ns("2023-11-16 18:15:60").is_err());
         assert!(azure_timestamp_ns("yesterday").is_err());
     }
 }
