@@ -26,6 +26,10 @@ pub struct Summary {
     pub fault_fired: Option<u64>,
     /// Whether `sim` carried the shadow KV payload (false with `--no-shadow` and off `sim`).
     pub shadow: bool,
+    /// The scenario's latency target: goodput counts the requests whose own TTFT and TPOT meet
+    /// `ttft_p99_ms` and `itl_p99_ms`; the report's verdict compares each mode's share of them
+    /// with `attainment`.
+    pub slo: crate::scenario::SloSpec,
     /// All checks of the run: invariants, reclamation, numerics, cross-mode tokens, shadow reads,
     /// a planted fault that never fired.
     pub checks: Checks,
@@ -145,6 +149,7 @@ pub fn build(exp: &Experiment) -> Summary {
         fault: exp.fault.map(|f| f.name().to_string()),
         fault_fired: exp.fault.map(|_| exp.fault_fired()),
         shadow: exp.shadow,
+        slo: exp.scenario.slo.clone(),
         checks: Checks {
             ok: failures.is_empty(),
             failures,
