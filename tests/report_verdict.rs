@@ -232,7 +232,26 @@ fn the_run_verdict_is_recomputed_from_the_folders_files() {
         let got = ms(&figure(&html, &format!("ttft_p99_{mode}")));
         close(got, want, want * 0.02, &format!("{mode} TTFT p99"));
     }
-    assert!(html.contains("SLO: not recorded"), "no SLO in summary.json");
+    // summary.json carries the scenario's own SLO, and the page reads it from there.
+    assert!(
+        summary["slo"]["attainment"].as_f64().is_some(),
+        "slo in summary.json"
+    );
+    assert!(
+        !html.contains("SLO: not recorded"),
+        "the recorded SLO is read"
+    );
+    assert_eq!(
+        html.matches("met it").count() + html.matches("missed it").count(),
+        2
+    );
+    // A folder whose summary.json states no SLO says so rather than guessing one.
+    let mut bare = summary.clone();
+    bare.as_object_mut().expect("object").remove("slo");
+    std::fs::write(out.join("summary.json"), bare.to_string()).expect("write");
+    let (code, text) = kvbench(&["report", out.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    assert!(read(&out.join("report.html")).contains("SLO: not recorded"));
 
     // With the SLO recorded, the line states it with units and whether each mode met it.
     let attainment = |r: &serde_json::Value| {
@@ -385,8 +404,21 @@ fn every_page_opens_with_its_verdict_and_reads_its_axes() {
     assert_axis_labels_read(&html, "suite");
     verdict_in_first_screen(&suite.join("report.html"), "suite");
 
-    // Where the cells record the SLO, the TTFT bars draw each scenario's target.
-    assert!(html.contains("no target is drawn"));
+    // The cells record their scenario's SLO, so the TTFT bars draw each target; a suite whose
+    // cells state none says no target is drawn.
+    assert!(html.contains("Red ticks: each scenario"), "{html}");
+    assert!(!html.contains("no target is drawn"));
+    for entry in std::fs::read_dir(&suite).expect("suite") {
+        let path = entry.expect("entry").path().join("summary.json");
+        if path.is_file() {
+            let mut v: serde_json::Value = serde_json::from_str(&read(&path)).expect("summary");
+            v.as_object_mut().expect("object").remove("slo");
+            std::fs::write(&path, v.to_string()).expect("write");
+        }
+    }
+    let (code, text) = kvbench(&["report", suite.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{text}");
+    assert!(read(&suite.join("report.html")).contains("no target is drawn"));
     for entry in std::fs::read_dir(&suite).expect("suite") {
         let cell = entry.expect("entry").path();
         let path = cell.join("summary.json");
