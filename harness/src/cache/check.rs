@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kvbench_cache_api::{KvCacheManager, SeqId};
 
 use super::block::BlockState;
-use super::paged::PagedCache;
+use super::state::PagedCache;
 
 /// Collects problems instead of stopping at the first, so one report explains a failure.
 struct Problems(Vec<String>);

@@ -10,13 +10,15 @@ mod block;
 mod check;
 pub mod fuzz;
 mod paged;
+mod paged_ops;
 mod prefix;
+mod state;
 mod table;
 
 pub use block::BlockAllocator;
 pub use kvbench_cache_api::CacheMode;
-pub use paged::{PagedCache, PagedConfig, PlantedBug};
 pub use prefix::PrefixKey;
+pub use state::{PagedCache, PagedConfig, PlantedBug};
 
 use kvbench_baselines::manager::ContiguousCache;
 use kvbench_cache_api::KvCacheManager;
