@@ -125,7 +125,7 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     }
 
     let mut on_free = vec![false; total];
-    for &b in pool.free_list() {
+    for b in pool.free_list() {
         if std::mem::replace(&mut on_free[b as usize], true) {
             p.push(format!("block {b} is on the free list twice"));
         }

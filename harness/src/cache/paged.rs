@@ -80,7 +80,9 @@ impl KvCacheManager for PagedCache {
         }
         for _ in 0..plan.new_blocks {
             // Checked above: enough free or evictable blocks.
-            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            let block = self
+                .take_fresh(blocks.last().copied())
+                .ok_or_else(|| self.no_space(1))?;
             blocks.push(block);
         }
         let cached_tokens = plan.hits.len() as u32 * bs;
@@ -168,7 +170,9 @@ impl KvCacheManager for PagedCache {
         let (bi, offset) = ((pos / bs) as usize, pos % bs);
         let mut copies = Vec::new();
         if offset == 0 {
-            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            let block = self
+                .take_fresh(seq.blocks.last().copied())
+                .ok_or_else(|| self.no_space(1))?;
             self.pool.note_written(block, 1);
             let seq = self
                 .seqs
@@ -178,7 +182,8 @@ impl KvCacheManager for PagedCache {
         } else {
             let shared = seq.blocks[bi];
             if self.pool.meta[shared as usize].ref_count > 1 && !self.faults.skip_cow {
-                let fresh = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+                let before = bi.checked_sub(1).map(|i| seq.blocks[i]);
+                let fresh = self.take_fresh(before).ok_or_else(|| self.no_space(1))?;
                 copies.push(CopyOp {
                     src_slot: u64::from(shared) * u64::from(bs),
                     dst_slot: u64::from(fresh) * u64::from(bs),

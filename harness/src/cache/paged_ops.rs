@@ -63,9 +63,10 @@ impl PagedCache {
         })
     }
 
-    /// Take a block for new content, unpublishing it if it was an evicted cached block.
-    pub(super) fn take_fresh(&mut self) -> Option<u32> {
-        let (block, evicted) = self.pool.take_fresh()?;
+    /// Take a block for new content (placed after `after`, the sequence's previous block),
+    /// unpublishing it if it was an evicted cached block.
+    pub(super) fn take_fresh(&mut self, after: Option<u32>) -> Option<u32> {
+        let (block, evicted) = self.pool.take_fresh(after)?;
         if let Some(key) = evicted {
             self.index.remove(&key);
             self.index.stats.evictions += 1;

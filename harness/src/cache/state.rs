@@ -10,6 +10,7 @@ use std::hash::BuildHasherDefault;
 use kvbench_cache_api::SeqId;
 
 use super::block::BlockPool;
+use super::free::Placement;
 use super::prefix::PrefixIndex;
 use super::table::{Faults, Seq, SeqIdHasher};
 
@@ -19,6 +20,8 @@ pub struct PagedConfig {
     pub block_size: u32,
     /// Publish full prompt blocks and look prompts up (still subject to each request's scope).
     pub prefix_cache: bool,
+    /// Where a sequence's next block goes (`lifo` keeps the historical order).
+    pub placement: Placement,
 }
 
 /// Bugs a test can plant that are not engine-facing [`Fault`](kvbench_cache_api::Fault)s.
@@ -46,7 +49,11 @@ impl PagedCache {
     pub fn new(config: PagedConfig) -> Self {
         PagedCache {
             config,
-            pool: BlockPool::new(config.total_blocks, config.block_size.max(1)),
+            pool: BlockPool::new(
+                config.total_blocks,
+                config.block_size.max(1),
+                config.placement,
+            ),
             index: PrefixIndex::default(),
             seqs: HashMap::default(),
             faults: Faults::default(),

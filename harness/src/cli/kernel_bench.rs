@@ -179,29 +179,34 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
         llc.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
     );
     println!(
-        "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8}",
+        "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "batch",
         "context",
         "block",
         "KV MiB",
         "paged us",
+        "placed us",
         "contig us",
         "paged/c",
+        "placed/c",
         "GB/s",
         "ceil %",
         "> LLC"
     );
-    for (pair, bytes) in res.rows.chunks(2).zip(res.kv_bytes.chunks(2)) {
-        let [p, c] = pair else { continue };
+    // Rows come in threes per grid point: paged, paged with extents placement, contiguous.
+    for (set, bytes) in res.rows.chunks(3).zip(res.kv_bytes.chunks(3)) {
+        let [p, x, c] = set else { continue };
         println!(
-            "{:>5} {:>8} {:>5} {:>9.1} {:>11.1} {:>11.1} {:>8.3} {:>8.1} {:>7.1}% {:>8}",
+            "{:>5} {:>8} {:>5} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>8.3} {:>8.3} {:>8.1} {:>7.1}% {:>8}",
             p.batch,
             p.context_tokens,
             p.block_size,
             bytes[0] as f64 / (1u64 << 20) as f64,
             p.time_us,
+            x.time_us,
             c.time_us,
             p.time_us / c.time_us,
+            x.time_us / c.time_us,
             p.gbytes_per_s,
             p.ceiling_fraction * 100.0,
             if llc.is_some_and(|l| bytes[0] > l) {
