@@ -55,6 +55,13 @@ proptest! {
     }
 
     #[test]
+    fn paged_extents_placement_matches_the_model(ops in prop::collection::vec(op(), 1..150)) {
+        if let Err(f) = fuzz::run_ops(FuzzConfig::extents(), &ops) {
+            prop_assert!(false, "{f}");
+        }
+    }
+
+    #[test]
     fn contiguous_matches_the_model(ops in prop::collection::vec(op(), 1..150)) {
         if let Err(f) = fuzz::run_ops(FuzzConfig::small(CacheMode::Contiguous), &ops) {
             prop_assert!(false, "{f}");
@@ -120,7 +127,10 @@ fn same_seed_same_run() {
         fuzz::run_seed_with(7, 300, cfg).ok()
     );
     let both = fuzz::run_seed(7, 300).unwrap_or_else(|f| panic!("{f}"));
-    assert_eq!(both.ops, 600, "run_seed drives both modes");
+    assert_eq!(
+        both.ops, 900,
+        "run_seed drives both modes, the paged one under both placements"
+    );
 }
 
 /// The first seeded run that a planted bug makes fail, with its message.

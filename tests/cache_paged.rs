@@ -1,7 +1,7 @@
 //! Directed behaviour of the paged cache manager: sharing, copy-on-write, fences, eviction order,
 //! scoped prefix reuse, failed allocations, and each planted fault being caught.
 
-use kvbench::cache::{PagedCache, PagedConfig, PlantedBug};
+use kvbench::cache::{PagedCache, PagedConfig, Placement, PlantedBug};
 use kvbench_cache_api::{
     AllocError, CopyOp, Fault, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqLayout,
     StartRequest,
@@ -14,6 +14,7 @@ fn paged(total_blocks: u32) -> PagedCache {
         total_blocks,
         block_size: BS,
         prefix_cache: true,
+        placement: Placement::Lifo,
     })
 }
 

@@ -1,5 +1,5 @@
 //! `kvbench kernel-bench` through the binary: the CSV has the documented columns, one paged and
-//! one contiguous row per grid point with positive figures; bad input exits 2.
+//! one paged-extents and one contiguous row per grid point with positive figures; bad input exits 2.
 
 use std::process::Command;
 
@@ -39,10 +39,10 @@ fn writes_the_documented_csv() {
         Some("backend,cache,batch,context_tokens,block_size,time_us,gbytes_per_s,ceiling_fraction")
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 2 * 2 * 2, "batch × block size × cache: {csv}");
+    assert_eq!(rows.len(), 2 * 2 * 3, "batch × block size × cache: {csv}");
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r[0], "cpu");
-        assert_eq!(r[1], if i % 2 == 0 { "paged" } else { "contiguous" });
+        assert_eq!(r[1], ["paged", "paged-extents", "contiguous"][i % 3]);
         assert_eq!(r[3], "40");
         for f in &r[5..] {
             let v: f64 = f.parse().expect("number");

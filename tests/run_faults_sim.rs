@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::RunSetup;
-use kvbench::cache::{PagedCache, PagedConfig, PlantedBug};
+use kvbench::cache::{PagedCache, PagedConfig, Placement, PlantedBug};
 use kvbench::engine::{self, EngineConfig};
 use kvbench::experiment::{self, Experiment, RunOptions};
 use kvbench::results;
@@ -223,6 +223,7 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
             total_blocks: (total_slots / u64::from(bs)) as u32,
             block_size: bs,
             prefix_cache: true,
+            placement: Placement::Lifo,
         });
         if planted {
             cache.plant_bug(PlantedBug::CrossScopeHit);

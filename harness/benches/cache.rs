@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use kvbench::cache::{BlockAllocator, PagedCache, PagedConfig};
+use kvbench::cache::{BlockAllocator, PagedCache, PagedConfig, Placement};
 use kvbench_baselines::manager::ContiguousCache;
 use kvbench_cache_api::{KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest};
 
@@ -34,6 +34,7 @@ fn loaded_paged(prefix_cache: bool) -> PagedCache {
         total_blocks,
         block_size: BLOCK_SIZE,
         prefix_cache,
+        placement: Placement::Lifo,
     });
     let s = scope();
     for seq in 0..LIVE_SEQS {

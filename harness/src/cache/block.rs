@@ -17,6 +17,7 @@
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
+use super::free::{FreeBlocks, Placement};
 use super::prefix::PrefixKey;
 
 pub(crate) const NIL: u32 = u32::MAX;
@@ -62,8 +63,8 @@ pub(crate) enum Dropped {
 pub(crate) struct BlockPool {
     pub block_size: u32,
     pub meta: Vec<BlockMeta>,
-    /// Free blocks without cached content; popped from the end (most recently freed first, warm).
-    free: Vec<u32>,
+    /// Free blocks without cached content, in the order the placement policy hands them out.
+    free: FreeBlocks,
     /// Evictable cached blocks: head is evicted first.
     lru_head: u32,
     lru_tail: u32,
@@ -82,7 +83,7 @@ pub(crate) struct BlockPool {
 }
 
 impl BlockPool {
-    pub fn new(total_blocks: u32, block_size: u32) -> Self {
+    pub fn new(total_blocks: u32, block_size: u32, placement: Placement) -> Self {
         let meta = vec![
             BlockMeta {
                 state: BlockState::Free,
@@ -96,8 +97,7 @@ impl BlockPool {
             };
             total_blocks as usize
         ];
-        // Reverse so block 0 is handed out first: deterministic, readable traces.
-        let free = (0..total_blocks).rev().collect();
+        let free = FreeBlocks::new(total_blocks, placement);
         BlockPool {
             block_size,
             meta,
@@ -120,7 +120,7 @@ impl BlockPool {
     }
 
     pub fn free_blocks(&self) -> u32 {
-        self.free.len() as u32
+        self.free.len()
     }
 
     /// Blocks `take_fresh` can hand out now: free plus evictable cached ones.
@@ -128,8 +128,9 @@ impl BlockPool {
         self.free_blocks() + self.cached_blocks
     }
 
-    pub fn free_list(&self) -> &[u32] {
-        &self.free
+    /// The free blocks, for the invariant checks.
+    pub fn free_list(&self) -> Vec<u32> {
+        self.free.to_vec()
     }
 
     /// The evictable blocks in eviction order (head first).
@@ -143,10 +144,11 @@ impl BlockPool {
         out
     }
 
-    /// Hand out a block for new content: a free one, else the least recently used cached one
-    /// (whose key the caller must unpublish: returned as the second value).
-    pub fn take_fresh(&mut self) -> Option<(u32, Option<PrefixKey>)> {
-        let (block, evicted_key) = if let Some(b) = self.free.pop() {
+    /// Hand out a block for new content to a sequence whose last block is `after`: a free one
+    /// (where the placement policy puts it), else the least recently used cached one (whose key
+    /// the caller must unpublish: returned as the second value).
+    pub fn take_fresh(&mut self, after: Option<u32>) -> Option<(u32, Option<PrefixKey>)> {
+        let (block, evicted_key) = if let Some(b) = self.free.take(after) {
             (b, None)
         } else if self.lru_head != NIL {
             let b = self.lru_head;
@@ -336,12 +338,21 @@ pub struct BlockAllocator(BlockPool);
 
 impl BlockAllocator {
     pub fn new(total_blocks: u32, block_size: u32) -> Self {
-        BlockAllocator(BlockPool::new(total_blocks, block_size.max(1)))
+        Self::with_placement(total_blocks, block_size, Placement::Lifo)
+    }
+
+    pub fn with_placement(total_blocks: u32, block_size: u32, placement: Placement) -> Self {
+        BlockAllocator(BlockPool::new(total_blocks, block_size.max(1), placement))
     }
 
     /// A block for new content (ref count 1), or `None` when none is free or evictable.
     pub fn allocate(&mut self) -> Option<u32> {
-        self.0.take_fresh().map(|(b, _)| b)
+        self.allocate_after(None)
+    }
+
+    /// As [`BlockAllocator::allocate`] for a sequence whose last block is `after`.
+    pub fn allocate_after(&mut self, after: Option<u32>) -> Option<u32> {
+        self.0.take_fresh(after).map(|(b, _)| b)
     }
 
     /// Drop the only reference to `block` (fenced if a step is in flight).

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kvbench_cache_api::{KvCacheManager, SeqId};
 
 use super::block::BlockState;
-use super::paged::PagedCache;
+use super::state::PagedCache;
 
 /// Collects problems instead of stopping at the first, so one report explains a failure.
 struct Problems(Vec<String>);
@@ -125,7 +125,7 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     }
 
     let mut on_free = vec![false; total];
-    for &b in pool.free_list() {
+    for b in pool.free_list() {
         if std::mem::replace(&mut on_free[b as usize], true) {
             p.push(format!("block {b} is on the free list twice"));
         }

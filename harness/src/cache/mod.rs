@@ -8,15 +8,19 @@
 
 mod block;
 mod check;
+mod free;
 pub mod fuzz;
 mod paged;
+mod paged_ops;
 mod prefix;
+mod state;
 mod table;
 
 pub use block::BlockAllocator;
+pub use free::Placement;
 pub use kvbench_cache_api::CacheMode;
-pub use paged::{PagedCache, PagedConfig, PlantedBug};
 pub use prefix::PrefixKey;
+pub use state::{PagedCache, PagedConfig, PlantedBug};
 
 use kvbench_baselines::manager::ContiguousCache;
 use kvbench_cache_api::KvCacheManager;
@@ -30,6 +34,17 @@ pub fn build(
     block_size: u32,
     prefix_cache: bool,
 ) -> Box<dyn KvCacheManager> {
+    build_placed(mode, total_slots, block_size, prefix_cache, Placement::Lifo)
+}
+
+/// [`build`] with the paged manager's placement policy (the contiguous arena has its own).
+pub fn build_placed(
+    mode: CacheMode,
+    total_slots: u64,
+    block_size: u32,
+    prefix_cache: bool,
+    placement: Placement,
+) -> Box<dyn KvCacheManager> {
     match mode {
         CacheMode::Paged => {
             let block_size = block_size.max(1);
@@ -39,6 +54,7 @@ pub fn build(
                 total_blocks,
                 block_size,
                 prefix_cache,
+                placement,
             }))
         }
         CacheMode::Contiguous => Box::new(ContiguousCache::new(total_slots)),

@@ -21,11 +21,9 @@
 //! - **The prefix cache holds no reference.** A cached block has ref count 0; the index only
 //!   names it. So the invariant is: ref count = number of block-table entries naming the block.
 //!
-//! All state transitions live in `block.rs`; this file keeps block tables and the prefix index.
+//! All state transitions live in `block.rs`; the state itself in `state.rs`, the steps the
+//! operations share in `paged_ops.rs`; this file is the `KvCacheManager` implementation.
 
-use std::cell::Cell;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use kvbench_cache_api::{
@@ -33,95 +31,9 @@ use kvbench_cache_api::{
     Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
 };
 
-use super::block::BlockPool;
-use super::prefix::PrefixIndex;
-use super::table::{Faults, Seq, SeqIdHasher};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PagedConfig {
-    pub total_blocks: u32,
-    pub block_size: u32,
-    /// Publish full prompt blocks and look prompts up (still subject to each request's scope).
-    pub prefix_cache: bool,
-}
-
-/// Bugs a test can plant that are not engine-facing [`Fault`]s.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlantedBug {
-    /// Prefix keys and hit verification ignore the scope: one tenant hits another's blocks.
-    CrossScopeHit,
-}
-
-#[derive(Debug)]
-pub struct PagedCache {
-    pub(crate) config: PagedConfig,
-    pub(crate) pool: BlockPool,
-    pub(crate) index: PrefixIndex,
-    pub(crate) seqs: HashMap<SeqId, Seq, BuildHasherDefault<SeqIdHasher>>,
-    pub(crate) faults: Faults,
-    /// Protocol errors and fault effects seen so far (shared-block writes, unknown retires).
-    pub(crate) violations: Vec<String>,
-    /// Corrupted layouts handed out by `layout` (bad-block-table fired); a `Cell` because
-    /// handing out a layout is a read.
-    bad_layouts_read: Cell<u64>,
-}
-
-impl PagedCache {
-    pub fn new(config: PagedConfig) -> Self {
-        PagedCache {
-            config,
-            pool: BlockPool::new(config.total_blocks, config.block_size.max(1)),
-            index: PrefixIndex::default(),
-            seqs: HashMap::default(),
-            faults: Faults::default(),
-            violations: Vec::new(),
-            bad_layouts_read: Cell::new(0),
-        }
-    }
-
-    pub fn config(&self) -> PagedConfig {
-        self.config
-    }
-
-    /// The real block table (not the possibly corrupted `layout`).
-    pub fn block_table(&self, seq: SeqId) -> Option<&[u32]> {
-        self.seqs.get(&seq).map(|s| s.blocks.as_slice())
-    }
-
-    pub fn ref_count(&self, block: u32) -> u32 {
-        self.pool
-            .meta
-            .get(block as usize)
-            .map_or(0, |m| m.ref_count)
-    }
-
-    /// Whether `block` is published in the prefix index.
-    pub fn is_published(&self, block: u32) -> bool {
-        self.pool
-            .meta
-            .get(block as usize)
-            .is_some_and(|m| m.key.is_some())
-    }
-
-    /// Evictable cached blocks, the next victim first.
-    pub fn eviction_order(&self) -> Vec<u32> {
-        self.pool.lru_order()
-    }
-
-    pub fn free_blocks(&self) -> u32 {
-        self.pool.free_blocks()
-    }
-
-    pub fn live_seqs(&self) -> usize {
-        self.seqs.len()
-    }
-
-    pub fn plant_bug(&mut self, bug: PlantedBug) {
-        match bug {
-            PlantedBug::CrossScopeHit => self.index.ignore_scope = true,
-        }
-    }
-}
+use super::check::{check_paged, quiescent_paged};
+use super::state::PagedCache;
+use super::table::Seq;
 
 impl KvCacheManager for PagedCache {
     fn mode(&self) -> CacheMode {
@@ -168,7 +80,9 @@ impl KvCacheManager for PagedCache {
         }
         for _ in 0..plan.new_blocks {
             // Checked above: enough free or evictable blocks.
-            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            let block = self
+                .take_fresh(blocks.last().copied())
+                .ok_or_else(|| self.no_space(1))?;
             blocks.push(block);
         }
         let cached_tokens = plan.hits.len() as u32 * bs;
@@ -256,7 +170,9 @@ impl KvCacheManager for PagedCache {
         let (bi, offset) = ((pos / bs) as usize, pos % bs);
         let mut copies = Vec::new();
         if offset == 0 {
-            let block = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+            let block = self
+                .take_fresh(seq.blocks.last().copied())
+                .ok_or_else(|| self.no_space(1))?;
             self.pool.note_written(block, 1);
             let seq = self
                 .seqs
@@ -266,7 +182,8 @@ impl KvCacheManager for PagedCache {
         } else {
             let shared = seq.blocks[bi];
             if self.pool.meta[shared as usize].ref_count > 1 && !self.faults.skip_cow {
-                let fresh = self.take_fresh().ok_or_else(|| self.no_space(1))?;
+                let before = bi.checked_sub(1).map(|i| seq.blocks[i]);
+                let fresh = self.take_fresh(before).ok_or_else(|| self.no_space(1))?;
                 copies.push(CopyOp {
                     src_slot: u64::from(shared) * u64::from(bs),
                     dst_slot: u64::from(fresh) * u64::from(bs),
@@ -428,11 +345,11 @@ impl KvCacheManager for PagedCache {
     }
 
     fn check_invariants(&self) -> Result<(), String> {
-        super::check::check_paged(self)
+        check_paged(self)
     }
 
     fn assert_quiescent(&self) -> Result<(), String> {
-        super::check::quiescent_paged(self)
+        quiescent_paged(self)
     }
 
     fn fault_fired(&self) -> u64 {

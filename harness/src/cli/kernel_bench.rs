@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
+use super::kernel_bench_grid::{csv_target, grid_axis};
 use crate::backend::cpu::bench::{last_level_cache_bytes, run_grid, BenchConfig, BenchResult};
 use crate::model::ModelShape;
 use kvbench_kernels::AttnDims;
@@ -178,29 +179,34 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
         llc.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
     );
     println!(
-        "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8}",
+        "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "batch",
         "context",
         "block",
         "KV MiB",
         "paged us",
+        "placed us",
         "contig us",
         "paged/c",
+        "placed/c",
         "GB/s",
         "ceil %",
         "> LLC"
     );
-    for (pair, bytes) in res.rows.chunks(2).zip(res.kv_bytes.chunks(2)) {
-        let [p, c] = pair else { continue };
+    // Rows come in threes per grid point: paged, paged with extents placement, contiguous.
+    for (set, bytes) in res.rows.chunks(3).zip(res.kv_bytes.chunks(3)) {
+        let [p, x, c] = set else { continue };
         println!(
-            "{:>5} {:>8} {:>5} {:>9.1} {:>11.1} {:>11.1} {:>8.3} {:>8.1} {:>7.1}% {:>8}",
+            "{:>5} {:>8} {:>5} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>8.3} {:>8.3} {:>8.1} {:>7.1}% {:>8}",
             p.batch,
             p.context_tokens,
             p.block_size,
             bytes[0] as f64 / (1u64 << 20) as f64,
             p.time_us,
+            x.time_us,
             c.time_us,
             p.time_us / c.time_us,
+            x.time_us / c.time_us,
             p.gbytes_per_s,
             p.ceiling_fraction * 100.0,
             if llc.is_some_and(|l| bytes[0] > l) {
@@ -210,39 +216,4 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
             }
         );
     }
-}
-
-/// One axis of the grid: the values given on the command line, else the quick or the full set.
-pub(super) fn grid_axis(
-    quick_grid: bool,
-    given: &[usize],
-    quick: &[usize],
-    full: &[usize],
-) -> Vec<usize> {
-    if !given.is_empty() {
-        given.to_vec()
-    } else if quick_grid {
-        quick.to_vec()
-    } else {
-        full.to_vec()
-    }
-}
-
-/// Where `kernel_bench.csv` goes, with its folder made (or refused) before minutes of
-/// measurement, not after.
-pub(super) fn csv_target(
-    out: Option<&std::path::Path>,
-) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let Some(dir) = out else {
-        return Ok(None);
-    };
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("kernel_bench.csv");
-    if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
-        bail!(
-            "{}: is not a regular file; refusing to replace it",
-            path.display()
-        );
-    }
-    Ok(Some(path))
 }

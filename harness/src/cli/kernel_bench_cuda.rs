@@ -12,6 +12,7 @@ use kvbench_cuda::device::Gpu;
 use kvbench_cuda::launch::AttnShape;
 use kvbench_cuda::KvDtype;
 
+use super::kernel_bench_grid::{csv_target, grid_axis};
 use crate::model::ModelShape;
 
 /// The flags of `kernel-bench` that the cuda branch reads.
@@ -40,7 +41,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
         bail!("kernel-bench: --dtype {}: expected f32 or bf16", args.dtype);
     };
     let pick = |given: &[usize], quick: &[usize], full: &[usize]| {
-        super::kernel_bench::grid_axis(args.quick, given, quick, full)
+        grid_axis(args.quick, given, quick, full)
     };
     let cfg = GpuBenchConfig {
         batches: pick(&args.batch, &[1, 64], &[1, 16, 64]),
@@ -64,7 +65,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.shape.check().context("kernel-bench --model")?;
     // The output folder is made (or refused) before any measurement, as on cpu.
-    let csv_path = super::kernel_bench::csv_target(args.out.as_deref())?;
+    let csv_path = csv_target(args.out.as_deref())?;
     let gpu = Gpu::open().context("kernel-bench --backend cuda: no usable GPU")?;
     let res = bench::run(&gpu, &cfg).context("kernel-bench")?;
     print_table(&gpu, &cfg, &res);

@@ -28,6 +28,7 @@ mod fuzz;
 mod gate;
 mod kernel_bench;
 mod kernel_bench_cuda;
+mod kernel_bench_grid;
 mod merge;
 mod plan;
 mod progress;

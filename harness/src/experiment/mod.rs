@@ -207,11 +207,12 @@ fn run_mode_with(
             .as_mut()
     };
     let backend_name = be.name();
-    let mut cache = crate::cache::build(
+    let mut cache = crate::cache::build_placed(
         mode,
         setup.total_slots,
         block_size,
         scenario.scheduler.prefix_cache,
+        scenario.cache.placement,
     );
     let mut scheduler = scenario.scheduler.clone();
     // Early reuse only shows while a step is in flight at release time: pipeline the steps.

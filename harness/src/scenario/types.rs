@@ -102,6 +102,15 @@ pub struct CacheSpec {
     #[serde(default)]
     pub contiguous_reservation: Reservation,
     pub max_seq_len: u32,
+    /// Where the paged manager puts a sequence's next block: `lifo` (the default) or `extents`
+    /// (a sequence's blocks ascend within 64-block extents; same block counts, same waste).
+    /// Left out of a rendered scenario when default, so existing scenarios render as before.
+    #[serde(default, skip_serializing_if = "is_lifo")]
+    pub placement: crate::cache::Placement,
+}
+
+fn is_lifo(p: &crate::cache::Placement) -> bool {
+    *p == crate::cache::Placement::Lifo
 }
 
 fn default_block_size() -> BlockSizes {

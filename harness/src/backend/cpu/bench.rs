@@ -1,13 +1,18 @@
-//! The decode-attention microbenchmark behind `kvbench kernel-bench`: paged and contiguous
-//! attention over the same K/V bytes, interleaved, next to a streaming-read ceiling measured in
-//! the same process.
+//! The decode-attention microbenchmark behind `kvbench kernel-bench`: paged, paged with the
+//! `extents` placement, and contiguous attention over the same K/V bytes, interleaved, next to a
+//! streaming-read ceiling measured in the same process.
 //!
-//! Both caches read one shared storage: the contiguous layout gives sequence `i` slots
+//! All three read one shared storage: the contiguous layout gives sequence `i` slots
 //! `i·context .. (i+1)·context`; the paged layout gives it a shuffled set of blocks of the same
-//! storage. Bytes moved = batch × context × 2 (K and V) × kv_heads × head_dim × element size.
+//! slots (a pool aged by churn under the `lifo` free stack). The placed layout's tables come from
+//! the paged manager's own `extents` free set: the sequences grow a block at a time in turn (as
+//! decode steps do) in a pool a fifth of which other sequences hold at seeded random addresses
+//! (the storage carries those extra slots; nobody reads them). Bytes moved = batch × context × 2
+//! (K and V) × kv_heads × head_dim × element size.
 
 use std::time::Instant;
 
+use crate::cache::{BlockAllocator, Placement};
 use kvbench_baselines::attention::ContiguousRegion;
 use kvbench_kernels::{
     attention, bf16, AttnDims, KernelError, KvElem, LayerKv, PagedTable, QuerySpan, TokenAddressing,
@@ -133,28 +138,59 @@ pub fn streaming_ceiling(bytes: u64) -> f64 {
     bytes as f64 / best / 1e9
 }
 
-/// Fastest call of `a` and of `b`, alternating A, B, A, B… so both see the same drift and the
-/// same interference from other load; at least `MIN_REPS` pairs and `min_time_s` in all.
-fn time_pair(
-    min_time_s: f64,
-    mut a: impl FnMut() -> Result<(), KernelError>,
-    mut b: impl FnMut() -> Result<(), KernelError>,
-) -> Result<(f64, f64), KernelError> {
-    a()?; // warm-up: page faults, thread pool
-    b()?;
-    let (mut best_a, mut best_b) = (f64::INFINITY, f64::INFINITY);
+type Call<'a> = &'a mut dyn FnMut() -> Result<(), KernelError>;
+
+/// Fastest call of each of `calls`, in turn A, B, C, A, B, C… so all see the same drift and the
+/// same interference from other load; at least `MIN_REPS` rounds and `min_time_s` in all.
+fn time_interleaved(min_time_s: f64, calls: &mut [Call<'_>]) -> Result<Vec<f64>, KernelError> {
+    for c in calls.iter_mut() {
+        c()?; // warm-up: page faults, thread pool
+    }
+    let mut best = vec![f64::INFINITY; calls.len()];
     let mut reps = 0;
     let start = Instant::now();
     while reps < MIN_REPS || start.elapsed().as_secs_f64() < min_time_s {
-        let t = Instant::now();
-        a()?;
-        best_a = best_a.min(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        b()?;
-        best_b = best_b.min(t.elapsed().as_secs_f64());
+        for (c, b) in calls.iter_mut().zip(&mut best) {
+            let t = Instant::now();
+            c()?;
+            *b = b.min(t.elapsed().as_secs_f64());
+        }
         reps += 1;
     }
-    Ok((best_a, best_b))
+    Ok(best)
+}
+
+/// Share of the placed pool that other sequences hold: one block in five.
+const HELD_PER_FREE: usize = 4;
+
+/// The block tables `extents` placement gives `batch` sequences of `nb` blocks each, grown a
+/// block at a time in turn, in a pool of `batch·nb + held` blocks whose `held` blocks other
+/// sequences hold (chosen by `rng`). Concatenated, `nb` per sequence.
+fn placed_tables(
+    batch: usize,
+    nb: usize,
+    held: usize,
+    bs: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<u32> {
+    let total = batch * nb + held;
+    let mut pool = BlockAllocator::with_placement(total as u32, bs as u32, Placement::Extents);
+    let mut all: Vec<u32> = (0..total).filter_map(|_| pool.allocate()).collect();
+    all.shuffle(rng);
+    for &b in &all[held..] {
+        pool.free(b);
+    }
+    let mut last = vec![None; batch];
+    let mut tables = vec![Vec::with_capacity(nb); batch];
+    for _ in 0..nb {
+        for (t, l) in tables.iter_mut().zip(&mut last) {
+            // The pool holds exactly the blocks the tables need.
+            let b = pool.allocate_after(*l).unwrap_or(0);
+            t.push(b);
+            *l = Some(b);
+        }
+    }
+    tables.concat()
 }
 
 /// Runs the grid.
@@ -209,9 +245,12 @@ fn grid_point<E: KvElem>(
         .fold(1, |l, &b| l / gcd(l, b.max(1)) * b.max(1));
     let per_seq = context.div_ceil(unit) * unit;
     let num_slots = batch * per_seq;
+    // The placed pool's extra blocks, held by other sequences.
+    let held_slots = (num_slots / HELD_PER_FREE).div_ceil(unit) * unit;
+    let storage_slots = num_slots + held_slots;
     let mut layer = LayerKv {
-        k: kvbench_kernels::kv::kv_buffer(num_slots * row, E::default()),
-        v: kvbench_kernels::kv::kv_buffer(num_slots * row, E::default()),
+        k: kvbench_kernels::kv::kv_buffer(storage_slots * row, E::default()),
+        v: kvbench_kernels::kv::kv_buffer(storage_slots * row, E::default()),
     };
     layer.k.par_chunks_mut(row).enumerate().for_each(|(s, r)| {
         r.iter_mut()
@@ -229,7 +268,11 @@ fn grid_point<E: KvElem>(
     // The two layouts place different values at a given logical position (one storage, two
     // address maps), so outputs differ; their equality on equal data is tested elsewhere
     // (tests/kernels_attention.rs).
-    let (mut out_p, mut out_c) = (vec![0f32; q.len()], vec![0f32; q.len()]);
+    let (mut out_p, mut out_x, mut out_c) = (
+        vec![0f32; q.len()],
+        vec![0f32; q.len()],
+        vec![0f32; q.len()],
+    );
     let scale = 1.0 / (dims.head_dim as f32).sqrt();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ (batch as u64) << 32 ^ context as u64);
     let regions: Vec<ContiguousRegion> = (0..batch)
@@ -248,24 +291,41 @@ fn grid_point<E: KvElem>(
                 blocks: &perm[i * nb..(i + 1) * nb],
             })
             .collect();
-        let (paged_s, contig_s) = time_pair(
+        // Its own stream, so the shuffled tables are the ones earlier versions measured.
+        let mut held_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xE87E_4750 ^ (bs as u64) << 48);
+        let placed = placed_tables(batch, nb, held_slots / bs, bs, &mut held_rng);
+        let placed_tables: Vec<PagedTable<'_>> = placed
+            .chunks(nb)
+            .map(|blocks| PagedTable {
+                block_size: bs,
+                blocks,
+            })
+            .collect();
+        let s = storage_slots;
+        let times = time_interleaved(
             cfg.min_time_s,
-            || {
-                run(
-                    &layer, num_slots, dims, &tables, context, &q, &mut out_p, scale,
-                )
-            },
-            || {
-                run(
-                    &layer, num_slots, dims, &regions, context, &q, &mut out_c, scale,
-                )
-            },
+            &mut [
+                &mut || run(&layer, s, dims, &tables, context, &q, &mut out_p, scale),
+                &mut || {
+                    run(
+                        &layer,
+                        s,
+                        dims,
+                        &placed_tables,
+                        context,
+                        &q,
+                        &mut out_x,
+                        scale,
+                    )
+                },
+                &mut || run(&layer, s, dims, &regions, context, &q, &mut out_c, scale),
+            ],
         )?;
-        for (cache, t) in [("paged", paged_s), ("contiguous", contig_s)] {
+        for (cache, &t) in ["paged", "paged-extents", "contiguous"].iter().zip(&times) {
             let gbs = bytes as f64 / t / 1e9;
             res.rows.push(BenchRow {
                 backend: "cpu".into(),
-                cache: cache.into(),
+                cache: (*cache).into(),
                 batch,
                 context_tokens: context,
                 block_size: bs,

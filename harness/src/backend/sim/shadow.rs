@@ -199,11 +199,12 @@ fn store_run(
         };
         let n = run.len();
         let from = pos + done as u32;
-        for (j, (t, &token)) in run.iter_mut().zip(&tokens[done..done + n]).enumerate() {
-            *t = Tag {
+        let tokens = &tokens[done..done + n];
+        for i in 0..n {
+            run[i] = Tag {
                 writer,
-                pos: from + j as u32,
-                token,
+                pos: from + i as u32,
+                token: tokens[i],
                 scope,
             };
         }
@@ -636,7 +637,25 @@ impl Shadow {
             let Some(idx) = self.idx_of(w.seq, step, "a step") else {
                 continue;
             };
-            match cache.layout(w.seq) {
+            let layout = cache.layout(w.seq);
+            let fast = w.new_tokens == 1
+                && match layout {
+                    Some(SeqLayout::Paged { block_size, blocks }) => {
+                        self.decode_paged(idx, block_size, blocks, w, step)
+                    }
+                    Some(SeqLayout::Contiguous {
+                        base_slot,
+                        capacity_tokens,
+                    }) => self.decode_contiguous(idx, base_slot, capacity_tokens, w, step),
+                    None => false,
+                };
+            if fast {
+                if let Some(sm) = sm {
+                    self.sampled(idx, w, sm.token);
+                }
+                continue;
+            }
+            match layout {
                 Some(l) => {
                     let end = w.context_tokens.saturating_add(w.new_tokens);
                     self.observe(idx, &l, end, w.context_tokens, step)
@@ -651,6 +670,115 @@ impl Shadow {
                 self.sampled(idx, w, sm.token);
             }
         }
+    }
+
+    /// A decode of stream `idx` through the block table it was checked against (almost every
+    /// stream-step of a paged run): the
+    /// same comparison of the whole table as [`Shadow::observe`], the same reverse-index look as
+    /// [`Shadow::write_own`], in one pass over the stream's state. Returns false, having changed
+    /// nothing, when the general path must run (a changed or invalidated table, a position not
+    /// yet checked, a shared grain).
+    #[inline]
+    fn decode_paged(
+        &mut self,
+        idx: u32,
+        block_size: u32,
+        blocks: &[u32],
+        w: &SeqWork,
+        step: u64,
+    ) -> bool {
+        let bs = block_size.max(1);
+        let pos = w.context_tokens;
+        let k = (pos / bs) as usize;
+        let s = &mut self.seqs[idx as usize];
+        let Table::Paged(old) = &mut s.table else {
+            return false;
+        };
+        let have = old.len();
+        let Some(&b) = blocks.get(k) else {
+            return false;
+        };
+        // Everything before `pos` checked, the token at `pos` known, the block holding `pos`
+        // already registered (a new block goes through `observe`), the table unchanged.
+        if s.extent != pos
+            || pos as usize >= s.history.len()
+            || !s.recheck.is_empty()
+            || have != k + 1
+            || old[..] != blocks[..have]
+        {
+            return false;
+        }
+        let g = u64::from(b);
+        if s.sole != g && !self.readers.sole(g, idx) {
+            return false;
+        }
+        let s = &mut self.seqs[idx as usize];
+        let tag = Tag {
+            writer: s.id as u32,
+            pos,
+            token: s.history[pos as usize],
+            scope: s.scope,
+        };
+        let Some(t) = self.tags.get_mut(g * u64::from(bs) + u64::from(pos % bs)) else {
+            return false;
+        };
+        *t = tag;
+        s.sole = g;
+        s.extent = pos + 1;
+        s.last_step = step;
+        self.report.read_slots += u64::from(pos) + 1;
+        self.report.written_slots += 1;
+        true
+    }
+
+    /// As [`Shadow::decode_paged`] for a contiguous region: the same base, the grain holding the
+    /// new position already registered, nobody else reading it.
+    #[inline]
+    fn decode_contiguous(
+        &mut self,
+        idx: u32,
+        base_slot: u64,
+        capacity_tokens: u32,
+        w: &SeqWork,
+        step: u64,
+    ) -> bool {
+        let pos = w.context_tokens;
+        let gs = u64::from(self.grain);
+        let s = &mut self.seqs[idx as usize];
+        let Table::Contiguous { base, grains } = s.table else {
+            return false;
+        };
+        let slot = base_slot + u64::from(pos);
+        let g = slot / gs;
+        if base != base_slot
+            || pos >= capacity_tokens
+            || s.extent != pos
+            || pos as usize >= s.history.len()
+            || !s.recheck.is_empty()
+            || g - base_slot / gs + 1 != u64::from(grains)
+        {
+            return false;
+        }
+        if s.sole != g && !self.readers.sole(g, idx) {
+            return false;
+        }
+        let s = &mut self.seqs[idx as usize];
+        let tag = Tag {
+            writer: s.id as u32,
+            pos,
+            token: s.history[pos as usize],
+            scope: s.scope,
+        };
+        let Some(t) = self.tags.get_mut(slot) else {
+            return false;
+        };
+        *t = tag;
+        s.sole = g;
+        s.extent = pos + 1;
+        s.last_step = step;
+        self.report.read_slots += u64::from(pos) + 1;
+        self.report.written_slots += 1;
+        true
     }
 
     /// The step's new tokens of stream `idx`, through the layout as handed out now (`observe`

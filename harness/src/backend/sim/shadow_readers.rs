@@ -93,6 +93,11 @@ impl Readers {
         let Some(e) = self.grains.get_mut(g) else {
             return;
         };
+        // The common case: a stream leaving a grain only it read.
+        if e.len == 1 && e.inline[0] == h {
+            e.len = 0;
+            return;
+        }
         let n = e.len as usize;
         let spill = (e.spill != NO_SPILL).then(|| &mut self.spills[e.spill as usize]);
         let at = match e.inline[..n.min(INLINE)].iter().position(|&x| x == h) {

@@ -59,7 +59,7 @@ impl<T: Clone> LazyArray<T> {
     }
 
     /// The entry, or `None` past the end.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, i: u64) -> Option<&T> {
         if i >= self.len {
             return None;
@@ -71,7 +71,7 @@ impl<T: Clone> LazyArray<T> {
     }
 
     /// The entry for writing (allocating its page), or `None` past the end.
-    #[inline]
+    #[inline(always)]
     pub fn get_mut(&mut self, i: u64) -> Option<&mut T> {
         if i >= self.len {
             return None;

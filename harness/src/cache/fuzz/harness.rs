@@ -8,7 +8,7 @@ use kvbench_cache_api::{
 };
 
 use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
-use crate::cache::{build, PagedCache, PagedConfig};
+use crate::cache::{build_placed, PagedCache, PagedConfig};
 
 /// A sequence as the reference model sees it: its token ids and how many are written.
 #[derive(Debug, Clone)]
@@ -69,11 +69,18 @@ impl Harness {
                     total_blocks,
                     block_size: bs,
                     prefix_cache: true,
+                    placement: cfg.placement,
                 });
                 p.plant_bug(bug);
                 Box::new(p)
             }
-            None => build(cfg.mode, cfg.total_slots, cfg.block_size, true),
+            None => build_placed(
+                cfg.mode,
+                cfg.total_slots,
+                cfg.block_size,
+                true,
+                cfg.placement,
+            ),
         };
         if let Some(f) = cfg.fault {
             mgr.inject_fault(f);

@@ -19,6 +19,8 @@ use rand_chacha::ChaCha8Rng;
 
 use kvbench_cache_api::{CacheMode, Fault};
 
+use super::Placement;
+
 pub use harness::Harness;
 
 use super::PlantedBug;
@@ -70,6 +72,8 @@ pub struct FuzzConfig {
     pub block_size: u32,
     pub fault: Option<Fault>,
     pub bug: Option<PlantedBug>,
+    /// The paged manager's placement policy.
+    pub placement: Placement,
 }
 
 impl FuzzConfig {
@@ -81,7 +85,29 @@ impl FuzzConfig {
             block_size: 4,
             fault: None,
             bug: None,
+            placement: Placement::Lifo,
         }
+    }
+
+    /// The small paged cache with address-ordered extents, at block size 1 so its 150 blocks
+    /// span three extents (the last one partial) and sequences outgrow an extent.
+    pub fn extents() -> Self {
+        FuzzConfig {
+            total_slots: 150,
+            block_size: 1,
+            placement: Placement::Extents,
+            ..FuzzConfig::small(CacheMode::Paged)
+        }
+    }
+
+    /// The configurations `run_bytes` and `run_seed` run: the paged cache (both placements) and
+    /// the contiguous baseline.
+    pub fn all_small() -> [FuzzConfig; 3] {
+        [
+            FuzzConfig::small(CacheMode::Paged),
+            FuzzConfig::extents(),
+            FuzzConfig::small(CacheMode::Contiguous),
+        ]
     }
 }
 
@@ -160,22 +186,22 @@ fn run_with(mut h: Harness, ops: &[Op]) -> Result<FuzzSummary, FuzzFailure> {
     Ok(h.summary())
 }
 
-/// Decode bytes into operations (a fuzzer's input) and run them on a small paged cache and on
-/// the contiguous baseline.
+/// Decode bytes into operations (a fuzzer's input) and run them on small paged caches (both
+/// placements) and on the contiguous baseline.
 pub fn run_bytes(data: &[u8]) -> Result<(), FuzzFailure> {
     let ops = decode(data);
-    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        run_ops(FuzzConfig::small(mode), &ops)?;
+    for cfg in FuzzConfig::all_small() {
+        run_ops(cfg, &ops)?;
     }
     Ok(())
 }
 
-/// `n_ops` random operations from `seed` (ChaCha8) on a small paged cache and on the contiguous
-/// baseline: same seed, same run. The summary adds up both.
+/// `n_ops` random operations from `seed` (ChaCha8) on small paged caches (both placements) and
+/// on the contiguous baseline: same seed, same run. The summary adds up all three.
 pub fn run_seed(seed: u64, n_ops: usize) -> Result<FuzzSummary, FuzzFailure> {
     let mut total = FuzzSummary::default();
-    for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        total.add(&run_seed_with(seed, n_ops, FuzzConfig::small(mode))?);
+    for cfg in FuzzConfig::all_small() {
+        total.add(&run_seed_with(seed, n_ops, cfg)?);
     }
     Ok(total)
 }

@@ -1,0 +1,107 @@
+//! The paged manager's state: its configuration, block pool, prefix index and per-sequence block
+//! tables, with the read-only accessors tests and benchmarks use. The lowest layer of the paged
+//! manager: `paged_ops.rs` (the steps the operations share), `paged.rs` (the `KvCacheManager`
+//! implementation) and `check.rs` (the invariants) all build on it, and it imports none of them.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use kvbench_cache_api::SeqId;
+
+use super::block::BlockPool;
+use super::free::Placement;
+use super::prefix::PrefixIndex;
+use super::table::{Faults, Seq, SeqIdHasher};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagedConfig {
+    pub total_blocks: u32,
+    pub block_size: u32,
+    /// Publish full prompt blocks and look prompts up (still subject to each request's scope).
+    pub prefix_cache: bool,
+    /// Where a sequence's next block goes (`lifo` keeps the historical order).
+    pub placement: Placement,
+}
+
+/// Bugs a test can plant that are not engine-facing [`Fault`](kvbench_cache_api::Fault)s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Prefix keys and hit verification ignore the scope: one tenant hits another's blocks.
+    CrossScopeHit,
+}
+
+#[derive(Debug)]
+pub struct PagedCache {
+    pub(crate) config: PagedConfig,
+    pub(crate) pool: BlockPool,
+    pub(crate) index: PrefixIndex,
+    pub(crate) seqs: HashMap<SeqId, Seq, BuildHasherDefault<SeqIdHasher>>,
+    pub(crate) faults: Faults,
+    /// Protocol errors and fault effects seen so far (shared-block writes, unknown retires).
+    pub(crate) violations: Vec<String>,
+    /// Corrupted layouts handed out by `layout` (bad-block-table fired); a `Cell` because
+    /// handing out a layout is a read.
+    pub(crate) bad_layouts_read: Cell<u64>,
+}
+
+impl PagedCache {
+    pub fn new(config: PagedConfig) -> Self {
+        PagedCache {
+            config,
+            pool: BlockPool::new(
+                config.total_blocks,
+                config.block_size.max(1),
+                config.placement,
+            ),
+            index: PrefixIndex::default(),
+            seqs: HashMap::default(),
+            faults: Faults::default(),
+            violations: Vec::new(),
+            bad_layouts_read: Cell::new(0),
+        }
+    }
+
+    pub fn config(&self) -> PagedConfig {
+        self.config
+    }
+
+    /// The real block table (not the possibly corrupted `layout`).
+    pub fn block_table(&self, seq: SeqId) -> Option<&[u32]> {
+        self.seqs.get(&seq).map(|s| s.blocks.as_slice())
+    }
+
+    pub fn ref_count(&self, block: u32) -> u32 {
+        self.pool
+            .meta
+            .get(block as usize)
+            .map_or(0, |m| m.ref_count)
+    }
+
+    /// Whether `block` is published in the prefix index.
+    pub fn is_published(&self, block: u32) -> bool {
+        self.pool
+            .meta
+            .get(block as usize)
+            .is_some_and(|m| m.key.is_some())
+    }
+
+    /// Evictable cached blocks, the next victim first.
+    pub fn eviction_order(&self) -> Vec<u32> {
+        self.pool.lru_order()
+    }
+
+    pub fn free_blocks(&self) -> u32 {
+        self.pool.free_blocks()
+    }
+
+    pub fn live_seqs(&self) -> usize {
+        self.seqs.len()
+    }
+
+    pub fn plant_bug(&mut self, bug: PlantedBug) {
+        match bug {
+            PlantedBug::CrossScopeHit => self.index.ignore_scope = true,
+        }
+    }
+}
