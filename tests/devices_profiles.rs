@@ -80,8 +80,8 @@ fn every_expected_profile_ships_and_is_built_in() {
 #[test]
 fn every_shipped_profile_loads_and_matches_its_built_in_copy() {
     for (stem, path, _) in shipped() {
-        let from_file = DeviceProfile::load_file(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let from_file =
+            DeviceProfile::load_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(from_file.name, stem, "name key differs from the file name");
         assert!(
             from_file.problems().is_empty(),
@@ -193,7 +193,9 @@ fn memory_out_of_range_is_refused_at_its_line() {
         .expect_err("5 bytes")
         .to_string();
     assert!(
-        err.contains(&format!("h100.toml:{line}:1: memory_bytes: must be between")),
+        err.contains(&format!(
+            "h100.toml:{line}:1: memory_bytes: must be between"
+        )),
         "{err}"
     );
 }
@@ -243,4 +245,22 @@ fn an_unknown_key_is_refused_at_its_line() {
         .expect_err("unknown key")
         .to_string();
     assert!(err.contains(&format!("l40s.toml:{line}:")), "{err}");
+}
+
+#[test]
+fn scenario_device_memory_matches_every_shipped_profile() {
+    // A scenario's "90%" budget is checked at load time from a table of memory sizes; it must
+    // agree with the profile the `sim` backend then runs.
+    for (stem, _, _) in shipped() {
+        let p = DeviceProfile::load(&stem, None).expect("load");
+        assert_eq!(
+            kvbench::scenario::device_memory_bytes(&stem),
+            Some(p.memory_bytes),
+            "{stem}"
+        );
+        assert!(
+            kvbench::scenario::KNOWN_DEVICES.contains(&stem.as_str()),
+            "{stem}"
+        );
+    }
 }

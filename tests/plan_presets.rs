@@ -98,10 +98,7 @@ fn plan_text_names_the_preset_figures() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     // MHA: four times llama3-8b's 128 KiB per token, 2 GiB for a 4096-token sequence.
-    assert!(
-        text.contains("524288 bytes per token (512 KiB)"),
-        "{text}"
-    );
+    assert!(text.contains("524288 bytes per token (512 KiB)"), "{text}");
     assert!(
         text.contains("4096 tokens: 2147483648 bytes (2 GiB)"),
         "{text}"
@@ -132,5 +129,8 @@ fn an_unknown_preset_is_refused_listing_the_known_ones() {
         .expect("run kvbench");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("llama3-405b") && err.contains("llama2-7b"), "{err}");
+    assert!(
+        err.contains("llama3-405b") && err.contains("llama2-7b"),
+        "{err}"
+    );
 }
