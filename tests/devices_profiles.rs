@@ -113,42 +113,60 @@ fn gpu_profiles_keep_effective_figures_below_the_datasheet() {
 /// Words that say where a constant comes from.
 const SOURCE_WORDS: &[&str] = &["datasheet", "measured", "derived", "assumption", "fitted"];
 
+/// `KEY at line N` for every numeric constant of profile `stem` without a source comment
+/// directly above it, and the count of numeric constants seen.
+fn unsourced(stem: &str, text: &str) -> (Vec<String>, usize) {
+    let mut missing = Vec::new();
+    let mut numeric = 0;
+    for (line, key, value) in assignments(text) {
+        if value.replace('_', "").parse::<f64>().is_err() {
+            continue;
+        }
+        numeric += 1;
+        let comment = comment_above(text, line).to_ascii_lowercase();
+        // The cpu profile's memory and datasheet lines are carried over from its base ("kept
+        // from"); every other constant must say what kind of source it has.
+        let named = SOURCE_WORDS.iter().any(|w| comment.contains(w))
+            || (stem == "cpu" && comment.contains("kept from"));
+        let datasheet_key = matches!(key.as_str(), "memory_bytes" | "hbm_datasheet_bytes_per_s");
+        if !named || (GPUS.contains(&stem) && datasheet_key && !comment.contains("datasheet")) {
+            missing.push(format!("{key} at line {line}"));
+        }
+    }
+    (missing, numeric)
+}
+
 #[test]
 fn every_numeric_constant_in_every_profile_has_a_source_comment() {
     for (stem, path, text) in shipped() {
-        let mut numeric = 0;
-        for (line, key, value) in assignments(&text) {
-            let is_number = value.replace('_', "").parse::<f64>().is_ok();
-            if !is_number {
-                continue;
-            }
-            numeric += 1;
-            let comment = comment_above(&text, line).to_ascii_lowercase();
-            // The cpu profile's memory and datasheet lines are carried over from its base ("kept
-            // from"); every other constant must say what kind of source it has.
-            let named = SOURCE_WORDS.iter().any(|w| comment.contains(w))
-                || (stem == "cpu" && comment.contains("kept from"));
-            assert!(
-                named,
-                "{}:{line}: {key}: no source comment above it (want one of {SOURCE_WORDS:?})",
-                path.display()
-            );
-            if GPUS.contains(&stem.as_str())
-                && matches!(key.as_str(), "memory_bytes" | "hbm_datasheet_bytes_per_s")
-            {
-                assert!(
-                    comment.contains("datasheet"),
-                    "{}:{line}: {key} must name its datasheet",
-                    path.display()
-                );
-            }
-        }
-        // Every range-checked key present in the file counts: at least the required ones.
+        let (missing, numeric) = unsourced(&stem, &text);
+        assert!(
+            missing.is_empty(),
+            "{}: no source comment (want one of {SOURCE_WORDS:?}) for {missing:?}",
+            path.display()
+        );
         assert!(
             numeric >= 7,
             "{stem}: only {numeric} numeric constants found"
         );
     }
+}
+
+#[test]
+fn the_source_check_catches_a_constant_without_a_comment() {
+    let text = include_str!("../scenarios/devices/l40s.toml");
+    let stripped: String = text
+        .lines()
+        .filter(|l| !l.contains("Memory bandwidth 864GB/s") && !l.contains("Kept for the report"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(stripped, text);
+    let (missing, _) = unsourced("l40s", &stripped);
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(
+        missing[0].starts_with("hbm_datasheet_bytes_per_s"),
+        "{missing:?}"
+    );
 }
 
 #[test]
