@@ -46,3 +46,8 @@ fn quick_scenarios_match_the_committed_reference() {
 fn the_chat_headline_matches_the_committed_reference() {
     check("chat-8b-h200");
 }
+
+#[test]
+fn the_chat_scenario_on_h100_matches_the_committed_reference() {
+    check("chat-8b-h100");
+}

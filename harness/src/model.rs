@@ -65,7 +65,9 @@ pub struct ModelShape {
 }
 
 impl ModelShape {
-    /// Llama-3-8B-like: 32 layers, 32 query heads, 8 KV heads, head dim 128, bf16.
+    /// Llama 3 8B: 32 layers, 32 query heads, 8 KV heads, head dim 128, bf16. Figures from Meta's
+    /// published `config.json` (meta-llama/Meta-Llama-3-8B): `hidden_size` 4096,
+    /// `intermediate_size` 14336, `vocab_size` 128256.
     pub fn llama3_8b() -> ModelShape {
         ModelShape {
             name: "llama3-8b".into(),
@@ -82,7 +84,9 @@ impl ModelShape {
         }
     }
 
-    /// Llama-3-70B-like, for multi-GPU planning.
+    /// Llama 3 70B, for multi-GPU planning. Figures from Meta's published `config.json`
+    /// (meta-llama/Meta-Llama-3-70B): 80 layers, 64 query heads, 8 KV heads, `hidden_size` 8192,
+    /// `intermediate_size` 28672, `vocab_size` 128256.
     pub fn llama3_70b() -> ModelShape {
         ModelShape {
             name: "llama3-70b".into(),
@@ -93,6 +97,48 @@ impl ModelShape {
             d_model: 8192,
             ffn_dim: 28672,
             vocab: 128256,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            tp: 1,
+        }
+    }
+
+    /// Llama 3.1 405B, dense GQA. Every figure from Meta's published `config.json`
+    /// (meta-llama/Llama-3.1-405B): `num_hidden_layers` 126, `num_attention_heads` 128,
+    /// `num_key_value_heads` 8, `hidden_size` 16384 (head dim 16384 / 128 = 128),
+    /// `intermediate_size` 53248, `vocab_size` 128256, `torch_dtype` bfloat16. The parameter
+    /// count this shape gives (≈ 405.9 B) matches the published 405 B.
+    pub fn llama3_405b() -> ModelShape {
+        ModelShape {
+            name: "llama3-405b".into(),
+            layers: 126,
+            q_heads: 128,
+            kv_heads: 8,
+            head_dim: 128,
+            d_model: 16384,
+            ffn_dim: 53248,
+            vocab: 128256,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            tp: 1,
+        }
+    }
+
+    /// Llama 2 7B, dense MHA (one KV head per query head, so no GQA saving). Every figure from
+    /// Meta's published `config.json` (meta-llama/Llama-2-7b-hf): `num_hidden_layers` 32,
+    /// `num_attention_heads` 32, `num_key_value_heads` 32, `hidden_size` 4096 (head dim 128),
+    /// `intermediate_size` 11008, `vocab_size` 32000; bf16 as served (the file says float16, the
+    /// same 2 bytes). The parameter count this shape gives (≈ 6.74 B) matches the published 6.7 B.
+    pub fn llama2_7b() -> ModelShape {
+        ModelShape {
+            name: "llama2-7b".into(),
+            layers: 32,
+            q_heads: 32,
+            kv_heads: 32,
+            head_dim: 128,
+            d_model: 4096,
+            ffn_dim: 11008,
+            vocab: 32000,
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             tp: 1,
@@ -120,12 +166,20 @@ impl ModelShape {
         match name {
             "llama3-8b" => Some(Self::llama3_8b()),
             "llama3-70b" => Some(Self::llama3_70b()),
+            "llama3-405b" => Some(Self::llama3_405b()),
+            "llama2-7b" => Some(Self::llama2_7b()),
             "tiny" => Some(Self::tiny()),
             _ => None,
         }
     }
 
-    pub const PRESETS: &'static [&'static str] = &["llama3-8b", "llama3-70b", "tiny"];
+    pub const PRESETS: &'static [&'static str] = &[
+        "llama3-8b",
+        "llama3-70b",
+        "llama3-405b",
+        "llama2-7b",
+        "tiny",
+    ];
 
     /// KV heads held by one device under tensor parallelism.
     pub fn kv_heads_per_device(&self) -> u32 {

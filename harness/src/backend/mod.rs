@@ -207,7 +207,7 @@ impl BackendKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSetup {
     pub model: ModelShape,
-    /// Device profile name (`scenarios/devices/<name>.toml`; built-ins: h200, cpu).
+    /// Device profile name (`scenarios/devices/<name>.toml`; every shipped file is built in).
     pub device: String,
     /// Folder holding the scenario file, searched for `devices/<name>.toml` first.
     pub scenario_dir: Option<PathBuf>,

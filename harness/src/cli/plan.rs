@@ -14,7 +14,7 @@ use crate::workload;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Start from a preset shape (llama3-8b, llama3-70b, tiny).
+    /// Start from a preset shape (llama3-8b, llama3-70b, llama3-405b, llama2-7b, tiny).
     #[arg(long)]
     pub preset: Option<String>,
     /// Take shape, block size, max_seq_len, budget, reservation and the length distribution

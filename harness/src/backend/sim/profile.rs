@@ -104,6 +104,34 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../../scenarios/devices/h200.toml"),
     ),
     (
+        "a100-40g",
+        include_str!("../../../../scenarios/devices/a100-40g.toml"),
+    ),
+    (
+        "a100-80g",
+        include_str!("../../../../scenarios/devices/a100-80g.toml"),
+    ),
+    (
+        "h100",
+        include_str!("../../../../scenarios/devices/h100.toml"),
+    ),
+    (
+        "gh200",
+        include_str!("../../../../scenarios/devices/gh200.toml"),
+    ),
+    (
+        "b200",
+        include_str!("../../../../scenarios/devices/b200.toml"),
+    ),
+    (
+        "l40s",
+        include_str!("../../../../scenarios/devices/l40s.toml"),
+    ),
+    (
+        "mi300x",
+        include_str!("../../../../scenarios/devices/mi300x.toml"),
+    ),
+    (
         "cpu",
         include_str!("../../../../scenarios/devices/cpu.toml"),
     ),

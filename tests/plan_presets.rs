@@ -1,0 +1,136 @@
+//! `kvbench plan --preset NAME` prices every preset, and its per-token KV bytes and the preset's
+//! weight bytes agree with hand computations from the models' published configurations.
+
+use std::process::Command;
+
+use kvbench::model::ModelShape;
+
+/// Per-token KV bytes by hand: 2 (K and V) × layers × kv_heads × head_dim × bytes per element,
+/// with the figures of each model's published `config.json`.
+const KV_BYTES_PER_TOKEN: &[(&str, u64)] = &[
+    // 32 layers, 8 KV heads, head dim 128, bf16.
+    ("llama3-8b", 2 * 32 * 8 * 128 * 2),
+    // 80 layers, 8 KV heads, head dim 128, bf16.
+    ("llama3-70b", 2 * 80 * 8 * 128 * 2),
+    // 126 layers, 8 KV heads, head dim 16384 / 128 = 128, bf16.
+    ("llama3-405b", 2 * 126 * 8 * 128 * 2),
+    // 32 layers, 32 KV heads (MHA), head dim 4096 / 32 = 128, 2-byte elements.
+    ("llama2-7b", 2 * 32 * 32 * 128 * 2),
+    // The cpu model: 2 layers, 2 KV heads, head dim 32, f32.
+    ("tiny", 2 * 2 * 2 * 32 * 4),
+];
+
+/// Parameters by hand for the dense presets: per layer q/o (d × q_heads·head_dim each), k/v
+/// (d × kv_heads·head_dim each), gated MLP (3 × d × ffn) and two norms (2d); embedding and LM
+/// head (2 × vocab × d); the final norm (d). Beside each, the model's published size.
+const PARAMETERS: &[(&str, u64, u64)] = &[
+    (
+        "llama3-8b",
+        32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096)
+            + 2 * 128256 * 4096
+            + 4096,
+        8_030_000_000,
+    ),
+    (
+        "llama3-70b",
+        80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192)
+            + 2 * 128256 * 8192
+            + 8192,
+        70_600_000_000,
+    ),
+    (
+        "llama3-405b",
+        126 * (2 * 16384 * 16384 + 2 * 16384 * 1024 + 3 * 16384 * 53248 + 2 * 16384)
+            + 2 * 128256 * 16384
+            + 16384,
+        405_000_000_000,
+    ),
+    (
+        "llama2-7b",
+        32 * (2 * 4096 * 4096 + 2 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096)
+            + 2 * 32000 * 4096
+            + 4096,
+        6_740_000_000,
+    ),
+];
+
+#[test]
+fn every_preset_has_a_hand_computed_kv_figure() {
+    for name in ModelShape::PRESETS {
+        assert!(
+            KV_BYTES_PER_TOKEN.iter().any(|(n, _)| n == name),
+            "preset {name} has no hand computation in this test"
+        );
+    }
+}
+
+#[test]
+fn plan_prices_every_preset_per_token_as_computed_by_hand() {
+    for &(name, want) in KV_BYTES_PER_TOKEN {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
+            .args(["plan", "--preset", name, "--tokens", "1000", "--json"])
+            .output()
+            .expect("run kvbench");
+        assert!(
+            out.status.success(),
+            "kvbench plan --preset {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let seq = &v["sequence"];
+        assert_eq!(seq["bytes_per_token"].as_u64(), Some(want), "{name}: {v}");
+        assert_eq!(
+            seq["sequence_bytes"].as_u64(),
+            Some(want * 1000),
+            "{name}: {v}"
+        );
+        let shape = ModelShape::preset(name).expect("preset");
+        assert_eq!(shape.kv_bytes_per_token(), want, "{name}");
+    }
+}
+
+#[test]
+fn plan_text_names_the_preset_figures() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["plan", "--preset", "llama2-7b", "--tokens", "4096"])
+        .output()
+        .expect("run kvbench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // MHA: four times llama3-8b's 128 KiB per token, 2 GiB for a 4096-token sequence.
+    assert!(text.contains("524288 bytes per token (512 KiB)"), "{text}");
+    assert!(
+        text.contains("4096 tokens: 2147483648 bytes (2 GiB)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn dense_preset_weights_match_the_hand_count_and_the_published_size() {
+    for &(name, by_hand, published) in PARAMETERS {
+        let shape = ModelShape::preset(name).expect("preset");
+        assert_eq!(shape.parameter_count(), by_hand, "{name}");
+        assert_eq!(
+            shape.weight_bytes_per_device(),
+            by_hand * 2,
+            "{name}: bf16 weights"
+        );
+        // Within 1% of the size the model's publisher states.
+        let err = (by_hand as f64 - published as f64).abs() / published as f64;
+        assert!(err < 0.01, "{name}: {by_hand} vs published {published}");
+    }
+}
+
+#[test]
+fn an_unknown_preset_is_refused_listing_the_known_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["plan", "--preset", "mixtral-8x7b", "--tokens", "1"])
+        .output()
+        .expect("run kvbench");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("llama3-405b") && err.contains("llama2-7b"),
+        "{err}"
+    );
+}
