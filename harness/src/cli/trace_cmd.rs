@@ -51,6 +51,10 @@ pub struct StatsArgs {
     pub hash_block_tokens: u32,
     #[arg(long)]
     pub skip_bad_rows: bool,
+    /// Cache capacities in blocks (repeat or comma-separate) at which to replay lru, lfu and the
+    /// offline optimum (belady) over the trace's content ids, beside the infinite ceiling.
+    #[arg(long, value_name = "BLOCKS", value_delimiter = ',')]
+    pub capacity: Vec<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -155,7 +159,13 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
     spec.format = a.format.format();
     spec.skip_bad_rows = a.skip_bad_rows;
     spec.hash_block_tokens = a.hash_block_tokens.max(1);
-    let st = trace::trace_stats(&a.file, &spec, a.max_seq_len, a.block_size.max(1))?;
+    let st = trace::trace_stats_with(
+        &a.file,
+        &spec,
+        a.max_seq_len,
+        a.block_size.max(1),
+        &a.capacity,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(ExitCode::SUCCESS);
@@ -190,6 +200,31 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
             r.lookup_tokens
         ),
         None => println!("ideal prefix reuse  - (the trace has no content ids)"),
+    }
+    if !a.capacity.is_empty() && st.ideal_prefix_reuse.is_none() {
+        println!("eviction bounds  - (the trace has no content ids)");
+    }
+    for b in &st.eviction {
+        println!(
+            "capacity {} blocks ({} tokens; {} distinct blocks read)",
+            b.capacity_blocks,
+            b.capacity_blocks.saturating_mul(b.block_tokens as u64),
+            b.distinct_blocks
+        );
+        let line = |name: &str, h: &trace::PolicyHits| {
+            println!(
+                "  {name:<9} {:>6.2}% of prompt tokens ({} tokens), {:>6.2}% of blocks ({} of {})",
+                100.0 * h.hit_rate,
+                h.hit_tokens,
+                100.0 * h.block_hit_rate,
+                h.hit_blocks,
+                b.lookup_blocks
+            )
+        };
+        for h in &b.policies {
+            line(h.policy.name(), h);
+        }
+        line("infinite", &b.ceiling);
     }
     Ok(ExitCode::SUCCESS)
 }
