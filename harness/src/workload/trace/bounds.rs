@@ -6,9 +6,12 @@
 //!
 //! A request's hit is its leading run of blocks resident when read, at most `(prompt - 1) /
 //! block` of them (one token is always computed); every content block it reads is then
-//! resident (inserted on a miss). Belady is optimal for each block access, and with next-use
-//! positions a parent block (read before its child in every request) always outlives its
-//! child, so its resident set stays prefix-closed: a resident block is a leading-run hit.
+//! resident (inserted on a miss; `belady` may keep a block out). Belady maximises hits over
+//! block accesses; since a parent block is read before its child in every request (so its next
+//! use is nearer, and a tie goes against the child, first seen later), its resident set stays
+//! prefix-closed and its block hits are leading runs. That its leading-run count bounds the
+//! others' is what the tests and the shipped sample show, not a theorem: the `(prompt - 1) /
+//! block` cap leaves a request's last block uncounted for every policy alike.
 //!
 //! Memory: one `u32` per block access (the string), a next-use index (one `usize` per access),
 //! one descriptor per request and per-key state; no prompt or token is kept.
