@@ -102,6 +102,7 @@ proptest! {
         let belady = hits(PolicyKind::Belady, &keys, capacity);
         let ceiling = keys.len() - distinct(&keys);
         prop_assert_eq!(lru, lru_reference(&keys, capacity));
+        prop_assert_eq!(hits(PolicyKind::Infinite, &keys, capacity), ceiling);
         prop_assert!(belady >= lru, "belady {} < lru {}", belady, lru);
         prop_assert!(belady >= lfu, "belady {} < lfu {}", belady, lfu);
         for h in [lru, lfu, belady] {
@@ -232,6 +233,7 @@ fn trace_stats_reports_the_bounds_of_a_hand_made_trace() {
         assert_eq!(b["capacity_blocks"].as_u64(), Some(cap), "{b}");
         assert_eq!(b["distinct_blocks"].as_u64(), Some(7), "{b}");
         assert_eq!(b["ceiling"]["hit_tokens"].as_u64(), Some(80), "{b}");
+        assert_eq!(b["ceiling"]["policy"].as_str(), Some("infinite"), "{b}");
         assert_eq!(b["lookup_tokens"].as_u64(), Some(217), "{b}");
         for (p, (name, tokens)) in b["policies"].as_array().unwrap().iter().zip(policies) {
             assert_eq!(p["policy"].as_str(), Some(name), "{b}");

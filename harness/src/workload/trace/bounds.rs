@@ -175,9 +175,7 @@ pub fn eviction_bounds(s: &AccessString, capacities_blocks: &[u64]) -> Vec<Evict
     }
     let next = next_uses(&s.keys);
     let lookup_blocks: u64 = s.requests.iter().map(|&(n, m)| u64::from(n.min(m))).sum();
-    // Room for every distinct block: nothing is ever evicted, whatever the policy.
-    let all = (s.distinct_blocks as usize).max(1);
-    let ceiling = policy_hits(s, &next, PolicyKind::Lru, all, lookup_blocks);
+    let ceiling = policy_hits(s, &next, PolicyKind::Infinite, usize::MAX, lookup_blocks);
     capacities_blocks
         .iter()
         .map(|&c| {

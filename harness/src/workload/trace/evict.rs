@@ -174,9 +174,12 @@ pub enum PolicyKind {
     Lru,
     Lfu,
     Belady,
+    /// Room for every block: the ceiling, nothing evicted.
+    Infinite,
 }
 
 impl PolicyKind {
+    /// The policies replayed at a finite capacity.
     pub const ALL: [PolicyKind; 3] = [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::Belady];
 
     pub fn name(self) -> &'static str {
@@ -184,6 +187,7 @@ impl PolicyKind {
             PolicyKind::Lru => "lru",
             PolicyKind::Lfu => "lfu",
             PolicyKind::Belady => "belady",
+            PolicyKind::Infinite => "infinite",
         }
     }
 
@@ -192,6 +196,7 @@ impl PolicyKind {
             PolicyKind::Lru => Box::new(Lru::new(capacity)),
             PolicyKind::Lfu => Box::new(Lfu::new(capacity)),
             PolicyKind::Belady => Box::new(Belady::new(capacity)),
+            PolicyKind::Infinite => Box::new(Lru::new(usize::MAX)),
         }
     }
 }
