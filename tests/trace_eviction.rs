@@ -268,3 +268,37 @@ fn trace_stats_reports_the_bounds_of_a_hand_made_trace() {
         "{text}"
     );
 }
+
+#[test]
+fn a_capacity_size_is_read_as_whole_blocks_at_the_bytes_per_token_given() {
+    use kvbench::workload::trace::capacity_blocks;
+    // 16-token blocks at 16 B a token: 256 B a block; 1000 B hold 3 whole blocks.
+    assert_eq!(capacity_blocks("1000 B", 16, Some(16)), Ok(3));
+    assert_eq!(capacity_blocks("1 KiB", 16, Some(16)), Ok(4));
+    assert_eq!(capacity_blocks("1_000", 16, None), Ok(1000));
+    for bad in ["1 KiB", "ten", "-3 GiB", ""] {
+        assert!(capacity_blocks(bad, 16, None).is_err(), "{bad}");
+    }
+    let e = capacity_blocks("1 GiB", 16, Some(u64::MAX)).unwrap_err();
+    assert!(e.contains("overflow"), "{e}");
+    let tmp = tempfile::tempdir().unwrap();
+    let f = write(
+        tmp.path(),
+        "t.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 48, \"output_length\": 4, \"hash_ids\": [1, 2, 3]}\n\
+         {\"timestamp\": 1, \"input_length\": 48, \"output_length\": 4, \"hash_ids\": [1, 2, 3]}\n",
+    );
+    let args = |cap: &'static str, extra: &[&'static str]| {
+        let mut a = vec!["trace", "stats", &f, "--hash-block-tokens", "16", "--json"];
+        a.extend(["--capacity", cap]);
+        a.extend_from_slice(extra);
+        kvbench(&a)
+    };
+    let (code, out) = args("512 B", &["--kv-bytes-per-token", "16"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["eviction"][0]["capacity_blocks"].as_u64(), Some(2), "{v}");
+    let (code, out) = args("512 B", &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--kv-bytes-per-token"), "{out}");
+}

@@ -51,10 +51,14 @@ pub struct StatsArgs {
     pub hash_block_tokens: u32,
     #[arg(long)]
     pub skip_bad_rows: bool,
-    /// Cache capacities in blocks (repeat or comma-separate) at which to replay lru, lfu and the
-    /// offline optimum (belady) over the trace's content ids, beside the infinite ceiling.
-    #[arg(long, value_name = "BLOCKS", value_delimiter = ',')]
-    pub capacity: Vec<u64>,
+    /// Cache capacities (repeat or comma-separate) at which to replay lru, lfu and the offline
+    /// optimum (belady) over the trace's content ids, beside the infinite ceiling: a block
+    /// count, or a size ("10 GiB") with --kv-bytes-per-token.
+    #[arg(long, value_name = "BLOCKS|SIZE", value_delimiter = ',')]
+    pub capacity: Vec<String>,
+    /// The model's K and V bytes per token (all layers), to read a --capacity size as blocks.
+    #[arg(long, value_name = "BYTES")]
+    pub kv_bytes_per_token: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -159,12 +163,18 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
     spec.format = a.format.format();
     spec.skip_bad_rows = a.skip_bad_rows;
     spec.hash_block_tokens = a.hash_block_tokens.max(1);
+    let capacities = a
+        .capacity
+        .iter()
+        .map(|c| trace::capacity_blocks(c, a.block_size.max(1), a.kv_bytes_per_token))
+        .collect::<Result<Vec<u64>, String>>()
+        .map_err(|e| anyhow::anyhow!("--capacity: {e}"))?;
     let st = trace::trace_stats_with(
         &a.file,
         &spec,
         a.max_seq_len,
         a.block_size.max(1),
-        &a.capacity,
+        &capacities,
     )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st)?);

@@ -134,6 +134,34 @@ pub fn access_string(
     out
 }
 
+/// A capacity as `--capacity` takes it: a bare integer is blocks; a size with a unit ("10 GiB")
+/// is bytes, turned into whole blocks of `block_tokens` at `kv_bytes_per_token` (rounded down),
+/// which it then needs.
+pub fn capacity_blocks(
+    text: &str,
+    block_tokens: u32,
+    kv_bytes_per_token: Option<u64>,
+) -> Result<u64, String> {
+    let t = text.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '_') {
+        return t
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("capacity `{text}`: does not fit in 64 bits"));
+    }
+    let bytes = crate::units::parse_bytes(t).map_err(|e| format!("capacity `{text}`: {e}"))?;
+    let per_token = kv_bytes_per_token.filter(|&b| b > 0).ok_or_else(|| {
+        format!(
+            "capacity `{text}` is a size: give --kv-bytes-per-token (the model's K and V bytes \
+             per token, all layers) to turn it into blocks, or give a block count"
+        )
+    })?;
+    let per_block = per_token
+        .checked_mul(u64::from(block_tokens.max(1)))
+        .ok_or_else(|| format!("capacity `{text}`: bytes per block overflow 64 bits"))?;
+    Ok(bytes / per_block)
+}
+
 /// Leading-run hits of `kind` at `capacity` blocks (usize::MAX: the infinite ceiling).
 fn policy_hits(
     s: &AccessString,

@@ -24,7 +24,9 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 pub use crate::workload::hash_block_tokens;
-pub use bounds::{access_string, eviction_bounds, AccessString, EvictionBounds, PolicyHits};
+pub use bounds::{
+    access_string, capacity_blocks, eviction_bounds, AccessString, EvictionBounds, PolicyHits,
+};
 pub use lines::MAX_LINE_BYTES;
 pub use replay::{replay, ReplayLimits, Replayed};
 pub use reuse::{ideal_prefix_reuse, IdealReuse};
