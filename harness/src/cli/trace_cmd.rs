@@ -51,6 +51,14 @@ pub struct StatsArgs {
     pub hash_block_tokens: u32,
     #[arg(long)]
     pub skip_bad_rows: bool,
+    /// Cache capacities (repeat or comma-separate) at which to replay lru, lfu and the offline
+    /// optimum (belady) over the trace's content ids, beside the infinite ceiling: a block
+    /// count, or a size ("10 GiB") with --kv-bytes-per-token.
+    #[arg(long, value_name = "BLOCKS|SIZE", value_delimiter = ',')]
+    pub capacity: Vec<String>,
+    /// The model's K and V bytes per token (all layers), to read a --capacity size as blocks.
+    #[arg(long, value_name = "BYTES")]
+    pub kv_bytes_per_token: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -155,7 +163,19 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
     spec.format = a.format.format();
     spec.skip_bad_rows = a.skip_bad_rows;
     spec.hash_block_tokens = a.hash_block_tokens.max(1);
-    let st = trace::trace_stats(&a.file, &spec, a.max_seq_len, a.block_size.max(1))?;
+    let capacities = a
+        .capacity
+        .iter()
+        .map(|c| trace::capacity_blocks(c, a.block_size.max(1), a.kv_bytes_per_token))
+        .collect::<Result<Vec<u64>, String>>()
+        .map_err(|e| anyhow::anyhow!("--capacity: {e}"))?;
+    let st = trace::trace_stats_with(
+        &a.file,
+        &spec,
+        a.max_seq_len,
+        a.block_size.max(1),
+        &capacities,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(ExitCode::SUCCESS);
@@ -190,6 +210,31 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
             r.lookup_tokens
         ),
         None => println!("ideal prefix reuse  - (the trace has no content ids)"),
+    }
+    if !a.capacity.is_empty() && st.ideal_prefix_reuse.is_none() {
+        println!("eviction bounds  - (the trace has no content ids)");
+    }
+    for b in &st.eviction {
+        println!(
+            "capacity {} blocks ({} tokens; {} distinct blocks read)",
+            b.capacity_blocks,
+            b.capacity_blocks.saturating_mul(b.block_tokens as u64),
+            b.distinct_blocks
+        );
+        let line = |name: &str, h: &trace::PolicyHits| {
+            println!(
+                "  {name:<9} {:>6.2}% of prompt tokens ({} tokens), {:>6.2}% of blocks ({} of {})",
+                100.0 * h.hit_rate,
+                h.hit_tokens,
+                100.0 * h.block_hit_rate,
+                h.hit_blocks,
+                b.lookup_blocks
+            )
+        };
+        for h in &b.policies {
+            line(h.policy.name(), h);
+        }
+        line("infinite", &b.ceiling);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,9 +5,12 @@
 //! `columns.rs` and `mooncake.rs` parse rows; `time.rs` keeps times exact): no whole-file buffer
 //! and no row is kept unless the visitor keeps it. `replay.rs` keeps compact rows and turns them
 //! into requests whose prompts are recipes; `reuse.rs` computes the ideal prefix reuse an
-//! infinite cache would reach; `stats.rs` folds rows into `kvbench trace stats`.
+//! infinite cache would reach; `bounds.rs` (with the policies of `evict.rs`) what `lru`, `lfu`
+//! and the offline optimum reach at a finite capacity; `stats.rs` folds rows into `kvbench trace stats`.
 
+mod bounds;
 mod columns;
+pub mod evict;
 mod lines;
 mod mooncake;
 mod replay;
@@ -21,10 +24,13 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 pub use crate::workload::hash_block_tokens;
+pub use bounds::{
+    access_string, capacity_blocks, eviction_bounds, AccessString, EvictionBounds, PolicyHits,
+};
 pub use lines::MAX_LINE_BYTES;
 pub use replay::{replay, ReplayLimits, Replayed};
 pub use reuse::{ideal_prefix_reuse, IdealReuse};
-pub use stats::{trace_stats, TraceStats};
+pub use stats::{trace_stats, trace_stats_with, TraceStats};
 pub use time::{azure_timestamp_ns, decimal_scaled};
 
 use crate::scenario::TraceFormat;

@@ -26,10 +26,24 @@ pub struct IdealReuse {
     pub hit_rate: f64,
 }
 
-fn short(h: blake3::Hash) -> [u8; 16] {
+pub(super) fn short(h: blake3::Hash) -> [u8; 16] {
     let mut k = [0u8; 16];
     k.copy_from_slice(&h.as_bytes()[..16]);
     k
+}
+
+/// The chain key of each hash id covering `content` tokens (`ids[..=j]` in `scope`).
+pub(super) fn id_chain_keys(ids: &[u64], h: usize, content: usize, scope: u32) -> Vec<[u8; 16]> {
+    let n = content.div_ceil(h).min(ids.len());
+    let mut chain = blake3::Hasher::new();
+    chain
+        .update(b"ids")
+        .update(&scope.to_le_bytes())
+        .update(&(h as u64).to_le_bytes());
+    ids[..n]
+        .iter()
+        .map(|id| short(chain.update(&id.to_le_bytes()).finalize()))
+        .collect()
 }
 
 /// Hits of a Mooncake row by its hash ids: one entry per distinct chain of ids (`ids[..=j]` in a
@@ -46,16 +60,7 @@ fn id_hits(
     seen: &mut HashMap<[u8; 16], u32>,
 ) -> usize {
     let h = hash_block.max(1) as usize;
-    let n = content.div_ceil(h).min(ids.len());
-    let mut chain = blake3::Hasher::new();
-    chain
-        .update(b"ids")
-        .update(&scope.to_le_bytes())
-        .update(&(h as u64).to_le_bytes());
-    let keys: Vec<[u8; 16]> = ids[..n]
-        .iter()
-        .map(|id| short(chain.update(&id.to_le_bytes()).finalize()))
-        .collect();
+    let keys = id_chain_keys(ids, h, content, scope);
     let mut hits = 0;
     for i in 0..(content / bs).min(max_hits) {
         let end = (i + 1) * bs;

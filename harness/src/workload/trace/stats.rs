@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::bounds::{access_string, eviction_bounds, EvictionBounds};
 use super::reuse::{ideal_prefix_reuse, IdealReuse};
 use super::{read_rows, replay, ReplayLimits, TraceError};
 use crate::scenario::TraceSpec;
@@ -34,6 +35,9 @@ pub struct TraceStats {
     pub over_max_seq_len_share: Option<f64>,
     /// For traces with content ids: the infinite-cache prefix reuse at `block_tokens`.
     pub ideal_prefix_reuse: Option<IdealReuse>,
+    /// For traces with content ids: `lru`, `lfu` and the offline optimum at each capacity asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub eviction: Vec<EvictionBounds>,
 }
 
 /// Gaps between consecutive times, folded in time order (Welford's mean and variance).
@@ -108,6 +112,17 @@ pub fn trace_stats(
     max_seq_len: Option<u32>,
     block_tokens: u32,
 ) -> Result<TraceStats, TraceError> {
+    trace_stats_with(path, spec, max_seq_len, block_tokens, &[])
+}
+
+/// [`trace_stats`] with the eviction bounds at each of `capacities_blocks` (none: not computed).
+pub fn trace_stats_with(
+    path: &Path,
+    spec: &TraceSpec,
+    max_seq_len: Option<u32>,
+    block_tokens: u32,
+    capacities_blocks: &[u64],
+) -> Result<TraceStats, TraceError> {
     let mut gaps = Gaps::default();
     let mut in_order = true;
     let (mut prompts, mut outputs) = (BTreeMap::new(), BTreeMap::new());
@@ -144,18 +159,19 @@ pub fn trace_stats(
     } else {
         (None, None)
     };
+    let mut eviction = Vec::new();
     let ideal = if read.has_content_ids {
         let limits = ReplayLimits {
             max_requests: None,
             duration_s: None,
         };
         let r = replay(path, spec, &limits, 0, 1 << 20)?;
-        Some(ideal_prefix_reuse(
-            &r.requests,
-            block_tokens,
-            max_seq_len.unwrap_or(u32::MAX),
-            true,
-        ))
+        let max = max_seq_len.unwrap_or(u32::MAX);
+        if !capacities_blocks.is_empty() {
+            let s = access_string(&r.requests, block_tokens, max, true);
+            eviction = eviction_bounds(&s, capacities_blocks);
+        }
+        Some(ideal_prefix_reuse(&r.requests, block_tokens, max, true))
     } else {
         None
     };
@@ -173,6 +189,7 @@ pub fn trace_stats(
         max_seq_len,
         over_max_seq_len_share: max_seq_len.map(|_| over as f64 / rows.max(1) as f64),
         ideal_prefix_reuse: ideal,
+        eviction,
     })
 }
 
