@@ -2,3 +2,5 @@
 //! only thing it sees, its own time to first token.
 
 pub mod auc;
+pub mod probe;
+pub mod write;
