@@ -114,7 +114,7 @@ pub fn probe_workload(cfg: &ProbeConfig, vocab: u32) -> Workload {
         let mut victim = prefix.clone();
         victim.extend(fresh_tokens(&mut rng, cfg.suffix_tokens, vocab));
         push(VICTIM_TENANT, t_ms, victim, 4);
-        let mut probe = if i % 2 == 0 {
+        let mut probe = if i.is_multiple_of(2) {
             prefix
         } else {
             fresh_tokens(&mut rng, cfg.prefix_tokens, vocab)
@@ -134,7 +134,7 @@ pub fn probe_workload(cfg: &ProbeConfig, vocab: u32) -> Workload {
 /// Whether probe request `id` is a hit probe (the layout [`probe_workload`] makes).
 fn is_hit_probe(id: u64) -> bool {
     // Requests come in (victim, probe) pairs; pair k's probe is a hit when k is even.
-    (id / 2) % 2 == 0
+    (id / 2).is_multiple_of(2)
 }
 
 /// Run the probe workload once per scope in [`SCOPES`] (paged cache) and measure each AUC.
