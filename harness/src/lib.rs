@@ -10,6 +10,7 @@ pub mod cli;
 pub mod compare;
 pub mod engine;
 pub mod experiment;
+pub mod isolation;
 pub mod metrics;
 pub mod model;
 pub mod plan;

@@ -26,6 +26,7 @@ mod cuda_check;
 mod doctor;
 mod fuzz;
 mod gate;
+mod isolation;
 mod kernel_bench;
 mod kernel_bench_cuda;
 mod kernel_bench_grid;
@@ -74,6 +75,8 @@ pub enum Command {
     Compare(compare::Args),
     /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
     Gate(gate::Args),
+    /// How well one tenant tells another's prefix-cache hits from its own TTFT, per prefix scope.
+    Isolation(isolation::Args),
     /// Random scenarios on `sim`, checking cache invariants every step.
     Fuzz(fuzz::Args),
     /// Decode-attention microbenchmark: paged vs contiguous vs a streaming-read ceiling.
@@ -122,6 +125,7 @@ pub fn main() -> ExitCode {
         Command::Sweep(a) => sweep::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Gate(a) => gate::run(a),
+        Command::Isolation(a) => isolation::run(a),
         Command::Fuzz(a) => fuzz::run(a),
         Command::KernelBench(a) => kernel_bench::run(a),
         Command::Trace(c) => trace_cmd::run(c),

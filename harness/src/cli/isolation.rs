@@ -1,0 +1,89 @@
+//! `kvbench isolation SCENARIO --out DIR`: how much a probing tenant learns about another
+//! tenant's prompts from its own TTFT, for prefix scope global, tenant and none. Writes
+//! `isolation.json`, `isolation.md` and `probes.csv`; exit 2 on bad input.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::backend::BackendKind;
+use crate::cli::run::load_all;
+use crate::cli::ExitStatus;
+use crate::experiment::RunOptions;
+use crate::isolation::probe::{self, ProbeConfig};
+use crate::isolation::write;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Scenario file: its model, device, block size and scheduler; the workload is the probe's.
+    pub scenario: PathBuf,
+    /// Output folder (must not exist).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value = "sim")]
+    pub backend: BackendKind,
+    /// Probes in all (half repeat the other tenant's prefix, half do not).
+    #[arg(long, default_value_t = 100)]
+    pub probes: u32,
+    /// Tokens of the prefix a probe repeats (or replaces with fresh ones).
+    #[arg(long, default_value_t = 1024)]
+    pub prefix_tokens: u32,
+    /// Time between one victim request and the next, in ms (lower = more load).
+    #[arg(long, default_value_t = 1000.0)]
+    pub gap_ms: f64,
+    /// Probe workload seed (default: the scenario's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override a scenario key (repeatable), as for `run`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+fn bad(msg: String) -> anyhow::Error {
+    anyhow::Error::new(ExitStatus(2)).context(msg)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.probes < 2 {
+        return Err(bad("--probes: need at least 2 (one hit, one miss)".into()));
+    }
+    if args.prefix_tokens == 0 {
+        return Err(bad("--prefix-tokens: must be at least 1".into()));
+    }
+    if !(args.gap_ms.is_finite() && args.gap_ms > 0.0) {
+        return Err(bad("--gap-ms: must be a positive number".into()));
+    }
+    let scenario = load_all(std::slice::from_ref(&args.scenario), &args.overrides)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| bad(format!("{}: no scenario", args.scenario.display())))?;
+    crate::results::staging::check_target(&args.out, false).map_err(|e| bad(e.to_string()))?;
+    let cfg = ProbeConfig {
+        probes: args.probes,
+        prefix_tokens: args.prefix_tokens,
+        gap_ms: args.gap_ms,
+        seed: args.seed.unwrap_or(scenario.seed),
+        ..ProbeConfig::default()
+    };
+    let opts = RunOptions {
+        backend: args.backend,
+        trace_tokens: false,
+        invariant_check_every: 0,
+        ..RunOptions::default()
+    };
+    let results = probe::run(&scenario, &cfg, &opts).map_err(|e| bad(e.to_string()))?;
+    let json = write::to_json(
+        &scenario.name,
+        args.backend.resolve().name(),
+        &cfg,
+        &results,
+    );
+    write::write(&args.out, &json, &results).map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    for s in &json.scopes {
+        println!(
+            "{:<7} AUC {:.3} [{:.3}, {:.3}]  ({} hit, {} miss probes)",
+            s.scope, s.auc, s.auc_ci[0], s.auc_ci[1], s.hit_probes, s.miss_probes
+        );
+    }
+    println!("wrote {}", args.out.join("isolation.json").display());
+    Ok(ExitCode::SUCCESS)
+}
