@@ -123,20 +123,7 @@ fn trace_stats_computes_the_ideal_reuse_of_a_hand_made_trace_exactly() {
     //   r4  40 tokens [9,1,2]    differs at the first block       0
     // 80 of 217 prompt tokens. At 32-token blocks: r1 32, r2 32, r3 0: 64 of 217.
     let tmp = tempfile::tempdir().unwrap();
-    let rows = [
-        (0, 48, "[1, 2, 3]"),
-        (1, 64, "[1, 2, 4, 5]"),
-        (2, 33, "[1, 2, 3]"),
-        (3, 32, "[1, 2]"),
-        (4, 40, "[9, 1, 2]"),
-    ];
-    let text: String = rows
-        .iter()
-        .map(|(t, n, ids)| {
-            format!("{{\"timestamp\": {t}, \"input_length\": {n}, \"output_length\": 4, \"hash_ids\": {ids}}}\n")
-        })
-        .collect();
-    let f = write(tmp.path(), "hand.jsonl", &text);
+    let f = support::hand_mooncake_trace(tmp.path());
     let stats = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec![
             "trace",

@@ -190,20 +190,7 @@ fn trace_stats_reports_the_bounds_of_a_hand_made_trace() {
     // b1 b2 and everything else out: 80, the ceiling.
     // Capacity 1. lru 0 (no key repeats at once); belady keeps b1: r1, r2, r3 one each, 48.
     let tmp = tempfile::tempdir().unwrap();
-    let rows = [
-        (0, 48, "[1, 2, 3]"),
-        (1, 64, "[1, 2, 4, 5]"),
-        (2, 33, "[1, 2, 3]"),
-        (3, 32, "[1, 2]"),
-        (4, 40, "[9, 1, 2]"),
-    ];
-    let text: String = rows
-        .iter()
-        .map(|(t, n, ids)| {
-            format!("{{\"timestamp\": {t}, \"input_length\": {n}, \"output_length\": 4, \"hash_ids\": {ids}}}\n")
-        })
-        .collect();
-    let f = write(tmp.path(), "hand.jsonl", &text);
+    let f = support::hand_mooncake_trace(tmp.path());
     let base = [
         "trace",
         "stats",

@@ -25,3 +25,27 @@ pub fn kvbench_env(dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> (i32, St
     );
     (out.status.code().unwrap_or(-1), text)
 }
+
+/// A five-row Mooncake trace whose reuse the trace tests work out by hand (16 tokens per hash
+/// id): r0 48 tokens [1,2,3], r1 64 [1,2,4,5], r2 33 [1,2,3], r3 32 [1,2], r4 40 [9,1,2].
+/// Written as `hand.jsonl` in `dir`; returns its path.
+pub fn hand_mooncake_trace(dir: &Path) -> String {
+    let rows = [
+        (0, 48, "[1, 2, 3]"),
+        (1, 64, "[1, 2, 4, 5]"),
+        (2, 33, "[1, 2, 3]"),
+        (3, 32, "[1, 2]"),
+        (4, 40, "[9, 1, 2]"),
+    ];
+    let text: String = rows
+        .iter()
+        .map(|(t, n, ids)| {
+            format!(
+                "{{\"timestamp\": {t}, \"input_length\": {n}, \"output_length\": 4, \"hash_ids\": {ids}}}\n"
+            )
+        })
+        .collect();
+    let p = dir.join("hand.jsonl");
+    std::fs::write(&p, text).expect("write fixture");
+    p.display().to_string()
+}
