@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 
 use report_browser::{browser_check, check_marker, render};
-use support::kvbench;
+use support::{kvbench, run_sim};
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -34,20 +34,6 @@ fn assert_self_contained(html: &str, what: &str) {
     assert!(html.contains("default-src 'none'"), "{what}: no CSP");
 }
 
-fn run_sim(out: &Path, extra: &[&str]) {
-    let mut args = vec![
-        "run",
-        "scenarios/quick-basic.toml",
-        "--backend",
-        "sim",
-        "--out",
-        out.to_str().expect("utf-8 temp path"),
-    ];
-    args.extend_from_slice(extra);
-    let (code, text) = kvbench(&args);
-    assert_eq!(code, 0, "{text}");
-}
-
 fn summary_count(dir: &Path, cache: &str, dist: &str) -> u64 {
     let v: serde_json::Value =
         serde_json::from_str(&read(&dir.join("summary.json"))).expect("json");
@@ -63,7 +49,7 @@ fn summary_count(dir: &Path, cache: &str, dist: &str) -> u64 {
 fn a_run_writes_a_self_contained_page_whose_plots_count_the_files_samples() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("run");
-    run_sim(&out, &[]);
+    run_sim("scenarios/quick-basic.toml", &out, &[]);
     let html = read(&out.join("report.html"));
     assert_self_contained(&html, "run page");
     // TTFT CDF, inter-token CDF, both modes' KV timelines in one plot.
@@ -119,7 +105,7 @@ fn a_run_writes_a_self_contained_page_whose_plots_count_the_files_samples() {
     }
     // Deterministic on sim, like every other file but environment.json.
     let again = tmp.path().join("again");
-    run_sim(&again, &[]);
+    run_sim("scenarios/quick-basic.toml", &again, &[]);
     assert!(
         read(&again.join("report.html")) == html,
         "report.html differs between two sim runs"
@@ -131,7 +117,11 @@ fn a_run_writes_a_self_contained_page_whose_plots_count_the_files_samples() {
 fn a_requests_level_trace_says_why_there_is_no_gap_cdf() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("run");
-    run_sim(&out, &["--trace-level", "requests"]);
+    run_sim(
+        "scenarios/quick-basic.toml",
+        &out,
+        &["--trace-level", "requests"],
+    );
     let html = read(&out.join("report.html"));
     assert_eq!(svg_count(&html), 2);
     assert!(html.contains("no inter-token CDF"), "{html}");
@@ -313,7 +303,11 @@ fn report_refuses_a_folder_that_holds_no_results() {
 fn the_browser_check_catches_an_empty_plot_and_a_failed_load() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("run");
-    run_sim(&out, &["--trace-level", "requests"]);
+    run_sim(
+        "scenarios/quick-basic.toml",
+        &out,
+        &["--trace-level", "requests"],
+    );
     let html = read(&out.join("report.html"));
     let broken = html.replacen(
         "</body>",

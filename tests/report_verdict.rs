@@ -10,24 +10,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use report_browser::{check_marker, marker_number, render, screenshot, SCREEN};
-use support::kvbench;
+use support::{kvbench, run_sim};
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn run_sim(scenario: &str, out: &Path, extra: &[&str]) {
-    let mut args = vec![
-        "run",
-        scenario,
-        "--backend",
-        "sim",
-        "--out",
-        out.to_str().expect("utf-8 temp path"),
-    ];
-    args.extend_from_slice(extra);
-    let (code, text) = kvbench(&args);
-    assert_eq!(code, 0, "{text}");
 }
 
 /// The text of every SVG `<text>` element of the page.

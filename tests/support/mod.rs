@@ -49,3 +49,18 @@ pub fn hand_mooncake_trace(dir: &Path) -> String {
     std::fs::write(&p, text).expect("write fixture");
     p.display().to_string()
 }
+
+/// `kvbench run SCENARIO --backend sim --out OUT EXTRA...`, which must exit 0.
+pub fn run_sim(scenario: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "run",
+        scenario,
+        "--backend",
+        "sim",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ];
+    args.extend_from_slice(extra);
+    let (code, text) = kvbench(&args);
+    assert_eq!(code, 0, "{text}");
+}
