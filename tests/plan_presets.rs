@@ -124,7 +124,7 @@ fn dense_preset_weights_match_the_hand_count_and_the_published_size() {
 #[test]
 fn an_unknown_preset_is_refused_listing_the_known_ones() {
     let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .args(["plan", "--preset", "mixtral-8x7b", "--tokens", "1"])
+        .args(["plan", "--preset", "gpt-9", "--tokens", "1"])
         .output()
         .expect("run kvbench");
     assert!(!out.status.success());
