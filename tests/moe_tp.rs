@@ -60,7 +60,10 @@ fn mixtral_kv_parameters_and_weights_match_the_hand_count_and_the_published_size
     assert_eq!(m.parameter_count(), TOTAL);
     assert_eq!(m.active_parameter_count(), ACTIVE);
     assert_eq!(m.weight_bytes_per_device(), TOTAL * 2);
-    assert_eq!(m.routed_expert_weight_bytes_per_device(), 32 * 8 * EXPERT * 2);
+    assert_eq!(
+        m.routed_expert_weight_bytes_per_device(),
+        32 * 8 * EXPERT * 2
+    );
     // Mistral AI states 46.7 B parameters, 12.9 B used per token.
     assert!(rel(TOTAL as f64, 46.7e9) < 0.005, "{TOTAL}");
     assert!(rel(ACTIVE as f64, 12.9e9) < 0.005, "{ACTIVE}");
@@ -78,7 +81,11 @@ fn mixtral_kv_parameters_and_weights_match_the_hand_count_and_the_published_size
     let w = &v["weights"];
     assert_eq!(w["parameters"].as_u64(), Some(TOTAL), "{v}");
     assert_eq!(w["active_parameters"].as_u64(), Some(ACTIVE), "{v}");
-    assert_eq!(w["weight_bytes_per_device"].as_u64(), Some(TOTAL * 2), "{v}");
+    assert_eq!(
+        w["weight_bytes_per_device"].as_u64(),
+        Some(TOTAL * 2),
+        "{v}"
+    );
     assert_eq!(
         w["active_weight_bytes_per_device"].as_u64(),
         Some(ACTIVE * 2),
@@ -104,13 +111,19 @@ fn mixtral_kv_parameters_and_weights_match_the_hand_count_and_the_published_size
     ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["weights"]["weight_bytes_per_device"].as_u64(), Some(TOTAL));
+    assert_eq!(
+        v["weights"]["weight_bytes_per_device"].as_u64(),
+        Some(TOTAL)
+    );
     assert_eq!(v["sequence"]["bytes_per_token"].as_u64(), Some(65_536));
 
     let (code, text, err) = kvbench(&["plan", "--preset", "mixtral-8x7b", "--tokens", "16"]);
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("46.70 B parameters in all"), "{text}");
-    assert!(text.contains("12.88 B parameters per token (2 of 8"), "{text}");
+    assert!(
+        text.contains("12.88 B parameters per token (2 of 8"),
+        "{text}"
+    );
 }
 
 fn seed() -> u64 {
@@ -431,14 +444,20 @@ fn plan_prices_a_host_tier_as_recomputed_by_hand() {
     let t = &v["host_tier"];
     let h200 = DeviceProfile::load("h200", None).expect("h200");
     assert_eq!(t["tokens_held"].as_u64(), Some((512u64 << 30) / 131_072));
-    assert_eq!(t["blocks_held"].as_u64(), Some((512u64 << 30) / (16 * 131_072)));
+    assert_eq!(
+        t["blocks_held"].as_u64(),
+        Some((512u64 << 30) / (16 * 131_072))
+    );
     let latency = h200.host_link_latency_s.expect("h200 states its latency");
     let link = h200.host_link_bytes_per_s;
     let onload = latency + 4096.0 * 131_072.0 / link;
     let recompute = llama3_8b_prefill_s(&h200, 4096.0);
     let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
     assert!(rel(f("onload_s"), onload) < 1e-12, "{t}");
-    assert!(rel(f("recompute_s"), recompute) < 1e-12, "{t} vs {recompute}");
+    assert!(
+        rel(f("recompute_s"), recompute) < 1e-12,
+        "{t} vs {recompute}"
+    );
     assert!(rel(f("prefill_tokens_per_s"), 4096.0 / recompute) < 1e-12);
     let per_token = recompute / 4096.0 - 131_072.0 / link;
     let want = ((latency / per_token).ceil() as u64).max(1);

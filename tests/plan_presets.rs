@@ -160,11 +160,22 @@ fn moe_preset_counts_every_expert_in_its_weights_and_the_active_ones_per_token()
         assert_eq!(s.active_parameter_count(), by_hand, "{name}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .args(["plan", "--preset", "mixtral-8x7b", "--tokens", "1", "--json"])
+        .args([
+            "plan",
+            "--preset",
+            "mixtral-8x7b",
+            "--tokens",
+            "1",
+            "--json",
+        ])
         .output()
         .expect("run kvbench");
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["weights"]["parameters"].as_u64(), Some(total), "{v}");
-    assert_eq!(v["weights"]["active_parameters"].as_u64(), Some(active), "{v}");
+    assert_eq!(
+        v["weights"]["active_parameters"].as_u64(),
+        Some(active),
+        "{v}"
+    );
 }

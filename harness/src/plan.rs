@@ -332,8 +332,8 @@ impl TierPlan {
         let recompute_s = cost.step(&[prefill], &[], &[], true).total_s;
         let rate = prefix_tokens as f64 / recompute_s;
         let saved_per_token = 1.0 / rate - bpt as f64 / link;
-        let break_even_tokens = (saved_per_token > 0.0)
-            .then(|| ((latency / saved_per_token).ceil() as u64).max(1));
+        let break_even_tokens =
+            (saved_per_token > 0.0).then(|| ((latency / saved_per_token).ceil() as u64).max(1));
         Ok(TierPlan {
             device: profile.name.clone(),
             capacity_bytes,

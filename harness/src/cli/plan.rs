@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-use crate::model::{Dtype, ModelShape};
 use crate::backend::sim::profile::DeviceProfile;
+use crate::model::{Dtype, ModelShape};
 use crate::plan::{DistributionPlan, Plan, PlanInput, TierPlan, WeightsPlan};
 use crate::scenario::{self, Reservation};
 use crate::units::{format_bytes, parse_bytes};
@@ -151,8 +151,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let tier = match &a.host_tier {
         Some(size) => {
-            let capacity =
-                parse_bytes(size).with_context(|| format!("--host-tier `{size}`"))?;
+            let capacity = parse_bytes(size).with_context(|| format!("--host-tier `{size}`"))?;
             let name = a
                 .device
                 .clone()
