@@ -513,3 +513,28 @@ fn the_shipped_tp_and_moe_scenarios_load_with_their_shapes() {
         assert!(n <= 500, "{}: {n} requests slows the default suite", s.name);
     }
 }
+
+#[test]
+fn the_binary_refuses_moe_on_cpu_and_tp_without_a_link_with_exit_2_and_no_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (backend, sets, needle) in [
+        (
+            "cpu",
+            ["model.experts=4", "model.active_experts=2"],
+            "model.experts",
+        ),
+        ("sim", ["model.tp=2", "seed=7"], "nvlink_bytes_per_s"),
+    ] {
+        let out = dir.path().join(backend);
+        let out_s = out.to_str().expect("utf-8 temp path");
+        let mut args = vec!["run", "scenarios/quick-basic.toml", "--backend", backend];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        args.extend(["--out", out_s]);
+        let (code, _, err) = kvbench(&args);
+        assert_eq!(code, 2, "{backend}: {err}");
+        assert!(err.contains(needle), "{backend}: {err}");
+        assert!(!out.exists(), "{backend}: a results folder was written");
+    }
+}
