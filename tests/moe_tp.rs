@@ -496,6 +496,20 @@ fn plan_prices_a_host_tier_as_recomputed_by_hand() {
     let (code, _, err) = kvbench(&["plan", "--preset", "llama3-8b", "--host-tier", "lots"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--host-tier"), "{err}");
+    // A shape from flags alone has no stated weights to recompute with.
+    let (code, _, err) = kvbench(&[
+        "plan",
+        "--layers",
+        "32",
+        "--kv-heads",
+        "8",
+        "--head-dim",
+        "128",
+        "--host-tier",
+        "1 GiB",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--preset or --scenario"), "{err}");
 }
 
 #[test]

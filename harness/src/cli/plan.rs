@@ -150,6 +150,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None
     };
     let tier = match &a.host_tier {
+        // Recomputing a prefix costs the model's weights and FLOPs, which flags do not state.
+        Some(_) if weights.is_none() => {
+            bail!("--host-tier prices recomputing with the model's weights: give --preset or --scenario")
+        }
         Some(size) => {
             let capacity = parse_bytes(size).with_context(|| format!("--host-tier `{size}`"))?;
             let name = a
