@@ -257,7 +257,7 @@ fn a_missing_key_is_refused_naming_the_file_and_key() {
 #[test]
 fn an_unknown_key_is_refused_at_its_line() {
     let text = include_str!("../scenarios/devices/l40s.toml");
-    let broken = format!("{text}nvlink_bytes_per_s = 1e9\n");
+    let broken = format!("{text}warp_drive_bytes_per_s = 1e9\n");
     let line = broken.lines().count();
     let err = DeviceProfile::parse(&broken, Some(Path::new("l40s.toml")))
         .expect_err("unknown key")

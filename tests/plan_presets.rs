@@ -16,6 +16,8 @@ const KV_BYTES_PER_TOKEN: &[(&str, u64)] = &[
     ("llama3-405b", 2 * 126 * 8 * 128 * 2),
     // 32 layers, 32 KV heads (MHA), head dim 4096 / 32 = 128, 2-byte elements.
     ("llama2-7b", 2 * 32 * 32 * 128 * 2),
+    // 32 layers, 8 KV heads, head dim 4096 / 32 = 128, bf16: the experts add no KV.
+    ("mixtral-8x7b", 2 * 32 * 8 * 128 * 2),
     // The cpu model: 2 layers, 2 KV heads, head dim 32, f32.
     ("tiny", 2 * 2 * 2 * 32 * 4),
 ];
@@ -124,7 +126,7 @@ fn dense_preset_weights_match_the_hand_count_and_the_published_size() {
 #[test]
 fn an_unknown_preset_is_refused_listing_the_known_ones() {
     let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .args(["plan", "--preset", "mixtral-8x7b", "--tokens", "1"])
+        .args(["plan", "--preset", "gpt-9", "--tokens", "1"])
         .output()
         .expect("run kvbench");
     assert!(!out.status.success());
@@ -132,5 +134,48 @@ fn an_unknown_preset_is_refused_listing_the_known_ones() {
     assert!(
         err.contains("llama3-405b") && err.contains("llama2-7b"),
         "{err}"
+    );
+}
+
+/// Mixtral 8x7B by hand (mistralai/Mixtral-8x7B-v0.1 `config.json`): per layer attention as
+/// llama's at 32/8 heads of 128, a router (4096 × 8), 8 experts of 3 × 4096 × 14336 (2 active),
+/// two norms; embedding and LM head over a 32000 vocabulary; the final norm.
+#[test]
+fn moe_preset_counts_every_expert_in_its_weights_and_the_active_ones_per_token() {
+    let attn = 2 * 4096 * 4096 + 2 * 4096 * 1024;
+    let expert = 3 * 4096 * 14336;
+    let outside = 2 * 32000 * 4096 + 4096;
+    let total: u64 = 32 * (attn + 4096 * 8 + 8 * expert + 2 * 4096) + outside;
+    let active: u64 = 32 * (attn + 4096 * 8 + 2 * expert + 2 * 4096) + outside;
+    let shape = ModelShape::preset("mixtral-8x7b").expect("preset");
+    assert_eq!(shape.parameter_count(), total);
+    assert_eq!(shape.active_parameter_count(), active);
+    assert_eq!(shape.weight_bytes_per_device(), total * 2);
+    // The published 46.7 B and 12.9 B, within 0.5%.
+    assert!((total as f64 - 46.7e9).abs() / 46.7e9 < 0.005, "{total}");
+    assert!((active as f64 - 12.9e9).abs() / 12.9e9 < 0.005, "{active}");
+    // A dense preset computes with everything it holds.
+    for &(name, by_hand, _) in PARAMETERS {
+        let s = ModelShape::preset(name).expect("preset");
+        assert_eq!(s.active_parameter_count(), by_hand, "{name}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args([
+            "plan",
+            "--preset",
+            "mixtral-8x7b",
+            "--tokens",
+            "1",
+            "--json",
+        ])
+        .output()
+        .expect("run kvbench");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["weights"]["parameters"].as_u64(), Some(total), "{v}");
+    assert_eq!(
+        v["weights"]["active_parameters"].as_u64(),
+        Some(active),
+        "{v}"
     );
 }

@@ -4,6 +4,12 @@
 //! `2 × layers × kv_heads × head_dim × bytes_per_element`. Query heads do not enter: grouped-query
 //! attention shares each KV head among several query heads. Tensor parallelism splits KV heads
 //! across devices, so the per-device figure divides `kv_heads` by the TP degree.
+//!
+//! A mixture-of-experts model ([`Moe`]) holds every expert's weights (what the memory budget
+//! pays for) but computes with only the experts its router picks for each token (what a step's
+//! FLOPs pay for). Which experts a batch of tokens touches decides how many expert weights a
+//! step reads: [`Moe::expected_touched_experts`] states the model. Its KV cache is the
+//! attention's, the same formula as a dense model's.
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +68,57 @@ pub struct ModelShape {
     pub kv_dtype: Dtype,
     /// Tensor-parallel degree: KV heads (and weights) are split across this many devices.
     pub tp: u32,
+    /// The feed-forward blocks' experts; `None` is a dense model (every layer's MLP is one gated
+    /// MLP of width `ffn_dim`). Left out of a serialized shape when dense, so dense shapes
+    /// render as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts feed-forward block, the same in every layer: a router (`d_model ×
+/// experts` weights) picks `active_experts` of the `experts` routed experts for each token, and
+/// every token also passes through the `shared_experts`; each expert is a gated MLP (gate, up,
+/// down) of width `expert_ffn_dim`. Under tensor parallelism every expert is split across the
+/// devices like a dense MLP (expert parallelism — whole experts on different devices — is not
+/// modelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moe {
+    pub experts: u32,
+    pub active_experts: u32,
+    pub expert_ffn_dim: u32,
+    #[serde(default)]
+    pub shared_experts: u32,
+}
+
+impl Moe {
+    /// Expected number of distinct routed experts that `tokens` tokens touch in one layer, under
+    /// uniform routing: each token picks `k = active_experts` distinct experts of `E = experts`,
+    /// every `k`-subset equally likely and tokens independent. One token misses a given expert
+    /// with probability `1 − k/E`, so all `tokens` miss it with probability `(1 − k/E)^tokens`,
+    /// and by linearity of expectation the batch touches `E · (1 − (1 − k/E)^tokens)` experts:
+    /// `k` for one token, approaching `E` as the batch grows. Real routers are skewed (hot
+    /// experts), which touches fewer experts than this for the same batch; the uniform figure is
+    /// the upper end of the weight traffic.
+    pub fn expected_touched_experts(&self, tokens: u64) -> f64 {
+        if tokens == 0 || self.experts == 0 {
+            return 0.0;
+        }
+        let e = self.experts as f64;
+        let miss = 1.0 - (self.active_experts.min(self.experts) as f64) / e;
+        // A batch is far below 2^31 tokens; the clamp only keeps `powi`'s argument in range.
+        let n = tokens.min(i32::MAX as u64) as i32;
+        e * (1.0 - miss.powi(n))
+    }
+
+    /// The keys a scenario's `[model]` table names them by, with their values.
+    pub fn keys(&self) -> [(&'static str, u32); 4] {
+        [
+            ("experts", self.experts),
+            ("active_experts", self.active_experts),
+            ("expert_ffn_dim", self.expert_ffn_dim),
+            ("shared_experts", self.shared_experts),
+        ]
+    }
 }
 
 impl ModelShape {
@@ -81,6 +138,7 @@ impl ModelShape {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             tp: 1,
+            moe: None,
         }
     }
 
@@ -100,6 +158,7 @@ impl ModelShape {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             tp: 1,
+            moe: None,
         }
     }
 
@@ -121,6 +180,7 @@ impl ModelShape {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             tp: 1,
+            moe: None,
         }
     }
 
@@ -142,6 +202,36 @@ impl ModelShape {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             tp: 1,
+            moe: None,
+        }
+    }
+
+    /// Mixtral 8x7B, a sparse mixture of experts. Every figure from Mistral AI's published
+    /// `config.json` (mistralai/Mixtral-8x7B-v0.1): `num_hidden_layers` 32,
+    /// `num_attention_heads` 32, `num_key_value_heads` 8, `hidden_size` 4096 (head dim 128),
+    /// `intermediate_size` 14336 (each expert's MLP width), `num_local_experts` 8,
+    /// `num_experts_per_tok` 2, no shared expert, `vocab_size` 32000, `torch_dtype` bfloat16.
+    /// The parameter counts this shape gives (≈ 46.7 B in all, ≈ 12.9 B active per token) match
+    /// the published 46.7 B and 12.9 B.
+    pub fn mixtral_8x7b() -> ModelShape {
+        ModelShape {
+            name: "mixtral-8x7b".into(),
+            layers: 32,
+            q_heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            d_model: 4096,
+            ffn_dim: 14336,
+            vocab: 32000,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            tp: 1,
+            moe: Some(Moe {
+                experts: 8,
+                active_experts: 2,
+                expert_ffn_dim: 14336,
+                shared_experts: 0,
+            }),
         }
     }
 
@@ -159,6 +249,7 @@ impl ModelShape {
             weight_dtype: Dtype::F32,
             kv_dtype: Dtype::F32,
             tp: 1,
+            moe: None,
         }
     }
 
@@ -168,6 +259,7 @@ impl ModelShape {
             "llama3-70b" => Some(Self::llama3_70b()),
             "llama3-405b" => Some(Self::llama3_405b()),
             "llama2-7b" => Some(Self::llama2_7b()),
+            "mixtral-8x7b" => Some(Self::mixtral_8x7b()),
             "tiny" => Some(Self::tiny()),
             _ => None,
         }
@@ -178,6 +270,7 @@ impl ModelShape {
         "llama3-70b",
         "llama3-405b",
         "llama2-7b",
+        "mixtral-8x7b",
         "tiny",
     ];
 
@@ -200,14 +293,39 @@ impl ModelShape {
             .checked_mul(self.kv_dtype.bytes())
     }
 
-    /// Parameter count of the dense decoder (embedding, attention, gated MLP, norms, LM head);
-    /// saturating.
+    /// Parameter count of the decoder (embedding, attention, MLP or every expert with its
+    /// router, norms, LM head): what the weights in memory hold; saturating.
     pub fn parameter_count(&self) -> u64 {
         self.checked_parameter_count().unwrap_or(u64::MAX)
     }
 
     /// [`ModelShape::parameter_count`], `None` when it does not fit in 64 bits.
     pub fn checked_parameter_count(&self) -> Option<u64> {
+        self.checked_counts().map(|(total, _)| total)
+    }
+
+    /// Parameters one token computes with: a dense model's all; an MoE model's with only its
+    /// `active_experts` routed experts (plus the shared ones and the router); saturating.
+    pub fn active_parameter_count(&self) -> u64 {
+        self.checked_active_parameter_count().unwrap_or(u64::MAX)
+    }
+
+    /// [`ModelShape::active_parameter_count`], `None` when it does not fit in 64 bits.
+    pub fn checked_active_parameter_count(&self) -> Option<u64> {
+        self.checked_counts().map(|(_, active)| active)
+    }
+
+    /// Parameters of one expert (gate, up and down projections of width `expert_ffn_dim`);
+    /// `None` for a dense model or on overflow.
+    pub fn expert_parameter_count(&self) -> Option<u64> {
+        let moe = self.moe?;
+        (self.d_model as u64)
+            .checked_mul(moe.expert_ffn_dim as u64)?
+            .checked_mul(3)
+    }
+
+    /// (total, active) parameters, in 64 bits or `None`.
+    fn checked_counts(&self) -> Option<(u64, u64)> {
         let d = self.d_model as u64;
         let q = (self.q_heads as u64).checked_mul(self.head_dim as u64)?;
         let kv = (self.kv_heads as u64).checked_mul(self.head_dim as u64)?;
@@ -215,13 +333,32 @@ impl ModelShape {
             .checked_mul(q)?
             .checked_add(d.checked_mul(kv)?.checked_mul(2)?)?
             .checked_add(q.checked_mul(d)?)?;
-        let mlp = d.checked_mul(self.ffn_dim as u64)?.checked_mul(3)?;
-        let per_layer = attn.checked_add(mlp)?.checked_add(d.checked_mul(2)?)?;
+        let common = attn.checked_add(d.checked_mul(2)?)?;
+        let (layer_total, layer_active) = match self.moe {
+            None => {
+                let mlp = d.checked_mul(self.ffn_dim as u64)?.checked_mul(3)?;
+                let l = common.checked_add(mlp)?;
+                (l, l)
+            }
+            Some(moe) => {
+                let expert = self.expert_parameter_count()?;
+                let router = d.checked_mul(moe.experts as u64)?;
+                let base = common.checked_add(router)?;
+                let held = (moe.experts as u64).checked_add(moe.shared_experts as u64)?;
+                let used = (moe.active_experts as u64).checked_add(moe.shared_experts as u64)?;
+                (
+                    base.checked_add(held.checked_mul(expert)?)?,
+                    base.checked_add(used.checked_mul(expert)?)?,
+                )
+            }
+        };
         let embed = (self.vocab as u64).checked_mul(d)?;
-        (self.layers as u64)
-            .checked_mul(per_layer)?
-            .checked_add(embed.checked_mul(2)?)?
-            .checked_add(d)
+        let outside = embed.checked_mul(2)?.checked_add(d)?;
+        let layers = self.layers as u64;
+        Some((
+            layers.checked_mul(layer_total)?.checked_add(outside)?,
+            layers.checked_mul(layer_active)?.checked_add(outside)?,
+        ))
     }
 
     /// Weight bytes resident on one device; saturating.
@@ -236,6 +373,23 @@ impl ModelShape {
                 .checked_mul(self.weight_dtype.bytes())?
                 / self.tp.max(1) as u64,
         )
+    }
+
+    /// Weight bytes of the routed experts, all layers, on one device (0 for a dense model): the
+    /// part of the weights a step reads only for the experts its tokens touch.
+    pub fn routed_expert_weight_bytes_per_device(&self) -> u64 {
+        let Some(moe) = self.moe else { return 0 };
+        self.expert_parameter_count()
+            .and_then(|e| e.checked_mul(moe.experts as u64))
+            .and_then(|e| e.checked_mul(self.layers as u64))
+            .and_then(|e| e.checked_mul(self.weight_dtype.bytes()))
+            .map_or(u64::MAX, |b| b / self.tp.max(1) as u64)
+    }
+
+    /// The key of the first MoE field a dense-only backend cannot run (`model.experts`), or
+    /// `None` for a dense model.
+    pub fn moe_key(&self) -> Option<&'static str> {
+        self.moe.map(|_| "model.experts")
     }
 }
 

@@ -7,7 +7,10 @@
 
 use serde::Serialize;
 
-use crate::model::ModelShape;
+use crate::backend::sim::cost::CostModel;
+use crate::backend::sim::profile::DeviceProfile;
+use crate::backend::SeqWork;
+use crate::model::{ModelShape, Moe};
 use crate::scenario::Reservation;
 use crate::workload::Percentiles;
 
@@ -33,6 +36,8 @@ pub enum PlanError {
     TpDoesNotDivide { tp: u32, kv_heads: u32 },
     #[error("{0} overflow 64 bits; the shape or length is not physical")]
     Overflow(&'static str),
+    #[error("{0}")]
+    Device(String),
 }
 
 /// The plan for one sequence length.
@@ -218,6 +223,132 @@ impl DistributionPlan {
             budget_bytes: input.budget_bytes,
             fits_paged: fits(mean_paged_bytes),
             fits_contiguous: fits(mean_contiguous_bytes),
+        })
+    }
+}
+
+/// What a shape's weights hold and what one token computes with: a mixture of experts holds
+/// every expert (the memory budget pays for them) and computes with its active ones.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WeightsPlan {
+    pub parameters: u64,
+    pub active_parameters: u64,
+    pub tp: u32,
+    /// Every weight, on one device (`parameters × bytes ÷ tp`).
+    pub weight_bytes_per_device: u64,
+    /// The weights one token computes with, on one device (`active_parameters × bytes ÷ tp`).
+    pub active_weight_bytes_per_device: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<Moe>,
+}
+
+impl WeightsPlan {
+    pub fn of(shape: &ModelShape) -> Result<WeightsPlan, PlanError> {
+        let tp = shape.tp.max(1) as u64;
+        let bytes = shape.weight_dtype.bytes();
+        let parameters = shape
+            .checked_parameter_count()
+            .ok_or(PlanError::Overflow("parameters"))?;
+        let active_parameters = shape
+            .checked_active_parameter_count()
+            .ok_or(PlanError::Overflow("parameters"))?;
+        let per_device = |p: u64| {
+            p.checked_mul(bytes)
+                .map(|b| b / tp)
+                .ok_or(PlanError::Overflow("weight bytes"))
+        };
+        Ok(WeightsPlan {
+            parameters,
+            active_parameters,
+            tp: shape.tp,
+            weight_bytes_per_device: per_device(parameters)?,
+            active_weight_bytes_per_device: per_device(active_parameters)?,
+            moe: shape.moe,
+        })
+    }
+}
+
+/// A host-memory tier for cached KV blocks, priced: how much it holds, and whether bringing a
+/// prefix back over the host link beats recomputing it.
+///
+/// Onloading `P` tokens costs `host_link_latency_s + P × bytes per token ÷ host_link_bytes_per_s`.
+/// Recomputing them costs what the `sim` cost model charges for one prefill step of the
+/// `prefix_tokens`-token prefix with no context on the paged cache (weights, K/V, FLOPs,
+/// all-reduces at `tp > 1`, the step overhead); its tokens per second are the device's prefill
+/// rate, and a prefix of `P` tokens recomputes in `P ÷ rate`. Onloading is no slower from the
+/// break-even length `latency ÷ (1/rate − bytes per token ÷ link)` on, and never when a token
+/// crosses the link slower than it recomputes. At `tp > 1` each device onloads its own share
+/// (its KV heads) over its own link at the same time; `capacity_bytes` is per device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierPlan {
+    pub device: String,
+    pub capacity_bytes: u64,
+    pub bytes_per_token: u64,
+    pub tokens_held: u64,
+    pub block_size: u32,
+    pub blocks_held: u64,
+    pub prefix_tokens: u32,
+    pub prefix_bytes: u64,
+    pub host_link_bytes_per_s: f64,
+    pub host_link_latency_s: f64,
+    pub onload_s: f64,
+    pub recompute_s: f64,
+    pub prefill_tokens_per_s: f64,
+    /// Shortest prefix onloading is no slower for; `None`: recomputing is faster at any length.
+    pub break_even_tokens: Option<u64>,
+}
+
+impl TierPlan {
+    pub fn compute(
+        input: &PlanInput,
+        profile: &DeviceProfile,
+        capacity_bytes: u64,
+        prefix_tokens: u32,
+    ) -> Result<TierPlan, PlanError> {
+        input.check()?;
+        if prefix_tokens == 0 {
+            return Err(PlanError::Zero("prefix tokens"));
+        }
+        if let Some(why) = profile.tp_refusal(input.shape.tp) {
+            return Err(PlanError::Device(why));
+        }
+        let bpt = input.shape.kv_bytes_per_token();
+        let block_bytes = bpt
+            .checked_mul(input.block_size as u64)
+            .ok_or(PlanError::Overflow("block bytes"))?;
+        let prefix_bytes = bpt
+            .checked_mul(prefix_tokens as u64)
+            .ok_or(PlanError::Overflow("prefix bytes"))?;
+        let link = profile.host_link_bytes_per_s;
+        let latency = profile.host_link_latency_s.unwrap_or(0.0);
+        let onload_s = latency + prefix_bytes as f64 / link;
+        let cost = CostModel::new(&input.shape, profile, None);
+        let prefill = SeqWork {
+            seq: 0,
+            context_tokens: 0,
+            new_tokens: prefix_tokens,
+            sample: true,
+        };
+        let recompute_s = cost.step(&[prefill], &[], &[], true).total_s;
+        let rate = prefix_tokens as f64 / recompute_s;
+        let saved_per_token = 1.0 / rate - bpt as f64 / link;
+        let break_even_tokens =
+            (saved_per_token > 0.0).then(|| ((latency / saved_per_token).ceil() as u64).max(1));
+        Ok(TierPlan {
+            device: profile.name.clone(),
+            capacity_bytes,
+            bytes_per_token: bpt,
+            tokens_held: capacity_bytes / bpt,
+            block_size: input.block_size,
+            blocks_held: capacity_bytes / block_bytes,
+            prefix_tokens,
+            prefix_bytes,
+            host_link_bytes_per_s: link,
+            host_link_latency_s: latency,
+            onload_s,
+            recompute_s,
+            prefill_tokens_per_s: rate,
+            break_even_tokens,
         })
     }
 }

@@ -126,5 +126,8 @@ pub fn engine_test_device() -> kvbench::backend::sim::profile::DeviceProfile {
         weight_bytes_per_s: None,
         copy_bytes_per_s: None,
         combine: Default::default(),
+        host_link_latency_s: None,
+        nvlink_bytes_per_s: None,
+        nvlink_latency_s: None,
     }
 }

@@ -47,6 +47,9 @@ impl SimBackend {
             }
         }
         let m = &setup.model;
+        if let Some(why) = profile.tp_refusal(m.tp) {
+            return Err(BackendError::Config(why));
+        }
         // Activation workspace for a full step of tokens (hidden, q/k/v, MLP intermediates) plus
         // f32 logits for them, unless the scenario states its own reservation.
         let workspace_bytes = setup.workspace_bytes.unwrap_or_else(|| {

@@ -6,15 +6,17 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
+use crate::backend::sim::profile::DeviceProfile;
 use crate::model::{Dtype, ModelShape};
-use crate::plan::{DistributionPlan, Plan, PlanInput};
+use crate::plan::{DistributionPlan, Plan, PlanInput, TierPlan, WeightsPlan};
 use crate::scenario::{self, Reservation};
 use crate::units::{format_bytes, parse_bytes};
 use crate::workload;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Start from a preset shape (llama3-8b, llama3-70b, llama3-405b, llama2-7b, tiny).
+    /// Start from a preset shape (llama3-8b, llama3-70b, llama3-405b, llama2-7b, mixtral-8x7b,
+    /// tiny).
     #[arg(long)]
     pub preset: Option<String>,
     /// Take shape, block size, max_seq_len, budget, reservation and the length distribution
@@ -47,6 +49,16 @@ pub struct Args {
     /// Reserve prompt + output (the sequence itself) instead of max_seq_len.
     #[arg(long)]
     pub reserve_exact: bool,
+    /// Price a host-memory tier of this size per device (e.g. "512 GiB"): the tokens it holds,
+    /// and onloading a prefix over the device's host link against recomputing it.
+    #[arg(long, value_name = "SIZE")]
+    pub host_tier: Option<String>,
+    /// Prefix length the host tier's onload and recompute are priced at.
+    #[arg(long, default_value_t = 4096, value_name = "TOKENS")]
+    pub prefix_tokens: u32,
+    /// Device profile the host tier is priced on (default: the scenario's, else h200).
+    #[arg(long)]
+    pub device: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -131,6 +143,33 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         reservation,
         budget_bytes,
     };
+    // The weights are priced for a named shape only: flags alone give no d_model or vocab.
+    let weights = if a.preset.is_some() || loaded.is_some() {
+        Some(WeightsPlan::of(&input.shape)?)
+    } else {
+        None
+    };
+    let tier = match &a.host_tier {
+        // Recomputing a prefix costs the model's weights and FLOPs, which flags do not state.
+        Some(_) if weights.is_none() => {
+            bail!("--host-tier prices recomputing with the model's weights: give --preset or --scenario")
+        }
+        Some(size) => {
+            let capacity = parse_bytes(size).with_context(|| format!("--host-tier `{size}`"))?;
+            let name = a
+                .device
+                .clone()
+                .or(loaded.as_ref().map(|s| s.device.clone()))
+                .unwrap_or_else(|| "h200".into());
+            let dir = a.scenario.as_deref().and_then(|p| p.parent());
+            let profile = DeviceProfile::load(&name, dir).context("--device")?;
+            Some(
+                TierPlan::compute(&input, &profile, capacity, a.prefix_tokens)
+                    .context("--host-tier")?,
+            )
+        }
+        None => None,
+    };
     let single = match a.tokens {
         Some(t) => Some(Plan::compute(&input, t).context("--tokens")?),
         None => None,
@@ -150,11 +189,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    if single.is_none() && dist.is_none() {
-        bail!("give --tokens N (a sequence length) or --scenario FILE (a length distribution)");
+    if single.is_none() && dist.is_none() && tier.is_none() {
+        bail!(
+            "give --tokens N (a sequence length), --scenario FILE (a length distribution) or --host-tier SIZE"
+        );
     }
     if a.json {
-        let v = serde_json::json!({ "sequence": single, "distribution": dist });
+        let mut v = serde_json::json!({ "sequence": single, "distribution": dist });
+        if let Some(o) = v.as_object_mut() {
+            if let Some(w) = &weights {
+                o.insert("weights".into(), serde_json::to_value(w)?);
+            }
+            if let Some(t) = &tier {
+                o.insert("host_tier".into(), serde_json::to_value(t)?);
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -167,7 +216,91 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         print!("{}", render_distribution(d, &input));
     }
+    if let Some(w) = &weights {
+        print!("{}", render_weights(w));
+    }
+    if let Some(t) = &tier {
+        print!("{}", render_tier(t));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Billions, to three significant decimals.
+fn billions(n: u64) -> String {
+    format!("{:.2} B", n as f64 / 1e9)
+}
+
+fn render_weights(w: &WeightsPlan) -> String {
+    let per_device = if w.tp > 1 {
+        format!(" per device (tp {})", w.tp)
+    } else {
+        String::new()
+    };
+    match w.moe {
+        None => format!(
+            "weights     {} parameters: {}{per_device}\n",
+            billions(w.parameters),
+            bytes(w.weight_bytes_per_device)
+        ),
+        Some(m) => {
+            let shared = if m.shared_experts > 0 {
+                format!(" + {} shared", m.shared_experts)
+            } else {
+                String::new()
+            };
+            format!(
+                "weights     {} parameters in all ({} experts of {} per layer{shared}): {}{per_device}\n\
+                 active      {} parameters per token ({} of {} experts{shared}): {}{per_device}\n",
+                billions(w.parameters),
+                m.experts,
+                m.expert_ffn_dim,
+                bytes(w.weight_bytes_per_device),
+                billions(w.active_parameters),
+                m.active_experts,
+                m.experts,
+                bytes(w.active_weight_bytes_per_device)
+            )
+        }
+    }
+}
+
+fn render_tier(t: &TierPlan) -> String {
+    let mut o = String::new();
+    o += &format!(
+        "host tier   {} holds {} tokens ({} blocks of {}) at {} bytes per token\n",
+        bytes(t.capacity_bytes),
+        t.tokens_held,
+        t.blocks_held,
+        t.block_size,
+        t.bytes_per_token
+    );
+    o += &format!(
+        "onload      a {}-token prefix ({}) over {}'s host link ({:.1} GB/s + {:.1} us): {:.3} ms\n",
+        t.prefix_tokens,
+        format_bytes(t.prefix_bytes),
+        t.device,
+        t.host_link_bytes_per_s / 1e9,
+        t.host_link_latency_s * 1e6,
+        t.onload_s * 1e3
+    );
+    o += &format!(
+        "recompute   the same prefix as one prefill step (sim cost model): {:.3} ms, {:.0} tokens/s\n",
+        t.recompute_s * 1e3,
+        t.prefill_tokens_per_s
+    );
+    let per_token = format!(
+        "recomputing costs {:.2} us a token at the prefill rate, onloading {:.2} us a token + the latency",
+        1e6 / t.prefill_tokens_per_s,
+        1e6 * t.bytes_per_token as f64 / t.host_link_bytes_per_s
+    );
+    o += &match t.break_even_tokens {
+        Some(n) => format!(
+            "break-even  onloading is no slower than recomputing for prefixes of {n} token{} or more ({per_token})\n",
+            if n == 1 { "" } else { "s" }
+        ),
+        None => format!("break-even  none: recomputing is faster at every length ({per_token})\n"),
+    };
+    o
 }
 
 fn bytes(b: u64) -> String {

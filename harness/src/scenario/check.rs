@@ -148,6 +148,9 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(moe) = shape.moe {
+            check_moe(&moe, p);
+        }
         if p.len() > before {
             return None;
         }
@@ -598,5 +601,37 @@ fn check_delay(d: &DelayDist, key: &str, p: &mut Vec<KeyProblem>) {
 fn check_length(s: &Scenario, d: &LengthDist, key: &str, msl: u32, p: &mut Vec<KeyProblem>) {
     if let Err(k) = super::length_range(s, d, key, msl) {
         p.push(k);
+    }
+}
+
+/// The mixture-of-experts keys: each in its range ([`ranges::MOE_RANGE`]), and no more experts
+/// per token than there are.
+fn check_moe(moe: &crate::model::Moe, p: &mut Vec<KeyProblem>) {
+    let mut bad = false;
+    for (key, v) in moe.keys() {
+        let Some(&(_, least, most)) = ranges::MOE_RANGE.iter().find(|(k, ..)| *k == key) else {
+            continue;
+        };
+        if v < least || v > most {
+            bad = true;
+            let why = if v == 0 && least > 0 {
+                " (a mixture of experts needs `experts` and `active_experts`)"
+            } else {
+                ""
+            };
+            p.push(KeyProblem::new(
+                format!("model.{key}"),
+                format!("must be in {least}..={most} (got {v}){why}"),
+            ));
+        }
+    }
+    if !bad && moe.active_experts > moe.experts {
+        p.push(KeyProblem::new(
+            "model.active_experts",
+            format!(
+                "{} experts per token is more than the {} experts there are",
+                moe.active_experts, moe.experts
+            ),
+        ));
     }
 }

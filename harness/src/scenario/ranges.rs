@@ -43,6 +43,16 @@ pub const MODEL_MAX: &[(&str, u32)] = &[
     ("vocab", 1 << 24),
     ("tp", 4096),
 ];
+/// Mixture-of-experts dimensions, each `(key, least, most)`: routed experts per layer (1 is a
+/// dense MLP written the long way; DeepSeek-V3 has 256, the most published is in the low
+/// thousands), experts per token, each expert's MLP width, always-on shared experts.
+/// `active_experts` must also be at most `experts` (checked beside these).
+pub const MOE_RANGE: &[(&str, u32, u32)] = &[
+    ("experts", 1, 1 << 16),
+    ("active_experts", 1, 1 << 16),
+    ("expert_ffn_dim", 1, 1 << 22),
+    ("shared_experts", 0, 1 << 16),
+];
 
 /// Whether `v` is a finite number in `[lo, hi]`.
 pub fn within(v: f64, (lo, hi): (f64, f64)) -> bool {

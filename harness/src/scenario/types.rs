@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Dtype, ModelShape};
+use crate::model::{Dtype, ModelShape, Moe};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +53,27 @@ pub struct ModelSpec {
     pub weight_dtype: Option<Dtype>,
     pub kv_dtype: Option<Dtype>,
     pub tp: Option<u32>,
+    /// Mixture of experts (all four absent = dense): routed experts per layer, the experts
+    /// each token is routed to, each expert's MLP width (default `ffn_dim`) and the experts
+    /// every token passes through (default 0). Left out of a rendered scenario when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_experts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_ffn_dim: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_experts: Option<u32>,
+}
+
+impl ModelSpec {
+    /// Whether the file gives any mixture-of-experts key.
+    pub fn gives_moe(&self) -> bool {
+        self.experts.is_some()
+            || self.active_experts.is_some()
+            || self.expert_ffn_dim.is_some()
+            || self.shared_experts.is_some()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -523,7 +544,32 @@ impl Scenario {
                 weight_dtype: m.weight_dtype.unwrap_or(Dtype::Bf16),
                 kv_dtype: m.kv_dtype.unwrap_or(Dtype::Bf16),
                 tp: m.tp.unwrap_or(1),
+                moe: None,
             },
+        };
+        let ffn_dim = m.ffn_dim.unwrap_or(base.ffn_dim);
+        // A key the file gives overrides the preset's; a dense base made MoE by the file takes
+        // what it leaves out as 0 (experts, active experts: refused by the check, naming the
+        // key), `ffn_dim` (expert width) and 0 (shared experts).
+        let moe = if m.gives_moe() || base.moe.is_some() {
+            let b = base.moe;
+            Some(Moe {
+                experts: m.experts.or(b.map(|b| b.experts)).unwrap_or(0),
+                active_experts: m
+                    .active_experts
+                    .or(b.map(|b| b.active_experts))
+                    .unwrap_or(0),
+                expert_ffn_dim: m
+                    .expert_ffn_dim
+                    .or(b.map(|b| b.expert_ffn_dim))
+                    .unwrap_or(ffn_dim),
+                shared_experts: m
+                    .shared_experts
+                    .or(b.map(|b| b.shared_experts))
+                    .unwrap_or(0),
+            })
+        } else {
+            None
         };
         Some(ModelShape {
             name: m.name.clone().unwrap_or(base.name),
@@ -532,11 +578,12 @@ impl Scenario {
             kv_heads: m.kv_heads.unwrap_or(base.kv_heads),
             head_dim: m.head_dim.unwrap_or(base.head_dim),
             d_model: m.d_model.unwrap_or(base.d_model),
-            ffn_dim: m.ffn_dim.unwrap_or(base.ffn_dim),
+            ffn_dim,
             vocab: m.vocab.unwrap_or(base.vocab),
             weight_dtype: m.weight_dtype.unwrap_or(base.weight_dtype),
             kv_dtype: m.kv_dtype.unwrap_or(base.kv_dtype),
             tp: m.tp.unwrap_or(base.tp),
+            moe,
         })
     }
 

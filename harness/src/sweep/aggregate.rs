@@ -326,8 +326,15 @@ fn ratio(by: By, paged: &[&SeedSearch], contiguous: &[&SeedSearch]) -> (Option<f
 pub fn definition_hash(s: &crate::scenario::Scenario, by: By) -> String {
     let m = s.model_shape();
     let model = m.map(|m| {
+        // Experts only when the shape has them, so a dense shape's hash is what it was.
+        let moe = m.moe.map_or(String::new(), |e| {
+            format!(
+                " experts={} active_experts={} expert_ffn_dim={} shared_experts={}",
+                e.experts, e.active_experts, e.expert_ffn_dim, e.shared_experts
+            )
+        });
         format!(
-            "{} layers={} q_heads={} kv_heads={} head_dim={} d_model={} ffn_dim={} vocab={} weights={:?} kv={:?} tp={}",
+            "{} layers={} q_heads={} kv_heads={} head_dim={} d_model={} ffn_dim={} vocab={} weights={:?} kv={:?} tp={}{moe}",
             m.name, m.layers, m.q_heads, m.kv_heads, m.head_dim, m.d_model, m.ffn_dim, m.vocab,
             m.weight_dtype, m.kv_dtype, m.tp
         )

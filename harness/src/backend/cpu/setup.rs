@@ -15,6 +15,12 @@ pub const NORM_EPS: f32 = 1e-5;
 pub const MAX_PARAMETERS: u64 = 256 * 1024 * 1024;
 
 pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
+    if let Some(key) = shape.moe_key() {
+        return Err(BackendError::Config(format!(
+            "{key}: the cpu backend runs dense models only; model {} is a mixture of experts (use --backend sim)",
+            shape.name
+        )));
+    }
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cpu backend runs tp = 1 only (model {} has tp = {})",

@@ -54,6 +54,12 @@ pub struct CudaConfig {
 }
 
 pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
+    if let Some(key) = shape.moe_key() {
+        return Err(BackendError::Config(format!(
+            "{key}: the cuda backend runs dense models only; model {} is a mixture of experts (use --backend sim)",
+            shape.name
+        )));
+    }
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cuda backend runs tp = 1 only (model {} has tp = {})",

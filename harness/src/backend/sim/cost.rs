@@ -16,6 +16,22 @@
 //!
 //! With `combine = "sum"` the time is linear in the reciprocal of every rate and in the overheads
 //! ([`StepLoad::features`]), which is what the least-squares fit relies on.
+//!
+//! Mixture of experts: the FLOPs are `2 × active parameters` per new token (the routed experts a
+//! token uses, the shared ones, the router), and the weights read are everything but the routed
+//! experts plus, in each layer, the routed experts the step's tokens touch — in expectation
+//! `E · (1 − (1 − k/E)^B)` of `E` experts for `B` new tokens with `k` active each, under uniform
+//! routing ([`crate::model::Moe::expected_touched_experts`]). A decode step of one token reads
+//! `k` experts per layer; a large prefill chunk reads nearly all `E`.
+//!
+//! Tensor parallelism (`tp = N`, Megatron-style): each device holds `1/N` of every weight and of
+//! the KV heads, computes `1/N` of the FLOPs, and every layer ends its attention and its MLP with
+//! an all-reduce of the step's activations (`new tokens × d_model` elements of the weight dtype).
+//! A ring all-reduce of `S` bytes sends `2 · (N − 1)/N · S` bytes from each device, so each
+//! costs `nvlink_latency_s + 2 · (N − 1)/N · S ÷ nvlink_bytes_per_s`, twice per layer; it follows
+//! the layer's compute and is added, not overlapped. At `tp = 1` there is none. Pipeline and
+//! expert parallelism are not modelled. The calibration fit runs at `tp = 1` only, so the
+//! all-reduce is not one of its [`FEATURES`].
 
 use kvbench_cache_api::CopyOp;
 
@@ -28,6 +44,10 @@ use crate::model::ModelShape;
 pub struct CostModel {
     kv_bytes_per_token: f64,
     weight_bytes: f64,
+    /// Mixture of experts: what a step's weight read depends on its token count through.
+    experts: Option<ExpertReads>,
+    /// Tensor parallelism's all-reduces; `None` at `tp = 1`.
+    all_reduce: Option<AllReduce>,
     /// Dense FLOPs per new token (2 × parameters on this device).
     dense_flops_per_token: f64,
     /// Attention FLOPs per (query token × context token): QKᵀ and PV, 2 FLOPs per MAC each.
@@ -44,6 +64,35 @@ pub struct CostModel {
     combine: Combine,
 }
 
+/// The weights an MoE step reads: those every step reads, plus each touched routed expert's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ExpertReads {
+    moe: crate::model::Moe,
+    /// Every weight but the routed experts', on one device.
+    always_bytes: f64,
+    /// One routed expert's weights in one layer, on one device.
+    expert_bytes: f64,
+    layers: f64,
+}
+
+impl ExpertReads {
+    fn bytes(&self, new_tokens: u64) -> f64 {
+        self.always_bytes
+            + self.layers * self.moe.expected_touched_experts(new_tokens) * self.expert_bytes
+    }
+}
+
+/// Tensor parallelism's all-reduces (module doc).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AllReduce {
+    /// All-reduces per step: two per layer.
+    per_step: u64,
+    /// Bytes each device sends per new token per all-reduce: `2 · (N − 1)/N · d_model · bytes`.
+    sent_bytes_per_token: f64,
+    bandwidth: f64,
+    latency_s: f64,
+}
+
 /// What one step moves and computes, independent of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StepLoad {
@@ -56,6 +105,9 @@ pub struct StepLoad {
     /// Bytes read plus bytes written by copies.
     pub copy_bytes: f64,
     pub swap_bytes: f64,
+    /// Tensor parallelism: the step's all-reduces, and the bytes each device sends in them.
+    pub all_reduces: u64,
+    pub all_reduce_bytes: f64,
 }
 
 /// The columns of the linear model (`combine = "sum"`), in [`FEATURES`] order: the step time is
@@ -109,6 +161,7 @@ pub struct StepCost {
     pub compute_s: f64,
     pub copy_s: f64,
     pub swap_s: f64,
+    pub all_reduce_s: f64,
     pub total_s: f64,
 }
 
@@ -117,10 +170,36 @@ impl CostModel {
         let tp = model.tp.max(1) as f64;
         let q_per_device = (model.q_heads as f64 / tp).ceil();
         let bandwidth = device.hbm_effective_bytes_per_s;
+        let weight_bytes = model.weight_bytes_per_device() as f64;
+        let experts = model.moe.map(|moe| {
+            let routed = model.routed_expert_weight_bytes_per_device() as f64;
+            let per = moe.experts.max(1) as f64 * model.layers.max(1) as f64;
+            ExpertReads {
+                moe,
+                always_bytes: weight_bytes - routed,
+                expert_bytes: routed / per,
+                layers: model.layers as f64,
+            }
+        });
+        let all_reduce = (model.tp > 1).then(|| {
+            let n = model.tp as f64;
+            AllReduce {
+                per_step: 2 * model.layers as u64,
+                sent_bytes_per_token: 2.0 * (n - 1.0) / n
+                    * model.d_model as f64
+                    * model.weight_dtype.bytes() as f64,
+                // A profile without the link is refused before a run (`tp_refusal`); here it
+                // would cost nothing.
+                bandwidth: device.nvlink_bytes_per_s.unwrap_or(f64::INFINITY),
+                latency_s: device.nvlink_latency_s.unwrap_or(0.0),
+            }
+        });
         CostModel {
             kv_bytes_per_token: model.kv_bytes_per_token() as f64,
-            weight_bytes: model.weight_bytes_per_device() as f64,
-            dense_flops_per_token: 2.0 * model.parameter_count() as f64 / tp,
+            weight_bytes,
+            experts,
+            all_reduce,
+            dense_flops_per_token: 2.0 * model.active_parameter_count() as f64 / tp,
             attn_flops_per_pair: 4.0 * model.layers as f64 * q_per_device * model.head_dim as f64,
             bandwidth,
             paged_bandwidth: bandwidth * device.paged_attention_efficiency,
@@ -155,7 +234,11 @@ impl CostModel {
         let has_seqs = !seqs.is_empty();
         StepLoad {
             seqs: seqs.len() as u64,
-            weight_bytes: if has_seqs { self.weight_bytes } else { 0.0 },
+            weight_bytes: match (has_seqs, &self.experts) {
+                (false, _) => 0.0,
+                (true, None) => self.weight_bytes,
+                (true, Some(e)) => e.bytes(new_tokens),
+            },
             kv_write_bytes: new_tokens as f64 * self.kv_bytes_per_token,
             kv_read_bytes: kv_read_tokens as f64 * self.kv_bytes_per_token,
             dense_flops: new_tokens as f64 * self.dense_flops_per_token,
@@ -163,6 +246,13 @@ impl CostModel {
             // The measured copy bandwidth counts bytes read plus bytes written.
             copy_bytes: 2.0 * copied_tokens as f64 * self.kv_bytes_per_token,
             swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token,
+            all_reduces: match &self.all_reduce {
+                Some(a) if new_tokens > 0 => a.per_step,
+                _ => 0,
+            },
+            all_reduce_bytes: self.all_reduce.map_or(0.0, |a| {
+                a.per_step as f64 * new_tokens as f64 * a.sent_bytes_per_token
+            }),
         }
     }
 
@@ -199,7 +289,14 @@ impl CostModel {
             Combine::Max => memory_s.max(compute_s),
             Combine::Sum => memory_s + compute_s,
         };
-        let total_s = core_s + copy_s + swap_s + overhead;
+        let all_reduce_s = match &self.all_reduce {
+            Some(a) if load.all_reduces > 0 => {
+                load.all_reduces as f64 * a.latency_s + load.all_reduce_bytes / a.bandwidth
+            }
+            _ => 0.0,
+        };
+        // At tp = 1 `all_reduce_s` is +0.0, which leaves the sum's bits as they were.
+        let total_s = core_s + copy_s + swap_s + all_reduce_s + overhead;
         StepCost {
             bytes_moved: load.weight_bytes + load.kv_read_bytes + load.kv_write_bytes,
             flops: load.dense_flops + load.attn_flops,
@@ -207,6 +304,7 @@ impl CostModel {
             compute_s,
             copy_s,
             swap_s,
+            all_reduce_s,
             total_s: if total_s.is_finite() {
                 total_s
             } else {

@@ -60,6 +60,18 @@ pub struct DeviceProfile {
     /// Absent = `max` (the roofline).
     #[serde(default, skip_serializing_if = "is_max")]
     pub combine: Combine,
+    /// Host-link latency per transfer (a DMA's issue and round trip), added once to each
+    /// onload `kvbench plan` prices. Absent = 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link_latency_s: Option<f64>,
+    /// Device-to-device link bandwidth one device sends at, per direction (NVLink, Infinity
+    /// Fabric, or PCIe peer to peer): what a tensor-parallel all-reduce moves its bytes at.
+    /// Absent = the device has no such link stated, and a `tp > 1` model is refused on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_bytes_per_s: Option<f64>,
+    /// Fixed cost of one all-reduce (its launch and the link's hops), added to each. Absent = 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_latency_s: Option<f64>,
 }
 
 /// A number as a reader expects it: plain in [1e-3, 1e6), else in exponent form.
@@ -81,7 +93,8 @@ fn is_max(c: &Combine) -> bool {
 
 /// Physical ranges of every rate and time, inclusive. Bandwidths from 1 MB/s (a slow disk) to
 /// 100 TB/s (twenty times an H200); FLOP/s from 1 MFLOP/s to 1 EFLOP/s; a step's fixed cost at
-/// most 1 s and a sequence's at most 100 ms (a real device's are microseconds).
+/// most 1 s and a sequence's at most 100 ms, a link's latency at most 1 s (a real device's are
+/// microseconds).
 pub const RANGES: &[(&str, f64, f64)] = &[
     ("hbm_datasheet_bytes_per_s", 1e6, 1e14),
     ("hbm_effective_bytes_per_s", 1e6, 1e14),
@@ -93,6 +106,9 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("attention_flops_per_s", 1e6, 1e18),
     ("weight_bytes_per_s", 1e6, 1e14),
     ("copy_bytes_per_s", 1e6, 1e14),
+    ("host_link_latency_s", 0.0, 1.0),
+    ("nvlink_bytes_per_s", 1e6, 1e14),
+    ("nvlink_latency_s", 0.0, 1.0),
 ];
 
 /// Device memory between 1 MiB and 1 PiB.
@@ -224,6 +240,17 @@ impl DeviceProfile {
         out
     }
 
+    /// Why this profile cannot price a model split over `tp` devices: `None` for `tp = 1`, or
+    /// when the profile states the device-to-device link an all-reduce needs.
+    pub fn tp_refusal(&self, tp: u32) -> Option<String> {
+        (tp > 1 && self.nvlink_bytes_per_s.is_none()).then(|| {
+            format!(
+                "model.tp: tp = {tp} needs the device-to-device link of device profile {:?}, which states no nvlink_bytes_per_s",
+                self.name
+            )
+        })
+    }
+
     /// The constant called `key` (`None` for an optional one left out).
     pub fn value(&self, key: &str) -> Option<f64> {
         match key {
@@ -237,6 +264,9 @@ impl DeviceProfile {
             "attention_flops_per_s" => self.attention_flops_per_s,
             "weight_bytes_per_s" => self.weight_bytes_per_s,
             "copy_bytes_per_s" => self.copy_bytes_per_s,
+            "host_link_latency_s" => self.host_link_latency_s,
+            "nvlink_bytes_per_s" => self.nvlink_bytes_per_s,
+            "nvlink_latency_s" => self.nvlink_latency_s,
             _ => None,
         }
     }
