@@ -91,8 +91,10 @@ done
 # tune's choice: only where this build has `kvbench tune`.
 if "$KVBENCH" tune --help > /dev/null 2>&1; then
   step "tune (present in this build)"
-  printf '%s\t%s\n' tune "kvbench tune $CHAT --backend sim --out OUT/tune" >> "$OUT/commands.tsv"
-  if ! "$KVBENCH" tune "$CHAT" --backend sim --out "$OUT/tune" > "$OUT/logs/tune.log" 2>&1; then
+  TUNE_ARGS=(tune "$CHAT" --backend sim --out "$OUT/tune")
+  [ "$QUICK" = 1 ] && TUNE_ARGS+=(--budget-s 30)
+  printf '%s\t%s\n' tune "kvbench ${TUNE_ARGS[*]//$OUT/OUT}" >> "$OUT/commands.tsv"
+  if ! "$KVBENCH" "${TUNE_ARGS[@]}" > "$OUT/logs/tune.log" 2>&1; then
     echo "findings.sh: tune failed (logs/tune.log); its choice is left out" >&2
   fi
 fi

@@ -104,7 +104,9 @@ fn requests_ttft_ms(dir: &Path, mode: &str) -> f64 {
     let ttfts: Vec<f64> = read_csv(&dir.join("requests.csv"))
         .iter()
         .filter(|r| r["cache"] == mode && r["status"] == "completed")
-        .map(|r| r["first_token_ms"].parse::<f64>().unwrap() - r["arrival_ms"].parse::<f64>().unwrap())
+        .map(|r| {
+            r["first_token_ms"].parse::<f64>().unwrap() - r["arrival_ms"].parse::<f64>().unwrap()
+        })
         .collect();
     assert!(!ttfts.is_empty(), "{}: no {mode} request", dir.display());
     ttfts.iter().sum::<f64>() / ttfts.len() as f64
@@ -224,7 +226,10 @@ fn expected(out: &Path, key: &str) -> Expected {
         }
         ["waste", trace, "contiguous_pct"] => {
             let d = read_json(&out.join(format!("plan/trace-{trace}-b16.json")));
-            Expected::Num(f(&d["distribution"]["contiguous_waste_share"]) * 100.0, None)
+            Expected::Num(
+                f(&d["distribution"]["contiguous_waste_share"]) * 100.0,
+                None,
+            )
         }
         ["sweep", "block", "best"] => {
             let mut best: Option<(f64, u32)> = None;
@@ -280,7 +285,12 @@ fn expected(out: &Path, key: &str) -> Expected {
         ["idle", where_, "verdict"] => {
             let pairs: Vec<(f64, f64)> = seed_dirs(out, "idle", where_)
                 .iter()
-                .map(|d| (requests_ttft_ms(d, "paged"), requests_ttft_ms(d, "contiguous")))
+                .map(|d| {
+                    (
+                        requests_ttft_ms(d, "paged"),
+                        requests_ttft_ms(d, "contiguous"),
+                    )
+                })
                 .collect();
             let v = if pairs.iter().all(|(p, c)| p == c) {
                 "tie"
@@ -292,6 +302,13 @@ fn expected(out: &Path, key: &str) -> Expected {
                 "mixed"
             };
             Expected::Word(v.into())
+        }
+        ["idle", where_, "paged_over_contiguous"] => {
+            let dirs = seed_dirs(out, "idle", where_);
+            let n = dirs.len() as f64;
+            let paged: f64 = dirs.iter().map(|d| requests_ttft_ms(d, "paged")).sum();
+            let contiguous: f64 = dirs.iter().map(|d| requests_ttft_ms(d, "contiguous")).sum();
+            Expected::Num((paged / n) / (contiguous / n), None)
         }
         ["tune", "block_size"] => {
             // Only where a `kvbench tune` ran: its tune.json must say this block size.
@@ -384,7 +401,11 @@ fn quick_findings_recompute_from_the_runs_files() {
                     .value
                     .parse()
                     .unwrap_or_else(|_| panic!("{}: not a number: {}", row.key, row.value));
-                assert!(close(printed, v), "{}: findings.md {printed}, files {v}", row.key);
+                assert!(
+                    close(printed, v),
+                    "{}: findings.md {printed}, files {v}",
+                    row.key
+                );
                 match (row.interval, interval) {
                     (None, None) => {}
                     (Some((plo, phi)), Some((lo, hi))) => {
