@@ -52,7 +52,7 @@ kv() {
   for a in "$@"; do
     a=${a//$OUT/OUT}
     case $a in
-      *[\ \"\'{}=,]*) shown+=" '$a'" ;;
+      *[\ \"\'{}]*) shown+=" '$a'" ;;
       *) shown+=" $a" ;;
     esac
   done
