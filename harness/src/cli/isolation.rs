@@ -1,6 +1,7 @@
-//! `kvbench isolation SCENARIO --out DIR`: how much a probing tenant learns about another
-//! tenant's prompts from its own TTFT, for prefix scope global, tenant and none. Writes
-//! `isolation.json`, `isolation.md` and `probes.csv`; exit 2 on bad input.
+//! `kvbench isolation SCENARIO --out DIR [--load R,..] [--noise-ms S,..]`: how much a probing
+//! tenant learns about another tenant's prompts from its own TTFT, for prefix scope global, tenant
+//! and none, at each background load and measurement-noise level. Writes `isolation.json`,
+//! `isolation.md` and `probes.csv`; exit 2 on bad input.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,19 @@ pub struct Args {
     /// Time between one victim request and the next, in ms (lower = more load).
     #[arg(long, default_value_t = 1000.0)]
     pub gap_ms: f64,
+    /// Background load: requests per second from a third tenant (comma-separated list: one run
+    /// per scope and load).
+    #[arg(
+        long,
+        value_name = "REQ_PER_S",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub load: Vec<f64>,
+    /// The prober's measurement noise: standard deviation (ms) of a seeded Gaussian jitter on the
+    /// TTFT it observes (comma-separated list; each level re-reads the same runs).
+    #[arg(long, value_name = "MS", value_delimiter = ',', default_value = "0")]
+    pub noise_ms: Vec<f64>,
     /// Probe workload seed (default: the scenario's).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -42,6 +56,28 @@ fn bad(msg: String) -> anyhow::Error {
     anyhow::Error::new(ExitStatus(2)).context(msg)
 }
 
+/// Most levels a grid axis takes: each load is a run per scope.
+const MAX_LEVELS: usize = 8;
+
+/// A grid axis: 1..=MAX_LEVELS finite, non-negative, distinct values.
+fn check_levels(flag: &str, levels: &[f64]) -> anyhow::Result<()> {
+    if levels.is_empty() || levels.len() > MAX_LEVELS {
+        return Err(bad(format!(
+            "{flag}: give 1 to {MAX_LEVELS} values (got {})",
+            levels.len()
+        )));
+    }
+    for (i, v) in levels.iter().enumerate() {
+        if !(v.is_finite() && *v >= 0.0) {
+            return Err(bad(format!("{flag}: {v} is not a non-negative number")));
+        }
+        if levels[..i].contains(v) {
+            return Err(bad(format!("{flag}: {v} is given twice")));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.probes < 2 {
         return Err(bad("--probes: need at least 2 (one hit, one miss)".into()));
@@ -52,6 +88,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(args.gap_ms.is_finite() && args.gap_ms > 0.0) {
         return Err(bad("--gap-ms: must be a positive number".into()));
     }
+    check_levels("--load", &args.load)?;
+    check_levels("--noise-ms", &args.noise_ms)?;
     let scenario = load_all(std::slice::from_ref(&args.scenario), &args.overrides)?
         .into_iter()
         .next()
@@ -70,18 +108,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         invariant_check_every: 0,
         ..RunOptions::default()
     };
-    let results = probe::run(&scenario, &cfg, &opts).map_err(|e| bad(e.to_string()))?;
+    let results = probe::run(&scenario, &cfg, &args.load, &args.noise_ms, &opts)
+        .map_err(|e| bad(e.to_string()))?;
     let json = write::to_json(
         &scenario.name,
         args.backend.resolve().name(),
         &cfg,
+        &args.load,
+        &args.noise_ms,
         &results,
     );
     write::write(&args.out, &json, &results).map_err(|e| anyhow::anyhow!(e.to_string()))?;
-    for s in &json.scopes {
+    for s in &json.grid {
         println!(
-            "{:<7} AUC {:.3} [{:.3}, {:.3}]  ({} hit, {} miss probes)",
-            s.scope, s.auc, s.auc_ci[0], s.auc_ci[1], s.hit_probes, s.miss_probes
+            "{:<7} load {} req/s noise {} ms: AUC {:.3} [{:.3}, {:.3}]  ({} hit, {} miss probes)",
+            s.scope,
+            s.load_rps,
+            s.noise_ms,
+            s.auc,
+            s.auc_ci[0],
+            s.auc_ci[1],
+            s.hit_probes,
+            s.miss_probes
         );
     }
     println!("wrote {}", args.out.join("isolation.json").display());

@@ -2,5 +2,6 @@
 //! only thing it sees, its own time to first token.
 
 pub mod auc;
+pub mod noise;
 pub mod probe;
 pub mod write;

@@ -6,6 +6,11 @@
 //! Probes alternate hit/miss so that load, and its drift over the run, is the same for both
 //! classes; the victim's request arrives `gap_ms / 2` before its probe so it has finished
 //! prefilling (the low-load case the leak is plainest in).
+//!
+//! Load: a third tenant sends background requests (Poisson, `load_rps` per second, prompts as long
+//! as a probe's, fresh tokens, [`BACKGROUND_OUTPUT_TOKENS`] out) from its own seeded stream, so the
+//! victim's and the prober's prompts are the same at every load. Their queueing and batching
+//! spread both classes' TTFTs, which is how load hides (or fails to hide) a hit.
 
 use kvbench_cache_api::CacheMode;
 use rand::{Rng, SeedableRng};
@@ -16,10 +21,18 @@ use crate::scenario::{PrefixScope, Scenario};
 use crate::workload::{Prompt, Request, Workload};
 
 use super::auc::{self, AucEstimate};
+use super::noise;
 
 /// The victim's tenant id; the prober is `VICTIM_TENANT + 1`.
 pub const VICTIM_TENANT: u32 = 0;
 pub const PROBER_TENANT: u32 = 1;
+/// The tenant whose requests are the background load.
+pub const BACKGROUND_TENANT: u32 = 2;
+/// Output tokens of a background request: long enough that background decodes share steps with
+/// the probes' prefills.
+pub const BACKGROUND_OUTPUT_TOKENS: u32 = 32;
+/// Mixed into the probe seed for the background stream (arrivals and tokens).
+const BACKGROUND_STREAM: u64 = 0x6c6f_6164_5f72_7073; // "load_rps"
 
 /// The shape of the probe workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +45,8 @@ pub struct ProbeConfig {
     pub suffix_tokens: u32,
     /// Time between one victim request and the next; the probe arrives halfway.
     pub gap_ms: f64,
+    /// Background requests per second from a third tenant (0 = none).
+    pub load_rps: f64,
     pub seed: u64,
 }
 
@@ -42,6 +57,7 @@ impl Default for ProbeConfig {
             prefix_tokens: 1024,
             suffix_tokens: 16,
             gap_ms: 1000.0,
+            load_rps: 0.0,
             seed: 1,
         }
     }
@@ -53,15 +69,20 @@ pub struct Probe {
     pub request: u64,
     /// Whether the probe repeated the victim's prefix.
     pub hit: bool,
+    /// The engine's TTFT.
     pub ttft_ms: f64,
+    /// What the prober measured: `ttft_ms` plus its noise (`noise.rs`); the AUC is taken on this.
+    pub observed_ttft_ms: f64,
     /// Prompt tokens the cache supplied (what the prober does *not* see; kept to explain the AUC).
     pub cached_prompt_tokens: u32,
 }
 
-/// The result of one scope.
+/// The result of one grid cell: a scope at a background load, seen through a noise level.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScopeResult {
     pub scope: PrefixScope,
+    pub load_rps: f64,
+    pub noise_ms: f64,
     pub estimate: AucEstimate,
     pub probes: Vec<Probe>,
 }
@@ -90,104 +111,244 @@ fn fresh_tokens(rng: &mut ChaCha8Rng, n: u32, vocab: u32) -> Vec<u32> {
     (0..n).map(|_| rng.gen_range(1..vocab.max(2))).collect()
 }
 
-/// The victim/prober request list; `vocab` bounds the token ids.
-pub fn probe_workload(cfg: &ProbeConfig, vocab: u32) -> Workload {
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut requests = Vec::new();
-    let mut push = |tenant: u32, arrival_ms: f64, prompt: Vec<u32>, output_tokens: u32| {
-        let id = requests.len() as u64;
-        requests.push(Request {
-            id,
-            tenant,
-            arrival_ms,
-            prompt: Prompt::Explicit(prompt),
-            prefix_group: None,
-            output_tokens,
-            samples: 1,
-            cancel: None,
-            session: None,
+/// The probe workload: its requests, and which requests are hit probes (by request id).
+#[derive(Debug, Clone)]
+pub struct ProbeWorkload {
+    pub workload: Workload,
+    /// `Some(hit)` for a probe request, `None` for a victim or background request; by request id.
+    pub probe_hit: Vec<Option<bool>>,
+}
+
+struct Draft {
+    tenant: u32,
+    arrival_ms: f64,
+    prompt: Vec<u32>,
+    output_tokens: u32,
+    probe_hit: Option<bool>,
+}
+
+/// The background tenant's requests over `[0, horizon_ms)`: Poisson at `cfg.load_rps`.
+fn background(cfg: &ProbeConfig, vocab: u32, horizon_ms: f64) -> Vec<Draft> {
+    let mut out = Vec::new();
+    if cfg.load_rps <= 0.0 {
+        return out;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ BACKGROUND_STREAM);
+    let mean_gap_ms = 1000.0 / cfg.load_rps;
+    let mut t_ms = 0.0;
+    loop {
+        // Inverse-CDF exponential gap; 1 - u lies in (0, 1], so the log is finite.
+        let u: f64 = rng.gen();
+        t_ms += -mean_gap_ms * (1.0 - u).ln();
+        if t_ms >= horizon_ms {
+            return out;
+        }
+        out.push(Draft {
+            tenant: BACKGROUND_TENANT,
+            arrival_ms: t_ms,
+            prompt: fresh_tokens(&mut rng, cfg.prefix_tokens + cfg.suffix_tokens, vocab),
+            output_tokens: BACKGROUND_OUTPUT_TOKENS,
+            probe_hit: None,
         });
-    };
+    }
+}
+
+/// The victim/prober (and background) request list; `vocab` bounds the token ids.
+pub fn probe_workload(cfg: &ProbeConfig, vocab: u32) -> ProbeWorkload {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut drafts = Vec::new();
     for i in 0..cfg.probes {
         let t_ms = f64::from(i) * cfg.gap_ms;
         let prefix = fresh_tokens(&mut rng, cfg.prefix_tokens, vocab);
         let mut victim = prefix.clone();
         victim.extend(fresh_tokens(&mut rng, cfg.suffix_tokens, vocab));
-        push(VICTIM_TENANT, t_ms, victim, 4);
-        let mut probe = if i.is_multiple_of(2) {
+        drafts.push(Draft {
+            tenant: VICTIM_TENANT,
+            arrival_ms: t_ms,
+            prompt: victim,
+            output_tokens: 4,
+            probe_hit: None,
+        });
+        let hit = i.is_multiple_of(2);
+        let mut probe = if hit {
             prefix
         } else {
             fresh_tokens(&mut rng, cfg.prefix_tokens, vocab)
         };
         probe.extend(fresh_tokens(&mut rng, cfg.suffix_tokens, vocab));
-        push(PROBER_TENANT, t_ms + cfg.gap_ms / 2.0, probe, 1);
+        drafts.push(Draft {
+            tenant: PROBER_TENANT,
+            arrival_ms: t_ms + cfg.gap_ms / 2.0,
+            prompt: probe,
+            output_tokens: 1,
+            probe_hit: Some(hit),
+        });
+    }
+    let horizon_ms = f64::from(cfg.probes) * cfg.gap_ms;
+    drafts.extend(background(cfg, vocab, horizon_ms));
+    // Ids are dense in arrival order; a stable sort keeps a victim before its probe.
+    drafts.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
+    let mut requests = Vec::with_capacity(drafts.len());
+    let mut probe_hit = Vec::with_capacity(drafts.len());
+    for (id, d) in drafts.into_iter().enumerate() {
+        probe_hit.push(d.probe_hit);
+        requests.push(Request {
+            id: id as u64,
+            tenant: d.tenant,
+            arrival_ms: d.arrival_ms,
+            prompt: Prompt::Explicit(d.prompt),
+            prefix_group: None,
+            output_tokens: d.output_tokens,
+            samples: 1,
+            cancel: None,
+            session: None,
+        });
     }
     let workload_hash = crate::workload::workload_hash(&requests, None);
-    Workload {
-        requests,
-        closed_loop: None,
-        workload_hash,
-        trace: None,
+    ProbeWorkload {
+        workload: Workload {
+            requests,
+            closed_loop: None,
+            workload_hash,
+            trace: None,
+        },
+        probe_hit,
     }
 }
 
-/// Whether probe request `id` is a hit probe (the layout [`probe_workload`] makes).
-fn is_hit_probe(id: u64) -> bool {
-    // Requests come in (victim, probe) pairs; pair k's probe is a hit when k is even.
-    (id / 2).is_multiple_of(2)
-}
-
-/// Run the probe workload once per scope in [`SCOPES`] (paged cache) and measure each AUC.
+/// Run the probe workload once per scope in [`SCOPES`] and load in `loads_rps` (paged cache), and
+/// measure the AUC of each run's probes seen through each level in `noises_ms`. Cells come out
+/// scope-major, then load, then noise, in the orders given.
 pub fn run(
     scenario: &Scenario,
     cfg: &ProbeConfig,
+    loads_rps: &[f64],
+    noises_ms: &[f64],
     opts: &RunOptions,
 ) -> Result<Vec<ScopeResult>, ExperimentError> {
     let setup = experiment::setup(scenario, opts)?;
-    let workload = probe_workload(cfg, setup.model.vocab);
+    let draws = noise::unit_draws(cfg.seed, cfg.probes as usize);
     let mut out = Vec::new();
     for scope in SCOPES {
         let mut s = scenario.clone();
         s.scheduler.prefix_scope = scope;
-        let (run, _) = experiment::run_mode(&s, &setup, &workload, opts, CacheMode::Paged)?;
-        let record = run
-            .record
-            .ok_or_else(|| ExperimentError::Scenario("probe run kept no record".into()))?;
-        let mut probes = Vec::new();
-        for st in record.streams.iter().filter(|st| st.rank == 0) {
-            if st.tenant != PROBER_TENANT {
-                continue;
+        for &load_rps in loads_rps {
+            let cell_cfg = ProbeConfig {
+                load_rps,
+                ..cfg.clone()
+            };
+            let pw = probe_workload(&cell_cfg, setup.model.vocab);
+            let (run, _) = experiment::run_mode(&s, &setup, &pw.workload, opts, CacheMode::Paged)?;
+            let record = run
+                .record
+                .ok_or_else(|| ExperimentError::Scenario("probe run kept no record".into()))?;
+            let mut seen = Vec::new();
+            for st in record.streams.iter().filter(|st| st.rank == 0) {
+                let Some(Some(hit)) = pw.probe_hit.get(st.request as usize).copied() else {
+                    continue;
+                };
+                let first_ns = st.token_ns.first().copied().ok_or_else(|| {
+                    ExperimentError::Scenario(format!("probe {} produced no token", st.request))
+                })?;
+                seen.push((
+                    st.request,
+                    hit,
+                    first_ns.saturating_sub(st.arrival_ns) as f64 / 1e6,
+                    st.cached_prompt_tokens,
+                ));
             }
-            let first_ns = st.token_ns.first().copied().ok_or_else(|| {
-                ExperimentError::Scenario(format!("probe {} produced no token", st.request))
-            })?;
-            probes.push(Probe {
-                request: st.request,
-                hit: is_hit_probe(st.request),
-                ttft_ms: first_ns.saturating_sub(st.arrival_ns) as f64 / 1e6,
-                cached_prompt_tokens: st.cached_prompt_tokens,
-            });
+            seen.sort_by_key(|p| p.0);
+            for &noise_ms in noises_ms {
+                let probes: Vec<Probe> = seen
+                    .iter()
+                    .zip(&draws)
+                    .map(|(&(request, hit, ttft_ms, cached), &z)| Probe {
+                        request,
+                        hit,
+                        ttft_ms,
+                        observed_ttft_ms: noise::observed_ms(ttft_ms, noise_ms, z),
+                        cached_prompt_tokens: cached,
+                    })
+                    .collect();
+                let (hits, misses) = split(&probes);
+                let estimate = auc::estimate(&hits, &misses, 0.95).map_err(|e| {
+                    ExperimentError::Scenario(format!("scope {}: {e}", scope_name(scope)))
+                })?;
+                out.push(ScopeResult {
+                    scope,
+                    load_rps,
+                    noise_ms,
+                    estimate,
+                    probes,
+                });
+            }
         }
-        probes.sort_by_key(|p| p.request);
-        let (hits, misses) = split(&probes);
-        let estimate = auc::estimate(&hits, &misses, 0.95)
-            .map_err(|e| ExperimentError::Scenario(format!("scope {}: {e}", scope_name(scope))))?;
-        out.push(ScopeResult {
-            scope,
-            estimate,
-            probes,
-        });
     }
     Ok(out)
 }
 
-/// Hit and miss TTFTs (ms) of a probe list.
+/// Hit and miss observed TTFTs (ms) of a probe list: what the prober has to go on.
 pub fn split(probes: &[Probe]) -> (Vec<f64>, Vec<f64>) {
-    let hits = probes.iter().filter(|p| p.hit).map(|p| p.ttft_ms).collect();
+    let hits = probes
+        .iter()
+        .filter(|p| p.hit)
+        .map(|p| p.observed_ttft_ms)
+        .collect();
     let misses = probes
         .iter()
         .filter(|p| !p.hit)
-        .map(|p| p.ttft_ms)
+        .map(|p| p.observed_ttft_ms)
         .collect();
     (hits, misses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Load adds only background requests: ids stay dense in arrival order, the victim and probe
+    /// prompts are those of the unloaded workload, and the background count is about rate × span.
+    #[test]
+    fn background_load_leaves_the_probes_alone() {
+        let quiet_cfg = ProbeConfig {
+            probes: 20,
+            prefix_tokens: 32,
+            gap_ms: 500.0,
+            seed: 9,
+            ..ProbeConfig::default()
+        };
+        let loaded_cfg = ProbeConfig {
+            load_rps: 20.0,
+            ..quiet_cfg.clone()
+        };
+        let quiet = probe_workload(&quiet_cfg, 512);
+        let loaded = probe_workload(&loaded_cfg, 512);
+        let of = |pw: &ProbeWorkload, tenant: u32| -> Vec<Vec<u32>> {
+            pw.workload
+                .requests
+                .iter()
+                .filter(|r| r.tenant == tenant)
+                .map(|r| r.prompt.tokens().into_owned())
+                .collect()
+        };
+        assert_eq!(of(&quiet, VICTIM_TENANT), of(&loaded, VICTIM_TENANT));
+        assert_eq!(of(&quiet, PROBER_TENANT), of(&loaded, PROBER_TENANT));
+        for pw in [&quiet, &loaded] {
+            for (i, r) in pw.workload.requests.iter().enumerate() {
+                assert_eq!(r.id, i as u64);
+                assert_eq!(pw.probe_hit[i].is_some(), r.tenant == PROBER_TENANT);
+            }
+            assert!(pw
+                .workload
+                .requests
+                .windows(2)
+                .all(|w| w[0].arrival_ms <= w[1].arrival_ms));
+            let hits = pw.probe_hit.iter().filter(|h| **h == Some(true)).count();
+            assert_eq!(hits, 10);
+        }
+        // 20 req/s over 10 s: 200 expected; a Poisson count is within ±4.5 σ (≈ 64) of it.
+        let background = of(&loaded, BACKGROUND_TENANT).len();
+        assert!((136..=264).contains(&background), "{background}");
+        assert!(of(&quiet, BACKGROUND_TENANT).is_empty());
+    }
 }

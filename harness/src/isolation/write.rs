@@ -8,17 +8,23 @@ use serde::Serialize;
 
 use crate::results::{ResultsError, Staging};
 
-use super::probe::{scope_name, ProbeConfig, ScopeResult};
+use super::probe::{scope_name, ProbeConfig, ScopeResult, BACKGROUND_OUTPUT_TOKENS};
 
+/// One grid cell: a scope at a background load, through a noise level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScopeJson {
     pub scope: &'static str,
+    /// Background requests per second from a third tenant.
+    pub load_rps: f64,
+    /// Standard deviation of the prober's Gaussian measurement jitter.
+    pub noise_ms: f64,
     /// P(miss TTFT > hit TTFT), ties half: 1 = the prober always tells, 0.5 = it cannot.
     pub auc: f64,
     /// 95% Hanley–McNeil interval.
     pub auc_ci: [f64; 2],
     pub hit_probes: usize,
     pub miss_probes: usize,
+    /// Medians of the engine's TTFT (before the noise): the gap the noise has to hide.
     pub median_hit_ttft_ms: f64,
     pub median_miss_ttft_ms: f64,
 }
@@ -33,7 +39,13 @@ pub struct IsolationJson {
     pub gap_ms: f64,
     pub seed: u64,
     pub interval: &'static str,
+    pub background_output_tokens: u32,
+    pub loads_rps: Vec<f64>,
+    pub noises_ms: Vec<f64>,
+    /// One entry per scope at the first load and noise level given (the plainest case).
     pub scopes: Vec<ScopeJson>,
+    /// Every cell: scope-major, then load, then noise, in the orders given.
+    pub grid: Vec<ScopeJson>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -49,27 +61,41 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+fn cell(r: &ScopeResult) -> ScopeJson {
+    let raw = |hit: bool| -> Vec<f64> {
+        r.probes
+            .iter()
+            .filter(|p| p.hit == hit)
+            .map(|p| p.ttft_ms)
+            .collect()
+    };
+    let (hits, misses) = (raw(true), raw(false));
+    ScopeJson {
+        scope: scope_name(r.scope),
+        load_rps: r.load_rps,
+        noise_ms: r.noise_ms,
+        auc: r.estimate.auc,
+        auc_ci: [r.estimate.ci.0, r.estimate.ci.1],
+        hit_probes: hits.len(),
+        miss_probes: misses.len(),
+        median_hit_ttft_ms: median(hits),
+        median_miss_ttft_ms: median(misses),
+    }
+}
+
 pub fn to_json(
     scenario: &str,
     backend: &str,
     cfg: &ProbeConfig,
+    loads_rps: &[f64],
+    noises_ms: &[f64],
     results: &[ScopeResult],
 ) -> IsolationJson {
-    let scopes = results
-        .iter()
-        .map(|r| {
-            let (hits, misses) = super::probe::split(&r.probes);
-            ScopeJson {
-                scope: scope_name(r.scope),
-                auc: r.estimate.auc,
-                auc_ci: [r.estimate.ci.0, r.estimate.ci.1],
-                hit_probes: hits.len(),
-                miss_probes: misses.len(),
-                median_hit_ttft_ms: median(hits),
-                median_miss_ttft_ms: median(misses),
-            }
-        })
-        .collect();
+    let grid: Vec<ScopeJson> = results.iter().map(cell).collect();
+    let first = |c: &&ScopeJson| {
+        loads_rps.first() == Some(&c.load_rps) && noises_ms.first() == Some(&c.noise_ms)
+    };
+    let scopes = grid.iter().filter(first).cloned().collect();
     IsolationJson {
         scenario: scenario.to_string(),
         backend: backend.to_string(),
@@ -79,7 +105,11 @@ pub fn to_json(
         gap_ms: cfg.gap_ms,
         seed: cfg.seed,
         interval: "95% Hanley-McNeil",
+        background_output_tokens: BACKGROUND_OUTPUT_TOKENS,
+        loads_rps: loads_rps.to_vec(),
+        noises_ms: noises_ms.to_vec(),
         scopes,
+        grid,
     }
 }
 
@@ -90,19 +120,23 @@ pub fn markdown(j: &IsolationJson) -> String {
         s,
         "A probing tenant repeats another tenant's {}-token prefix (hit) or sends a fresh one \
          (miss), one probe every {} ms, seed {}. AUC: how well its TTFT alone tells the two \
-         apart (0.5 = not at all, 1 = always); interval {}.\n",
-        j.prefix_tokens, j.gap_ms, j.seed, j.interval
+         apart (0.5 = not at all, 1 = always); interval {}. Load: background requests per \
+         second from a third tenant (prompts as long as a probe's, {} tokens out). Noise: the \
+         standard deviation of a seeded Gaussian jitter on the TTFT the prober measures.\n",
+        j.prefix_tokens, j.gap_ms, j.seed, j.interval, j.background_output_tokens
     );
     let _ = writeln!(
         s,
-        "| scope | AUC | 95% interval | hit probes | miss probes | median hit TTFT ms | median miss TTFT ms |"
+        "| scope | load req/s | noise ms | AUC | 95% interval | hit probes | miss probes | median hit TTFT ms | median miss TTFT ms |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-    for x in &j.scopes {
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for x in &j.grid {
         let _ = writeln!(
             s,
-            "| {} | {:.3} | [{:.3}, {:.3}] | {} | {} | {:.3} | {:.3} |",
+            "| {} | {} | {} | {:.3} | [{:.3}, {:.3}] | {} | {} | {:.3} | {:.3} |",
             x.scope,
+            x.load_rps,
+            x.noise_ms,
             x.auc,
             x.auc_ci[0],
             x.auc_ci[1],
@@ -116,16 +150,21 @@ pub fn markdown(j: &IsolationJson) -> String {
 }
 
 pub fn probes_csv(results: &[ScopeResult]) -> String {
-    let mut s = String::from("scope,request,hit,ttft_ms,cached_prompt_tokens\n");
+    let mut s = String::from(
+        "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens\n",
+    );
     for r in results {
         for p in &r.probes {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{}",
                 scope_name(r.scope),
+                r.load_rps,
+                r.noise_ms,
                 p.request,
                 u8::from(p.hit),
                 p.ttft_ms,
+                p.observed_ttft_ms,
                 p.cached_prompt_tokens
             );
         }

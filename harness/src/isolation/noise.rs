@@ -1,0 +1,71 @@
+//! The attacker's measurement noise: a seeded Gaussian jitter added to each probe's TTFT before
+//! the AUC is taken. The engine's TTFT on `sim` is exact; a real prober measures it through a
+//! network, a client and a clock, so how fast the AUC falls towards 0.5 as the jitter grows says
+//! how much noise it takes to hide a hit.
+//!
+//! Common random numbers: one standard-normal draw per probe *ordinal* (the k-th probe of a run),
+//! scaled by the noise level. Every scope, load and noise level therefore sees the same draws, so
+//! a difference between grid cells is the cache's doing or the scale's, never a different draw.
+//! Observed TTFTs are not clamped at zero: a clamp would turn large noise into ties, which the AUC
+//! counts half, and would hide the scale of the noise.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+/// Mixed into the probe seed so the noise stream is independent of the prompts' token stream.
+const NOISE_STREAM: u64 = 0x6e6f_6973_655f_6d73; // "noise_ms"
+
+/// `n` standard-normal draws for probe ordinals 0..n, fixed by `seed`.
+pub fn unit_draws(seed: u64, n: usize) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ NOISE_STREAM);
+    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+}
+
+/// The TTFT the prober observes: `ttft_ms + noise_ms * draw` (`noise_ms` is the jitter's standard
+/// deviation).
+pub fn observed_ms(ttft_ms: f64, noise_ms: f64, draw: f64) -> f64 {
+    ttft_ms + noise_ms * draw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolation::auc;
+    use statrs::distribution::{ContinuousCDF, Normal};
+
+    /// Point masses `delta_ms` apart, each blurred by independent N(0, σ²) jitter, are two
+    /// normals with d' = delta / σ, so the AUC must be Φ(delta / (σ√2)): the jitter really is
+    /// Gaussian with the stated standard deviation.
+    #[test]
+    fn jitter_on_point_masses_gives_the_closed_form_auc() {
+        let delta_ms = 10.0;
+        for (seed, noise_ms) in [(21u64, 5.0), (22, 10.0), (23, 20.0), (24, 80.0)] {
+            println!("seed {seed} noise {noise_ms} ms");
+            let draws = unit_draws(seed, 1200);
+            let hits: Vec<f64> = draws[..600]
+                .iter()
+                .map(|&z| observed_ms(100.0, noise_ms, z))
+                .collect();
+            let misses: Vec<f64> = draws[600..]
+                .iter()
+                .map(|&z| observed_ms(100.0 + delta_ms, noise_ms, z))
+                .collect();
+            let expected = Normal::standard().cdf(delta_ms / (noise_ms * std::f64::consts::SQRT_2));
+            let e = auc::estimate(&hits, &misses, 0.95).expect("estimate");
+            assert!(
+                e.ci.0 <= expected && expected <= e.ci.1,
+                "seed {seed}: expected {expected} outside {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn draws_replay_from_the_seed_and_differ_across_seeds() {
+        assert_eq!(unit_draws(5, 50), unit_draws(5, 50));
+        assert_ne!(unit_draws(5, 50), unit_draws(6, 50));
+        // The first draws of a longer run are the shorter run's: a probe's draw is its ordinal's.
+        assert_eq!(unit_draws(5, 80)[..50], unit_draws(5, 50)[..]);
+        assert_eq!(observed_ms(12.0, 0.0, 3.0), 12.0);
+    }
+}

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Reads the runs scripts/findings.sh wrote into OUT and writes OUT/findings.md and
+OUT/findings.json. Every figure is read from a run's own files (plan JSON, summary.json,
+sweep.json, requests.csv, memory.csv, isolation.json); none is typed in. Standard library only.
+
+Figures are named `family.label.[mode.]metric`; findings.md lists each in a table row
+`| `key` | value | interval |` so that tests/findings_script.rs can recompute every one of them
+from the same files with its own code.
+
+Intervals: where several seeds ran, a run figure is the mean over seeds with the [min, max] over
+seeds; a sweep figure carries the sweep's own interval; an AUC its Hanley-McNeil interval.
+"""
+
+import csv
+import glob
+import json
+import math
+import os
+import sys
+
+MIB = 1024.0 * 1024.0
+
+
+class Findings:
+    def __init__(self, out):
+        self.out = out
+        self.figs = []
+        self.keys = set()
+
+    def add(self, key, value, lo=None, hi=None):
+        if key in self.keys:
+            raise SystemExit(f"findings_extract: figure {key} twice")
+        self.keys.add(key)
+        self.figs.append({"key": key, "value": value, "lo": lo, "hi": hi})
+        return fmt(value)
+
+
+def fmt(v):
+    """Six significant digits; integers as integers; text as is."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "none"
+    if float(v) == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.6g}"
+
+
+def fmt_ci(lo, hi):
+    if lo is None or hi is None:
+        return "—"
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def mode_run(summary, mode):
+    for r in summary["runs"]:
+        if r["cache"] == mode:
+            return r
+    raise SystemExit(f"findings_extract: no {mode} run in a summary")
+
+
+# A run figure's metric: where it is read from.
+SUMMARY_METRICS = {
+    "ttft_p50_ms": ("ttft_ms", "p50"),
+    "ttft_p99_ms": ("ttft_ms", "p99"),
+    "itl_p99_ms": ("itl_ms", "p99"),
+    "throughput_tok_s": ("throughput_tokens_per_s",),
+    "peak_running": ("peak_running_sequences",),
+    "hit_rate": ("prefix_cache", "hit_rate"),
+    "preemptions": ("preemptions",),
+    "cancelled": ("requests", "cancelled"),
+    "max_rel_err": ("numerics", "max_rel_err"),
+}
+
+
+def seed_dirs(out, family, label):
+    dirs = sorted(glob.glob(os.path.join(out, "runs", f"{family}-{label}-s*")))
+    if not dirs:
+        raise SystemExit(f"findings_extract: no runs/{family}-{label}-s* folder")
+    return dirs
+
+
+def requests_ttft_ms(run_dir, mode):
+    """Mean TTFT of the mode's completed requests, from requests.csv."""
+    vals = []
+    with open(os.path.join(run_dir, "requests.csv"), newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["cache"] == mode and row["status"] == "completed":
+                vals.append(float(row["first_token_ms"]) - float(row["arrival_ms"]))
+    if not vals:
+        raise SystemExit(f"findings_extract: {run_dir}: no completed {mode} request")
+    return sum(vals) / len(vals)
+
+
+def memory_peak_mib(run_dir, mode, column):
+    peak = None
+    with open(os.path.join(run_dir, "memory.csv"), newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["cache"] == mode:
+                v = float(row[column])
+                peak = v if peak is None else max(peak, v)
+    if peak is None:
+        raise SystemExit(f"findings_extract: {run_dir}: no {mode} rows in memory.csv")
+    return peak / MIB
+
+
+def run_value(run_dir, mode, metric):
+    if metric == "req_ttft_ms":
+        return requests_ttft_ms(run_dir, mode)
+    if metric.endswith("_peak_mib"):
+        return memory_peak_mib(run_dir, mode, metric[: -len("_peak_mib")])
+    v = mode_run(read_json(os.path.join(run_dir, "summary.json")), mode)
+    for part in SUMMARY_METRICS[metric]:
+        v = v[part]
+    return float(v)
+
+
+def run_fig(fd, family, label, mode, metric):
+    """Mean over seeds, [min, max] over seeds where more than one ran."""
+    vals = [run_value(d, mode, metric) for d in seed_dirs(fd.out, family, label)]
+    mean = sum(vals) / len(vals)
+    lo, hi = (min(vals), max(vals)) if len(vals) > 1 else (None, None)
+    return fd.add(f"{family}.{label}.{mode}.{metric}", mean, lo, hi)
+
+
+def sweep_figs(fd, label):
+    s = read_json(os.path.join(fd.out, "sweep", label, "sweep.json"))
+    out = {}
+    for r in s["runs"]:
+        ci = r["rate_at_target_rps_ci"]
+        out[r["cache"]] = fd.add(
+            f"sweep.{label}.{r['cache']}.rate_rps", r["rate_at_target_rps"], ci[0], ci[1]
+        )
+    ci = s["ratio_paged_over_contiguous_ci"]
+    out["ratio"] = fd.add(f"sweep.{label}.ratio", s["ratio_paged_over_contiguous"], ci[0], ci[1])
+    out["ci"] = fmt_ci(ci[0], ci[1])
+    if ci[0] > 1.0:
+        verdict = "paged wins"
+    elif ci[1] < 1.0:
+        verdict = "contiguous wins"
+    else:
+        verdict = "tie"
+    out["verdict"] = fd.add(f"sweep.{label}.verdict", verdict)
+    return out
+
+
+def level(x):
+    return str(int(x)) if float(x) == int(x) else str(x).replace(".", "p")
+
+
+def commands(out, prefixes):
+    lines = []
+    with open(os.path.join(out, "commands.tsv"), encoding="utf-8") as f:
+        for row in f:
+            label, cmd = row.rstrip("\n").split("\t", 1)
+            if any(label.startswith(p) for p in prefixes):
+                lines.append(cmd)
+    return lines
+
+
+def tune_choice(out):
+    """tune's chosen block size, where a `kvbench tune` ran and its tune.json says it plainly."""
+    path = os.path.join(out, "tune", "tune.json")
+    if not os.path.isfile(path):
+        return None
+    j = read_json(path)
+    best = j.get("best") if isinstance(j, dict) else None
+    if isinstance(best, list) and best:
+        best = best[0]
+    if not isinstance(best, dict):
+        return None
+    for holder in (best, best.get("values"), best.get("config")):
+        if isinstance(holder, dict):
+            for k in ("block_size", "cache.block_size"):
+                if isinstance(holder.get(k), int):
+                    return holder[k]
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: findings_extract.py OUT")
+    out = sys.argv[1]
+    fd = Findings(out)
+    params = read_json(os.path.join(out, "params.json"))
+    sections = []
+
+    def section(title, reading, prefixes, start):
+        sections.append((title, reading, prefixes, start))
+
+    # 1. Bytes per token.
+    start = len(fd.figs)
+    shapes = {}
+    for preset in ("llama3-8b", "llama3-70b", "llama3-405b"):
+        seq = read_json(os.path.join(out, "plan", f"shape-{preset}.json"))["sequence"]
+        shapes[preset] = (
+            fd.add(f"plan.{preset}.bytes_per_token", seq["bytes_per_token"]),
+            fd.add(f"plan.{preset}.seq_mib", seq["sequence_bytes"] / MIB),
+            fd.add(f"plan.{preset}.fits", seq["fits_paged"]),
+        )
+    section(
+        "Bytes per token before the batch",
+        "One token of KV costs {} B on llama3-8b, {} B on llama3-70b and {} B on llama3-405b "
+        "(one device, tp 1), so a 4096-token sequence holds {} / {} / {} MiB and 80 GiB of KV "
+        "fits {} / {} / {} such sequences: the shape, not the scheduler, sets that ceiling.".format(
+            *(shapes[p][0] for p in shapes),
+            *(shapes[p][1] for p in shapes),
+            *(shapes[p][2] for p in shapes),
+        ),
+        ["plan-"],
+        start,
+    )
+
+    # 2. Block size against the traces' lengths.
+    start = len(fd.figs)
+    blocks = (8, 16, 32, 64)
+    waste = {}
+    for trace in ("azure", "burstgpt", "csv", "mooncake"):
+        for b in blocks:
+            d = read_json(os.path.join(out, "plan", f"trace-{trace}-b{b}.json"))["distribution"]
+            waste[(trace, b)] = d["paged_waste_share"] * 100.0
+            fd.add(f"waste.{trace}.b{b}.paged_pct", d["paged_waste_share"] * 100.0)
+            if b == 16:
+                waste[(trace, "c")] = d["contiguous_waste_share"] * 100.0
+                fd.add(f"waste.{trace}.contiguous_pct", d["contiguous_waste_share"] * 100.0)
+    rates = {}
+    cis = {}
+    for b in blocks:
+        s = read_json(os.path.join(out, "sweep", f"block-b{b}", "sweep.json"))
+        r = mode_run(s, "paged")
+        rates[b] = r["rate_at_target_rps"]
+        cis[b] = r["rate_at_target_rps_ci"]
+        fd.add(f"sweep.block-b{b}.paged.rate_rps", rates[b], cis[b][0], cis[b][1])
+    best = max(blocks, key=lambda b: (rates[b], -b))
+    fd.add("sweep.block.best", best)
+    overlap = max(c[0] for c in cis.values()) <= min(c[1] for c in cis.values())
+    worst = max(("azure", "burstgpt", "csv", "mooncake"), key=lambda t: waste[(t, 64)])
+    tune = tune_choice(out)
+    if tune is not None:
+        tune_text = "tune's choice: block size {}.".format(fd.add("tune.block_size", tune))
+    elif os.path.isdir(os.path.join(out, "tune")):
+        tune_text = "tune's choice: `kvbench tune` ran (tune/) but its tune.json names no block size this script reads."
+    else:
+        tune_text = "tune's choice: not measured (this build has no `kvbench tune`)."
+    section(
+        "Block size against the shipped traces' lengths",
+        "Tail waste grows with the block: on the worst trace ({}) paged waste is {}% at 8-token "
+        "blocks and {}% at 64, against {}% for max_seq_len reservations; on sim the rate at target "
+        "of chat traffic {} with block size ({} req/s at 8, {} at 64; first best {}){}. {}".format(
+            worst,
+            fmt(waste[(worst, 8)]),
+            fmt(waste[(worst, 64)]),
+            fmt(waste[(worst, "c")]),
+            "does not move measurably" if overlap else "moves",
+            fmt(rates[8]),
+            fmt(rates[64]),
+            best,
+            ", so the smallest block the kernels run well at costs nothing here" if overlap else "",
+            tune_text,
+        ),
+        ["waste-", "sweep-block-", "tune"],
+        start,
+    )
+
+    # 3. Shared prefixes and copy-on-write.
+    start = len(fd.figs)
+    hit = run_fig(fd, "prefix", "on", "paged", "hit_rate")
+    on = run_fig(fd, "prefix", "on", "paged", "ttft_p50_ms")
+    off = run_fig(fd, "prefix", "off", "paged", "ttft_p50_ms")
+    pk_p = run_fig(fd, "sampling", "n4", "paged", "peak_running")
+    pk_c = run_fig(fd, "sampling", "n4", "contiguous", "peak_running")
+    sw = sweep_figs(fd, "sampling")
+    canc = run_fig(fd, "forks", "cpu", "paged", "cancelled")
+    err = run_fig(fd, "forks", "cpu", "paged", "max_rel_err")
+    pre = run_fig(fd, "forks", "cpu", "paged", "preemptions")
+    section(
+        "Shared prefixes and copy-on-write",
+        "Shared system prompts: the prefix cache serves a share {} of prompt tokens and takes paged "
+        "TTFT p50 from {} ms (cache off) to {} ms; parallel sampling (n = 4 on half the requests) "
+        "runs {} sequences at once paged against {} contiguous, a rate-at-target ratio of {} {} "
+        "({}); on cpu, forks, shared prefixes, {} cancellations and {} preemptions run with a "
+        "largest relative error of {} against the f64 oracle.".format(
+            hit, off, on, pk_p, pk_c, sw["ratio"], sw["ci"], sw["verdict"], canc, pre, err
+        ),
+        ["prefix-", "sampling-", "sweep-sampling", "forks-"],
+        start,
+    )
+
+    # 4. Capacity is a constraint, not the objective.
+    start = len(fd.figs)
+    ch = {}
+    for c in (512, 2048, 8192):
+        for m in ("ttft_p99_ms", "itl_p99_ms", "throughput_tok_s"):
+            ch[(c, m)] = run_fig(fd, "chunk", f"c{c}", "paged", m)
+    rs = {}
+    for w in (1, 10, 30):
+        for m in ("ttft_p99_ms", "itl_p99_ms", "throughput_tok_s", "preemptions"):
+            rs[(w, m)] = run_fig(fd, "reserve", f"w{w}", "paged", m)
+    rc = {m: run_fig(fd, "reserve", "w1", "contiguous", m) for m in ("itl_p99_ms", "throughput_tok_s")}
+    num = lambda k: float(k)  # the formatted figures read back, for the direction words only
+    if num(rs[(1, "throughput_tok_s")]) > num(rs[(30, "throughput_tok_s")]) and num(
+        rs[(1, "itl_p99_ms")]
+    ) > num(rs[(30, "itl_p99_ms")]):
+        tradeoff = (
+            ": the setting with the higher throughput is the worse one for tokens already "
+            "streaming, and TTFT and ITL move in opposite directions."
+        )
+    else:
+        tradeoff = ": at this load the reserve does not trade throughput against ITL."
+    section(
+        "Capacity is a constraint, not the objective",
+        "Chunked prefill: 512 tokens per step keep ITL p99 at {} ms against {} ms at 8192, for "
+        "{} vs {} tok/s and TTFT p99 {} vs {} ms; with a 4 GiB budget, raising the admission "
+        "reserve from 1% to 30% of the pool takes ITL p99 from {} to {} ms but TTFT p99 from {} "
+        "to {} ms and throughput from {} to {} tok/s (contiguous at 1%: {} tok/s at ITL p99 {} ms)"
+        "{}".format(
+            ch[(512, "itl_p99_ms")], ch[(8192, "itl_p99_ms")],
+            ch[(512, "throughput_tok_s")], ch[(8192, "throughput_tok_s")],
+            ch[(512, "ttft_p99_ms")], ch[(8192, "ttft_p99_ms")],
+            rs[(1, "itl_p99_ms")], rs[(30, "itl_p99_ms")],
+            rs[(1, "ttft_p99_ms")], rs[(30, "ttft_p99_ms")],
+            rs[(1, "throughput_tok_s")], rs[(30, "throughput_tok_s")],
+            rc["throughput_tok_s"], rc["itl_p99_ms"],
+            tradeoff,
+        ),
+        ["chunk-", "reserve-"],
+        start,
+    )
+
+    # 5. Resident state vs workspace.
+    start = len(fd.figs)
+    led = {}
+    for shape in ("wide", "narrow"):
+        for col in ("weights_bytes", "kv_live_bytes", "workspace_bytes"):
+            led[(shape, col)] = run_fig(fd, "ledger", shape, "paged", f"{col}_peak_mib")
+    section(
+        "Resident state vs workspace",
+        "The weights ({} MiB) are resident whatever the batch; the step workspace peaks at {} MiB "
+        "for a 256-sequence, 8192-token step and {} MiB for 16 sequences and 512 tokens, and the "
+        "live KV at {} vs {} MiB: the batch shape moves workspace and KV, so a budget split "
+        "fixed for one shape is wrong for the other.".format(
+            led[("wide", "weights_bytes")],
+            led[("wide", "workspace_bytes")], led[("narrow", "workspace_bytes")],
+            led[("wide", "kv_live_bytes")], led[("narrow", "kv_live_bytes")],
+        ),
+        ["ledger-"],
+        start,
+    )
+
+    # 6. Isolation.
+    start = len(fd.figs)
+    iso = read_json(os.path.join(out, "isolation", "isolation.json"))
+    auc = {}
+    for c in iso["grid"]:
+        key = f"iso.{c['scope']}.l{level(c['load_rps'])}.n{level(c['noise_ms'])}.auc"
+        auc[(c["scope"], c["load_rps"], c["noise_ms"])] = (
+            fd.add(key, c["auc"], c["auc_ci"][0], c["auc_ci"][1]),
+            fmt_ci(*c["auc_ci"]),
+        )
+    loads, noises = iso["loads_rps"], iso["noises_ms"]
+    ci_lo = {(c["scope"], c["load_rps"], c["noise_ms"]): c["auc_ci"][0] for c in iso["grid"]}
+    iso_lo = ci_lo.__getitem__
+    g0, t0 = auc[("global", loads[0], noises[0])], auc[("tenant", loads[0], noises[0])]
+    gl, gn = auc[("global", loads[-1], noises[0])], auc[("global", loads[0], noises[-1])]
+    section(
+        "The isolation boundary",
+        "With prefixes shared globally and no background load, a tenant tells another's prefix "
+        "hits from misses by its own TTFT at AUC {} {}; per-tenant scope gives {} {} (0.5 is "
+        "chance); {} req/s of background load leaves global sharing at {} and {} ms of measurement "
+        "noise at {} {}: {}".format(
+            g0[0], g0[1], t0[0], t0[1], level(loads[-1]), gl[0], level(noises[-1]), gn[0], gn[1],
+            "load and noise blur the channel without closing it; the scope closes it, which is why "
+            "reuse is scoped per tenant by default."
+            if iso_lo(("global", loads[-1], noises[-1])) > 0.5
+            else "enough noise hides a hit as well as the scope does, but a prober can average its "
+            "noise away over repeated probes; the scope closes the channel, which is why reuse is "
+            "scoped per tenant by default.",
+        ),
+        ["isolation"],
+        start,
+    )
+
+    # 7. When the machinery is not worth it.
+    start = len(fd.figs)
+    idle = {}
+    for where in ("sim", "cpu"):
+        per_seed = [
+            (requests_ttft_ms(d, "paged"), requests_ttft_ms(d, "contiguous"))
+            for d in seed_dirs(out, "idle", where)
+        ]
+        if all(p == c for p, c in per_seed):
+            v = "tie"
+        elif all(p < c for p, c in per_seed):
+            v = "paged wins"
+        elif all(p > c for p, c in per_seed):
+            v = "contiguous wins"
+        else:
+            v = "mixed"
+        mean_p = sum(p for p, _ in per_seed) / len(per_seed)
+        mean_c = sum(c for _, c in per_seed) / len(per_seed)
+        idle[where] = (
+            run_fig(fd, "idle", where, "paged", "req_ttft_ms"),
+            run_fig(fd, "idle", where, "contiguous", "req_ttft_ms"),
+            fd.add(f"idle.{where}.verdict", v),
+            fd.add(f"idle.{where}.paged_over_contiguous", mean_p / mean_c),
+        )
+    uni, exact, maxlen = sweep_figs(fd, "uniform"), sweep_figs(fd, "exact"), sweep_figs(fd, "maxlen")
+    cu = {
+        (m, mode): run_fig(fd, "cpuuniform", "basic", mode, m)
+        for m in ("throughput_tok_s", "ttft_p99_ms")
+        for mode in ("paged", "contiguous")
+    }
+    section(
+        "When the extra machinery is not worth it",
+        "One short request on an idle device: TTFT {} ms paged vs {} ms contiguous on sim ({}, "
+        "ratio {}) and {} vs {} ms on cpu ({}, ratio {}); uniform short lengths with max_seq_len 128: paged/contiguous "
+        "rate at target {} {} ({}); contiguous reservations sized by prompt + output: {} {} ({}); "
+        "against max_seq_len reservations as chat ships: {} {} ({}). On cpu with uniform short "
+        "lengths: {} vs {} tok/s, TTFT p99 {} vs {} ms.{}".format(
+            *idle["sim"], *idle["cpu"],
+            uni["ratio"], uni["ci"], uni["verdict"],
+            exact["ratio"], exact["ci"], exact["verdict"],
+            maxlen["ratio"], maxlen["ci"], maxlen["verdict"],
+            cu[("throughput_tok_s", "paged")], cu[("throughput_tok_s", "contiguous")],
+            cu[("ttft_p99_ms", "paged")], cu[("ttft_p99_ms", "contiguous")],
+            " Paging pays where reservations would be sized for a worst case the traffic rarely "
+            "reaches; with short, even lengths it does not win, and a reservation sized by prompt + "
+            "output keeps only the ratio above."
+            if maxlen["verdict"] == "paged wins" and uni["verdict"] != "paged wins"
+            else "",
+        ),
+        ["idle-", "sweep-uniform", "sweep-exact", "sweep-maxlen", "cpuuniform-"],
+        start,
+    )
+
+    write(out, fd, params, sections)
+
+
+def write(out, fd, params, sections):
+    mode = "quick" if params["quick"] else "full"
+    lines = [
+        "# Findings",
+        "",
+        f"Produced by `scripts/findings.sh OUT{' --quick' if params['quick'] else ''}` ({mode} run: "
+        f"{params['run_requests']} requests a run over seeds {', '.join(map(str, params['run_seeds']))}; "
+        f"sweeps from {params['sweep_requests']} requests over {params['sweep_seeds']} seeds, "
+        f"{params['block_seeds']} for the block sweeps; {params['probes']} isolation probes) on `sim`, "
+        "and on `cpu` with the model clock where the tiny model fits. Every figure is read from the "
+        "runs' files in OUT. Intervals: a run figure is the mean over seeds with [min, max] over "
+        "seeds; a sweep figure carries the sweep's interval (its bracket for one seed, over seeds "
+        "for several); an AUC its 95% Hanley-McNeil interval; — where there is none.",
+        "",
+    ]
+    for n, (title, reading, prefixes, start) in enumerate(sections, 1):
+        lines += [f"## {n}. {title}", "", reading, "", "| figure | value | interval |", "|---|---|---|"]
+        for f in fd.figs[start : (sections[n][3] if n < len(sections) else len(fd.figs))]:
+            lines.append(f"| `{f['key']}` | {fmt(f['value'])} | {fmt_ci(f['lo'], f['hi'])} |")
+        lines += ["", "```"] + commands(out, prefixes) + ["```", ""]
+    with open(os.path.join(out, "findings.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(out, "findings.json"), "w", encoding="utf-8") as f:
+        json.dump({"params": params, "figures": fd.figs}, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
