@@ -136,11 +136,11 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             ));
         }
     }
-    let lru = pool.lru_order();
+    let lru = pool.eviction_order();
     for &b in &lru {
         if pool.meta[b as usize].state != BlockState::Cached {
             p.push(format!(
-                "block {b} is on the LRU but {:?}",
+                "block {b} is in the eviction order but {:?}",
                 pool.meta[b as usize].state
             ));
         }
@@ -155,7 +155,7 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     }
     if count("cached") != lru.len() as u32 || count("cached") != pool.cached_blocks {
         p.push(format!(
-            "{} cached blocks, {} on the LRU, counter {}",
+            "{} cached blocks, {} in the eviction order, counter {}",
             count("cached"),
             lru.len(),
             pool.cached_blocks
