@@ -13,11 +13,12 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use kvbench::cache::evict::{Evictable, EvictionPolicy, Evictor};
-use kvbench::cache::{PagedCache, PagedConfig, Placement};
+use kvbench::cache::fuzz::{self, FuzzConfig};
+use kvbench::cache::{CacheMode, PagedCache, PagedConfig, Placement};
 use kvbench::workload::trace::evict::{hits, PolicyKind};
 use kvbench_cache_api::{KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest};
 use proptest::prelude::*;
-use support::run_sim;
+use support::{kvbench, run_sim};
 
 /// What a cache of `capacity` slots under `policy` does with `keys`: a resident key is a hit
 /// (it leaves the evictable set while in use and comes back with one more hit); a miss takes a
@@ -355,4 +356,82 @@ fn sessions_say_why_there_are_no_bounds() {
     assert!(paged.get("bounds").is_none());
     let why = paged["bounds_unavailable"].as_str().expect("a reason");
     assert!(why.contains("multi-turn"), "{why}");
+}
+
+/// The cache fuzzer's reference model (payload per slot, fences, copy-on-write) under every
+/// policy, both placements: which block is evicted changes, correctness must not.
+#[test]
+fn the_fuzz_model_holds_under_every_policy() {
+    let seeds: u64 = std::env::var("KVBENCH_FUZZ_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24);
+    let first: u64 = std::env::var("KVBENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    println!(
+        "seeds {first}..{} (KVBENCH_SEED, KVBENCH_FUZZ_SEEDS)",
+        first + seeds
+    );
+    for eviction in EvictionPolicy::ALL {
+        for base in [FuzzConfig::small(CacheMode::Paged), FuzzConfig::extents()] {
+            let cfg = FuzzConfig { eviction, ..base };
+            let mut evictions = 0;
+            for seed in first..first + seeds {
+                let s = fuzz::run_seed_with(seed, 400, cfg)
+                    .unwrap_or_else(|f| panic!("{} {:?}: {f}", eviction.name(), base.placement));
+                evictions += s.evictions;
+            }
+            assert!(evictions > 0, "{}: nothing was evicted", eviction.name());
+        }
+    }
+}
+
+/// A bad policy name is refused at its key, in a file (FILE:LINE:COL) and on the command line,
+/// with exit 2 and nothing written.
+#[test]
+fn an_unknown_policy_is_refused_at_its_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string("scenarios/quick-basic.toml").expect("scenario");
+    let bad = text.replacen("[cache]\n", "[cache]\neviction = \"mru\"\n", 1);
+    assert_ne!(bad, text, "quick-basic has a [cache] table");
+    let line = bad
+        .lines()
+        .position(|l| l.starts_with("eviction"))
+        .expect("line")
+        + 1;
+    let path = tmp.path().join("bad.toml");
+    std::fs::write(&path, &bad).expect("write");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--backend",
+        "sim",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(&format!("bad.toml:{line}:")) && text.contains("cache.eviction"),
+        "{text}"
+    );
+    assert!(!out.exists(), "nothing is written for a refused scenario");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/quick-basic.toml",
+        "--backend",
+        "sim",
+        "--set",
+        "cache.eviction=fifo",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("cache.eviction") && text.contains("fifo"),
+        "{text}"
+    );
+    assert!(!out.exists());
 }
