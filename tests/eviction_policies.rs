@@ -285,21 +285,36 @@ fn request_hit_tokens(dir: &Path) -> u64 {
         .sum()
 }
 
-/// A synthetic shared-prefix scenario (forks, cancellations, two tenants, a tight budget) and a
-/// Mooncake replay with content ids squeezed into a small budget, under every policy: the
+/// A synthetic shared-prefix scenario (forks, cancellations, two tenants, a tight budget), a
+/// Mooncake replay with content ids in a small budget, and shared system prompts in a budget
+/// that holds a fraction of them, under every policy: the
 /// achieved share recomputed from `requests.csv` is what summary.json says, and achieved ≤
 /// optimum ≤ ceiling.
 #[test]
 fn achieved_prefix_hits_are_bounded_by_the_optimum_and_the_ceiling() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, &[&str]); 2] = [
-        ("scenarios/quick-mixed.toml", &[]),
+    // (scenario, overrides, whether capacity binds: the optimum below the ceiling)
+    let cases: [(&str, &[&str], bool); 3] = [
+        ("scenarios/quick-mixed.toml", &[], false),
         (
             "scenarios/trace-mooncake.toml",
             &["--set", "memory.kv_budget=\"600 MiB\""],
+            false,
+        ),
+        (
+            "scenarios/shared-prompts-8b-h200.toml",
+            &[
+                "--set",
+                "memory.kv_budget=\"1 GiB\"",
+                "--set",
+                "traffic.requests=300",
+                "--set",
+                "traffic.arrival.rate_per_s=4",
+            ],
+            true,
         ),
     ];
-    for (scenario, extra) in cases {
+    for (scenario, extra, binds) in cases {
         for policy in EvictionPolicy::ALL {
             let out = tmp.path().join(format!(
                 "{}-{}",
@@ -336,6 +351,7 @@ fn achieved_prefix_hits_are_bounded_by_the_optimum_and_the_ceiling() {
             assert!(ceiling > 0, "{scenario}: no reuse to bound");
             assert!(achieved <= optimum, "{scenario} {}", policy.name());
             assert!(optimum <= ceiling, "{scenario}");
+            assert_eq!(optimum < ceiling, binds, "{scenario}: does capacity bind?");
             // Contiguous has no prefix cache: no policy, no bounds.
             assert!(summary["runs"][1]["prefix_cache"].get("eviction").is_none());
         }
