@@ -5,7 +5,8 @@
 //! - `Mapped`: `ref_count >= 1` block-table references. May carry a prefix key.
 //! - `Pending`: no holder, but released while a device step that may touch it was in flight;
 //!   withheld in the fence queue until that step (and every older one) retires.
-//! - `Cached`: no holder, carries a prefix key, kept for reuse; on the evictable LRU list.
+//! - `Cached`: no holder, carries a prefix key, kept for reuse; in the eviction policy's set
+//!   (`evict/`: the policy holds only the order, this file tells it every change).
 //!
 //! Transitions: `Free|Cached(evicted) → Mapped` ([`BlockPool::take_fresh`], the content is new so
 //! the key is dropped), `Cached|Pending → Mapped` ([`BlockPool::revive`], a prefix hit reusing the
@@ -17,10 +18,9 @@
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
+use super::evict::{AnyEvictor, Evictable, EvictionPolicy, Evictor};
 use super::free::{FreeBlocks, Placement};
 use super::prefix::PrefixKey;
-
-pub(crate) const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BlockState {
@@ -44,8 +44,11 @@ pub(crate) struct BlockMeta {
     pub written_slots: u32,
     /// Set while the block is published in the prefix index.
     pub key: Option<PrefixKey>,
-    lru_prev: u32,
-    lru_next: u32,
+    /// Position of the block in its prefix chain, set when it is published (what `priority`
+    /// weighs).
+    pub depth: u32,
+    /// Prefix hits on this content since it was written (what `lfu` weighs).
+    pub hits: u32,
 }
 
 /// What happened to a block whose last reference was dropped.
@@ -65,9 +68,8 @@ pub(crate) struct BlockPool {
     pub meta: Vec<BlockMeta>,
     /// Free blocks without cached content, in the order the placement policy hands them out.
     free: FreeBlocks,
-    /// Evictable cached blocks: head is evicted first.
-    lru_head: u32,
-    lru_tail: u32,
+    /// The order evictable cached blocks go in; holds every `Cached` block and nothing else.
+    evict: AnyEvictor,
     pub cached_blocks: u32,
     pub pending_blocks: u32,
     pub mapped_blocks: u32,
@@ -83,7 +85,12 @@ pub(crate) struct BlockPool {
 }
 
 impl BlockPool {
-    pub fn new(total_blocks: u32, block_size: u32, placement: Placement) -> Self {
+    pub fn new(
+        total_blocks: u32,
+        block_size: u32,
+        placement: Placement,
+        eviction: EvictionPolicy,
+    ) -> Self {
         let meta = vec![
             BlockMeta {
                 state: BlockState::Free,
@@ -92,8 +99,8 @@ impl BlockPool {
                 release_fence: 0,
                 written_slots: 0,
                 key: None,
-                lru_prev: NIL,
-                lru_next: NIL,
+                depth: 0,
+                hits: 0,
             };
             total_blocks as usize
         ];
@@ -102,8 +109,7 @@ impl BlockPool {
             block_size,
             meta,
             free,
-            lru_head: NIL,
-            lru_tail: NIL,
+            evict: eviction.build(total_blocks),
             cached_blocks: 0,
             pending_blocks: 0,
             mapped_blocks: 0,
@@ -134,25 +140,17 @@ impl BlockPool {
     }
 
     /// The evictable blocks in eviction order (head first).
-    pub fn lru_order(&self) -> Vec<u32> {
-        let mut out = Vec::with_capacity(self.cached_blocks as usize);
-        let mut b = self.lru_head;
-        while b != NIL && out.len() <= self.meta.len() {
-            out.push(b);
-            b = self.meta[b as usize].lru_next;
-        }
-        out
+    pub fn eviction_order(&self) -> Vec<u32> {
+        self.evict.order()
     }
 
     /// Hand out a block for new content to a sequence whose last block is `after`: a free one
-    /// (where the placement policy puts it), else the least recently used cached one (whose key
-    /// the caller must unpublish: returned as the second value).
+    /// (where the placement policy puts it), else the eviction policy's victim among the cached
+    /// ones (whose key the caller must unpublish: returned as the second value).
     pub fn take_fresh(&mut self, after: Option<u32>) -> Option<(u32, Option<PrefixKey>)> {
         let (block, evicted_key) = if let Some(b) = self.free.take(after) {
             (b, None)
-        } else if self.lru_head != NIL {
-            let b = self.lru_head;
-            self.lru_unlink(b);
+        } else if let Some(b) = self.evict.pop_victim() {
             self.cached_blocks -= 1;
             (b, self.meta[b as usize].key.take())
         } else {
@@ -167,16 +165,20 @@ impl BlockPool {
         m.ref_count = 1;
         m.written_slots = 0;
         m.key = None;
+        m.depth = 0;
+        m.hits = 0;
         self.mapped_blocks += 1;
         Some((block, evicted_key))
     }
 
     /// A prefix hit maps a cached or pending block again with its content intact.
     pub fn revive(&mut self, block: u32) {
-        let state = self.meta[block as usize].state;
+        let m = &mut self.meta[block as usize];
+        m.hits = m.hits.saturating_add(1);
+        let state = m.state;
         match state {
             BlockState::Cached => {
-                self.lru_unlink(block);
+                self.evict.remove(block);
                 self.cached_blocks -= 1;
             }
             BlockState::Pending => {
@@ -264,9 +266,15 @@ impl BlockPool {
 
     /// A block with no holder and no fence: cached if it carries a key, else free.
     fn settle(&mut self, block: u32) -> Dropped {
-        if self.meta[block as usize].key.is_some() {
-            self.meta[block as usize].state = BlockState::Cached;
-            self.lru_push_back(block);
+        let m = &mut self.meta[block as usize];
+        if m.key.is_some() {
+            m.state = BlockState::Cached;
+            let info = Evictable {
+                depth: m.depth,
+                hits: m.hits,
+                shared: m.hits > 0,
+            };
+            self.evict.insert(block, info);
             self.cached_blocks += 1;
             Dropped::Cached
         } else {
@@ -281,8 +289,8 @@ impl BlockPool {
     /// Every cached block back to free; returns their keys for the index to drop.
     pub fn flush_cached(&mut self) -> Vec<PrefixKey> {
         let mut keys = Vec::new();
-        for block in self.lru_order() {
-            self.lru_unlink(block);
+        for block in self.evict.order() {
+            self.evict.remove(block);
             self.cached_blocks -= 1;
             let m = &mut self.meta[block as usize];
             if let Some(k) = m.key.take() {
@@ -294,44 +302,9 @@ impl BlockPool {
         }
         keys
     }
-
-    fn lru_push_back(&mut self, block: u32) {
-        let tail = self.lru_tail;
-        {
-            let m = &mut self.meta[block as usize];
-            m.lru_prev = tail;
-            m.lru_next = NIL;
-        }
-        if tail == NIL {
-            self.lru_head = block;
-        } else {
-            self.meta[tail as usize].lru_next = block;
-        }
-        self.lru_tail = block;
-    }
-
-    fn lru_unlink(&mut self, block: u32) {
-        let (prev, next) = {
-            let m = &self.meta[block as usize];
-            (m.lru_prev, m.lru_next)
-        };
-        if prev == NIL {
-            self.lru_head = next;
-        } else {
-            self.meta[prev as usize].lru_next = next;
-        }
-        if next == NIL {
-            self.lru_tail = prev;
-        } else {
-            self.meta[next as usize].lru_prev = prev;
-        }
-        let m = &mut self.meta[block as usize];
-        m.lru_prev = NIL;
-        m.lru_next = NIL;
-    }
 }
 
-/// The bare block allocator (free list, LRU, fences) without block tables or a prefix index:
+/// The bare block allocator (free list, eviction order, fences) without block tables or a prefix index:
 /// what "block allocate + free" costs on its own. Public for the criterion benchmark.
 #[derive(Debug)]
 pub struct BlockAllocator(BlockPool);
@@ -342,7 +315,12 @@ impl BlockAllocator {
     }
 
     pub fn with_placement(total_blocks: u32, block_size: u32, placement: Placement) -> Self {
-        BlockAllocator(BlockPool::new(total_blocks, block_size.max(1), placement))
+        BlockAllocator(BlockPool::new(
+            total_blocks,
+            block_size.max(1),
+            placement,
+            EvictionPolicy::Lru,
+        ))
     }
 
     /// A block for new content (ref count 1), or `None` when none is free or evictable.

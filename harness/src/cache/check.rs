@@ -136,11 +136,15 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             ));
         }
     }
-    let lru = pool.lru_order();
-    for &b in &lru {
+    let evictable = pool.eviction_order();
+    let mut in_order = vec![false; total];
+    for &b in &evictable {
+        if std::mem::replace(&mut in_order[b as usize], true) {
+            p.push(format!("block {b} is in the eviction order twice"));
+        }
         if pool.meta[b as usize].state != BlockState::Cached {
             p.push(format!(
-                "block {b} is on the LRU but {:?}",
+                "block {b} is in the eviction order but {:?}",
                 pool.meta[b as usize].state
             ));
         }
@@ -153,11 +157,11 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             pool.free_blocks()
         ));
     }
-    if count("cached") != lru.len() as u32 || count("cached") != pool.cached_blocks {
+    if count("cached") != evictable.len() as u32 || count("cached") != pool.cached_blocks {
         p.push(format!(
-            "{} cached blocks, {} on the LRU, counter {}",
+            "{} cached blocks, {} in the eviction order, counter {}",
             count("cached"),
-            lru.len(),
+            evictable.len(),
             pool.cached_blocks
         ));
     }

@@ -8,6 +8,7 @@
 
 mod block;
 mod check;
+pub mod evict;
 mod free;
 pub mod fuzz;
 mod paged;
@@ -17,6 +18,7 @@ mod state;
 mod table;
 
 pub use block::BlockAllocator;
+pub use evict::EvictionPolicy;
 pub use free::Placement;
 pub use kvbench_cache_api::CacheMode;
 pub use prefix::PrefixKey;
@@ -45,17 +47,40 @@ pub fn build_placed(
     prefix_cache: bool,
     placement: Placement,
 ) -> Box<dyn KvCacheManager> {
+    build_with(
+        mode,
+        total_slots,
+        block_size,
+        prefix_cache,
+        placement,
+        EvictionPolicy::Lru,
+    )
+}
+
+/// [`build_placed`] with the paged prefix cache's eviction policy (contiguous has no prefix
+/// cache: the policy does not apply to it).
+pub fn build_with(
+    mode: CacheMode,
+    total_slots: u64,
+    block_size: u32,
+    prefix_cache: bool,
+    placement: Placement,
+    eviction: EvictionPolicy,
+) -> Box<dyn KvCacheManager> {
     match mode {
         CacheMode::Paged => {
             let block_size = block_size.max(1);
             let total_blocks =
                 (total_slots / u64::from(block_size)).min(u64::from(u32::MAX - 1)) as u32;
-            Box::new(PagedCache::new(PagedConfig {
-                total_blocks,
-                block_size,
-                prefix_cache,
-                placement,
-            }))
+            Box::new(PagedCache::with_eviction(
+                PagedConfig {
+                    total_blocks,
+                    block_size,
+                    prefix_cache,
+                    placement,
+                },
+                eviction,
+            ))
         }
         CacheMode::Contiguous => Box::new(ContiguousCache::new(total_slots)),
     }

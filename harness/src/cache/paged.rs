@@ -14,8 +14,9 @@
 //!   entry, tail block first. The last reference moves the block to `Pending`, fenced on the
 //!   newest in-flight step (or straight to `Cached`/`Free` when nothing is in flight).
 //! - **Handing out again.** A `Pending` block becomes `Cached` (it carries a prefix key, and goes
-//!   to the back of the evictable LRU) or `Free` only after every step up to its fence retired.
-//!   New content is written only into `Free` blocks or evicted `Cached` ones (LRU head first;
+//!   to the eviction policy's set) or `Free` only after every step up to its fence retired.
+//!   New content is written only into `Free` blocks or evicted `Cached` ones (the policy's victim
+//!   first, `cache.eviction`;
 //!   eviction unpublishes the key). A prefix hit may map a `Cached` or `Pending` block again
 //!   because its content is immutable and identical.
 //! - **The prefix cache holds no reference.** A cached block has ref count 0; the index only
@@ -283,7 +284,7 @@ impl KvCacheManager for PagedCache {
             self.faults.leaked_once = true;
             return Ok(());
         }
-        // Tail first, so a sequence's prefix blocks reach the LRU last and are evicted last.
+        // Tail first, so under `lru` a sequence's prefix blocks are evicted after its tail.
         for &block in seq.blocks.iter().rev() {
             self.pool.drop_ref(block);
         }

@@ -112,6 +112,7 @@ impl PagedCache {
             let meta = &mut self.pool.meta[block as usize];
             if meta.key.is_none() && !self.index.contains(&key) {
                 meta.key = Some(key);
+                meta.depth = i as u32;
                 self.index.insert(
                     key,
                     Published {

@@ -10,6 +10,7 @@ use std::hash::BuildHasherDefault;
 use kvbench_cache_api::SeqId;
 
 use super::block::BlockPool;
+use super::evict::EvictionPolicy;
 use super::free::Placement;
 use super::prefix::PrefixIndex;
 use super::table::{Faults, Seq, SeqIdHasher};
@@ -34,6 +35,8 @@ pub enum PlantedBug {
 #[derive(Debug)]
 pub struct PagedCache {
     pub(crate) config: PagedConfig,
+    /// Which cached block goes first when a fresh one is needed (`cache.eviction`).
+    pub(crate) eviction: EvictionPolicy,
     pub(crate) pool: BlockPool,
     pub(crate) index: PrefixIndex,
     pub(crate) seqs: HashMap<SeqId, Seq, BuildHasherDefault<SeqIdHasher>>,
@@ -47,12 +50,19 @@ pub struct PagedCache {
 
 impl PagedCache {
     pub fn new(config: PagedConfig) -> Self {
+        Self::with_eviction(config, EvictionPolicy::Lru)
+    }
+
+    /// [`PagedCache::new`] with the eviction policy of its prefix cache.
+    pub fn with_eviction(config: PagedConfig, eviction: EvictionPolicy) -> Self {
         PagedCache {
             config,
+            eviction,
             pool: BlockPool::new(
                 config.total_blocks,
                 config.block_size.max(1),
                 config.placement,
+                eviction,
             ),
             index: PrefixIndex::default(),
             seqs: HashMap::default(),
@@ -64,6 +74,10 @@ impl PagedCache {
 
     pub fn config(&self) -> PagedConfig {
         self.config
+    }
+
+    pub fn eviction(&self) -> EvictionPolicy {
+        self.eviction
     }
 
     /// The real block table (not the possibly corrupted `layout`).
@@ -88,7 +102,7 @@ impl PagedCache {
 
     /// Evictable cached blocks, the next victim first.
     pub fn eviction_order(&self) -> Vec<u32> {
-        self.pool.lru_order()
+        self.pool.eviction_order()
     }
 
     pub fn free_blocks(&self) -> u32 {

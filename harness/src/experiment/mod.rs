@@ -207,12 +207,13 @@ fn run_mode_with(
             .as_mut()
     };
     let backend_name = be.name();
-    let mut cache = crate::cache::build_placed(
+    let mut cache = crate::cache::build_with(
         mode,
         setup.total_slots,
         block_size,
         scenario.scheduler.prefix_cache,
         scenario.cache.placement,
+        scenario.cache.eviction,
     );
     let mut scheduler = scenario.scheduler.clone();
     // Early reuse only shows while a step is in flight at release time: pipeline the steps.
@@ -358,6 +359,8 @@ fn assemble(
     runs: Vec<ModeRun>,
     token_mismatch: Option<String>,
 ) -> Experiment {
+    let prefix_bounds =
+        crate::metrics::prefix_bounds::compute(scenario, &workload, setup.total_slots);
     Experiment {
         scenario: scenario.clone(),
         backend,
@@ -370,6 +373,7 @@ fn assemble(
         runs,
         token_mismatch,
         memory_resolution: opts.memory_resolution,
+        prefix_bounds,
     }
 }
 

@@ -26,6 +26,7 @@ pub struct MetricsAccum {
     recomputed_tokens: u64,
     swapped_bytes: u64,
     cached_prompt_tokens: u64,
+    request_prefix_hit_tokens: u64,
     ttft: LatencyHist,
     itl: LatencyHist,
     e2e: LatencyHist,
@@ -47,6 +48,7 @@ impl MetricsAccum {
             recomputed_tokens: 0,
             swapped_bytes: 0,
             cached_prompt_tokens: 0,
+            request_prefix_hit_tokens: 0,
             ttft: LatencyHist::new(),
             itl: LatencyHist::new(),
             e2e: LatencyHist::new(),
@@ -87,6 +89,7 @@ impl MetricsAccum {
             recomputed_tokens: self.recomputed_tokens,
             swapped_bytes: self.swapped_bytes,
             cached_prompt_tokens: self.cached_prompt_tokens,
+            request_prefix_hit_tokens: self.request_prefix_hit_tokens,
             ledger: self.ledger.finish(),
         }
     }
@@ -125,6 +128,9 @@ impl RunSink for MetricsAccum {
         self.recomputed_tokens += st.recomputed_tokens;
         self.swapped_bytes += st.swapped_bytes;
         self.cached_prompt_tokens += st.cached_prompt_tokens as u64;
+        if st.rank == 0 {
+            self.request_prefix_hit_tokens += u64::from(st.cached_prompt_tokens);
+        }
         if st.status == StreamStatus::Rejected {
             return;
         }

@@ -23,6 +23,7 @@
 pub mod accum;
 pub mod hist;
 pub mod ledger;
+pub mod prefix_bounds;
 pub mod timeline;
 
 pub use hist::{LatencyHist, HDR_SIGFIGS};
@@ -131,6 +132,10 @@ pub struct RunMetrics {
     pub recomputed_tokens: u64,
     pub swapped_bytes: u64,
     pub cached_prompt_tokens: u64,
+    /// Prompt tokens the prefix cache supplied to each request at its first admission (rank 0
+    /// streams only: continuations share their parent's blocks without a lookup). The achieved
+    /// side of [`prefix_bounds`].
+    pub request_prefix_hit_tokens: u64,
     pub ledger: ledger::LedgerSummary,
 }
 
@@ -141,6 +146,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
     let mut good_by_request: std::collections::BTreeMap<u64, bool> =
         std::collections::BTreeMap::new();
     let (mut preemptions, mut recomputed, mut swapped, mut cached) = (0, 0, 0, 0);
+    let mut request_hits = 0;
     for st in &r.streams {
         streams.add(st.status);
         if st.rank == 0 {
@@ -153,6 +159,9 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         recomputed += st.recomputed_tokens;
         swapped += st.swapped_bytes;
         cached += st.cached_prompt_tokens as u64;
+        if st.rank == 0 {
+            request_hits += u64::from(st.cached_prompt_tokens);
+        }
     }
     let good = good_by_request.values().filter(|&&g| g).count() as u64;
     let s = samples(r);
@@ -185,6 +194,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         recomputed_tokens: recomputed,
         swapped_bytes: swapped,
         cached_prompt_tokens: cached,
+        request_prefix_hit_tokens: request_hits,
         ledger: ledger::summarize(r, kv_bytes_per_token),
     }
 }

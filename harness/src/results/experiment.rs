@@ -47,6 +47,9 @@ pub struct Experiment {
     pub token_mismatch: Option<String>,
     /// The resolution the data files are written at.
     pub memory_resolution: Resolution,
+    /// The request list's prefix-hit ceiling and offline optimum at the paged pool's capacity,
+    /// or why the list cannot give them.
+    pub prefix_bounds: Result<crate::metrics::prefix_bounds::PrefixBounds, String>,
 }
 
 impl Experiment {

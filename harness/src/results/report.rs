@@ -108,6 +108,31 @@ pub fn rows(exp: &Experiment) -> Vec<(String, Vec<String>)> {
             }
         });
     }
+    // Achieved beside the bounds, where the request list gives them and there is reuse to bound.
+    if let Some(b) = exp
+        .prefix_bounds
+        .as_ref()
+        .ok()
+        .filter(|b| b.ceiling_hit_tokens > 0)
+    {
+        let policy = exp.scenario.cache.eviction.name();
+        let label = format!(
+            "prefix hit at admission / offline optimum / ceiling ({} blocks)",
+            b.capacity_blocks
+        );
+        add(&label, &|r| {
+            if r.end.mode != kvbench_cache_api::CacheMode::Paged || b.lookup_tokens == 0 {
+                return "-".into();
+            }
+            let pct = |t: u64| 100.0 * t as f64 / b.lookup_tokens as f64;
+            format!(
+                "{:.1}% ({policy}) / {:.1}% / {:.1}%",
+                pct(r.metrics.request_prefix_hit_tokens),
+                pct(b.optimum_hit_tokens),
+                pct(b.ceiling_hit_tokens)
+            )
+        });
+    }
     add("completed / cancelled / rejected", &|r| {
         let c = &r.metrics.counts;
         format!("{} / {} / {}", c.completed, c.cancelled, c.rejected)

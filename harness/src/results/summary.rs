@@ -102,6 +102,23 @@ pub struct PrefixSummary {
     pub hit_rate: f64,
     pub hit_blocks: u64,
     pub evictions: u64,
+    /// The paged run's eviction policy (`cache.eviction`); absent for contiguous (no prefix
+    /// cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction: Option<&'static str>,
+    /// Each request's prefix hit at its first admission (`requests.csv`'s `cached_prompt_tokens`
+    /// of the rows without a parent) over `bounds.lookup_tokens`: the share read against the
+    /// bounds (`hit_rate` above counts every lookup, restarts after preemption included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved_hit_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_hit_tokens: Option<u64>,
+    /// The request list's infinite-cache ceiling and offline optimum at this pool's capacity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<crate::metrics::prefix_bounds::PrefixBounds>,
+    /// Why there are no bounds for this paged run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounds_unavailable: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -154,15 +171,12 @@ pub fn build(exp: &Experiment) -> Summary {
             ok: failures.is_empty(),
             failures,
         },
-        runs: exp
-            .runs
-            .iter()
-            .map(|r| run_summary(r, exp.kv_bytes_per_token))
-            .collect(),
+        runs: exp.runs.iter().map(|r| run_summary(r, exp)).collect(),
     }
 }
 
-fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
+fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
+    let kv_bytes_per_token = exp.kv_bytes_per_token;
     let (rec, m) = (&r.end, &r.metrics);
     let l = &m.ledger;
     let device_unaccounted_bytes = rec.memory.device_used_bytes.map(|dev| {
@@ -200,6 +214,7 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
             },
             hit_blocks: p.hit_blocks,
             evictions: p.evictions,
+            ..prefix_against_bounds(r, exp)
         },
         memory: MemorySummary {
             ledger: *l,
@@ -228,4 +243,38 @@ fn run_summary(r: &ModeRun, kv_bytes_per_token: u64) -> RunSummary {
         shadow: r.shadow.clone(),
         measured_step_s: r.measured_step_s,
     }
+}
+
+/// The paged run's policy, achieved share and bounds (all absent for contiguous).
+fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
+    let mut out = PrefixSummary {
+        hit_tokens: 0,
+        lookup_tokens: 0,
+        hit_rate: 0.0,
+        hit_blocks: 0,
+        evictions: 0,
+        eviction: None,
+        achieved_hit_rate: None,
+        request_hit_tokens: None,
+        bounds: None,
+        bounds_unavailable: None,
+    };
+    if r.end.mode != kvbench_cache_api::CacheMode::Paged {
+        return out;
+    }
+    out.eviction = Some(exp.scenario.cache.eviction.name());
+    match &exp.prefix_bounds {
+        Ok(b) => {
+            let hits = r.metrics.request_prefix_hit_tokens;
+            out.request_hit_tokens = Some(hits);
+            out.achieved_hit_rate = Some(if b.lookup_tokens > 0 {
+                hits as f64 / b.lookup_tokens as f64
+            } else {
+                0.0
+            });
+            out.bounds = Some(b.clone());
+        }
+        Err(why) => out.bounds_unavailable = Some(why.clone()),
+    }
+    out
 }

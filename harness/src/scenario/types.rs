@@ -128,10 +128,19 @@ pub struct CacheSpec {
     /// Left out of a rendered scenario when default, so existing scenarios render as before.
     #[serde(default, skip_serializing_if = "is_lifo")]
     pub placement: crate::cache::Placement,
+    /// Which cached prefix block the paged manager evicts first when it needs a fresh one:
+    /// `lru` (the default), `lfu` or `priority` (keep shared and shallow blocks). Contiguous has
+    /// no prefix cache. Left out of a rendered scenario when default, like `placement`.
+    #[serde(default, skip_serializing_if = "is_lru")]
+    pub eviction: crate::cache::EvictionPolicy,
 }
 
 fn is_lifo(p: &crate::cache::Placement) -> bool {
     *p == crate::cache::Placement::Lifo
+}
+
+fn is_lru(p: &crate::cache::EvictionPolicy) -> bool {
+    *p == crate::cache::EvictionPolicy::Lru
 }
 
 fn default_block_size() -> BlockSizes {

@@ -8,7 +8,7 @@ use kvbench_cache_api::{
 };
 
 use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
-use crate::cache::{build_placed, PagedCache, PagedConfig};
+use crate::cache::{build_with, PagedCache, PagedConfig};
 
 /// A sequence as the reference model sees it: its token ids and how many are written.
 #[derive(Debug, Clone)]
@@ -65,21 +65,25 @@ impl Harness {
             Some(bug) => {
                 let bs = cfg.block_size.max(1);
                 let total_blocks = (cfg.total_slots / u64::from(bs)) as u32;
-                let mut p = PagedCache::new(PagedConfig {
-                    total_blocks,
-                    block_size: bs,
-                    prefix_cache: true,
-                    placement: cfg.placement,
-                });
+                let mut p = PagedCache::with_eviction(
+                    PagedConfig {
+                        total_blocks,
+                        block_size: bs,
+                        prefix_cache: true,
+                        placement: cfg.placement,
+                    },
+                    cfg.eviction,
+                );
                 p.plant_bug(bug);
                 Box::new(p)
             }
-            None => build_placed(
+            None => build_with(
                 cfg.mode,
                 cfg.total_slots,
                 cfg.block_size,
                 true,
                 cfg.placement,
+                cfg.eviction,
             ),
         };
         if let Some(f) = cfg.fault {

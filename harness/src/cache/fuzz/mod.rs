@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 
 use kvbench_cache_api::{CacheMode, Fault};
 
-use super::Placement;
+use super::{EvictionPolicy, Placement};
 
 pub use harness::Harness;
 
@@ -74,6 +74,9 @@ pub struct FuzzConfig {
     pub bug: Option<PlantedBug>,
     /// The paged manager's placement policy.
     pub placement: Placement,
+    /// The paged prefix cache's eviction policy (`run_seed` and `run_bytes` use `lru`; the
+    /// eviction tests drive the others).
+    pub eviction: EvictionPolicy,
 }
 
 impl FuzzConfig {
@@ -86,6 +89,7 @@ impl FuzzConfig {
             fault: None,
             bug: None,
             placement: Placement::Lifo,
+            eviction: EvictionPolicy::Lru,
         }
     }
 
