@@ -123,6 +123,12 @@ impl Readers {
         }
     }
 
+    /// Whether nobody reads grain `g` (true past the end, as for [`Readers::only`]).
+    #[inline]
+    pub fn unread(&self, g: u64) -> bool {
+        self.grains.get(g).is_none_or(|e| e.len == 0)
+    }
+
     /// Whether every reader of grain `g` is stream `seq` at `chunk` (or at any chunk with
     /// [`ANY_CHUNK`]); true for a grain nobody reads. False whenever more than two read it:
     /// callers then look at each reader.
