@@ -202,8 +202,10 @@ mod tests {
             let only0 = model.iter().all(|m| m.seq == 0);
             assert_eq!(r.only(3, 0, ANY_CHUNK), only0 && model.len() <= 2);
             assert_eq!(r.sole(3, 0), model.len() == 1 && model[0].seq == 0);
+            assert_eq!(r.unread(3), model.is_empty());
         }
-        assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0));
+        assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0) && r.unread(4));
+        assert!(r.unread(10), "past the end: nobody reads it");
     }
 
     #[test]
