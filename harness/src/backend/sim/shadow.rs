@@ -20,7 +20,8 @@
 //!
 //! **Cheap where it is common.** A decode step costs a comparison of the stream's block table
 //! with the one it was checked against and one look at the reverse index for the written slot;
-//! a prefill chunk's tags are stored a grain at a time, with one look at the index per grain.
+//! a prefill chunk's tags, and a copy's, are stored a grain at a time, with one look at the
+//! index per grain.
 //!
 //! **When reads are checked.** Writes apply at submit; a step's reads are checked when it
 //! completes. A slot handed out again and written while a step that reads it is in flight is
