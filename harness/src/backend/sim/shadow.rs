@@ -20,7 +20,8 @@
 //!
 //! **Cheap where it is common.** A decode step costs a comparison of the stream's block table
 //! with the one it was checked against and one look at the reverse index for the written slot;
-//! a prefill chunk's tags are stored a grain at a time, with one look at the index per grain.
+//! a prefill chunk's tags, and a copy's, are stored a grain at a time, with one look at the
+//! index per grain.
 //!
 //! **When reads are checked.** Writes apply at submit; a step's reads are checked when it
 //! completes. A slot handed out again and written while a step that reads it is in flight is
@@ -43,14 +44,15 @@ mod observe;
 // The fused decode path, a child module for the same reason.
 #[path = "shadow_decode.rs"]
 mod decode;
+// Writing tags (own tokens, foreign writes, copies, swaps), for the same reason.
+#[path = "shadow_write.rs"]
+mod write;
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
 /// Violation messages kept (all are counted).
 const MAX_MESSAGES: usize = 16;
 const NEVER: u64 = u64::MAX;
-/// A scheduled stream the shadow does not know.
-const NO_SEQ: u32 = u32::MAX;
 const NO_GRAIN: u64 = u64::MAX;
 
 /// What the shadow saw in one run (`summary.json` `runs[].shadow`).
@@ -149,7 +151,6 @@ pub struct Shadow {
     completed: u64,
     /// Forgotten streams whose slots an in-flight step still reads.
     deferred: Vec<u32>,
-    plan_idx: Vec<u32>,
     changed: Vec<u32>,
     /// Readers of a grain, copied out while a write updates them.
     scratch: Vec<Holder>,
@@ -169,51 +170,6 @@ fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
             capacity_tokens,
         } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
     }
-}
-
-/// Store the tags of positions `pos..` (tokens `tokens`) from `slot` on, page run by page run;
-/// returns how many fit before the end of the array.
-#[inline]
-fn store_run(
-    tags: &mut LazyArray<Tag>,
-    slot: u64,
-    tokens: &[u32],
-    pos: u32,
-    writer: u32,
-    scope: u32,
-) -> u64 {
-    if let [token] = *tokens {
-        // A decode: one tag.
-        let Some(t) = tags.get_mut(slot) else {
-            return 0;
-        };
-        *t = Tag {
-            writer,
-            pos,
-            token,
-            scope,
-        };
-        return 1;
-    }
-    let mut done = 0usize;
-    while done < tokens.len() {
-        let Some(run) = tags.run_mut(slot + done as u64, (tokens.len() - done) as u64) else {
-            break;
-        };
-        let n = run.len();
-        let from = pos + done as u32;
-        let tokens = &tokens[done..done + n];
-        for i in 0..n {
-            run[i] = Tag {
-                writer,
-                pos: from + i as u32,
-                token: tokens[i],
-                scope,
-            };
-        }
-        done += n;
-    }
-    done as u64
 }
 
 impl Shadow {
@@ -239,7 +195,6 @@ impl Shadow {
             submitted: 0,
             completed: 0,
             deferred: Vec::new(),
-            plan_idx: Vec::new(),
             changed: Vec::new(),
             scratch: Vec::new(),
             report: ShadowReport::default(),
@@ -410,142 +365,6 @@ impl Shadow {
         }
     }
 
-    /// Write `tag` into `slot` (`own`: the writing stream, when it writes its own position
-    /// through its own table). A change that a stream whose checked context covers the slot does
-    /// not expect invalidates that stream's chunk, and queues the slot on its in-flight step.
-    fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
-        let g = slot / u64::from(self.grain);
-        let own_chunk = match self.mode {
-            Some(CacheMode::Paged) => tag.pos / self.grain,
-            _ => ANY_CHUNK,
-        };
-        // The writer reads its own position back: its expectation holds by construction.
-        let foreign = !self.readers.only(g, own, own_chunk);
-        let Some(t) = self.tags.get_mut(slot) else {
-            let n = self.tags.len();
-            self.violation(format!(
-                "step {step}: stream {} wrote position {} to slot {slot}, outside the cache's {n} slots",
-                tag.writer, tag.pos
-            ));
-            return;
-        };
-        self.report.written_slots += 1;
-        // Nobody else's checked context covers the slot: a blind store (no load of the old tag).
-        let changed = foreign && *t != tag;
-        *t = tag;
-        if !changed {
-            return;
-        }
-        let mut holders = std::mem::take(&mut self.scratch);
-        self.readers.collect(g, &mut holders);
-        let is_own = |h: &Holder| h.seq == own && (h.chunk == own_chunk || own_chunk == ANY_CHUNK);
-        for h in holders.iter().filter(|h| !is_own(h)) {
-            let r = &mut self.seqs[h.seq as usize];
-            let pos = match &r.table {
-                Table::Paged(blocks) => {
-                    let bs = u64::from(self.grain);
-                    if blocks.get(h.chunk as usize).map(|&b| u64::from(b)) != Some(slot / bs) {
-                        continue;
-                    }
-                    u64::from(h.chunk) * bs + slot % bs
-                }
-                Table::Contiguous { base, .. } => match slot.checked_sub(*base) {
-                    Some(p) => p,
-                    None => continue,
-                },
-                Table::None => continue,
-            };
-            if pos >= u64::from(r.extent) || expects(&r.history, r.scope, pos as u32, &tag) {
-                continue;
-            }
-            if !r.recheck.contains(&h.chunk) {
-                r.recheck.push(h.chunk);
-            }
-            if r.last_step != NEVER && r.last_step >= self.completed {
-                if let Some(s) = self
-                    .in_flight
-                    .get_mut((r.last_step - self.completed) as usize)
-                {
-                    s.push(Check {
-                        seq: h.seq,
-                        pos: pos as u32,
-                        slot,
-                        len: 1,
-                        clobbered: true,
-                    });
-                }
-            }
-        }
-        self.scratch = holders;
-    }
-
-    /// Write stream `idx`'s own tags for positions `from..to` (all known and within its checked
-    /// extent) through the table `observe` just made equal to the submitted layout. Per grain,
-    /// one look at the reverse index decides: nobody else reads it, so the run is a blind store;
-    /// otherwise tag by tag through [`Shadow::write`], which invalidates what it must.
-    fn write_own(&mut self, idx: u32, from: u32, to: u32, step: u64) {
-        let grain = self.grain;
-        let mut pos = from;
-        while pos < to {
-            let s = &self.seqs[idx as usize];
-            let (slot, end, g, chunk) = match &s.table {
-                Table::Paged(blocks) => {
-                    let k = pos / grain;
-                    let Some(&b) = blocks.get(k as usize) else {
-                        return;
-                    };
-                    let end = ((u64::from(k) + 1) * u64::from(grain)).min(u64::from(to)) as u32;
-                    let slot = u64::from(b) * u64::from(grain) + u64::from(pos % grain);
-                    (slot, end, u64::from(b), k)
-                }
-                Table::Contiguous { base, .. } => {
-                    let slot = base + u64::from(pos);
-                    let g = slot / u64::from(grain);
-                    let grain_end = (g + 1) * u64::from(grain) - base;
-                    (slot, grain_end.min(u64::from(to)) as u32, g, ANY_CHUNK)
-                }
-                Table::None => return,
-            };
-            let (writer, scope, known_sole) = (s.id as u32, s.scope, s.sole == g);
-            let alone = known_sole
-                || if self.readers.sole(g, idx) {
-                    self.seqs[idx as usize].sole = g;
-                    true
-                } else {
-                    self.readers.only(g, idx, chunk)
-                };
-            let mut done = 0;
-            if alone {
-                let tokens = &self.seqs[idx as usize].history[pos as usize..end as usize];
-                done = store_run(&mut self.tags, slot, tokens, pos, writer, scope);
-                self.report.written_slots += done;
-            }
-            if pos + (done as u32) < end {
-                self.write_one_by_one(idx, slot, pos, pos + done as u32, end, step);
-            }
-            pos = end;
-        }
-    }
-
-    /// Positions `from..end` of stream `idx` (position `pos` at `slot`) through
-    /// [`Shadow::write`]: another stream reads the grain, or the slots lie past the cache's end.
-    #[inline(never)]
-    fn write_one_by_one(&mut self, idx: u32, slot: u64, pos: u32, from: u32, end: u32, step: u64) {
-        let (writer, scope) = (
-            self.seqs[idx as usize].id as u32,
-            self.seqs[idx as usize].scope,
-        );
-        for p in from..end {
-            let tag = Tag {
-                writer,
-                pos: p,
-                token: self.seqs[idx as usize].history[p as usize],
-                scope,
-            };
-            self.write(slot + u64::from(p - pos), tag, idx, step);
-        }
-    }
-
     #[inline]
     fn idx_of(&mut self, seq: SeqId, step: u64, what: &str) -> Option<u32> {
         let idx = self.index.get(seq);
@@ -562,71 +381,37 @@ impl Shadow {
         ));
     }
 
-    /// A step is handed to the device: check layouts, move tags (copies, swaps), write the new
-    /// tokens' tags, queue the step's reads for checking at completion.
+    /// A step is handed to the device: move tags (copies, swaps), then, stream by stream, check
+    /// its layout, write the new tokens' tags and queue the step's reads for checking at
+    /// completion.
+    ///
+    /// Copies and swaps come first, as on a device, where they land before the step's compute:
+    /// a copy-on-write target must hold the copied prefix before its stream writes the new
+    /// token there, and a swap-out must see the tags before anything of this step overwrites
+    /// them. Against the reads the order does not matter, since reads are checked at
+    /// completion, after every write of the step: a copy or swap-in over a slot some stream
+    /// already reads is a changed tag that stream does not expect, found through the reverse
+    /// index whichever of the two comes first; over a slot that enters a stream's context in
+    /// this step, found by the check that entry queues.
     pub fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager, sampled: &[Sampled]) {
         self.ensure_mode(cache);
         let step = self.submitted;
         self.submitted += 1;
         let checks = self.spare.pop().unwrap_or_default();
         self.in_flight.push_back(checks);
-        if plan.copies.is_empty() && plan.swaps.is_empty() {
-            self.submit_streams(plan, cache, sampled, step);
-            return;
-        }
-        let mut plan_idx = std::mem::take(&mut self.plan_idx);
-        plan_idx.clear();
-        // Reads: every scheduled stream's context, and what swap-outs copy to the host.
-        for w in &plan.seqs {
-            let idx = self.idx_of(w.seq, step, "a step").unwrap_or(NO_SEQ);
-            plan_idx.push(idx);
-            if idx == NO_SEQ {
-                continue;
-            }
-            match cache.layout(w.seq) {
-                Some(l) => {
-                    let end = w.context_tokens.saturating_add(w.new_tokens);
-                    self.observe(idx, &l, end, w.context_tokens, step)
-                }
-                None => self.violation(format!(
-                    "step {step}: stream {} is scheduled but has no cache layout",
-                    w.seq
-                )),
-            }
-        }
         for c in &plan.copies {
-            for k in 0..u64::from(c.len_tokens) {
-                let tag = self.tags.get(c.src_slot + k).copied().unwrap_or(Tag::EMPTY);
-                self.write(c.dst_slot + k, tag, u32::MAX, step);
-            }
+            self.copy(c.src_slot, c.dst_slot, c.len_tokens, step);
         }
         for s in &plan.swaps {
             self.swap(s.seq, s.direction, s.tokens, cache, step);
         }
-        for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
-            if idx != NO_SEQ {
-                self.write_step(idx, w, step);
-            }
-        }
-        let mut sampled = sampled.iter();
-        for (w, &idx) in plan.seqs.iter().zip(&plan_idx) {
-            if !w.sample {
-                continue;
-            }
-            let Some(sm) = sampled.next() else { break };
-            if idx != NO_SEQ {
-                self.sampled(idx, w, sm.token);
-            }
-        }
-        self.plan_idx = plan_idx;
+        self.submit_streams(plan, cache, sampled, step);
     }
 
-    /// A step without copies or swaps (almost every step), one stream at a time while its state
-    /// is in cache: read, write, sample. The order across streams does not matter here: a write
-    /// another stream of the step does not expect is a bad read whether it is queued as a
-    /// clobbered slot (that stream already observed) or found when its invalidated chunk is
-    /// re-checked (not yet observed). Copies and swaps must land between everyone's reads and
-    /// writes, so [`Shadow::submit`] keeps three passes for steps that have them.
+    /// The step's streams, one at a time while its state is in cache: read, write, sample. The
+    /// order across streams does not matter: a write another stream of the step does not
+    /// expect is a bad read whether it is queued as a clobbered slot (that stream already
+    /// observed) or found when its invalidated chunk is re-checked (not yet observed).
     fn submit_streams(
         &mut self,
         plan: &StepPlan,
@@ -675,36 +460,6 @@ impl Shadow {
         }
     }
 
-    /// The step's new tokens of stream `idx`, through the layout as handed out now (`observe`
-    /// just made the stream's table equal to it over every position the step touches).
-    #[inline]
-    fn write_step(&mut self, idx: u32, w: &SeqWork, step: u64) {
-        let (from, to) = (
-            w.context_tokens,
-            w.context_tokens.saturating_add(w.new_tokens),
-        );
-        let s = &self.seqs[idx as usize];
-        let known = s.history.len().min(u32::MAX as usize) as u32;
-        let end = to.min(known).min(s.extent);
-        if from < end {
-            self.write_own(idx, from, end, step);
-        }
-        let bad = from.max(end);
-        if bad < to {
-            self.violation(if bad >= known {
-                format!(
-                    "step {step}: stream {} writes position {bad}, whose token is unknown",
-                    w.seq
-                )
-            } else {
-                format!(
-                    "step {step}: stream {} writes position {bad}, which its layout does not map",
-                    w.seq
-                )
-            });
-        }
-    }
-
     /// The token sampled after the step extends the history (a recompute re-derives the same).
     #[inline]
     fn sampled(&mut self, idx: u32, w: &SeqWork, token: u32) {
@@ -713,63 +468,6 @@ impl Shadow {
         s.history.truncate(pos as usize);
         s.history.push(token);
         s.last_sample_pos = Some(pos);
-    }
-
-    /// A swap-out reads the stream's context and keeps its tags on the host; a swap-in writes
-    /// them back through the layout handed out now.
-    fn swap(
-        &mut self,
-        seq: SeqId,
-        direction: SwapDirection,
-        tokens: u32,
-        cache: &dyn KvCacheManager,
-        step: u64,
-    ) {
-        let Some(idx) = self.idx_of(seq, step, "a swap") else {
-            return;
-        };
-        let Some(layout) = cache.layout(seq) else {
-            self.violation(format!(
-                "step {step}: swap of stream {seq}, which has no cache layout"
-            ));
-            return;
-        };
-        match direction {
-            SwapDirection::Out => {
-                self.observe(idx, &layout, tokens, tokens, step);
-                let host = (0..tokens)
-                    .map(|p| {
-                        slot_of(&layout, p)
-                            .and_then(|x| self.tags.get(x).copied())
-                            .unwrap_or(Tag::EMPTY)
-                    })
-                    .collect();
-                self.seqs[idx as usize].host = Some(host);
-            }
-            SwapDirection::In => {
-                let Some(host) = self.seqs[idx as usize].host.take() else {
-                    self.violation(format!(
-                        "step {step}: swap-in of stream {seq}, which was never swapped out"
-                    ));
-                    return;
-                };
-                if host.len() < tokens as usize {
-                    self.violation(format!(
-                        "step {step}: swap-in of {tokens} tokens of stream {seq}, {} were swapped \
-                         out",
-                        host.len()
-                    ));
-                }
-                for (p, tag) in host.into_iter().enumerate().take(tokens as usize) {
-                    match slot_of(&layout, p as u32) {
-                        Some(x) => self.write(x, tag, u32::MAX, step),
-                        None => self.violation(format!(
-                            "step {step}: swap-in of stream {seq}: position {p} is not mapped"
-                        )),
-                    }
-                }
-            }
-        }
     }
 
     /// The oldest in-flight step completed: check what it read against what its readers expect.

@@ -83,8 +83,10 @@ impl Shadow {
     }
 
     /// The tag of stream `idx`'s token at `pos`, stored at `slot` (in grain `g`, which the
-    /// stream alone reads), and the bookkeeping of one position read and written.
-    #[inline]
+    /// stream alone reads), and the bookkeeping of one position read and written. Always
+    /// inlined: called from two places, it was otherwise a call with a prologue costing as much
+    /// as the store.
+    #[inline(always)]
     fn decode_store(&mut self, idx: u32, slot: u64, g: u64, pos: u32, step: u64) -> bool {
         let s = &mut self.seqs[idx as usize];
         let tag = Tag {

@@ -2,7 +2,7 @@
 //! region) the cache manager hands out at submit time is compared with the one last checked, so
 //! only positions that are new, or whose block changed, are queued for checking and moved in the
 //! reverse index — the incremental half of the shadow payload (`shadow.rs` holds the tags and
-//! the step's writes and reads).
+//! the step's reads, `shadow_write.rs` its writes).
 
 use super::*;
 

@@ -123,6 +123,12 @@ impl Readers {
         }
     }
 
+    /// Whether nobody reads grain `g` (true past the end, as for [`Readers::only`]).
+    #[inline]
+    pub fn unread(&self, g: u64) -> bool {
+        self.grains.get(g).is_none_or(|e| e.len == 0)
+    }
+
     /// Whether every reader of grain `g` is stream `seq` at `chunk` (or at any chunk with
     /// [`ANY_CHUNK`]); true for a grain nobody reads. False whenever more than two read it:
     /// callers then look at each reader.
@@ -196,8 +202,10 @@ mod tests {
             let only0 = model.iter().all(|m| m.seq == 0);
             assert_eq!(r.only(3, 0, ANY_CHUNK), only0 && model.len() <= 2);
             assert_eq!(r.sole(3, 0), model.len() == 1 && model[0].seq == 0);
+            assert_eq!(r.unread(3), model.is_empty());
         }
-        assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0));
+        assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0) && r.unread(4));
+        assert!(r.unread(10), "past the end: nobody reads it");
     }
 
     #[test]
