@@ -86,6 +86,7 @@ fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
         "suite.json",
         "sweep.json",
         "calibration.json",
+        "tune.json",
     ]
     .iter()
     .any(|m| dir.join(m).is_file());
