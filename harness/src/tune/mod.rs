@@ -74,14 +74,19 @@ pub fn load_space(
     let check = |set: &str| {
         let mut all = overrides.to_vec();
         all.push(set.to_string());
+        let knob = set.split_once('=').map_or(set, |(k, _)| k);
         crate::scenario::load(scenario_path, &all)
             .map(|_| ())
-            .map_err(|e| {
-                e.diagnostics()
+            .map_err(|e| match e.diagnostics() {
+                [] => e.to_string(),
+                ds => ds
                     .iter()
-                    .map(|d| format!("{} ({})", d.message, d.key))
+                    .map(|d| match d.key == knob {
+                        true => d.message.clone(),
+                        false => format!("{}: {}", d.key, d.message),
+                    })
                     .collect::<Vec<_>>()
-                    .join("; ")
+                    .join("; "),
             })
     };
     match file {
