@@ -200,18 +200,30 @@ fn finds_the_known_optimum_of_a_unimodal_space_with_fewer_tries_than_a_grid() {
     assert_eq!(out.tried[best].config, optimum, "{:#?}", out.tried);
     assert_eq!(verdicts[best], Verdict::Best);
     let b = out.tried[best].bracket;
-    assert!(b.lo() <= 40.0 && 40.0 < b.hi(), "the bracket holds the capacity: {b:?}");
+    assert!(
+        b.lo() <= 40.0 && 40.0 < b.hi(),
+        "the bracket holds the capacity: {b:?}"
+    );
     assert!(
         (out.tried.len() as u64) < space.size(),
         "tried {} of a {}-configuration grid",
         out.tried.len(),
         space.size()
     );
-    assert_eq!(out.probes(), *e.probes.lock().unwrap(), "every probe counted");
+    assert_eq!(
+        out.probes(),
+        *e.probes.lock().unwrap(),
+        "every probe counted"
+    );
     // The centre moved one knob at a time and only upwards.
     for w in out.path.windows(2) {
         let (x, y) = (&out.tried[w[0]], &out.tried[w[1]]);
-        let moved = x.config.iter().zip(&y.config).filter(|(a, b)| a != b).count();
+        let moved = x
+            .config
+            .iter()
+            .zip(&y.config)
+            .filter(|(a, b)| a != b)
+            .count();
         assert_eq!(moved, 1, "{:?} -> {:?}", x.config, y.config);
         assert!(y.bracket.lo() > x.bracket.lo());
     }
@@ -236,8 +248,9 @@ fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
                     format!("scheduler.k{k}")
                 };
                 if rng.gen_bool(0.3) {
-                    let names: Vec<toml::Value> =
-                        (0..n).map(|i| toml::Value::String(format!("v{i}"))).collect();
+                    let names: Vec<toml::Value> = (0..n)
+                        .map(|i| toml::Value::String(format!("v{i}")))
+                        .collect();
                     let own = names[rng.gen_range(0..n)].clone();
                     Knob::new(&key, names, Some(own))
                 } else {
@@ -302,7 +315,10 @@ fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
         // The best: indistinguishable from the top, and no tied configuration simpler.
         let (verdicts, best) = rank::verdicts(&space, &out.tried);
         let best = best.expect("a best");
-        assert!(out.tried[best].bracket.overlaps(&best_bracket), "seed {seed}");
+        assert!(
+            out.tried[best].bracket.overlaps(&best_bracket),
+            "seed {seed}"
+        );
         for (i, t) in out.tried.iter().enumerate() {
             if verdicts[i] == Verdict::Indistinguishable {
                 assert!(t.bracket.overlaps(&best_bracket), "seed {seed}");
@@ -332,27 +348,32 @@ fn ties_go_to_fewer_knobs_moved_then_the_smaller_block_size() {
             int_knob("scheduler.max_seqs_per_step", &[64, 128], 128),
         ],
     };
-    let flat: BTreeMap<Config, f64> = all_configs(&space)
-        .into_iter()
-        .map(|c| (c, 20.0))
-        .collect();
+    let flat: BTreeMap<Config, f64> = all_configs(&space).into_iter().map(|c| (c, 20.0)).collect();
     let e = Synthetic::new(flat, 5.0);
     let out = search::search_mode(&e, &space, CacheMode::Paged, &cfg()).unwrap();
     let (verdicts, best) = rank::verdicts(&space, &out.tried);
     assert_eq!(out.tried[best.unwrap()].config, space.start());
-    assert!(verdicts.iter().filter(|v| **v == Verdict::Indistinguishable).count() >= 2);
+    assert!(
+        verdicts
+            .iter()
+            .filter(|v| **v == Verdict::Indistinguishable)
+            .count()
+            >= 2
+    );
 
     // The scenario's own configuration is worse; block sizes 8 and 32 are equally good.
-    let mut caps: BTreeMap<Config, f64> = all_configs(&space)
-        .into_iter()
-        .map(|c| (c, 10.0))
-        .collect();
+    let mut caps: BTreeMap<Config, f64> =
+        all_configs(&space).into_iter().map(|c| (c, 10.0)).collect();
     caps.insert(vec![0, 1], 30.0);
     caps.insert(vec![2, 1], 30.0);
     let e = Synthetic::new(caps, 5.0);
     let out = search::search_mode(&e, &space, CacheMode::Paged, &cfg()).unwrap();
     let (_, best) = rank::verdicts(&space, &out.tried);
-    assert_eq!(out.tried[best.unwrap()].config, vec![0, 1], "block size 8 wins the tie");
+    assert_eq!(
+        out.tried[best.unwrap()].config,
+        vec![0, 1],
+        "block size 8 wins the tie"
+    );
 }
 
 /// Both modes are searched, each towards its own optimum; a spent budget stops the search and
