@@ -91,7 +91,7 @@ fn recomputed_best(j: &TuneJson, cache: &str) -> Option<usize> {
         .max_by(|&x, &y| lo(x).total_cmp(&lo(y)))?;
     rows.iter()
         .copied()
-        .filter(|&i| !(hi(i) <= lo(top)) && !(hi(top) <= lo(i)))
+        .filter(|&i| hi(i) > lo(top) && hi(top) > lo(i))
         .min_by(|&x, &y| {
             let c = |i: usize| &j.configurations[i];
             c(x).knobs_away
