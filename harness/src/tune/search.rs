@@ -7,8 +7,9 @@
 //! passing and lowest failing rate): a probe at `a` that does not pass shows the configuration
 //! below the centre, and it is pruned there (one probe); one that passes at `a` but not at `b`
 //! shares the centre's bracket, bisected to the stated precision; one that passes at `b` is
-//! better, and the sweep's own search runs from `b`. The centre moves to the best neighbour that
-//! is better; the search ends when none is, or when the time budget is spent.
+//! better, and is searched upwards from `b` in growing steps, then bisected ([`gallop`]). The
+//! centre moves to the best neighbour that is better; the search ends when none is (a local
+//! optimum: no single-knob move improves it), or when the time budget is spent.
 //!
 //! A configuration is pruned only when it failed at a load the centre passed, and the centre's
 //! passing load never decreases, so a pruned configuration's interval lies wholly below the
@@ -305,7 +306,7 @@ fn seeded<E: Evaluator>(
     }
     t.bracket.pass = Some(a);
     let Some(b) = centre.fail else {
-        return full(e, mode, a, cfg, t);
+        return gallop(e, mode, cfg, t);
     };
     if cfg.over() {
         t.status = Status::Unfinished;
@@ -313,9 +314,44 @@ fn seeded<E: Evaluator>(
     }
     t.probes += 1;
     if e.probe(&t.config, mode, b)? {
-        return full(e, mode, b, cfg, t);
+        t.bracket.pass = Some(b);
+        return gallop(e, mode, cfg, t);
     }
     t.bracket.fail = Some(b);
+    bisect(e, mode, cfg, t)
+}
+
+/// Up from a passing load in growing steps (4, 8, 16… times the precision) until a probe does
+/// not pass, then bisect: a neighbour's rate is near its centre's, where the sweep's doubling
+/// would overshoot and spend its bisection coming back. Capped where the sweep's search is.
+fn gallop<E: Evaluator>(
+    e: &E,
+    mode: CacheMode,
+    cfg: &SearchConfig,
+    mut t: Tried,
+) -> Result<Tried, E::Error> {
+    let limit = e.base_load() * f64::from(1u32 << crate::sweep::search::MAX_DOUBLINGS);
+    let mut step = 4.0 * cfg.precision;
+    while let Some(lo) = t.bracket.pass {
+        let next = lo * (1.0 + step);
+        if next > limit || next <= lo {
+            t.capped = true;
+            t.status = Status::Searched;
+            return Ok(t);
+        }
+        if cfg.over() {
+            t.status = Status::Unfinished;
+            return Ok(t);
+        }
+        t.probes += 1;
+        if e.probe(&t.config, mode, next)? {
+            t.bracket.pass = Some(next);
+            step *= 2.0;
+        } else {
+            t.bracket.fail = Some(next);
+            break;
+        }
+    }
     bisect(e, mode, cfg, t)
 }
 

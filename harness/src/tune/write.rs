@@ -287,7 +287,7 @@ pub fn markdown(j: &TuneJson) -> String {
             Some(b) => {
                 let _ = writeln!(
                     md,
-                    "Best: {} — rate at target {} req/s, interval {}{} ({} knobs moved). {} configurations, {} probes{}.\n",
+                    "Best: {} — rate at target {} req/s, interval {}{} (knobs moved: {}). {} configurations, {} probes{}.\n",
                     set_or_own(&b.set),
                     opt(b.rate_at_target_rps),
                     ci(b.rate_at_target_rps_ci),
