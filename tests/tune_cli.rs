@@ -255,6 +255,29 @@ fn a_spent_budget_is_reported() {
         .all(|c| c.verdict.name() == "unfinished"));
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.contains("time budget of"), "{md}");
+    // A tune folder is a results folder: --force replaces it, and nothing else is left beside.
+    std::fs::write(out.join("tune.md"), "stale").unwrap();
+    let (code, text) = kvbench(&[
+        "tune",
+        &scenario,
+        "--space",
+        &space,
+        "--budget-s",
+        "0.000001",
+        "--force",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
+    assert!(md.starts_with("# kvbench tune: tune-small"), "{md}");
+    let beside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
 }
 
 #[test]
