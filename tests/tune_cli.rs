@@ -136,7 +136,9 @@ fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
             Some("--set scheduler.max_seqs_per_step=8")
         );
         assert!(
-            text.contains("reproduce: --set scheduler.max_seqs_per_step=8"),
+            text.contains(&format!(
+                "reproduce: kvbench sweep {scenario} --set scheduler.max_seqs_per_step=8"
+            )),
             "{text}"
         );
         // The rate rises with the knob: each searched value above the one below it.

@@ -382,19 +382,27 @@ pub fn summary_lines(j: &TuneJson) -> String {
             ""
         }
     );
+    let base: String = j
+        .base_overrides
+        .iter()
+        .map(|o| format!(" --set {}", shell_word(o)))
+        .collect();
     for m in &j.modes {
         let line = match m.best.and_then(|i| j.configurations.get(i)) {
             Some(b) => format!(
-                "best rate at target {} req/s {} ({} configurations, {} probes); reproduce: {}",
+                "best rate at target {} req/s {} ({} configurations, {} probes){}\n             reproduce: kvbench sweep {}{base}{}{}",
                 opt(b.rate_at_target_rps),
                 ci(b.rate_at_target_rps_ci),
                 m.configurations,
                 m.probes,
                 if b.set.is_empty() {
-                    "no --set (the scenario as written)".to_string()
+                    ": the scenario as written"
                 } else {
-                    b.set.clone()
-                }
+                    ""
+                },
+                shell_word(&j.scenario_file),
+                if b.set.is_empty() { "" } else { " " },
+                b.set
             ),
             None => format!(
                 "no configuration met the target ({} configurations, {} probes)",
@@ -404,6 +412,18 @@ pub fn summary_lines(j: &TuneJson) -> String {
         let _ = writeln!(s, "  {:<10} {line}", m.cache);
     }
     s
+}
+
+/// One shell word: as it is when the shell leaves it alone, else single-quoted.
+fn shell_word(w: &str) -> String {
+    let safe = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-+=/,:@".contains(c));
+    if safe {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
 }
 
 /// Write `tune.json` and `tune.md` into `out` at once (staged, renamed into place).
