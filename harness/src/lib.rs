@@ -17,5 +17,6 @@ pub mod plan;
 pub mod results;
 pub mod scenario;
 pub mod sweep;
+pub mod tune;
 pub mod units;
 pub mod workload;

@@ -39,6 +39,7 @@ mod scenario_cmd;
 mod suite;
 mod sweep;
 mod trace_cmd;
+mod tune;
 mod validate;
 
 use std::process::ExitCode;
@@ -71,6 +72,8 @@ pub enum Command {
     Suite(suite::Args),
     /// Throughput at the scenario's latency target: a resolved rate (or concurrency) search.
     Sweep(sweep::Args),
+    /// The configuration with the highest rate at target per cache mode: a neighbour search.
+    Tune(tune::Args),
     /// Compare two results folders (runs, suites or sweeps): change, 95% interval, significance.
     Compare(compare::Args),
     /// Exit 1 when the current folder regressed significantly beyond a threshold against a baseline.
@@ -123,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Suite(a) => suite::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Tune(a) => tune::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Gate(a) => gate::run(a),
         Command::Isolation(a) => isolation::run(a),

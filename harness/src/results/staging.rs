@@ -78,14 +78,15 @@ pub fn wait_if_interrupted() {
 }
 
 /// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench run folder),
-/// a `suite.json` (a suite or merged suite), a `sweep.json` (a sweep) or a `calibration.json` (a
-/// `calibrate --check` folder). Anything else is someone's data.
+/// a `suite.json` (a suite or merged suite), a `sweep.json` (a sweep), a `calibration.json` (a
+/// `calibrate --check` folder) or a `tune.json` (a tune). Anything else is someone's data.
 fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
     let marked = [
         "summary.json",
         "suite.json",
         "sweep.json",
         "calibration.json",
+        "tune.json",
     ]
     .iter()
     .any(|m| dir.join(m).is_file());

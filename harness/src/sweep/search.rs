@@ -52,7 +52,7 @@ impl SeedSearch {
 }
 
 /// Run a probe, rerunning it longer while unresolved (up to the stated cap).
-fn resolved(
+pub fn resolved(
     base: &Scenario,
     cfg: &SearchConfig,
     load: f64,
