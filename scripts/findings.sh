@@ -92,7 +92,7 @@ done
 if "$KVBENCH" tune --help > /dev/null 2>&1; then
   step "tune (present in this build)"
   TUNE_ARGS=(tune "$CHAT" --backend sim --out "$OUT/tune")
-  [ "$QUICK" = 1 ] && TUNE_ARGS+=(--budget-s 30)
+  [ "$QUICK" = 1 ] && TUNE_ARGS+=(--budget-s 30 --set "traffic.requests=$SWEEP_REQUESTS")
   printf '%s\t%s\n' tune "kvbench ${TUNE_ARGS[*]//$OUT/OUT}" >> "$OUT/commands.tsv"
   if ! "$KVBENCH" "${TUNE_ARGS[@]}" > "$OUT/logs/tune.log" 2>&1; then
     echo "findings.sh: tune failed (logs/tune.log); its choice is left out" >&2

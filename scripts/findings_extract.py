@@ -166,21 +166,19 @@ def commands(out, prefixes):
 
 
 def tune_choice(out):
-    """tune's chosen block size, where a `kvbench tune` ran and its tune.json says it plainly."""
+    """The block size of tune's best paged configuration, where a `kvbench tune` ran: tune.json's
+    `modes[]` entry for `paged` names its best by index into `configurations[]`, whose `values`
+    hold every knob as the `--set` text."""
     path = os.path.join(out, "tune", "tune.json")
     if not os.path.isfile(path):
         return None
     j = read_json(path)
-    best = j.get("best") if isinstance(j, dict) else None
-    if isinstance(best, list) and best:
-        best = best[0]
-    if not isinstance(best, dict):
-        return None
-    for holder in (best, best.get("values"), best.get("config")):
-        if isinstance(holder, dict):
-            for k in ("block_size", "cache.block_size"):
-                if isinstance(holder.get(k), int):
-                    return holder[k]
+    for mode in j.get("modes", []):
+        if mode.get("cache") != "paged" or mode.get("best") is None:
+            continue
+        values = j["configurations"][mode["best"]].get("values", {})
+        if "cache.block_size" in values:
+            return int(values["cache.block_size"])
     return None
 
 

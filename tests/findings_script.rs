@@ -314,9 +314,19 @@ fn expected(out: &Path, key: &str) -> Expected {
             // Only where a `kvbench tune` ran: its tune.json must say this block size.
             let text = std::fs::read_to_string(out.join("tune/tune.json")).unwrap();
             let v: Value = serde_json::from_str(&text).unwrap();
-            let mut found = None;
-            find_block_size(&v["best"], &mut found);
-            Expected::Num(f64::from(found.expect("tune.json best block size")), None)
+            let paged = v["modes"]
+                .as_array()
+                .expect("tune.json modes[]")
+                .iter()
+                .find(|m| m["cache"] == "paged")
+                .expect("a paged mode");
+            let best = paged["best"].as_u64().expect("a best configuration") as usize;
+            let block: f64 = v["configurations"][best]["values"]["cache.block_size"]
+                .as_str()
+                .expect("the best configuration's cache.block_size")
+                .parse()
+                .expect("a number");
+            Expected::Num(block, None)
         }
         [family, label, mode @ ("paged" | "contiguous"), metric] => over_seeds(
             seed_dirs(out, family, label)
@@ -325,21 +335,6 @@ fn expected(out: &Path, key: &str) -> Expected {
                 .collect(),
         ),
         _ => panic!("findings.md states a figure this test does not know: {key}"),
-    }
-}
-
-fn find_block_size(v: &Value, found: &mut Option<u32>) {
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                if (k == "block_size" || k == "cache.block_size") && found.is_none() {
-                    *found = x.as_u64().map(|b| b as u32);
-                }
-                find_block_size(x, found);
-            }
-        }
-        Value::Array(a) => a.iter().take(1).for_each(|x| find_block_size(x, found)),
-        _ => {}
     }
 }
 
