@@ -40,10 +40,6 @@ pub fn kv_buffer<E: KvElem>(n: usize, fill: E) -> Vec<E> {
 pub struct LayerKv<E> {
     pub k: Vec<E>,
     pub v: Vec<E>,
-    /// FP8 scales, one per slot per KV head (empty unless the cache is quantised; see
-    /// [`crate::kv_quant`]).
-    pub k_scale: Vec<f32>,
-    pub v_scale: Vec<f32>,
 }
 
 /// The whole cache: every layer, same slot count.
@@ -55,6 +51,9 @@ pub struct KvCache<E> {
     pub head_dim: usize,
     /// FP8 quantisation of every value written (`None`: stored as `E`).
     pub quant: Option<KvQuant>,
+    /// FP8 scales per layer, `[k, v]`, one per slot per KV head (empty unless quantised; see
+    /// [`crate::kv_quant`]).
+    pub scales: Vec<[Vec<f32>; 2]>,
 }
 
 impl<E: KvElem> KvCache<E> {
@@ -65,8 +64,6 @@ impl<E: KvElem> KvCache<E> {
             .map(|_| LayerKv {
                 k: kv_buffer(n, nan),
                 v: kv_buffer(n, nan),
-                k_scale: Vec::new(),
-                v_scale: Vec::new(),
             })
             .collect();
         KvCache {
@@ -75,6 +72,7 @@ impl<E: KvElem> KvCache<E> {
             kv_heads,
             head_dim,
             quant: None,
+            scales: Vec::new(),
         }
     }
 
@@ -88,10 +86,9 @@ impl<E: KvElem> KvCache<E> {
             )));
         }
         let n = self.num_slots * self.kv_heads;
-        for l in &mut self.layers {
-            l.k_scale = vec![f32::NAN; n];
-            l.v_scale = vec![f32::NAN; n];
-        }
+        self.scales = (0..self.layers.len())
+            .map(|_| [vec![f32::NAN; n], vec![f32::NAN; n]])
+            .collect();
         self.quant = Some(quant);
         Ok(self)
     }
@@ -136,8 +133,9 @@ impl<E: KvElem> KvCache<E> {
         for layer in &mut self.layers {
             layer.k.copy_within(src * row..(src + len) * row, dst * row);
             layer.v.copy_within(src * row..(src + len) * row, dst * row);
-            layer.k_scale.copy_within(src * sr..(src + len) * sr, dst * sr);
-            layer.v_scale.copy_within(src * sr..(src + len) * sr, dst * sr);
+        }
+        for s in self.scales.iter_mut().flatten() {
+            s.copy_within(src * sr..(src + len) * sr, dst * sr);
         }
         Ok(())
     }
@@ -153,10 +151,11 @@ impl<E: KvElem> KvCache<E> {
         self.check_range(first, len)?;
         let row = self.row_elems();
         let sr = self.scale_row();
-        for layer in &self.layers {
+        let none: [Vec<f32>; 2] = Default::default();
+        for (i, layer) in self.layers.iter().enumerate() {
             out.extend_from_slice(&layer.k[first * row..(first + len) * row]);
             out.extend_from_slice(&layer.v[first * row..(first + len) * row]);
-            for s in [&layer.k_scale, &layer.v_scale] {
+            for s in self.scales.get(i).unwrap_or(&none) {
                 out.extend(s[first * sr..(first + len) * sr].iter().map(|&x| E::from_f32(x)));
             }
         }
@@ -183,12 +182,12 @@ impl<E: KvElem> KvCache<E> {
             });
         }
         let mut at = 0;
-        for layer in &mut self.layers {
+        for (i, layer) in self.layers.iter_mut().enumerate() {
             layer.k[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
             at += len * row;
             layer.v[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
             at += len * row;
-            for s in [&mut layer.k_scale, &mut layer.v_scale] {
+            for s in self.scales.get_mut(i).into_iter().flatten() {
                 for (d, x) in s[first * sr..(first + len) * sr]
                     .iter_mut()
                     .zip(&data[at..at + len * sr])

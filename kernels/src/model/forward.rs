@@ -168,6 +168,7 @@ impl Transformer {
         let mut gate = vec![0f32; n * f];
         let mut up = vec![0f32; n * f];
         let quant = kv.quant.as_ref();
+        let scales = &mut kv.scales;
         for (li, (lw, lkv)) in self.weights.layers.iter().zip(kv.layers.iter_mut()).enumerate() {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
             matmul(&h, &lw.wq, &mut q, n, d, qd)?;
@@ -176,10 +177,10 @@ impl Transformer {
             apply_rope(&mut q, c.q_heads, c.head_dim, &cos, &sin);
             apply_rope(&mut k, c.kv_heads, c.head_dim, &cos, &sin);
             write_kv(lkv, kv.num_slots, kvd, &k, &v, &slots)?;
-            if let Some(q) = quant {
+            if let (Some(q), Some([ks, vs])) = (quant, scales.get_mut(li)) {
                 let (kh, hd) = (c.kv_heads, c.head_dim);
-                q.apply(li, 0, &mut lkv.k, &mut lkv.k_scale, kh, hd, &slots, &first_slots)?;
-                q.apply(li, 1, &mut lkv.v, &mut lkv.v_scale, kh, hd, &slots, &first_slots)?;
+                q.apply(li, 0, &mut lkv.k, ks, kh, hd, &slots, &first_slots)?;
+                q.apply(li, 1, &mut lkv.v, vs, kh, hd, &slots, &first_slots)?;
             }
             attention(lkv, kv.num_slots, dims, &spans, &q, &mut att, scale)?;
             matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
