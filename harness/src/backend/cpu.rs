@@ -43,7 +43,6 @@ use super::{
     Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
     StepPlan, SwapDirection,
 };
-use crate::model::Dtype;
 
 pub struct CpuBackend {
     model: Transformer,
