@@ -315,3 +315,26 @@ fn hostile_kv_keys_are_refused_at_file_line_and_cuda_refuses_fp8() {
     assert!(!out.join("summary.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sim_reads_fp8_kv_at_one_byte_a_value_plus_its_block_scales() {
+    use kvbench::backend::sim::cost::CostModel;
+    use kvbench::backend::sim::profile::DeviceProfile;
+    use kvbench::backend::SeqWork;
+    let h200 = DeviceProfile::load("h200", None).expect("h200");
+    let decode = [SeqWork {
+        seq: 0,
+        context_tokens: 1000,
+        new_tokens: 1,
+        sample: true,
+    }];
+    let read = |m: &ModelShape| CostModel::new(m, &h200, None).load(&decode, &[], &[]).kv_read_bytes;
+    let bf16 = ModelShape::llama3_8b();
+    let e4m3 = fp8(bf16.clone(), Dtype::Fp8E4m3, None, 16);
+    let block = fp8(bf16.clone(), Dtype::Fp8E5m2, Some(KvScale::PerBlock), 16);
+    // The step reads its context (and the new token's own K/V) once.
+    let tokens = read(&bf16) / 131_072.0;
+    assert!(tokens >= 1000.0, "{tokens}");
+    assert_eq!(read(&e4m3), tokens * 65_536.0);
+    assert_eq!(read(&block), tokens * (65_536.0 + 128.0));
+}
