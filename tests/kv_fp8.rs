@@ -56,7 +56,12 @@ fn per_token_bytes_with_each_scale_granularity_by_hand() {
     let big = fp8(t.clone(), Dtype::Fp8E4m3, Some(KvScale::PerBlock), 64);
     assert_eq!(big.kv_bytes_per_token(), 257);
     // llama3-8b, blocks of 16: 65536 value bytes + 2 x 32 x 8 x 4 / 16 = 128.
-    let l = fp8(ModelShape::llama3_8b(), Dtype::Fp8E4m3, Some(KvScale::PerBlock), 16);
+    let l = fp8(
+        ModelShape::llama3_8b(),
+        Dtype::Fp8E4m3,
+        Some(KvScale::PerBlock),
+        16,
+    );
     assert_eq!(l.kv_bytes_per_token(), 65_536 + 128);
     // bf16 carries no scales whatever kv_scale says.
     let b = fp8(t, Dtype::Bf16, Some(KvScale::PerBlock), 16);
@@ -71,7 +76,9 @@ fn a_scenario_prices_its_scales_and_fp8_is_e4m3() {
     assert_eq!(shape.kv_dtype, Dtype::Fp8E4m3);
     assert_eq!(shape.kv_scale, Some((KvScale::PerBlock, 16)));
     assert_eq!(shape.kv_bytes_per_token(), 258);
-    let plain = quick(&["model.kv_dtype=fp8_e5m2"]).model_shape().expect("shape");
+    let plain = quick(&["model.kv_dtype=fp8_e5m2"])
+        .model_shape()
+        .expect("shape");
     assert_eq!(plain.kv_scale_granularity(), Some(KvScale::PerTensor));
     assert_eq!(plain.kv_bytes_per_token(), 256);
 }
@@ -86,7 +93,10 @@ fn plan_counts_scale_bytes_and_takes_fixed_ones_off_the_budget() {
         budget_bytes: Some(65_536 * 16 * 10),
     };
     let p = Plan::compute(&input(KvScale::PerBlock), 16).expect("plan");
-    assert_eq!((p.scale_bytes_per_block, p.scale_bytes_per_token), (2048, 128));
+    assert_eq!(
+        (p.scale_bytes_per_block, p.scale_bytes_per_token),
+        (2048, 128)
+    );
     assert_eq!(p.block_bytes, 16 * (65_536 + 128));
     // Ten value-only blocks of budget: per-block scales leave room for nine.
     assert_eq!(p.fits_paged, Some(9));
@@ -192,7 +202,11 @@ fn quantised_storage_does_not_depend_on_layout_or_chunking() {
                     assert!(near || saturated, "{} {g:?}: {a} vs {b}", format.name());
                 }
             }
-            assert!(moved * 2 > all, "{} {g:?}: {moved} of {all} moved", format.name());
+            assert!(
+                moved * 2 > all,
+                "{} {g:?}: {moved} of {all} moved",
+                format.name()
+            );
         }
     }
 }
@@ -276,8 +290,14 @@ fn hostile_kv_keys_are_refused_at_file_line_and_cuda_refuses_fp8() {
         .expect("preset line")
         + 2;
     for (extra, want) in [
-        ("kv_scale = \"per_head\"", "model.kv_scale: per_head scales belong to an FP8 cache"),
-        ("kv_scale = \"per_row\"", "model.kv_scale: unknown variant `per_row`"),
+        (
+            "kv_scale = \"per_head\"",
+            "model.kv_scale: per_head scales belong to an FP8 cache",
+        ),
+        (
+            "kv_scale = \"per_row\"",
+            "model.kv_scale: unknown variant `per_row`",
+        ),
         ("kv_scale = 3", "model.kv_scale"),
         ("kv_dtype = \"fp9\"", "model.kv_dtype"),
     ] {
@@ -297,12 +317,18 @@ fn hostile_kv_keys_are_refused_at_file_line_and_cuda_refuses_fp8() {
         assert_eq!(code, 2, "{extra}: {err}");
         assert!(err.contains(&format!("{f}:{line}:")), "{extra}: {err}");
         assert!(err.contains(want), "{extra}: {err}");
-        assert!(!out.join("summary.json").exists(), "{extra}: results written");
+        assert!(
+            !out.join("summary.json").exists(),
+            "{extra}: results written"
+        );
     }
     let out = dir.join("cuda");
     let (code, err) = run_cli(&[
         "run",
-        root().join("scenarios/quick-basic.toml").to_str().expect("utf8"),
+        root()
+            .join("scenarios/quick-basic.toml")
+            .to_str()
+            .expect("utf8"),
         "--backend",
         "cuda-emu",
         "--set",
@@ -311,7 +337,10 @@ fn hostile_kv_keys_are_refused_at_file_line_and_cuda_refuses_fp8() {
         out.to_str().expect("utf8"),
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("model.kv_dtype") && err.contains("fp8_e5m2"), "{err}");
+    assert!(
+        err.contains("model.kv_dtype") && err.contains("fp8_e5m2"),
+        "{err}"
+    );
     assert!(!out.join("summary.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -328,7 +357,11 @@ fn sim_reads_fp8_kv_at_one_byte_a_value_plus_its_block_scales() {
         new_tokens: 1,
         sample: true,
     }];
-    let read = |m: &ModelShape| CostModel::new(m, &h200, None).load(&decode, &[], &[]).kv_read_bytes;
+    let read = |m: &ModelShape| {
+        CostModel::new(m, &h200, None)
+            .load(&decode, &[], &[])
+            .kv_read_bytes
+    };
     let bf16 = ModelShape::llama3_8b();
     let e4m3 = fp8(bf16.clone(), Dtype::Fp8E4m3, None, 16);
     let block = fp8(bf16.clone(), Dtype::Fp8E5m2, Some(KvScale::PerBlock), 16);

@@ -186,7 +186,11 @@ mod tests {
                 let back = f.encode(v);
                 // ±0 are two codes of one value; every other finite code is its value's only one.
                 let same = back == c || (v == 0.0 && f.decode(back) == 0.0);
-                assert!(same, "{} code {c:#04x} = {v} encodes to {back:#04x}", f.name());
+                assert!(
+                    same,
+                    "{} code {c:#04x} = {v} encodes to {back:#04x}",
+                    f.name()
+                );
             }
             assert_eq!(finite, if f == Fp8Format::E4m3 { 254 } else { 248 });
         }

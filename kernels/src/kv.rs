@@ -156,7 +156,11 @@ impl<E: KvElem> KvCache<E> {
             out.extend_from_slice(&layer.k[first * row..(first + len) * row]);
             out.extend_from_slice(&layer.v[first * row..(first + len) * row]);
             for s in self.scales.get(i).unwrap_or(&none) {
-                out.extend(s[first * sr..(first + len) * sr].iter().map(|&x| E::from_f32(x)));
+                out.extend(
+                    s[first * sr..(first + len) * sr]
+                        .iter()
+                        .map(|&x| E::from_f32(x)),
+                );
             }
         }
         Ok(())

@@ -88,9 +88,7 @@ impl KvQuant {
     /// The slot whose scale position `pos` uses, for `PerBlock`: its block's first position.
     pub fn block_first(&self, pos: usize) -> Option<usize> {
         match self.granularity {
-            ScaleGranularity::PerBlock { block_tokens } => {
-                Some(pos - pos % block_tokens.max(1))
-            }
+            ScaleGranularity::PerBlock { block_tokens } => Some(pos - pos % block_tokens.max(1)),
             _ => None,
         }
     }

@@ -114,8 +114,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         shape.tp = v;
     }
     if let Some(d) = &a.dtype {
-        shape.kv_dtype = Dtype::parse(d)
-            .with_context(|| format!("--dtype: unknown `{d}` (use f32, f16, bf16, fp8_e4m3, fp8_e5m2)"))?;
+        shape.kv_dtype = Dtype::parse(d).with_context(|| {
+            format!("--dtype: unknown `{d}` (use f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
+        })?;
     }
     let budget_bytes = match (&a.budget, &loaded) {
         (Some(b), _) => Some(parse_bytes(b).with_context(|| format!("--budget `{b}`"))?),

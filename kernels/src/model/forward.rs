@@ -169,7 +169,13 @@ impl Transformer {
         let mut up = vec![0f32; n * f];
         let quant = kv.quant.as_ref();
         let scales = &mut kv.scales;
-        for (li, (lw, lkv)) in self.weights.layers.iter().zip(kv.layers.iter_mut()).enumerate() {
+        for (li, (lw, lkv)) in self
+            .weights
+            .layers
+            .iter()
+            .zip(kv.layers.iter_mut())
+            .enumerate()
+        {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
             matmul(&h, &lw.wq, &mut q, n, d, qd)?;
             matmul(&h, &lw.wk, &mut k, n, d, kvd)?;

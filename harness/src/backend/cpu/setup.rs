@@ -55,12 +55,10 @@ pub fn kv_storage(shape: &ModelShape, model: &Transformer) -> Result<KvStorage, 
         Dtype::Bf16 => return Ok(KvStorage::Bf16),
         Dtype::Fp8E4m3 => Fp8Format::E4m3,
         Dtype::Fp8E5m2 => Fp8Format::E5m2,
-        Dtype::F16 => {
-            return Err(BackendError::Config(
-                "model.kv_dtype: the cpu backend stores KV as f32, bf16, fp8_e4m3 or fp8_e5m2, not f16"
-                    .into(),
-            ))
-        }
+        Dtype::F16 => return Err(BackendError::Config(
+            "model.kv_dtype: the cpu backend stores KV as f32, bf16, fp8_e4m3 or fp8_e5m2, not f16"
+                .into(),
+        )),
     };
     let granularity = match shape.kv_scale_granularity() {
         Some(KvScale::PerHead) => ScaleGranularity::PerHead,
