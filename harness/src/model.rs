@@ -5,6 +5,11 @@
 //! attention shares each KV head among several query heads. Tensor parallelism splits KV heads
 //! across devices, so the per-device figure divides `kv_heads` by the TP degree.
 //!
+//! An FP8 KV cache ([`Dtype::Fp8E4m3`], [`Dtype::Fp8E5m2`]) also stores f32 scales
+//! ([`KvScale`]): per block they are a per-token term of the same formula (the block's scale
+//! bytes ÷ block size, rounded up); per tensor or per head they are a fixed handful of bytes
+//! ([`ModelShape::kv_scale_fixed_bytes`]) that `plan` shows.
+//!
 //! A mixture-of-experts model ([`Moe`]) holds every expert's weights (what the memory budget
 //! pays for) but computes with only the experts its router picks for each token (what a step's
 //! FLOPs pay for). Which experts a batch of tokens touches decides how many expert weights a
@@ -13,14 +18,19 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Element type of a tensor (weights or KV cache).
+/// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
+/// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
+/// for range).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     F32,
     F16,
     Bf16,
-    Fp8,
+    #[serde(rename = "fp8_e4m3", alias = "fp8")]
+    Fp8E4m3,
+    #[serde(rename = "fp8_e5m2")]
+    Fp8E5m2,
 }
 
 impl Dtype {
@@ -28,7 +38,7 @@ impl Dtype {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::Bf16 => 2,
-            Dtype::Fp8 => 1,
+            Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => 1,
         }
     }
 
@@ -37,7 +47,8 @@ impl Dtype {
             "f32" | "fp32" | "float32" => Some(Dtype::F32),
             "f16" | "fp16" | "float16" => Some(Dtype::F16),
             "bf16" | "bfloat16" => Some(Dtype::Bf16),
-            "fp8" | "f8" | "e4m3" => Some(Dtype::Fp8),
+            "fp8" | "f8" | "e4m3" | "fp8_e4m3" => Some(Dtype::Fp8E4m3),
+            "e5m2" | "fp8_e5m2" => Some(Dtype::Fp8E5m2),
             _ => None,
         }
     }
@@ -47,7 +58,38 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::Bf16 => "bf16",
-            Dtype::Fp8 => "fp8",
+            Dtype::Fp8E4m3 => "fp8_e4m3",
+            Dtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+
+    /// An 8-bit float, which carries scales ([`KvScale`]).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, Dtype::Fp8E4m3 | Dtype::Fp8E5m2)
+    }
+}
+
+/// Bytes of one FP8 scale (f32).
+pub const KV_SCALE_BYTES: u64 = 4;
+
+/// How many FP8 KV values share one f32 scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvScale {
+    /// One scale per layer for K and one for V.
+    PerTensor,
+    /// One per layer per KV head, K and V.
+    PerHead,
+    /// One per cache block per layer per KV head, K and V.
+    PerBlock,
+}
+
+impl KvScale {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvScale::PerTensor => "per_tensor",
+            KvScale::PerHead => "per_head",
+            KvScale::PerBlock => "per_block",
         }
     }
 }
@@ -73,6 +115,10 @@ pub struct ModelShape {
     /// render as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<Moe>,
+    /// FP8 scale granularity (`None`: per tensor for an FP8 cache, nothing otherwise) and, per
+    /// block, the block size in tokens the scales are priced over. Left out when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_scale: Option<(KvScale, u32)>,
 }
 
 /// A mixture-of-experts feed-forward block, the same in every layer: a router (`d_model ×
@@ -139,6 +185,7 @@ impl ModelShape {
             kv_dtype: Dtype::Bf16,
             tp: 1,
             moe: None,
+            kv_scale: None,
         }
     }
 
@@ -159,6 +206,7 @@ impl ModelShape {
             kv_dtype: Dtype::Bf16,
             tp: 1,
             moe: None,
+            kv_scale: None,
         }
     }
 
@@ -181,6 +229,7 @@ impl ModelShape {
             kv_dtype: Dtype::Bf16,
             tp: 1,
             moe: None,
+            kv_scale: None,
         }
     }
 
@@ -203,6 +252,7 @@ impl ModelShape {
             kv_dtype: Dtype::Bf16,
             tp: 1,
             moe: None,
+            kv_scale: None,
         }
     }
 
@@ -232,6 +282,7 @@ impl ModelShape {
                 expert_ffn_dim: 14336,
                 shared_experts: 0,
             }),
+            kv_scale: None,
         }
     }
 
@@ -250,6 +301,7 @@ impl ModelShape {
             kv_dtype: Dtype::F32,
             tp: 1,
             moe: None,
+            kv_scale: None,
         }
     }
 
@@ -285,12 +337,54 @@ impl ModelShape {
         self.checked_kv_bytes_per_token().unwrap_or(u64::MAX)
     }
 
-    /// [`ModelShape::kv_bytes_per_token`], `None` when it does not fit in 64 bits.
+    /// [`ModelShape::kv_bytes_per_token`], `None` when it does not fit in 64 bits: the values
+    /// plus, for per-block FP8 scales, the block's scale bytes priced per token.
     pub fn checked_kv_bytes_per_token(&self) -> Option<u64> {
         2u64.checked_mul(self.layers as u64)?
             .checked_mul(self.kv_heads_per_device() as u64)?
             .checked_mul(self.head_dim as u64)?
-            .checked_mul(self.kv_dtype.bytes())
+            .checked_mul(self.kv_dtype.bytes())?
+            .checked_add(self.kv_scale_bytes_per_token()?)
+    }
+
+    /// The FP8 scale granularity in effect: the one given, per tensor by default for an FP8
+    /// cache, `None` for any other dtype.
+    pub fn kv_scale_granularity(&self) -> Option<KvScale> {
+        self.kv_dtype
+            .is_fp8()
+            .then(|| self.kv_scale.map_or(KvScale::PerTensor, |(g, _)| g))
+    }
+
+    /// Scale bytes one cache block holds on one device (per block per layer per KV head, K and
+    /// V); 0 unless scales are per block.
+    pub fn kv_scale_bytes_per_block(&self) -> Option<u64> {
+        if self.kv_scale_granularity() != Some(KvScale::PerBlock) {
+            return Some(0);
+        }
+        2u64.checked_mul(self.layers as u64)?
+            .checked_mul(self.kv_heads_per_device() as u64)?
+            .checked_mul(KV_SCALE_BYTES)
+    }
+
+    /// Per-block scale bytes priced per token: a block's scale bytes ÷ its tokens, rounded up
+    /// (a partial byte per token is charged whole, so the budget never undercounts).
+    pub fn kv_scale_bytes_per_token(&self) -> Option<u64> {
+        let per_block = self.kv_scale_bytes_per_block()?;
+        let block_tokens = self.kv_scale.map_or(1, |(_, b)| b).max(1) as u64;
+        Some(per_block.div_ceil(block_tokens))
+    }
+
+    /// Scale bytes that do not grow with tokens: per tensor `2 × layers × 4`, per head
+    /// `2 × layers × kv_heads/tp × 4`; 0 per block (priced per token) or without FP8.
+    pub fn kv_scale_fixed_bytes(&self) -> Option<u64> {
+        let per_layer = match self.kv_scale_granularity() {
+            Some(KvScale::PerTensor) => 1,
+            Some(KvScale::PerHead) => self.kv_heads_per_device() as u64,
+            _ => return Some(0),
+        };
+        2u64.checked_mul(self.layers as u64)?
+            .checked_mul(per_layer)?
+            .checked_mul(KV_SCALE_BYTES)
     }
 
     /// Parameter count of the decoder (embedding, attention, MLP or every expert with its

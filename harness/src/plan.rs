@@ -51,6 +51,18 @@ pub struct Plan {
     pub bytes_per_element: u64,
     pub tp: u32,
     pub bytes_per_token: u64,
+    /// FP8 scale granularity (absent without FP8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_scale: Option<String>,
+    /// Per-block scale bytes of one block (in `block_bytes`), and the share of them in
+    /// `bytes_per_token` (÷ block size, rounded up).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scale_bytes_per_block: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scale_bytes_per_token: u64,
+    /// Per-tensor or per-head scale bytes: fixed, taken off the budget before it is divided.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scale_fixed_bytes: u64,
     pub tokens: u32,
     pub sequence_bytes: u64,
     pub block_size: u32,
@@ -67,6 +79,10 @@ pub struct Plan {
     pub budget_bytes: Option<u64>,
     pub fits_paged: Option<u64>,
     pub fits_contiguous: Option<u64>,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl PlanInput {
@@ -99,6 +115,9 @@ impl PlanInput {
             .checked_mul(self.block_size as u64)
             .and_then(|x| x.checked_mul(self.shape.kv_bytes_per_token()))
             .ok_or(PlanError::Overflow("reservation bytes"))?;
+        self.shape
+            .kv_scale_fixed_bytes()
+            .ok_or(PlanError::Overflow("scale bytes"))?;
         Ok(())
     }
 }
@@ -126,6 +145,8 @@ impl Plan {
         };
         let paged_bytes = blocks * b * bpt;
         let contiguous_bytes = contiguous_slots * bpt;
+        let fixed = s.kv_scale_fixed_bytes().unwrap_or(0);
+        let left = input.budget_bytes.map(|x| x.saturating_sub(fixed));
         Ok(Plan {
             layers: s.layers,
             kv_heads: s.kv_heads,
@@ -135,6 +156,10 @@ impl Plan {
             bytes_per_element: s.kv_dtype.bytes(),
             tp: s.tp,
             bytes_per_token: bpt,
+            kv_scale: s.kv_scale_granularity().map(|g| g.name().to_string()),
+            scale_bytes_per_block: s.kv_scale_bytes_per_block().unwrap_or(0),
+            scale_bytes_per_token: s.kv_scale_bytes_per_token().unwrap_or(0),
+            scale_fixed_bytes: fixed,
             tokens,
             sequence_bytes: tokens as u64 * bpt,
             block_size: input.block_size,
@@ -148,8 +173,8 @@ impl Plan {
             contiguous_bytes,
             contiguous_unused_bytes: contiguous_bytes - tokens as u64 * bpt,
             budget_bytes: input.budget_bytes,
-            fits_paged: input.budget_bytes.map(|x| x / paged_bytes),
-            fits_contiguous: input.budget_bytes.map(|x| x / contiguous_bytes),
+            fits_paged: left.map(|x| x / paged_bytes),
+            fits_contiguous: left.map(|x| x / contiguous_bytes),
         })
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
+use crate::kv_quant::KvQuant;
 
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
@@ -48,6 +49,11 @@ pub struct KvCache<E> {
     pub num_slots: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// FP8 quantisation of every value written (`None`: stored as `E`).
+    pub quant: Option<KvQuant>,
+    /// FP8 scales per layer, `[k, v]`, one per slot per KV head (empty unless quantised; see
+    /// [`crate::kv_quant`]).
+    pub scales: Vec<[Vec<f32>; 2]>,
 }
 
 impl<E: KvElem> KvCache<E> {
@@ -65,6 +71,34 @@ impl<E: KvElem> KvCache<E> {
             num_slots,
             kv_heads,
             head_dim,
+            quant: None,
+            scales: Vec::new(),
+        }
+    }
+
+    /// Quantises every value written from now on (f32 storage only: it holds the dequantised
+    /// values exactly).
+    pub fn quantised(mut self, quant: KvQuant) -> Result<Self, KernelError> {
+        if E::NAME != "f32" {
+            return Err(KernelError::Config(format!(
+                "an FP8 cache keeps its dequantised values in f32, not {}",
+                E::NAME
+            )));
+        }
+        let n = self.num_slots * self.kv_heads;
+        self.scales = (0..self.layers.len())
+            .map(|_| [vec![f32::NAN; n], vec![f32::NAN; n]])
+            .collect();
+        self.quant = Some(quant);
+        Ok(self)
+    }
+
+    /// Scales held per slot (per KV head), 0 when not quantised.
+    fn scale_row(&self) -> usize {
+        if self.quant.is_some() {
+            self.kv_heads
+        } else {
+            0
         }
     }
 
@@ -95,15 +129,19 @@ impl<E: KvElem> KvCache<E> {
         self.check_range(src, len)?;
         self.check_range(dst, len)?;
         let row = self.row_elems();
+        let sr = self.scale_row();
         for layer in &mut self.layers {
             layer.k.copy_within(src * row..(src + len) * row, dst * row);
             layer.v.copy_within(src * row..(src + len) * row, dst * row);
+        }
+        for s in self.scales.iter_mut().flatten() {
+            s.copy_within(src * sr..(src + len) * sr, dst * sr);
         }
         Ok(())
     }
 
     /// Reads `len` slots of every layer into a host buffer (swap out). Layout of the buffer:
-    /// per layer, K rows then V rows.
+    /// per layer, K rows then V rows, then (quantised caches, whose `E` is f32) K and V scales.
     pub fn read_slots(
         &self,
         first: usize,
@@ -112,9 +150,18 @@ impl<E: KvElem> KvCache<E> {
     ) -> Result<(), KernelError> {
         self.check_range(first, len)?;
         let row = self.row_elems();
-        for layer in &self.layers {
+        let sr = self.scale_row();
+        let none: [Vec<f32>; 2] = Default::default();
+        for (i, layer) in self.layers.iter().enumerate() {
             out.extend_from_slice(&layer.k[first * row..(first + len) * row]);
             out.extend_from_slice(&layer.v[first * row..(first + len) * row]);
+            for s in self.scales.get(i).unwrap_or(&none) {
+                out.extend(
+                    s[first * sr..(first + len) * sr]
+                        .iter()
+                        .map(|&x| E::from_f32(x)),
+                );
+            }
         }
         Ok(())
     }
@@ -129,7 +176,8 @@ impl<E: KvElem> KvCache<E> {
     ) -> Result<usize, KernelError> {
         self.check_range(first, len)?;
         let row = self.row_elems();
-        let need = 2 * self.layers.len() * len * row;
+        let sr = self.scale_row();
+        let need = 2 * self.layers.len() * len * (row + sr);
         if data.len() < need {
             return Err(KernelError::Shape {
                 what: "swap buffer",
@@ -138,11 +186,20 @@ impl<E: KvElem> KvCache<E> {
             });
         }
         let mut at = 0;
-        for layer in &mut self.layers {
+        for (i, layer) in self.layers.iter_mut().enumerate() {
             layer.k[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
             at += len * row;
             layer.v[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
             at += len * row;
+            for s in self.scales.get_mut(i).into_iter().flatten() {
+                for (d, x) in s[first * sr..(first + len) * sr]
+                    .iter_mut()
+                    .zip(&data[at..at + len * sr])
+                {
+                    *d = x.to_f32();
+                }
+                at += len * sr;
+            }
         }
         Ok(at)
     }

@@ -20,9 +20,13 @@ mod setup;
 mod store;
 
 pub use check::{
-    sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE, SAMPLE_ONE_IN,
+    kv_tolerance, sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE,
+    FP8_E4M3_TOLERANCE, FP8_E5M2_TOLERANCE, SAMPLE_ONE_IN,
 };
-pub use setup::{model_config, oracle_for, shape_config, MAX_PARAMETERS, NORM_EPS, ROPE_THETA};
+pub use setup::{
+    kv_storage, model_config, oracle_for, shape_config, KvStorage, FP8_CALIBRATION_TOKENS,
+    MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
+};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -39,7 +43,6 @@ use super::{
     Backend, BackendError, Clock, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput,
     StepPlan, SwapDirection,
 };
-use crate::model::Dtype;
 
 pub struct CpuBackend {
     model: Transformer,
@@ -68,18 +71,9 @@ fn workspace_bytes(m: &Transformer, tokens: u64) -> u64 {
 impl CpuBackend {
     pub fn new(setup: &RunSetup) -> Result<CpuBackend, BackendError> {
         let cfg = model_config(&setup.model)?;
-        let bf16_storage = match setup.model.kv_dtype {
-            Dtype::F32 => false,
-            Dtype::Bf16 => true,
-            other => {
-                return Err(BackendError::Config(format!(
-                    "cpu backend stores KV as f32 or bf16, not {}",
-                    other.name()
-                )))
-            }
-        };
         let model = Transformer::seeded(cfg, setup.seed)
             .map_err(|e| BackendError::Config(e.to_string()))?;
+        let storage = kv_storage(&setup.model, &model)?;
         let slots = usize::try_from(setup.cache_slots).map_err(|_| {
             BackendError::Config(format!(
                 "{} cache slots do not fit in memory",
@@ -95,12 +89,8 @@ impl CpuBackend {
                 setup.cache_slots
             )));
         }
-        let kv = KvStore::new(&model, slots, bf16_storage);
-        let tolerance = if bf16_storage {
-            BF16_TOLERANCE
-        } else {
-            F32_TOLERANCE
-        };
+        let kv = KvStore::new(&model, slots, &storage).map_err(step_err)?;
+        let tolerance = kv_tolerance(setup.model.kv_dtype);
         let checker = Checker::new(oracle_for(&model)?, tolerance);
         let workspace_bytes = workspace_bytes(&model, setup.max_tokens_per_step.max(1) as u64);
         let clock_model = match setup.clock {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 
 use crate::backend::sim::profile::DeviceProfile;
-use crate::model::{Dtype, ModelShape};
+use crate::model::{Dtype, KvScale, ModelShape};
 use crate::plan::{DistributionPlan, Plan, PlanInput, TierPlan, WeightsPlan};
 use crate::scenario::{self, Reservation};
 use crate::units::{format_bytes, parse_bytes};
@@ -29,9 +29,12 @@ pub struct Args {
     pub kv_heads: Option<u32>,
     #[arg(long)]
     pub head_dim: Option<u32>,
-    /// KV element type: f32, f16, bf16, fp8.
+    /// KV element type: f32, f16, bf16, fp8_e4m3 (alias fp8), fp8_e5m2.
     #[arg(long)]
     pub dtype: Option<String>,
+    /// FP8 scale granularity: per_tensor (default), per_head, per_block.
+    #[arg(long)]
+    pub kv_scale: Option<String>,
     /// Tensor-parallel degree (splits KV heads across devices).
     #[arg(long)]
     pub tp: Option<u32>,
@@ -111,8 +114,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         shape.tp = v;
     }
     if let Some(d) = &a.dtype {
-        shape.kv_dtype = Dtype::parse(d)
-            .with_context(|| format!("--dtype: unknown `{d}` (use f32, f16, bf16, fp8)"))?;
+        shape.kv_dtype = Dtype::parse(d).with_context(|| {
+            format!("--dtype: unknown `{d}` (use f32, f16, bf16, fp8_e4m3, fp8_e5m2)")
+        })?;
     }
     let budget_bytes = match (&a.budget, &loaded) {
         (Some(b), _) => Some(parse_bytes(b).with_context(|| format!("--budget `{b}`"))?),
@@ -133,12 +137,30 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map_or(Reservation::MaxSeqLen, |s| s.cache.contiguous_reservation)
     };
+    let block_size = a
+        .block_size
+        .or(loaded.as_ref().map(|s| s.block_size()))
+        .unwrap_or(16);
+    // Per-block scales are priced over the block size this plan uses.
+    let granularity = match &a.kv_scale {
+        Some(g) => Some(match g.as_str() {
+            "per_tensor" => KvScale::PerTensor,
+            "per_head" => KvScale::PerHead,
+            "per_block" => KvScale::PerBlock,
+            _ => bail!("--kv-scale: unknown `{g}` (use per_tensor, per_head, per_block)"),
+        }),
+        None => shape.kv_scale.map(|(g, _)| g),
+    };
+    if granularity.is_some() && a.kv_scale.is_some() && !shape.kv_dtype.is_fp8() {
+        bail!(
+            "--kv-scale: scales belong to an FP8 cache (--dtype fp8_e4m3 or fp8_e5m2), not {}",
+            shape.kv_dtype.name()
+        );
+    }
+    shape.kv_scale = granularity.map(|g| (g, block_size));
     let input = PlanInput {
         shape,
-        block_size: a
-            .block_size
-            .or(loaded.as_ref().map(|s| s.block_size()))
-            .unwrap_or(16),
+        block_size,
         max_seq_len,
         reservation,
         budget_bytes,
@@ -326,6 +348,19 @@ fn render(p: &Plan) -> String {
         p.bytes_per_token,
         format_bytes(p.bytes_per_token)
     );
+    if let Some(g) = &p.kv_scale {
+        o += &if p.scale_bytes_per_block > 0 {
+            format!(
+                "scales      {g} f32: {} bytes per block of {} tokens = {} bytes per token (rounded up), in the figure above\n",
+                p.scale_bytes_per_block, p.block_size, p.scale_bytes_per_token
+            )
+        } else {
+            format!(
+                "scales      {g} f32: {} bytes in all, fixed (not per token), taken off the budget\n",
+                p.scale_fixed_bytes
+            )
+        };
+    }
     o += &format!(
         "sequence    {} tokens: {}\n",
         p.tokens,

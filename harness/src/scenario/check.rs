@@ -151,6 +151,16 @@ impl Scenario {
         if let Some(moe) = shape.moe {
             check_moe(&moe, p);
         }
+        if let (Some(g), false) = (self.model.kv_scale, shape.kv_dtype.is_fp8()) {
+            p.push(KeyProblem::new(
+                "model.kv_scale",
+                format!(
+                    "{} scales belong to an FP8 cache (kv_dtype = \"fp8_e4m3\" or \"fp8_e5m2\"), not {}",
+                    g.name(),
+                    shape.kv_dtype.name()
+                ),
+            ));
+        }
         if p.len() > before {
             return None;
         }

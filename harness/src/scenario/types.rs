@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Dtype, ModelShape, Moe};
+use crate::model::{Dtype, KvScale, ModelShape, Moe};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +52,10 @@ pub struct ModelSpec {
     pub vocab: Option<u32>,
     pub weight_dtype: Option<Dtype>,
     pub kv_dtype: Option<Dtype>,
+    /// FP8 scale granularity: `per_tensor` (the default for an FP8 `kv_dtype`), `per_head`
+    /// or `per_block` (priced per token over `cache.block_size`); refused for other dtypes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_scale: Option<KvScale>,
     pub tp: Option<u32>,
     /// Mixture of experts (all four absent = dense): routed experts per layer, the experts
     /// each token is routed to, each expert's MLP width (default `ffn_dim`) and the experts
@@ -554,6 +558,7 @@ impl Scenario {
                 kv_dtype: m.kv_dtype.unwrap_or(Dtype::Bf16),
                 tp: m.tp.unwrap_or(1),
                 moe: None,
+                kv_scale: None,
             },
         };
         let ffn_dim = m.ffn_dim.unwrap_or(base.ffn_dim);
@@ -593,6 +598,10 @@ impl Scenario {
             kv_dtype: m.kv_dtype.unwrap_or(base.kv_dtype),
             tp: m.tp.unwrap_or(base.tp),
             moe,
+            kv_scale: m
+                .kv_scale
+                .or(base.kv_scale.map(|(g, _)| g))
+                .map(|g| (g, self.block_size())),
         })
     }
 

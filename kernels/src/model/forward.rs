@@ -71,6 +71,38 @@ impl Transformer {
         )
     }
 
+    /// The amax of K and of V per layer per KV head over `tokens` run as one unquantised
+    /// sequence, flattened `[layer][k=0, v=1][kv_head]`: the calibration of static FP8 scales
+    /// ([`crate::kv_quant`]).
+    pub fn kv_amax(&self, tokens: &[u32]) -> Result<Vec<f32>, KernelError> {
+        let mut kv: KvCache<f32> = self.new_cache(tokens.len().max(1));
+        let blocks = [0u32];
+        let addr = crate::addressing::PagedTable {
+            block_size: tokens.len().max(1),
+            blocks: &blocks,
+        };
+        let seq = StepSeq {
+            addr: &addr,
+            start_pos: 0,
+            tokens,
+            want_logits: false,
+        };
+        self.forward(&mut kv, &[seq])?;
+        let (kh, hd) = (self.cfg.kv_heads, self.cfg.head_dim);
+        let amax_of = |buf: &[f32], h: usize| {
+            buf.chunks_exact(kh * hd)
+                .flat_map(|row| &row[h * hd..(h + 1) * hd])
+                .fold(0f32, |m, x| m.max(x.abs()))
+        };
+        let mut out = Vec::with_capacity(self.cfg.layers * 2 * kh);
+        for l in &kv.layers {
+            for buf in [&l.k, &l.v] {
+                out.extend((0..kh).map(|h| amax_of(buf, h)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs one step: writes every new token's K/V into its slot and returns, per sequence, the
     /// logits of its last token where asked. A token's result does not depend on the rest of the
     /// batch (see `gemm`), nor on how its sequence was chunked.
@@ -88,6 +120,8 @@ impl Transformer {
         }
         let mut positions = Vec::new();
         let mut slots = Vec::new();
+        // Per-block FP8 scales: the slot of each token's block's first position.
+        let mut first_slots = Vec::new();
         let mut x = Vec::new();
         for s in seqs {
             for (i, &tok) in s.tokens.iter().enumerate() {
@@ -102,6 +136,9 @@ impl Transformer {
                 let pos = s.start_pos + i;
                 positions.push(pos);
                 slots.push(s.addr.slot_of(pos)? as i64);
+                if let Some(first) = kv.quant.as_ref().and_then(|q| q.block_first(pos)) {
+                    first_slots.push(s.addr.slot_of(first)? as i64);
+                }
                 x.extend_from_slice(&self.weights.embed[t * d..(t + 1) * d]);
             }
         }
@@ -130,7 +167,15 @@ impl Transformer {
         let mut proj = vec![0f32; n * d];
         let mut gate = vec![0f32; n * f];
         let mut up = vec![0f32; n * f];
-        for (lw, lkv) in self.weights.layers.iter().zip(kv.layers.iter_mut()) {
+        let quant = kv.quant.as_ref();
+        let scales = &mut kv.scales;
+        for (li, (lw, lkv)) in self
+            .weights
+            .layers
+            .iter()
+            .zip(kv.layers.iter_mut())
+            .enumerate()
+        {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
             matmul(&h, &lw.wq, &mut q, n, d, qd)?;
             matmul(&h, &lw.wk, &mut k, n, d, kvd)?;
@@ -138,6 +183,11 @@ impl Transformer {
             apply_rope(&mut q, c.q_heads, c.head_dim, &cos, &sin);
             apply_rope(&mut k, c.kv_heads, c.head_dim, &cos, &sin);
             write_kv(lkv, kv.num_slots, kvd, &k, &v, &slots)?;
+            if let (Some(q), Some([ks, vs])) = (quant, scales.get_mut(li)) {
+                let (kh, hd) = (c.kv_heads, c.head_dim);
+                q.apply(li, 0, &mut lkv.k, ks, kh, hd, &slots, &first_slots)?;
+                q.apply(li, 1, &mut lkv.v, vs, kh, hd, &slots, &first_slots)?;
+            }
             attention(lkv, kv.num_slots, dims, &spans, &q, &mut att, scale)?;
             matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);

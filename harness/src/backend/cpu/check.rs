@@ -13,6 +13,29 @@ pub const F32_TOLERANCE: f64 = 1e-4;
 /// logits observed move by ~1e-3, so 1e-2 keeps a margin while still catching any real fault.
 pub const BF16_TOLERANCE: f64 = 1e-2;
 
+/// FP8 e4m3 KV: every stored K/V value is its f32 value divided by its scale, rounded to 3
+/// mantissa bits and multiplied back, so within half an ulp — 2^-4 relative — of it (the
+/// scales' headroom keeps values out of the subnormals). Logits are a smooth function of K/V in
+/// which the errors of independent elements average rather than add: measured max 2.5e-2 on
+/// `quick-basic` at every scale granularity (2.4e-2 per tensor, 2.5e-2 per head and per block).
+/// The tolerance is the per-element bound 2^-4: 2.5× the measurement, and still far below the
+/// O(1) a wrong block, a missed copy-on-write or a stale slot moves logits by.
+pub const FP8_E4M3_TOLERANCE: f64 = 0.0625;
+/// FP8 e5m2 KV: the same argument with 2 mantissa bits, half an ulp = 2^-3. Measured max
+/// 5.2e-2 on `quick-basic` (4.7e-2 per tensor, 4.8e-2 per head, 5.2e-2 per block).
+pub const FP8_E5M2_TOLERANCE: f64 = 0.125;
+
+/// The oracle tolerance for a KV dtype (weights are f32 on cpu).
+pub fn kv_tolerance(kv: crate::model::Dtype) -> f64 {
+    use crate::model::Dtype;
+    match kv {
+        Dtype::F32 => F32_TOLERANCE,
+        Dtype::F16 | Dtype::Bf16 => BF16_TOLERANCE,
+        Dtype::Fp8E4m3 => FP8_E4M3_TOLERANCE,
+        Dtype::Fp8E5m2 => FP8_E5M2_TOLERANCE,
+    }
+}
+
 /// Every sequence among the first this many registered is checked; later ones are sampled.
 pub const CHECK_ALL_FIRST: u64 = 256;
 /// Beyond that, one sequence in this many (by a hash of its id) is checked, plus every fork of a

@@ -1,10 +1,10 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
 
-use kvbench_kernels::{ModelConfig, Transformer};
+use kvbench_kernels::{Fp8Format, KvQuant, ModelConfig, ScaleGranularity, Transformer};
 use kvbench_oracle::{OracleConfig, OracleLayer, OracleWeights};
 
 use crate::backend::BackendError;
-use crate::model::ModelShape;
+use crate::model::{Dtype, KvScale, ModelShape};
 
 /// RoPE base and RMSNorm epsilon of the CPU model (Llama's values).
 pub const ROPE_THETA: f64 = 10_000.0;
@@ -35,6 +35,54 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
         )));
     }
     shape_config(shape)
+}
+
+/// Tokens of the fixed prompt static FP8 scales are calibrated on (ids `i × 7919 mod vocab`:
+/// a spread of the vocabulary, the same for every run of a model).
+pub const FP8_CALIBRATION_TOKENS: usize = 64;
+
+/// How the cpu backend stores KV: element type and, for FP8, the quantisation.
+pub enum KvStorage {
+    F32,
+    Bf16,
+    Fp8(KvQuant),
+}
+
+/// The storage `shape.kv_dtype` asks for; static FP8 scales are calibrated on `model`.
+pub fn kv_storage(shape: &ModelShape, model: &Transformer) -> Result<KvStorage, BackendError> {
+    let format = match shape.kv_dtype {
+        Dtype::F32 => return Ok(KvStorage::F32),
+        Dtype::Bf16 => return Ok(KvStorage::Bf16),
+        Dtype::Fp8E4m3 => Fp8Format::E4m3,
+        Dtype::Fp8E5m2 => Fp8Format::E5m2,
+        Dtype::F16 => return Err(BackendError::Config(
+            "model.kv_dtype: the cpu backend stores KV as f32, bf16, fp8_e4m3 or fp8_e5m2, not f16"
+                .into(),
+        )),
+    };
+    let granularity = match shape.kv_scale_granularity() {
+        Some(KvScale::PerHead) => ScaleGranularity::PerHead,
+        Some(KvScale::PerBlock) => ScaleGranularity::PerBlock {
+            block_tokens: shape.kv_scale.map_or(1, |(_, b)| b.max(1) as usize),
+        },
+        _ => ScaleGranularity::PerTensor,
+    };
+    let vocab = model.cfg.vocab.max(1);
+    let prompt: Vec<u32> = (0..FP8_CALIBRATION_TOKENS)
+        .map(|i| ((i * 7919) % vocab) as u32)
+        .collect();
+    let amax = match granularity {
+        ScaleGranularity::PerBlock { .. } => Vec::new(),
+        _ => model
+            .kv_amax(&prompt)
+            .map_err(|e| BackendError::Config(format!("FP8 scale calibration: {e}")))?,
+    };
+    Ok(KvStorage::Fp8(KvQuant::calibrated(
+        format,
+        granularity,
+        &amax,
+        model.cfg.kv_heads,
+    )))
 }
 
 /// The kernels' config of `shape` with the CPU model's RoPE and norm constants, validated; the

@@ -6,6 +6,7 @@ use kvbench_kernels::{
 };
 
 use super::addr::Addr;
+use super::setup::KvStorage;
 
 pub(super) enum KvStore {
     F32(KvCache<f32>),
@@ -50,12 +51,18 @@ fn scatter<E: KvElem>(
 }
 
 impl KvStore {
-    pub(super) fn new(model: &Transformer, num_slots: usize, bf16_storage: bool) -> KvStore {
-        if bf16_storage {
-            KvStore::Bf16(model.new_cache(num_slots))
-        } else {
-            KvStore::F32(model.new_cache(num_slots))
-        }
+    /// An FP8 cache is an f32 one that quantises what it is written (see
+    /// `kvbench_kernels::kv_quant`): copies and swaps move its values and scales as they are.
+    pub(super) fn new(
+        model: &Transformer,
+        num_slots: usize,
+        storage: &KvStorage,
+    ) -> Result<KvStore, KernelError> {
+        Ok(match storage {
+            KvStorage::F32 => KvStore::F32(model.new_cache(num_slots)),
+            KvStorage::Bf16 => KvStore::Bf16(model.new_cache(num_slots)),
+            KvStorage::Fp8(q) => KvStore::F32(model.new_cache(num_slots).quantised(q.clone())?),
+        })
     }
 
     pub(super) fn copy_slots(

@@ -66,6 +66,12 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
             shape.name, shape.tp
         )));
     }
+    if shape.kv_dtype.is_fp8() {
+        return Err(BackendError::Config(format!(
+            "model.kv_dtype: the cuda kernels store KV as f32 or bf16; {} KV runs on --backend cpu or sim",
+            shape.kv_dtype.name()
+        )));
+    }
     let dtype = |d: Dtype, what: &str| match d {
         Dtype::F32 => Ok(0),
         Dtype::Bf16 => Ok(1),
