@@ -107,6 +107,53 @@ fn plan_counts_scale_bytes_and_takes_fixed_ones_off_the_budget() {
     assert_eq!(h.kv_scale.as_deref(), Some("per_head"));
 }
 
+/// A run divides what is left of the budget after the fixed scales into slots, as `plan` does,
+/// and a budget that holds one request only without its scales is refused at load.
+#[test]
+fn a_run_takes_fixed_scales_off_the_budget_before_dividing_it_into_slots() {
+    let opts = RunOptions {
+        backend: BackendKind::Sim,
+        ..RunOptions::default()
+    };
+    for (scale, fixed) in [("per_tensor", 2u64 * 2 * 4), ("per_head", 2 * 2 * 2 * 4)] {
+        let s = quick(&["model.kv_dtype=fp8", &format!("model.kv_scale={scale}")]);
+        let shape = s.model_shape().expect("shape");
+        assert_eq!(shape.kv_scale_fixed_bytes(), Some(fixed), "{scale}");
+        let setup = experiment::setup(&s, &opts).expect("setup");
+        assert_eq!(setup.kv_bytes_per_token, 256);
+        assert_eq!(
+            setup.total_slots,
+            (setup.kv_budget_bytes - fixed) / 256,
+            "{scale}"
+        );
+    }
+    // The largest request's need, as the refusal of a 1-byte budget states it; a budget of
+    // exactly that is refused once per-head scales take their share, and holds with room for them.
+    let load = |budget: u64| {
+        let sets = [
+            "traffic.requests=10".to_string(),
+            "model.kv_dtype=fp8".to_string(),
+            "model.kv_scale=per_head".to_string(),
+            format!("memory.kv_budget=\"{budget} B\""),
+        ];
+        kvbench::scenario::load(&root().join("scenarios/quick-basic.toml"), &sets)
+    };
+    let text = load(1).expect_err("1 byte").to_string();
+    let need: u64 = text
+        .split(" contiguous")
+        .next()
+        .and_then(|t| t.rsplit("and ").next())
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no need in: {text}"));
+    let text = load(need).expect_err("no room for the scales").to_string();
+    assert!(
+        text.contains("memory.kv_budget") && text.contains("hold the FP8 scales"),
+        "{text}"
+    );
+    load(need + 2 * 2 * 2 * 4).expect("room for the scales");
+}
+
 /// Writes `tokens` through `addr` in chunks of `chunk`, returning each position's stored K and
 /// V rows (all layers).
 fn stored(

@@ -117,7 +117,10 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         .kv_budget_bytes(device_memory)
         .map_err(|e| ExperimentError::Scenario(e.to_string()))?;
     let kv_bytes_per_token = model.kv_bytes_per_token();
-    let total_slots = kv_budget_bytes / kv_bytes_per_token.max(1);
+    // FP8 scales per tensor or per head do not grow with tokens: they come off the budget before
+    // it is divided into slots (per-block scales are inside the per-token figure).
+    let scale_fixed_bytes = model.kv_scale_fixed_bytes().unwrap_or(0);
+    let total_slots = kv_budget_bytes.saturating_sub(scale_fixed_bytes) / kv_bytes_per_token.max(1);
     let workspace_bytes = match &scenario.memory.workspace {
         Some(w) => Some(
             crate::units::parse_bytes(w)

@@ -285,13 +285,20 @@ impl Scenario {
                 return;
             }
         };
-        if bytes < need.bytes() {
+        // FP8 scales per tensor or per head are held once, outside the slots (see `setup`).
+        let scale_fixed_bytes = shape.kv_scale_fixed_bytes().unwrap_or(0);
+        if bytes.saturating_sub(scale_fixed_bytes) < need.bytes() {
             p.push(KeyProblem::new(
                 key,
                 format!(
-                    "{bytes} bytes ({}) cannot hold one request: the longest ({} tokens x {} \
+                    "{bytes} bytes ({}{}) cannot hold one request: the longest ({} tokens x {} \
                      continuation(s)) needs {} bytes ({}) paged and {} bytes ({}) contiguous",
                     format_bytes(bytes),
+                    if scale_fixed_bytes > 0 {
+                        format!(", of which {scale_fixed_bytes} bytes hold the FP8 scales")
+                    } else {
+                        String::new()
+                    },
                     need.tokens,
                     need.samples,
                     need.paged_bytes,
