@@ -5,6 +5,8 @@
 //!
 //! Needs python3 (the script's extraction) and bash; skipped, saying so, where either is missing.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -171,20 +173,8 @@ fn sweep_json(out: &Path, label: &str) -> Value {
 /// The directed AUC by brute force over all (hit, miss) pairs, with its Hanley–McNeil 95%
 /// interval clipped to [0, 1].
 fn auc_with_interval(hits: &[f64], misses: &[f64]) -> (f64, (f64, f64)) {
-    let mut score = 0.0;
-    for h in hits {
-        for m in misses {
-            score += if m > h {
-                1.0
-            } else if m == h {
-                0.5
-            } else {
-                0.0
-            };
-        }
-    }
+    let a = support::pairwise_auc(hits, misses);
     let (n1, n2) = (hits.len() as f64, misses.len() as f64);
-    let a = score / (n1 * n2);
     let q1 = a / (2.0 - a);
     let q2 = 2.0 * a * a / (1.0 + a);
     let var = (a * (1.0 - a) + (n1 - 1.0) * (q1 - a * a) + (n2 - 1.0) * (q2 - a * a)) / (n1 * n2);

@@ -5,24 +5,7 @@
 mod support;
 
 use serde_json::Value;
-use support::kvbench;
-
-/// Pairwise AUC written out independently of the library's rank-based one.
-fn pairwise_auc(hits: &[f64], misses: &[f64]) -> f64 {
-    let mut score = 0.0;
-    for h in hits {
-        for m in misses {
-            score += if m > h {
-                1.0
-            } else if m == h {
-                0.5
-            } else {
-                0.0
-            };
-        }
-    }
-    score / (hits.len() * misses.len()) as f64
-}
+use support::{kvbench, pairwise_auc};
 
 const PROBES_HEADER: &str =
     "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens";

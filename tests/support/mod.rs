@@ -64,3 +64,21 @@ pub fn run_sim(scenario: &str, out: &Path, extra: &[&str]) {
     let (code, text) = kvbench(&args);
     assert_eq!(code, 0, "{text}");
 }
+
+/// The directed AUC (a hit faster than a miss) by brute force over every (hit, miss) pair:
+/// written out independently of the library's rank-based estimator.
+pub fn pairwise_auc(hits: &[f64], misses: &[f64]) -> f64 {
+    let mut score = 0.0;
+    for h in hits {
+        for m in misses {
+            score += if m > h {
+                1.0
+            } else if m == h {
+                0.5
+            } else {
+                0.0
+            };
+        }
+    }
+    score / (hits.len() * misses.len()) as f64
+}
