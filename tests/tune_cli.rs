@@ -1,12 +1,14 @@
 //! `kvbench tune` end to end on `sim`: a scenario whose optimum is known, `tune.md` recomputed
 //! from `tune.json`, the best reproduced by `sweep` with the printed `--set` line, a spent
 //! budget reported, and bad `--space` files refused (exit 2, located, nothing written).
+//! `report.html` is checked in the same runs: one chart per knob tried at two values around a
+//! best, and every rate in its table the one `tune.json` holds.
 
 mod support;
 
 use std::path::Path;
 
-use kvbench::tune::write::{markdown, TuneJson};
+use kvbench::tune::write::{markdown, ConfigJson, TuneJson};
 use serde_json::Value;
 use support::kvbench;
 
@@ -105,6 +107,108 @@ fn recomputed_best(j: &TuneJson, cache: &str) -> Option<usize> {
         })
 }
 
+/// The knobs a chart is due for, recomputed from the rows: per mode, the configurations that
+/// equal that mode's best in every other knob, holding at least two values of this one.
+fn knobs_with_two_values_around_a_best(j: &TuneJson) -> usize {
+    j.space
+        .iter()
+        .filter(|k| {
+            let mut seen: Vec<&str> = Vec::new();
+            for m in &j.modes {
+                let Some(b) = m.best.map(|i| &j.configurations[i]) else {
+                    continue;
+                };
+                let others_equal = |c: &ConfigJson| {
+                    b.values
+                        .iter()
+                        .all(|(key, v)| *key == k.key || c.values.get(key) == Some(v))
+                };
+                for c in j.configurations.iter().filter(|c| c.cache == b.cache) {
+                    if others_equal(c) && !seen.contains(&c.values[&k.key].as_str()) {
+                        seen.push(&c.values[&k.key]);
+                    }
+                }
+            }
+            seen.len() >= 2
+        })
+        .count()
+}
+
+/// The text of each `<td>` of each row in the table after `heading`.
+fn table_rows(html: &str, heading: &str) -> Vec<Vec<String>> {
+    let at = html.find(heading).expect("the heading") + heading.len();
+    let body = &html[at..];
+    let body = &body[..body.find("</table>").expect("the table ends")];
+    body.split("<tr>")
+        .filter(|r| r.contains("<td"))
+        .map(|r| {
+            r.split("<td")
+                .skip(1)
+                .map(|cell| {
+                    let inner = &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()];
+                    // Drop inline tags (`<code>`): the cell's text.
+                    let mut text = String::new();
+                    let mut in_tag = false;
+                    for ch in inner.chars() {
+                        match ch {
+                            '<' => in_tag = true,
+                            '>' => in_tag = false,
+                            c if !in_tag => text.push(c),
+                            _ => {}
+                        }
+                    }
+                    text
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `report.html`: a page, one chart per knob tried at two values around a best, and each row of
+/// its table of configurations holding that configuration's verdict and rate from `tune.json`.
+/// Returns the number of charts.
+fn check_report_html(out: &Path, j: &TuneJson) -> usize {
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..80]);
+    assert!(html.trim_end().ends_with("</html>"));
+    // `<svg ` with its space: the page's inline check script holds `i<svgs.length`.
+    let charts = html.matches("<svg ").count();
+    assert_eq!(charts, html.matches("</svg>").count());
+    assert_eq!(charts, knobs_with_two_values_around_a_best(j));
+    let rows = table_rows(&html, "<h2>Every configuration tried</h2>");
+    assert_eq!(rows.len(), j.configurations.len(), "{rows:?}");
+    let head = [
+        "#",
+        "cache",
+        "verdict",
+        "configuration",
+        "knobs moved",
+        "rate at target (req/s)",
+    ];
+    for row in &rows {
+        assert!(row.len() >= head.len(), "{row:?}");
+        let c = &j.configurations[row[0].parse::<usize>().unwrap()];
+        assert_eq!(row[1], c.cache, "{row:?}");
+        assert_eq!(row[2], c.verdict.name(), "{row:?}");
+        match c.rate_at_target_rps {
+            None => assert_eq!(row[5], "-", "{row:?}"),
+            Some(r) => {
+                let printed: f64 = row[5].parse().unwrap_or_else(|_| panic!("{row:?}"));
+                // Printed to three decimals: within half of the last one.
+                assert!((printed - r).abs() <= 0.0005 + 1e-12, "{row:?} vs {r}");
+            }
+        }
+    }
+    // Every row is a different configuration.
+    let mut idx: Vec<&String> = rows.iter().map(|r| &r[0]).collect();
+    idx.sort();
+    idx.dedup();
+    assert_eq!(idx.len(), rows.len());
+    // The page is a function of tune.json alone.
+    assert_eq!(html, kvbench::tune::html::report(j).unwrap());
+    charts
+}
+
 #[test]
 fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,6 +283,19 @@ fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert_eq!(md, markdown(&j));
     assert!(md.contains("Tie rule: "), "the tie rule is stated");
+    assert_eq!(
+        check_report_html(&out, &j),
+        1,
+        "one knob, tried at 2, 4 and 8"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for m in &j.modes {
+        assert!(
+            html.contains(m.best_set.as_deref().unwrap()),
+            "{}: the best's --set line",
+            m.cache
+        );
+    }
 
     // The printed line reproduces the best: the sweep of that configuration brackets the same
     // rate.
@@ -257,6 +374,7 @@ fn a_spent_budget_is_reported() {
         .all(|c| c.verdict.name() == "unfinished"));
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.contains("time budget of"), "{md}");
+    assert_eq!(check_report_html(&out, &j), 0, "no best, so no chart");
     // A tune folder is a results folder: --force replaces it, and nothing else is left beside.
     std::fs::write(out.join("tune.md"), "stale").unwrap();
     let (code, text) = kvbench(&[

@@ -1,9 +1,10 @@
 //! `kvbench tune`: which configuration serves a scenario's traffic best at its latency target.
 //! A neighbour search ([`search`]) over a stated space ([`space`]) for the highest rate at target
 //! per cache mode, each configuration measured by the sweep's probes and bracket search
-//! ([`eval`]), judged by [`rank`], written by [`write`].
+//! ([`eval`]), judged by [`rank`], written by [`write`] and [`html`].
 
 pub mod eval;
+pub mod html;
 pub mod rank;
 pub mod search;
 pub mod space;

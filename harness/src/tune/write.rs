@@ -1,5 +1,6 @@
 //! `tune.json` (every configuration tried) and `tune.md` (written from `tune.json`'s figures
-//! only: [`markdown`] takes the JSON, so every number in the page can be recomputed from it),
+//! only: [`markdown`] takes the JSON, so every number in the page can be recomputed from it) and
+//! `report.html` (likewise, [`super::html`]),
 //! staged and renamed into place like every results folder.
 
 use std::collections::BTreeMap;
@@ -426,8 +427,10 @@ fn shell_word(w: &str) -> String {
     }
 }
 
-/// Write `tune.json` and `tune.md` into `out` at once (staged, renamed into place).
+/// Write `tune.json`, `tune.md` and `report.html` into `out` at once (staged, renamed into
+/// place). The page is rendered before anything is staged, so a failed chart writes nothing.
 pub fn write_folder(j: &TuneJson, out: &Path, replace: bool) -> Result<(), ResultsError> {
+    let html = super::html::report(j)?;
     let staging = Staging::begin(out, replace)?;
     let io = |p: &Path, e: std::io::Error| ResultsError::Io {
         path: p.to_path_buf(),
@@ -435,7 +438,11 @@ pub fn write_folder(j: &TuneJson, out: &Path, replace: bool) -> Result<(), Resul
     };
     let json = serde_json::to_string_pretty(j)
         .map_err(|e| io(&out.join("tune.json"), std::io::Error::other(e)))?;
-    for (name, text) in [("tune.json", json + "\n"), ("tune.md", markdown(j))] {
+    for (name, text) in [
+        ("tune.json", json + "\n"),
+        ("tune.md", markdown(j)),
+        ("report.html", html),
+    ] {
         let p = staging.dir().join(name);
         std::fs::write(&p, text).map_err(|e| io(&p, e))?;
     }
