@@ -1,7 +1,8 @@
 //! `kvbench tune SCENARIO`: the configuration with the highest rate at the scenario's latency
-//! target, per cache mode, found by a neighbour search over a stated space; writes `tune.json`
-//! and `tune.md` and prints the `--set` line that reproduces the best. Exit 1 when a probe's run
-//! failed a check, 2 on bad input (a bad `--space` file, a scenario the sweep cannot judge).
+//! target, per cache mode, found by a neighbour search over a stated space; writes `tune.json`,
+//! `tune.md` and `report.html` and prints the `--set` line that reproduces the best. Exit 1 when
+//! a probe's run failed a check, 2 on bad input (a bad `--space` file, a scenario the sweep
+//! cannot judge).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,9 +115,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!(e.to_string()))?;
     print!("{}", tune::write::summary_lines(&json));
     println!(
-        "wrote {} and {}",
+        "wrote {}, {} and {}",
         out.join("tune.json").display(),
-        out.join("tune.md").display()
+        out.join("tune.md").display(),
+        out.join("report.html").display()
     );
     for f in &json.check_failures {
         eprintln!("check failed: {f}");
