@@ -5,6 +5,8 @@
 //!
 //! `PROPTEST_CASES` raises the case count; a failure prints the operations that caused it.
 
+mod support;
+
 use kvbench::cache::{PagedCache, PagedConfig, Placement};
 use kvbench_cache_api::{
     AllocError, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest,
@@ -238,5 +240,44 @@ proptest! {
             prop_assert!(jumps <= (t.len().saturating_sub(1)) / 64, "seq {s}: {jumps} jumps in {t:?}");
         }
         prop_assert!(m.check_invariants().is_ok());
+    }
+}
+
+/// A run's `summary.json` names the placement its paged run used (and none for contiguous), and
+/// the two placements give the same requests, tokens and waste on the same request list.
+#[test]
+fn summary_json_names_the_placement_and_figures_do_not_move() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let summary = |placement: &str| -> serde_json::Value {
+        let out = dir.path().join(placement);
+        support::run_sim(
+            "scenarios/quick-mixed.toml",
+            &out,
+            &["--set", &format!("cache.placement={placement}")],
+        );
+        let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+        serde_json::from_str(&text).expect("json")
+    };
+    let (lifo, extents) = (summary("lifo"), summary("extents"));
+    for (s, name) in [(&lifo, "lifo"), (&extents, "extents")] {
+        let runs = s["runs"].as_array().expect("runs[]");
+        let paged = runs.iter().find(|r| r["cache"] == "paged").expect("paged");
+        let contiguous = runs
+            .iter()
+            .find(|r| r["cache"] == "contiguous")
+            .expect("contiguous");
+        assert_eq!(paged["placement"], name);
+        assert!(contiguous.get("placement").is_none(), "{contiguous}");
+    }
+    for path in [
+        &["requests"][..],
+        &["output_tokens"],
+        &["memory", "kv_waste_fraction"],
+        &["peak_running_sequences"],
+    ] {
+        let at =
+            |s: &serde_json::Value| path.iter().fold(s["runs"][0].clone(), |v, k| v[k].clone());
+        assert!(!at(&lifo).is_null(), "{path:?} missing");
+        assert_eq!(at(&lifo), at(&extents), "{path:?} moved with the placement");
     }
 }

@@ -52,6 +52,10 @@ pub struct Checks {
 pub struct RunSummary {
     pub cache: String,
     pub block_size: u32,
+    /// Where the paged manager put a sequence's next block (`cache.placement`); absent for
+    /// contiguous, which has one region per sequence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<&'static str>,
     pub requests: Counts,
     /// Every output stream (a parallel-sampling request has several).
     pub streams: Counts,
@@ -187,6 +191,8 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
     RunSummary {
         cache: rec.mode.name().into(),
         block_size: rec.block_size,
+        placement: (rec.mode == kvbench_cache_api::CacheMode::Paged)
+            .then(|| exp.scenario.cache.placement.name()),
         requests: m.counts,
         streams: m.streams,
         output_tokens: m.output_tokens,
