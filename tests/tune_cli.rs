@@ -209,21 +209,20 @@ fn check_report_html(out: &Path, j: &TuneJson) -> usize {
     charts
 }
 
+/// `kvbench tune SCENARIO --space SPACE [extra...] --out OUT`.
+fn tune(scenario: &str, space: &str, out: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["tune", scenario, "--space", space];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    kvbench(&args)
+}
+
 #[test]
 fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
     let dir = tempfile::tempdir().unwrap();
     let (scenario, space) = files(dir.path(), "scheduler.max_seqs_per_step = [1, 4, 8]\n");
     let out = dir.path().join("out");
-    let (code, text) = kvbench(&[
-        "tune",
-        &scenario,
-        "--space",
-        &space,
-        "--backend",
-        "sim",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (code, text) = tune(&scenario, &space, &out, &["--backend", "sim"]);
     assert_eq!(code, 0, "{text}");
     let (j, raw) = read_json(&out);
     assert_eq!(j.modes.len(), 2);
@@ -334,14 +333,7 @@ fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
     }
 
     // An existing tune folder is replaced only with --force.
-    let (code, text) = kvbench(&[
-        "tune",
-        &scenario,
-        "--space",
-        &space,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (code, text) = tune(&scenario, &space, &out, &[]);
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains("--force") || text.contains("exists"),
@@ -354,16 +346,7 @@ fn a_spent_budget_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let (scenario, space) = files(dir.path(), "scheduler.max_seqs_per_step = [1, 4]\n");
     let out = dir.path().join("out");
-    let (code, text) = kvbench(&[
-        "tune",
-        &scenario,
-        "--space",
-        &space,
-        "--budget-s",
-        "0.000001",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let (code, text) = tune(&scenario, &space, &out, &["--budget-s", "0.000001"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("time budget hit"), "{text}");
     let (j, _) = read_json(&out);
@@ -377,17 +360,12 @@ fn a_spent_budget_is_reported() {
     assert_eq!(check_report_html(&out, &j), 0, "no best, so no chart");
     // A tune folder is a results folder: --force replaces it, and nothing else is left beside.
     std::fs::write(out.join("tune.md"), "stale").unwrap();
-    let (code, text) = kvbench(&[
-        "tune",
+    let (code, text) = tune(
         &scenario,
-        "--space",
         &space,
-        "--budget-s",
-        "0.000001",
-        "--force",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &out,
+        &["--budget-s", "0.000001", "--force"],
+    );
     assert_eq!(code, 0, "{text}");
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert!(md.starts_with("# kvbench tune: tune-small"), "{md}");
@@ -430,14 +408,7 @@ fn a_bad_space_file_exits_2_naming_file_line_and_key_and_writes_nothing() {
     for (body, want) in cases {
         let (scenario, space) = files(dir.path(), &format!("# a space\n{body}\n"));
         let out = dir.path().join("out");
-        let (code, text) = kvbench(&[
-            "tune",
-            &scenario,
-            "--space",
-            &space,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let (code, text) = tune(&scenario, &space, &out, &[]);
         assert_eq!(code, 2, "{body}: {text}");
         assert!(text.contains(want), "{body}: want {want:?} in {text}");
         assert!(!out.exists(), "{body}: nothing written");
