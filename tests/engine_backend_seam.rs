@@ -133,6 +133,7 @@ impl Backend for Greedy {
         self.in_flight.push_back(StepOutput {
             duration_s: 1e-3 + plan.seqs.len() as f64 * 1e-5,
             sampled,
+            onload_wait_s: 0.0,
         });
         Ok(())
     }

@@ -217,6 +217,7 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
         workspace_bytes: None,
         profile: None,
         clock: Default::default(),
+        tiers: Default::default(),
     };
     for planted in [false, true] {
         let mut cache = PagedCache::new(PagedConfig {

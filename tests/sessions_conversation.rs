@@ -83,6 +83,7 @@ fn run(
         workspace_bytes: None,
         profile: None,
         clock: Default::default(),
+        tiers: Default::default(),
     };
     let mut be = Recording {
         inner: backend::create(kind, &setup).expect("backend"),

@@ -71,6 +71,7 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
         workspace_bytes: None,
         profile: Some(engine_test_device()),
         clock: Default::default(),
+        tiers: Default::default(),
     };
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let mut cache = kvbench::cache::build(

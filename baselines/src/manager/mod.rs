@@ -122,6 +122,7 @@ impl KvCacheManager for ContiguousCache {
             cached_tokens: 0,
             new_slots: len,
             fits,
+            onload_tokens: 0,
         }
     }
 
@@ -306,6 +307,8 @@ impl KvCacheManager for ContiguousCache {
             Fault::EarlyReuse => self.faults.early_reuse = true,
             Fault::Leak => self.faults.leak = true,
             Fault::BadBlockTable => self.faults.bad_layout = true,
+            // The baseline has no lower tier: nothing is ever onloaded.
+            Fault::StaleOnload => {}
         }
     }
 }

@@ -10,8 +10,11 @@
 
 pub mod fence;
 pub mod sync;
+pub mod tier;
 
 use serde::{Deserialize, Serialize};
+
+pub use tier::{BlockLoc, OffloadMode, OnloadMode, Tier, TierHits, TierOp, TierStats};
 
 /// Engine-assigned sequence id (a request's continuations each get their own).
 pub type SeqId = u64;
@@ -157,6 +160,9 @@ pub struct Probe {
     pub new_slots: u64,
     /// Whether `start` would succeed right now.
     pub fits: bool,
+    /// Of `cached_tokens`, those found in a lower tier: they need fresh device blocks (counted
+    /// in `new_slots`) and an onload, but no compute.
+    pub onload_tokens: u32,
 }
 
 /// One reused block, reported so a trace can audit every sharing decision.
@@ -175,6 +181,8 @@ pub struct Started {
     /// `tokens.len() - 1`: the last token is always recomputed to produce logits.
     pub cached_tokens: u32,
     pub hits: Vec<PrefixHit>,
+    /// Of `cached_tokens`, those onloaded from a lower tier (the rest were on the device).
+    pub tier_hits: TierHits,
 }
 
 /// Slot accounting at one moment, in token slots. For a paged cache a whole block counts as
@@ -228,6 +236,9 @@ pub enum Fault {
     Leak,
     /// Map one logical block to a wrong physical block in the layout handed to the backend.
     BadBlockTable,
+    /// Hand out a lower-tier slot again while an onload that reads it may not have run yet, so
+    /// the onload copies whatever was written there since (needs a host tier).
+    StaleOnload,
 }
 
 impl Fault {
@@ -244,11 +255,15 @@ impl Fault {
             Fault::EarlyReuse => "early-reuse",
             Fault::Leak => "leak",
             Fault::BadBlockTable => "bad-block-table",
+            Fault::StaleOnload => "stale-onload",
         }
     }
 
     pub fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.name() == s)
+        Fault::ALL
+            .into_iter()
+            .chain([Fault::StaleOnload])
+            .find(|f| f.name() == s)
     }
 
     /// What the fault needs in order to fire: why a run where it never fired proved nothing.
@@ -258,6 +273,9 @@ impl Fault {
             Fault::EarlyReuse => "no block was released while a step was in flight",
             Fault::Leak => "no sequence released its blocks",
             Fault::BadBlockTable => "no block table was handed to the backend",
+            Fault::StaleOnload => {
+                "no lower-tier slot was reused while an onload from it was pending"
+            }
         }
     }
 }
@@ -315,8 +333,19 @@ pub trait KvCacheManager: Send {
     fn prefix_stats(&self) -> PrefixStats;
     /// Largest run of contiguous free slots (external fragmentation; paged: free slots).
     fn largest_free_extent(&self) -> u64;
-    /// Drop every cached-free prefix block back to the free pool.
+    /// Drop every cached-free prefix block back to the free pool (and empty every lower tier).
     fn flush_prefix_cache(&mut self);
+
+    /// Move the tier transfers decided since the last call into `out`, in the order a backend
+    /// must perform them (see [`tier`]). The engine drains after planning a step and before
+    /// submitting it; the ops belong to that step. Managers without tiers have none.
+    fn drain_tier_ops(&mut self, out: &mut Vec<TierOp>) {
+        let _ = out;
+    }
+    /// Counters of each lower tier, host first; empty without tiers.
+    fn tier_stats(&self) -> Vec<TierStats> {
+        Vec::new()
+    }
 
     /// Structural invariants (conservation, ref counts, no block both free and mapped...).
     fn check_invariants(&self) -> Result<(), String>;

@@ -258,6 +258,7 @@ impl Backend for CpuBackend {
         self.done.push_back(StepOutput {
             duration_s,
             sampled,
+            onload_wait_s: 0.0,
         });
         Ok(())
     }

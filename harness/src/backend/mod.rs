@@ -19,7 +19,7 @@ pub mod sim;
 
 use std::path::PathBuf;
 
-use kvbench_cache_api::{CopyOp, KvCacheManager, ScopeKey, SeqId};
+use kvbench_cache_api::{CopyOp, KvCacheManager, OnloadMode, ScopeKey, SeqId, TierOp};
 use serde::{Deserialize, Serialize};
 
 use crate::model::ModelShape;
@@ -55,10 +55,12 @@ pub struct SwapOp {
     pub tokens: u32,
 }
 
-/// Everything one step does, in order: copies (copy-on-write, contiguous forks), swaps, then the
-/// compute over `seqs`.
+/// Everything one step does, in order: tier transfers (offloads and onloads, in the order the
+/// cache manager gave them), copies (copy-on-write, contiguous forks), swaps, then the compute
+/// over `seqs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepPlan {
+    pub tier_ops: Vec<TierOp>,
     pub copies: Vec<CopyOp>,
     pub swaps: Vec<SwapOp>,
     pub seqs: Vec<SeqWork>,
@@ -66,10 +68,14 @@ pub struct StepPlan {
 
 impl StepPlan {
     pub fn is_empty(&self) -> bool {
-        self.copies.is_empty() && self.swaps.is_empty() && self.seqs.is_empty()
+        self.tier_ops.is_empty()
+            && self.copies.is_empty()
+            && self.swaps.is_empty()
+            && self.seqs.is_empty()
     }
 
     pub fn clear(&mut self) {
+        self.tier_ops.clear();
         self.copies.clear();
         self.swaps.clear();
         self.seqs.clear();
@@ -91,6 +97,10 @@ pub struct StepOutput {
     pub duration_s: f64,
     /// One entry per `SeqWork` with `sample == true`, in plan order.
     pub sampled: Vec<Sampled>,
+    /// Seconds of `duration_s` the step's compute waited for its onloads (blocking: the whole
+    /// transfer; overlap: what the transfer took beyond the compute). The engine shares it among
+    /// the sequences whose onloads the step carried, by tokens onloaded.
+    pub onload_wait_s: f64,
 }
 
 /// The backend's share of the memory ledger, in bytes (KV is counted by the cache manager).
@@ -225,6 +235,29 @@ pub struct RunSetup {
     pub profile: Option<sim::profile::DeviceProfile>,
     /// What a measured backend's steps advance the virtual clock by.
     pub clock: Clock,
+    /// The lower tiers the cache manager may offload to (all zero: none).
+    pub tiers: TierSetup,
+}
+
+/// What a backend needs to serve a cache manager's lower tiers: their sizes (compute backends
+/// allocate real pools) and how transfers are priced (`sim`, and `--clock model`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TierSetup {
+    /// Host-tier slots, each one block of `block_size` tokens (0: no host tier).
+    pub host_blocks: u32,
+    /// Disk-tier slots (0: no disk tier; needs a host tier).
+    pub disk_blocks: u32,
+    pub onload: OnloadMode,
+    /// The disk's link, where a disk tier exists.
+    pub disk: Option<DiskLink>,
+}
+
+/// A disk tier's transfer figures (`cache.disk_tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DiskLink {
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+    pub latency_s: f64,
 }
 
 impl RunSetup {

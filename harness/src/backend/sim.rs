@@ -153,6 +153,7 @@ impl Backend for SimBackend {
         self.in_flight.push_back(StepOutput {
             duration_s: cost.total_s,
             sampled,
+            onload_wait_s: 0.0,
         });
         Ok(())
     }

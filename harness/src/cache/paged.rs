@@ -51,6 +51,7 @@ impl KvCacheManager for PagedCache {
                 cached_tokens: plan.hits.len() as u32 * self.bs(),
                 new_slots: u64::from(plan.new_blocks) * u64::from(self.bs()),
                 fits: plan.new_blocks <= plan.available_blocks,
+                onload_tokens: 0,
             },
             Err(_) => Probe::default(),
         }
@@ -117,6 +118,7 @@ impl KvCacheManager for PagedCache {
         Ok(Started {
             cached_tokens,
             hits,
+            tier_hits: Default::default(),
         })
     }
 
@@ -373,6 +375,8 @@ impl KvCacheManager for PagedCache {
                     self.refresh_bad_layout(id);
                 }
             }
+            // Lower tiers arrive with `cache::tier`; until then nothing is onloaded.
+            Fault::StaleOnload => {}
         }
     }
 }

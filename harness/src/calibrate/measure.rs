@@ -82,6 +82,7 @@ impl BackendSource {
             workspace_bytes: None,
             profile: None,
             clock: Clock::Measured,
+            tiers: Default::default(),
         }
     }
 

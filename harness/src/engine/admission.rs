@@ -81,6 +81,7 @@ mod tests {
             cached_tokens: 0,
             new_slots,
             fits,
+            onload_tokens: 0,
         }
     }
 

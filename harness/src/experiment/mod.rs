@@ -197,6 +197,7 @@ fn run_mode_with(
         workspace_bytes: setup.workspace_bytes,
         profile: opts.profile.clone(),
         clock: opts.clock,
+        tiers: Default::default(),
     };
     // `sim` is kept concrete so its shadow report can be read after the run.
     let mut sim: Option<SimBackend> = None;

@@ -137,6 +137,60 @@ pub struct CacheSpec {
     /// no prefix cache. Left out of a rendered scenario when default, like `placement`.
     #[serde(default, skip_serializing_if = "is_lru")]
     pub eviction: crate::cache::EvictionPolicy,
+    /// A host-memory tier below the device's prefix cache (absent: none). Paged runs only; the
+    /// contiguous baseline stays the simple server without tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<HostTierSpec>,
+    /// A disk tier below the host tier (needs one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_tier: Option<DiskTierSpec>,
+}
+
+/// `[cache.host_tier]`: blocks the device evicts are offloaded here; a prefix hit here is
+/// onloaded into fresh device blocks over the device profile's host link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostTierSpec {
+    /// A byte size with units ("64 GiB"), or a list of them for comparisons (the run uses the
+    /// first; `suite`, `sweep` and `compare` show each).
+    pub capacity: Capacities,
+    #[serde(default)]
+    pub offload: kvbench_cache_api::OffloadMode,
+    #[serde(default)]
+    pub onload: kvbench_cache_api::OnloadMode,
+    /// Which offloaded block the tier drops (or passes to the disk tier) first.
+    #[serde(default)]
+    pub eviction: crate::cache::EvictionPolicy,
+}
+
+/// `[cache.disk_tier]`: blocks the host tier evicts go here; a hit here is read back over the
+/// disk's link and then the host link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskTierSpec {
+    pub capacity: String,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+    pub latency_us: f64,
+    #[serde(default)]
+    pub eviction: crate::cache::EvictionPolicy,
+}
+
+/// One capacity or several (for comparisons), each a byte size with units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Capacities {
+    One(String),
+    Sweep(Vec<String>),
+}
+
+impl Capacities {
+    pub fn as_slice(&self) -> &[String] {
+        match self {
+            Capacities::One(c) => std::slice::from_ref(c),
+            Capacities::Sweep(v) => v,
+        }
+    }
 }
 
 fn is_lifo(p: &crate::cache::Placement) -> bool {

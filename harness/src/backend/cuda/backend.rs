@@ -295,6 +295,7 @@ impl CudaBackend {
             inf.output = Some(StepOutput {
                 duration_s: inf.model_s.unwrap_or(measured_s),
                 sampled,
+                onload_wait_s: 0.0,
             });
         }
         Ok(())
