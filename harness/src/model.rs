@@ -18,6 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod groups;
+pub use groups::{LayerGroup, MLA_FP8_TILE};
+
 /// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
 /// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
 /// for range).
@@ -119,6 +122,19 @@ pub struct ModelShape {
     /// block, the block size in tokens the scales are priced over. Left out when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_scale: Option<(KvScale, u32)>,
+    /// The layers by KV layout ([`LayerGroup`]), their counts summing to `layers`; empty is one
+    /// full group of `kv_heads × head_dim` (every dense preset), left out when empty so those
+    /// shapes render as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_groups: Vec<LayerGroup>,
+    /// In a mixture of experts, the first layers whose MLP is one dense gated MLP of width
+    /// `ffn_dim` instead of experts (DeepSeek-V3's `first_k_dense_replace`); 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub dense_layers: u32,
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// A mixture-of-experts feed-forward block, the same in every layer: a router (`d_model ×
@@ -186,6 +202,8 @@ impl ModelShape {
             tp: 1,
             moe: None,
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -207,6 +225,8 @@ impl ModelShape {
             tp: 1,
             moe: None,
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -230,6 +250,8 @@ impl ModelShape {
             tp: 1,
             moe: None,
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -253,6 +275,8 @@ impl ModelShape {
             tp: 1,
             moe: None,
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -283,6 +307,8 @@ impl ModelShape {
                 shared_experts: 0,
             }),
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -302,6 +328,8 @@ impl ModelShape {
             tp: 1,
             moe: None,
             kv_scale: None,
+            layer_groups: Vec::new(),
+            dense_layers: 0,
         }
     }
 
@@ -337,14 +365,55 @@ impl ModelShape {
         self.checked_kv_bytes_per_token().unwrap_or(u64::MAX)
     }
 
-    /// [`ModelShape::kv_bytes_per_token`], `None` when it does not fit in 64 bits: the values
-    /// plus, for per-block FP8 scales, the block's scale bytes priced per token.
+    /// The layer groups: those given, or one full group of every layer with the model's KV heads
+    /// and head dim.
+    pub fn groups(&self) -> Vec<LayerGroup> {
+        if self.layer_groups.is_empty() {
+            vec![LayerGroup::Full {
+                layers: self.layers,
+                kv_heads: self.kv_heads,
+                head_dim: self.head_dim,
+            }]
+        } else {
+            self.layer_groups.clone()
+        }
+    }
+
+    /// [`ModelShape::kv_bytes_per_token`], `None` when it does not fit in 64 bits: every
+    /// group's per-token bytes ([`LayerGroup::bytes_per_token`]: a sliding layer's token costs
+    /// a full layer's, however few of them it keeps) plus, for per-block FP8 scales, the block's
+    /// scale bytes priced per token. This is the slot a cache manager hands out per token.
     pub fn checked_kv_bytes_per_token(&self) -> Option<u64> {
-        2u64.checked_mul(self.layers as u64)?
-            .checked_mul(self.kv_heads_per_device() as u64)?
-            .checked_mul(self.head_dim as u64)?
-            .checked_mul(self.kv_dtype.bytes())?
-            .checked_add(self.kv_scale_bytes_per_token()?)
+        let mut sum = 0u64;
+        for g in self.groups() {
+            sum = sum.checked_add(g.bytes_per_token(self.tp, self.kv_dtype)?)?;
+        }
+        sum.checked_add(self.kv_scale_bytes_per_token()?)
+    }
+
+    /// Layers and (layer × KV head) pairs that carry `kv_scale` scales: the full and sliding
+    /// groups' (an MLA latent carries its own per-token scales, a recurrent state none).
+    fn scaled_layers_and_heads(&self) -> Option<(u64, u64)> {
+        let (mut layers, mut heads) = (0u64, 0u64);
+        for g in self.groups() {
+            if g.heads().is_some() {
+                layers = layers.checked_add(g.layers() as u64)?;
+                heads = heads.checked_add(
+                    (g.layers() as u64).checked_mul(g.kv_heads_per_device(self.tp) as u64)?,
+                )?;
+            }
+        }
+        Some((layers, heads))
+    }
+
+    /// State bytes one sequence holds on one device whatever its length: the recurrent
+    /// groups' ([`LayerGroup::state_bytes_per_sequence`]); 0 without one.
+    pub fn checked_state_bytes_per_sequence(&self) -> Option<u64> {
+        let mut sum = 0u64;
+        for g in self.groups() {
+            sum = sum.checked_add(g.state_bytes_per_sequence(self.tp)?)?;
+        }
+        Some(sum)
     }
 
     /// The FP8 scale granularity in effect: the one given, per tensor by default for an FP8
@@ -356,13 +425,12 @@ impl ModelShape {
     }
 
     /// Scale bytes one cache block holds on one device (per block per layer per KV head, K and
-    /// V); 0 unless scales are per block.
+    /// V, over the full and sliding groups); 0 unless scales are per block.
     pub fn kv_scale_bytes_per_block(&self) -> Option<u64> {
         if self.kv_scale_granularity() != Some(KvScale::PerBlock) {
             return Some(0);
         }
-        2u64.checked_mul(self.layers as u64)?
-            .checked_mul(self.kv_heads_per_device() as u64)?
+        2u64.checked_mul(self.scaled_layers_and_heads()?.1)?
             .checked_mul(KV_SCALE_BYTES)
     }
 
@@ -375,16 +443,27 @@ impl ModelShape {
     }
 
     /// Scale bytes that do not grow with tokens: per tensor `2 × layers × 4`, per head
-    /// `2 × layers × kv_heads/tp × 4`; 0 per block (priced per token) or without FP8.
+    /// `2 × layers × kv_heads/tp × 4` (over the full and sliding groups); 0 per block (priced
+    /// per token) or without FP8.
     pub fn kv_scale_fixed_bytes(&self) -> Option<u64> {
-        let per_layer = match self.kv_scale_granularity() {
-            Some(KvScale::PerTensor) => 1,
-            Some(KvScale::PerHead) => self.kv_heads_per_device() as u64,
+        let (layers, heads) = self.scaled_layers_and_heads()?;
+        let pairs = match self.kv_scale_granularity() {
+            Some(KvScale::PerTensor) => layers,
+            Some(KvScale::PerHead) => heads,
             _ => return Some(0),
         };
-        2u64.checked_mul(self.layers as u64)?
-            .checked_mul(per_layer)?
-            .checked_mul(KV_SCALE_BYTES)
+        2u64.checked_mul(pairs)?.checked_mul(KV_SCALE_BYTES)
+    }
+
+    /// The key of the first layer group a backend that runs full attention only (`cpu`,
+    /// `cuda`) cannot run, with its kind: `model.layer_groups.1 (attention = "sliding")`;
+    /// `None` when every group is full.
+    pub fn non_full_group_key(&self) -> Option<String> {
+        self.layer_groups
+            .iter()
+            .enumerate()
+            .find(|(_, g)| !matches!(g, LayerGroup::Full { .. }))
+            .map(|(i, g)| format!("model.layer_groups.{i} (attention = \"{}\")", g.kind()))
     }
 
     /// Parameter count of the decoder (embedding, attention, MLP or every expert with its
@@ -421,38 +500,58 @@ impl ModelShape {
     /// (total, active) parameters, in 64 bits or `None`.
     fn checked_counts(&self) -> Option<(u64, u64)> {
         let d = self.d_model as u64;
-        let q = (self.q_heads as u64).checked_mul(self.head_dim as u64)?;
-        let kv = (self.kv_heads as u64).checked_mul(self.head_dim as u64)?;
-        let attn = d
-            .checked_mul(q)?
-            .checked_add(d.checked_mul(kv)?.checked_mul(2)?)?
-            .checked_add(q.checked_mul(d)?)?;
-        let common = attn.checked_add(d.checked_mul(2)?)?;
-        let (layer_total, layer_active) = match self.moe {
+        let mut attn_total = 0u64;
+        for g in self.groups() {
+            let per_layer = g.attention_params(
+                d,
+                self.q_heads as u64,
+                self.head_dim as u64,
+                self.kv_heads as u64,
+            )?;
+            attn_total = attn_total.checked_add(per_layer.checked_mul(g.layers() as u64)?)?;
+        }
+        let norms = d.checked_mul(2)?;
+        let dense_mlp = d.checked_mul(self.ffn_dim as u64)?.checked_mul(3)?;
+        let layers = self.layers as u64;
+        let (mlp_total, mlp_active) = match self.moe {
             None => {
-                let mlp = d.checked_mul(self.ffn_dim as u64)?.checked_mul(3)?;
-                let l = common.checked_add(mlp)?;
-                (l, l)
+                let all = layers.checked_mul(dense_mlp)?;
+                (all, all)
             }
             Some(moe) => {
+                let dense = (self.dense_layers.min(self.layers)) as u64;
+                let moe_layers = layers - dense;
                 let expert = self.expert_parameter_count()?;
                 let router = d.checked_mul(moe.experts as u64)?;
-                let base = common.checked_add(router)?;
                 let held = (moe.experts as u64).checked_add(moe.shared_experts as u64)?;
                 let used = (moe.active_experts as u64).checked_add(moe.shared_experts as u64)?;
-                (
-                    base.checked_add(held.checked_mul(expert)?)?,
-                    base.checked_add(used.checked_mul(expert)?)?,
-                )
+                let dense_part = dense.checked_mul(dense_mlp)?;
+                let per = |n: u64| -> Option<u64> {
+                    moe_layers
+                        .checked_mul(router.checked_add(n.checked_mul(expert)?)?)?
+                        .checked_add(dense_part)
+                };
+                (per(held)?, per(used)?)
             }
         };
         let embed = (self.vocab as u64).checked_mul(d)?;
-        let outside = embed.checked_mul(2)?.checked_add(d)?;
-        let layers = self.layers as u64;
+        let outside = embed
+            .checked_mul(2)?
+            .checked_add(d)?
+            .checked_add(attn_total)?
+            .checked_add(layers.checked_mul(norms)?)?;
         Some((
-            layers.checked_mul(layer_total)?.checked_add(outside)?,
-            layers.checked_mul(layer_active)?.checked_add(outside)?,
+            outside.checked_add(mlp_total)?,
+            outside.checked_add(mlp_active)?,
         ))
+    }
+
+    /// Layers whose MLP is experts (all but `dense_layers`); 0 for a dense model.
+    pub fn moe_layers(&self) -> u32 {
+        match self.moe {
+            Some(_) => self.layers.saturating_sub(self.dense_layers),
+            None => 0,
+        }
     }
 
     /// Weight bytes resident on one device; saturating.
@@ -475,7 +574,7 @@ impl ModelShape {
         let Some(moe) = self.moe else { return 0 };
         self.expert_parameter_count()
             .and_then(|e| e.checked_mul(moe.experts as u64))
-            .and_then(|e| e.checked_mul(self.layers as u64))
+            .and_then(|e| e.checked_mul(self.moe_layers() as u64))
             .and_then(|e| e.checked_mul(self.weight_dtype.bytes()))
             .map_or(u64::MAX, |b| b / self.tp.max(1) as u64)
     }

@@ -7,6 +7,9 @@
 
 use serde::Serialize;
 
+mod groups;
+pub use groups::{GroupPlan, GroupTotals};
+
 use crate::backend::sim::cost::CostModel;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::SeqWork;
@@ -38,6 +41,8 @@ pub enum PlanError {
     Overflow(&'static str),
     #[error("{0}")]
     Device(String),
+    #[error("the layer groups hold {groups} layers, not the model's {layers}")]
+    GroupLayers { groups: u64, layers: u32 },
 }
 
 /// The plan for one sequence length.
@@ -79,6 +84,12 @@ pub struct Plan {
     pub budget_bytes: Option<u64>,
     pub fits_paged: Option<u64>,
     pub fits_contiguous: Option<u64>,
+    /// A model with layer groups: each group priced, and what a sequence holds by each group's
+    /// own rule (absent for a model of one full group, whose figures are the ones above).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupPlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_totals: Option<GroupTotals>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -118,6 +129,26 @@ impl PlanInput {
         self.shape
             .kv_scale_fixed_bytes()
             .ok_or(PlanError::Overflow("scale bytes"))?;
+        if !groups::layers_match(&self.shape) {
+            return Err(PlanError::GroupLayers {
+                groups: self
+                    .shape
+                    .layer_groups
+                    .iter()
+                    .map(|g| g.layers() as u64)
+                    .sum(),
+                layers: self.shape.layers,
+            });
+        }
+        self.shape
+            .checked_state_bytes_per_sequence()
+            .ok_or(PlanError::Overflow("state bytes"))?;
+        // A recurrent-only model stores nothing per token: a cache of slots has nothing to hold.
+        if self.shape.kv_bytes_per_token() == 0 {
+            return Err(PlanError::Zero(
+                "KV bytes per token (give one full, sliding or mla layer group)",
+            ));
+        }
         Ok(())
     }
 }
@@ -147,6 +178,13 @@ impl Plan {
         let contiguous_bytes = contiguous_slots * bpt;
         let fixed = s.kv_scale_fixed_bytes().unwrap_or(0);
         let left = input.budget_bytes.map(|x| x.saturating_sub(fixed));
+        let (groups, group_totals) = if s.layer_groups.is_empty() {
+            (Vec::new(), None)
+        } else {
+            let (g, t) = groups::price(s, tokens as u64, contiguous_slots, left)
+                .ok_or(PlanError::Overflow("layer group bytes"))?;
+            (g, Some(t))
+        };
         Ok(Plan {
             layers: s.layers,
             kv_heads: s.kv_heads,
@@ -175,6 +213,8 @@ impl Plan {
             budget_bytes: input.budget_bytes,
             fits_paged: left.map(|x| x / paged_bytes),
             fits_contiguous: left.map(|x| x / contiguous_bytes),
+            groups,
+            group_totals,
         })
     }
 }

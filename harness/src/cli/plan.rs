@@ -398,6 +398,57 @@ fn render(p: &Plan) -> String {
         }
         _ => o += "budget      not given (add --budget \"80 GiB\" to see how many sequences fit)\n",
     }
+    o += &render_groups(p);
+    o
+}
+
+/// Each layer group, and what a sequence holds when each keeps only its own (a sliding layer
+/// its window, a recurrent layer its state); nothing for a model of one full group.
+fn render_groups(p: &Plan) -> String {
+    let Some(t) = &p.group_totals else {
+        return String::new();
+    };
+    let mut o = String::new();
+    for (i, g) in p.groups.iter().enumerate() {
+        let kind = match (g.window, g.kv_heads_per_device) {
+            (Some(w), Some(h)) => {
+                format!("sliding (window {w}), {} layers x {h} KV heads", g.layers)
+            }
+            (None, Some(h)) => format!("{}, {} layers x {h} KV heads", g.attention, g.layers),
+            _ => format!("{}, {} layers", g.attention, g.layers),
+        };
+        let held = if g.state_bytes_per_sequence > 0 {
+            format!("state {} per sequence", bytes(g.state_bytes_per_sequence))
+        } else {
+            format!(
+                "{} bytes per token per layer, {} per token; keeps {} of {} tokens: {}",
+                g.bytes_per_token_per_layer,
+                g.bytes_per_token,
+                g.resident_tokens,
+                p.tokens,
+                bytes(g.sequence_bytes)
+            )
+        };
+        o += &format!(
+            "group {i:<5} {kind}: {held}; contiguous reserves {} tokens: {}\n",
+            g.contiguous_tokens,
+            bytes(g.contiguous_bytes)
+        );
+    }
+    o += &format!(
+        "by group    a {}-token sequence holds {} (state {}); contiguous reserves {}\n",
+        p.tokens,
+        bytes(t.sequence_bytes),
+        bytes(t.state_bytes_per_sequence),
+        bytes(t.contiguous_bytes)
+    );
+    if let (Some(h), Some(c)) = (t.fits_held, t.fits_contiguous) {
+        o += &format!(
+            "fit         by group: {h} sequences held, {c} contiguous (the cache managers still slot \
+             every token at {} bytes: the figures above)\n",
+            p.bytes_per_token
+        );
+    }
     o
 }
 

@@ -151,6 +151,7 @@ impl Scenario {
         if let Some(moe) = shape.moe {
             check_moe(&moe, p);
         }
+        super::check_groups::check(&self.model, &shape, p);
         if let (Some(g), false) = (self.model.kv_scale, shape.kv_dtype.is_fp8()) {
             p.push(KeyProblem::new(
                 "model.kv_scale",

@@ -148,6 +148,27 @@ fn walk_table(table: &dyn TableLike, prefix: &str, out: &mut Vec<Entry>) {
         match item {
             Item::Table(t) => walk_table(t, &path, out),
             Item::Value(Value::InlineTable(t)) => walk_table(t, &path, out),
+            // `[[a.b]]` tables are `a.b.0`, `a.b.1`...: the keys errors name them by.
+            Item::ArrayOfTables(a) => {
+                for (i, t) in a.iter().enumerate() {
+                    let at = join(&path, &i.to_string());
+                    if let Some(span) = t.span() {
+                        out.push(Entry {
+                            path: at.clone(),
+                            key_start: span.start,
+                            span: span.clone(),
+                        });
+                    }
+                    let first = out.len();
+                    walk_table(t, &at, out);
+                    let end = out[first..].iter().map(|e| e.span.end).max();
+                    if let (Some(end), Some(entry)) = (end, out.get_mut(first.wrapping_sub(1))) {
+                        if entry.path == at {
+                            entry.span.end = entry.span.end.max(end);
+                        }
+                    }
+                }
+            }
             _ => {}
         }
         // A `[table]`'s own span is its header; let it also cover the keys beneath it.

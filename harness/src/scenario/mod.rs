@@ -4,6 +4,7 @@
 
 mod budget;
 mod check;
+mod check_groups;
 mod device;
 mod empirical;
 mod error;
