@@ -350,3 +350,106 @@ fn a_bad_group_is_refused_at_its_line_naming_its_key() {
         assert!(e.contains(key) && e.contains(needle), "{key}: {e}");
     }
 }
+
+/// Parameters by hand from each published `config.json` (doc of each preset), and the size its
+/// publisher states, with the tolerance the shape reaches.
+#[test]
+fn preset_parameters_match_the_hand_count_and_the_published_size() {
+    let gqa = |d: u64, q: u64, kv: u64, hd: u64| 2 * d * q * hd + 2 * d * kv * hd;
+    // DeepSeek-V3: MLA projections (q down 1536, q up to 128 × (128 + 64), kv down to 512 + 64,
+    // kv up to 128 × (128 + 128), out), 3 dense MLPs of 18432, 58 MoE layers of 256 + 1
+    // experts of 2048 with a router.
+    let d = 7168u64;
+    let mla = d * 1536 + 1536 * 128 * 192 + d * 576 + 512 * 128 * 256 + 128 * 128 * d;
+    let expert = 3 * d * 2048;
+    let outside = 61 * (mla + 2 * d) + 3 * 3 * d * 18432 + 2 * 129280 * d + d;
+    let ds = ModelShape::preset("deepseek-v3").expect("preset");
+    assert_eq!(
+        ds.parameter_count(),
+        outside + 58 * (d * 256 + 257 * expert)
+    );
+    assert_eq!(
+        ds.active_parameter_count(),
+        outside + 58 * (d * 256 + 9 * expert)
+    );
+    // Gemma 3 27B, dense, untied.
+    let d = 5376u64;
+    let gemma = 62 * (gqa(d, 32, 16, 128) + 3 * d * 21504 + 2 * d) + 2 * 262208 * d + d;
+    assert_eq!(
+        ModelShape::preset("gemma3-27b")
+            .expect("preset")
+            .parameter_count(),
+        gemma
+    );
+    // gpt-oss-120b: 128 experts of 2880, 4 active.
+    let d = 2880u64;
+    let base = 36 * (gqa(d, 64, 8, 64) + 2 * d + d * 128) + 2 * 201088 * d + d;
+    let oss = ModelShape::preset("gpt-oss-120b").expect("preset");
+    assert_eq!(oss.parameter_count(), base + 36 * 128 * 3 * d * 2880);
+    assert_eq!(oss.active_parameter_count(), base + 36 * 4 * 3 * d * 2880);
+    // Qwen3-Next: 512 + 1 experts of 512, 10 + 1 active; DeltaNet layers priced as full ones.
+    let d = 2048u64;
+    let base = 48 * (gqa(d, 16, 2, 256) + 2 * d + d * 512) + 2 * 151936 * d + d;
+    let qn = ModelShape::preset("qwen3-next-80b").expect("preset");
+    assert_eq!(qn.parameter_count(), base + 48 * 513 * 3 * d * 512);
+    assert_eq!(qn.active_parameter_count(), base + 48 * 11 * 3 * d * 512);
+    // Against the published sizes: (preset, total, tolerance, active, tolerance).
+    for (name, total, t_tol, active, a_tol) in [
+        ("deepseek-v3", 671e9, 0.01, 37e9, 0.02),
+        ("gemma3-27b", 27e9, 0.06, f64::NAN, 0.0),
+        ("gpt-oss-120b", 116.8e9, 0.01, 5.1e9 + 0.58e9, 0.02),
+        ("qwen3-next-80b", 80e9, 0.02, 3e9, 0.1),
+    ] {
+        let m = ModelShape::preset(name).expect("preset");
+        let err = (m.parameter_count() as f64 - total).abs() / total;
+        assert!(err <= t_tol, "{name}: {} vs {total}", m.parameter_count());
+        if active.is_finite() {
+            let err = (m.active_parameter_count() as f64 - active).abs() / active;
+            assert!(err <= a_tol, "{name}: {}", m.active_parameter_count());
+        }
+    }
+}
+
+#[test]
+fn preset_groups_per_token_and_per_sequence_match_the_hand_count() {
+    let plan = |name: &str, tokens: u32| {
+        let m = ModelShape::preset(name).expect("preset");
+        assert_eq!(
+            m.groups().iter().map(|g| g.layers()).sum::<u32>(),
+            m.layers,
+            "{name}"
+        );
+        Plan::compute(&input(m, Some(40 << 30)), tokens).expect("plan")
+    };
+    // DeepSeek-V3: one MLA group, 656 bytes per token per layer, held in full.
+    let p = plan("deepseek-v3", 4096);
+    assert_eq!(p.groups[0].bytes_per_token_per_layer, 656);
+    assert_eq!(
+        p.group_totals.as_ref().map(|t| t.sequence_bytes),
+        Some(4096 * 61 * 656)
+    );
+    // Gemma 3: the 52 sliding layers keep 1024 tokens of 8 KiB a layer, the 10 full ones all.
+    let p = plan("gemma3-27b", 4096);
+    let per_layer = 2 * 16 * 128 * 2;
+    assert_eq!(p.groups[0].sequence_bytes, 52 * 1024 * per_layer);
+    assert_eq!(p.groups[1].sequence_bytes, 10 * 4096 * per_layer);
+    assert_eq!(p.groups[0].contiguous_tokens, 1024);
+    // gpt-oss: window 128.
+    let p = plan("gpt-oss-120b", 4096);
+    let per_layer = 2 * 8 * 64 * 2;
+    assert_eq!(
+        p.group_totals.as_ref().map(|t| t.sequence_bytes),
+        Some(18 * 128 * per_layer + 18 * 4096 * per_layer)
+    );
+    // Qwen3-Next: 36 states of 1,097,728 bytes and 12 full layers.
+    let p = plan("qwen3-next-80b", 4096);
+    assert_eq!(p.groups[0].state_bytes_per_sequence, 36 * 1_097_728);
+    assert_eq!(
+        p.group_totals.as_ref().map(|t| t.sequence_bytes),
+        Some(36 * 1_097_728 + 12 * 4096 * 2 * 2 * 256 * 2)
+    );
+    // The MLA latent is replicated under tp: every device holds all of it.
+    let mut ds = ModelShape::preset("deepseek-v3").expect("preset");
+    ds.tp = 8;
+    assert_eq!(ds.kv_bytes_per_token(), 61 * 656);
+}

@@ -18,6 +18,15 @@ const KV_BYTES_PER_TOKEN: &[(&str, u64)] = &[
     ("llama2-7b", 2 * 32 * 32 * 128 * 2),
     // 32 layers, 8 KV heads, head dim 4096 / 32 = 128, bf16: the experts add no KV.
     ("mixtral-8x7b", 2 * 32 * 8 * 128 * 2),
+    // 61 MLA layers in FlashMLA's FP8 layout: 512 latent bytes + 4 f32 scales + 64 bf16 RoPE.
+    ("deepseek-v3", 61 * (512 + 4 * 4 + 64 * 2)),
+    // 52 sliding + 10 full layers, 16 KV heads, head dim 128, bf16 (a sliding layer's token
+    // costs a full layer's; it keeps only 1024 of them).
+    ("gemma3-27b", 2 * 62 * 16 * 128 * 2),
+    // 18 sliding + 18 full layers, 8 KV heads, head dim 64, bf16.
+    ("gpt-oss-120b", 2 * 36 * 8 * 64 * 2),
+    // 12 full layers, 2 KV heads, head dim 256, bf16; the 36 recurrent layers store no token.
+    ("qwen3-next-80b", 2 * 12 * 2 * 256 * 2),
     // The cpu model: 2 layers, 2 KV heads, head dim 32, f32.
     ("tiny", 2 * 2 * 2 * 32 * 4),
 ];

@@ -19,7 +19,9 @@
 use serde::{Deserialize, Serialize};
 
 mod groups;
+mod presets;
 pub use groups::{LayerGroup, MLA_FP8_TILE};
+pub use presets::QWEN3_NEXT_STATE_BYTES;
 
 /// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
 /// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
@@ -340,6 +342,10 @@ impl ModelShape {
             "llama3-405b" => Some(Self::llama3_405b()),
             "llama2-7b" => Some(Self::llama2_7b()),
             "mixtral-8x7b" => Some(Self::mixtral_8x7b()),
+            "deepseek-v3" => Some(Self::deepseek_v3()),
+            "gemma3-27b" => Some(Self::gemma3_27b()),
+            "gpt-oss-120b" => Some(Self::gpt_oss_120b()),
+            "qwen3-next-80b" => Some(Self::qwen3_next_80b()),
             "tiny" => Some(Self::tiny()),
             _ => None,
         }
@@ -351,6 +357,10 @@ impl ModelShape {
         "llama3-405b",
         "llama2-7b",
         "mixtral-8x7b",
+        "deepseek-v3",
+        "gemma3-27b",
+        "gpt-oss-120b",
+        "qwen3-next-80b",
         "tiny",
     ];
 

@@ -16,7 +16,7 @@ use crate::workload;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Start from a preset shape (llama3-8b, llama3-70b, llama3-405b, llama2-7b, mixtral-8x7b,
-    /// tiny).
+    /// deepseek-v3, gemma3-27b, gpt-oss-120b, qwen3-next-80b, tiny).
     #[arg(long)]
     pub preset: Option<String>,
     /// Take shape, block size, max_seq_len, budget, reservation and the length distribution
