@@ -21,6 +21,12 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
             shape.name
         )));
     }
+    if let Some(key) = shape.non_full_group_key() {
+        return Err(BackendError::Config(format!(
+            "{key}: the cpu backend runs full-attention layers only; model {} has sliding, MLA or recurrent layer groups (use --backend sim)",
+            shape.name
+        )));
+    }
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cpu backend runs tp = 1 only (model {} has tp = {})",

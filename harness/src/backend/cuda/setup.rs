@@ -60,6 +60,12 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
             shape.name
         )));
     }
+    if let Some(key) = shape.non_full_group_key() {
+        return Err(BackendError::Config(format!(
+            "{key}: the cuda backend runs full-attention layers only; model {} has sliding, MLA or recurrent layer groups (use --backend sim)",
+            shape.name
+        )));
+    }
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cuda backend runs tp = 1 only (model {} has tp = {})",

@@ -35,14 +35,20 @@
 
 use kvbench_cache_api::CopyOp;
 
+mod attention;
+pub use attention::{sliding_pairs, GroupedAttention};
+
 use crate::backend::sim::profile::{Combine, DeviceProfile};
 use crate::backend::{SeqWork, SwapOp};
 use crate::model::ModelShape;
 
 /// The model-shape constants the cost model needs, precomputed once per run.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
     kv_bytes_per_token: f64,
+    /// Sliding or recurrent layer groups: what attention reads per group; `None` when every
+    /// layer reads every token (the one-group arithmetic below, unchanged).
+    grouped: Option<GroupedAttention>,
     weight_bytes: f64,
     /// Mixture of experts: what a step's weight read depends on its token count through.
     experts: Option<ExpertReads>,
@@ -173,12 +179,13 @@ impl CostModel {
         let weight_bytes = model.weight_bytes_per_device() as f64;
         let experts = model.moe.map(|moe| {
             let routed = model.routed_expert_weight_bytes_per_device() as f64;
-            let per = moe.experts.max(1) as f64 * model.layers.max(1) as f64;
+            // Dense layers of an MoE model (DeepSeek-V3's first three) hold no experts.
+            let per = moe.experts.max(1) as f64 * model.moe_layers().max(1) as f64;
             ExpertReads {
                 moe,
                 always_bytes: weight_bytes - routed,
                 expert_bytes: routed / per,
-                layers: model.layers as f64,
+                layers: model.moe_layers() as f64,
             }
         });
         let all_reduce = (model.tp > 1).then(|| {
@@ -194,13 +201,25 @@ impl CostModel {
                 latency_s: device.nvlink_latency_s.unwrap_or(0.0),
             }
         });
+        // Full-attention FLOPs per pair over every layer; with layer groups, each group's own
+        // (an MLA layer attends in the absorbed form over its latent, a recurrent one not at all).
+        let attn_flops_per_pair = if model.layer_groups.is_empty() {
+            4.0 * model.layers as f64 * q_per_device * model.head_dim as f64
+        } else {
+            model
+                .layer_groups
+                .iter()
+                .map(|g| g.layers() as f64 * g.attn_flops_per_pair_per_layer(q_per_device))
+                .sum()
+        };
         CostModel {
             kv_bytes_per_token: model.kv_bytes_per_token() as f64,
+            grouped: GroupedAttention::of(model, q_per_device),
             weight_bytes,
             experts,
             all_reduce,
             dense_flops_per_token: 2.0 * model.active_parameter_count() as f64 / tp,
-            attn_flops_per_pair: 4.0 * model.layers as f64 * q_per_device * model.head_dim as f64,
+            attn_flops_per_pair,
             bandwidth,
             paged_bandwidth: bandwidth * device.paged_attention_efficiency,
             weight_bandwidth: device.weight_bytes_per_s.unwrap_or(bandwidth),
@@ -229,6 +248,18 @@ impl CostModel {
             // Causal: query i of the chunk sees the context plus i+1 chunk tokens.
             attn_pairs += (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
         }
+        // Sliding and recurrent groups read by their own rule, sequence by sequence.
+        let grouped = self.grouped.as_ref().map(|g| {
+            seqs.iter()
+                .fold(attention::AttentionLoad::default(), |acc, s| {
+                    let one = g.seq(s.context_tokens as u64, s.new_tokens as u64);
+                    attention::AttentionLoad {
+                        read_bytes: acc.read_bytes + one.read_bytes,
+                        state_write_bytes: acc.state_write_bytes + one.state_write_bytes,
+                        flops: acc.flops + one.flops,
+                    }
+                })
+        });
         let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
         let swapped_tokens: u64 = swaps.iter().map(|s| s.tokens as u64).sum();
         let has_seqs = !seqs.is_empty();
@@ -239,10 +270,19 @@ impl CostModel {
                 (true, None) => self.weight_bytes,
                 (true, Some(e)) => e.bytes(new_tokens),
             },
-            kv_write_bytes: new_tokens as f64 * self.kv_bytes_per_token,
-            kv_read_bytes: kv_read_tokens as f64 * self.kv_bytes_per_token,
+            kv_write_bytes: match &grouped {
+                None => new_tokens as f64 * self.kv_bytes_per_token,
+                Some(g) => new_tokens as f64 * self.kv_bytes_per_token + g.state_write_bytes,
+            },
+            kv_read_bytes: match &grouped {
+                None => kv_read_tokens as f64 * self.kv_bytes_per_token,
+                Some(g) => g.read_bytes,
+            },
             dense_flops: new_tokens as f64 * self.dense_flops_per_token,
-            attn_flops: attn_pairs * self.attn_flops_per_pair,
+            attn_flops: match &grouped {
+                None => attn_pairs * self.attn_flops_per_pair,
+                Some(g) => g.flops,
+            },
             // The measured copy bandwidth counts bytes read plus bytes written.
             copy_bytes: 2.0 * copied_tokens as f64 * self.kv_bytes_per_token,
             swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token,
