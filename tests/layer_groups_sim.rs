@@ -227,3 +227,35 @@ fn a_model_of_full_groups_only_costs_what_the_dense_shape_costs() {
     assert!(rel(x.attn_flops, y.attn_flops) < 1e-12);
     assert_eq!(x.weight_bytes, y.weight_bytes);
 }
+
+#[test]
+fn the_shipped_layer_group_scenarios_load_with_their_shapes_and_stay_small() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    for (file, preset, tp, bytes_per_token) in [
+        ("deepseek-v3-8xh200.toml", "deepseek-v3", 8, 61 * 656),
+        (
+            "gemma3-27b-h100.toml",
+            "gemma3-27b",
+            1,
+            2 * 62 * 16 * 128 * 2,
+        ),
+        (
+            "gpt-oss-120b-h200.toml",
+            "gpt-oss-120b",
+            1,
+            2 * 36 * 8 * 64 * 2,
+        ),
+    ] {
+        let s = kvbench::scenario::load(&root.join(file), &[]).expect(file);
+        let m = s.model_shape().expect("shape");
+        assert_eq!(m.name, preset);
+        assert_eq!(
+            (m.tp, m.kv_bytes_per_token()),
+            (tp, bytes_per_token),
+            "{file}"
+        );
+        // `suite` runs every scenarios/*.toml on sim by default: these stay small.
+        let n = s.traffic.requests.unwrap_or(u32::MAX);
+        assert!(n <= 500, "{file}: {n} requests slows the default suite");
+    }
+}
