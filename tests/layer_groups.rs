@@ -453,3 +453,46 @@ fn preset_groups_per_token_and_per_sequence_match_the_hand_count() {
     ds.tp = 8;
     assert_eq!(ds.kv_bytes_per_token(), 61 * 656);
 }
+
+#[test]
+fn plan_text_shows_each_group_and_what_a_sequence_holds_by_group() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args([
+            "plan",
+            "--preset",
+            "gemma3-27b",
+            "--tokens",
+            "4096",
+            "--budget",
+            "16 GiB",
+        ])
+        .output()
+        .expect("run kvbench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // 52 sliding layers keep 1024 tokens of 8 KiB a layer; 10 full layers keep all 4096.
+    assert!(
+        text.contains("sliding (window 1024), 52 layers x 16 KV heads: 8192 bytes per token per layer, 425984 per token; keeps 1024 of 4096 tokens: 436207616 bytes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("keeps 4096 of 4096 tokens: 335544320 bytes"),
+        "{text}"
+    );
+    // 16 GiB ÷ (436207616 + 335544320) = 22 sequences by group; 8 at the summed bytes.
+    assert!(
+        text.contains("by group: 22 sequences held, 22 contiguous"),
+        "{text}"
+    );
+    assert!(text.contains("fit         paged 8 sequences"), "{text}");
+    // A dense preset's text has no group lines.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args(["plan", "--preset", "llama3-8b", "--tokens", "4096"])
+        .output()
+        .expect("run kvbench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("group") && text.contains("32 layers x 8 KV heads"),
+        "{text}"
+    );
+}

@@ -339,16 +339,34 @@ fn render(p: &Plan) -> String {
     } else {
         String::new()
     };
-    o += &format!(
-        "shape       {} layers x {} KV heads x head dim {} x {} ({} bytes){tp}\n",
-        p.layers, p.kv_heads, p.head_dim, p.dtype, p.bytes_per_element
-    );
+    o += &if p.groups.is_empty() {
+        format!(
+            "shape       {} layers x {} KV heads x head dim {} x {} ({} bytes){tp}\n",
+            p.layers, p.kv_heads, p.head_dim, p.dtype, p.bytes_per_element
+        )
+    } else {
+        let tp = if p.tp > 1 {
+            format!(", tp {}", p.tp)
+        } else {
+            String::new()
+        };
+        format!(
+            "shape       {} layers in {} layer groups (below), KV {} ({} bytes){tp}\n",
+            p.layers,
+            p.groups.len(),
+            p.dtype,
+            p.bytes_per_element
+        )
+    };
     o += &format!(
         "per token   {} bytes per token ({})\n",
         p.bytes_per_token,
         format_bytes(p.bytes_per_token)
     );
-    if let Some(g) = &p.kv_scale {
+    // An MLA-only model's FP8 scales are in its per-token layout (the group line), none fixed.
+    let scales_elsewhere =
+        !p.groups.is_empty() && p.scale_fixed_bytes == 0 && p.scale_bytes_per_block == 0;
+    if let (Some(g), false) = (&p.kv_scale, scales_elsewhere) {
         o += &if p.scale_bytes_per_block > 0 {
             format!(
                 "scales      {g} f32: {} bytes per block of {} tokens = {} bytes per token (rounded up), in the figure above\n",
