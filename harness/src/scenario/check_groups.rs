@@ -150,7 +150,7 @@ fn check_group(i: usize, g: &LayerGroup, shape: &ModelShape, p: &mut Vec<KeyProb
         return;
     }
     if let Some((kv_heads, _)) = g.heads() {
-        if shape.q_heads % kv_heads != 0 {
+        if !shape.q_heads.is_multiple_of(kv_heads) {
             p.push(KeyProblem::new(
                 key("kv_heads"),
                 format!(
@@ -159,7 +159,7 @@ fn check_group(i: usize, g: &LayerGroup, shape: &ModelShape, p: &mut Vec<KeyProb
                 ),
             ));
         }
-        if shape.tp > 0 && kv_heads % shape.tp != 0 {
+        if shape.tp > 0 && !kv_heads.is_multiple_of(shape.tp) {
             p.push(KeyProblem::new(
                 "model.tp",
                 format!(
