@@ -113,16 +113,20 @@ pub fn build_cache(
     mode: CacheMode,
     tiers: &TierPlan,
 ) -> Box<dyn KvCacheManager> {
-    // The manager's tiers arrive with `cache::build_tiered`; until then the plan reaches only
-    // the backend.
-    let _ = tiers;
-    crate::cache::build_with(
+    crate::cache::build_tiered(
         mode,
         setup.total_slots,
         scenario.block_size(),
         scenario.scheduler.prefix_cache,
         scenario.cache.placement,
         scenario.cache.eviction,
+        crate::cache::TierConfig {
+            host_blocks: tiers.host_blocks,
+            disk_blocks: tiers.disk_blocks,
+            offload: tiers.offload,
+            host_eviction: tiers.host_eviction,
+            disk_eviction: tiers.disk_eviction,
+        },
     )
 }
 
