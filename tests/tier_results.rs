@@ -373,7 +373,10 @@ fn check_requests(dir: &Path, kvb: u64, block_bytes: u64) -> Seen {
     let c = tier_trace(dir, "contiguous");
     assert!(c.onloads.is_empty() && c.offloads.is_empty() && c.waits.is_empty());
     for m in csv_rows(&dir.join("memory.csv"), "contiguous") {
-        assert_eq!((num(&m, "host_tier_bytes"), num(&m, "disk_tier_bytes")), (0, 0));
+        assert_eq!(
+            (num(&m, "host_tier_bytes"), num(&m, "disk_tier_bytes")),
+            (0, 0)
+        );
     }
     // memory.csv: whole blocks, within capacity (checked against summary.json by the caller).
     for m in csv_rows(&dir.join("memory.csv"), "paged") {
@@ -393,12 +396,19 @@ fn exact_ms(values_ns: &[u64], q: f64) -> f64 {
 }
 
 fn check_dist(d: &Value, values: &[u64], what: &str) {
-    assert_eq!(d["count"].as_u64(), Some(values.len() as u64), "{what}.count");
+    assert_eq!(
+        d["count"].as_u64(),
+        Some(values.len() as u64),
+        "{what}.count"
+    );
     let max = values.iter().max().copied().unwrap_or(0) as f64 / 1e6;
     assert_eq!(d["max"].as_f64(), Some(max), "{what}.max");
     let mean = values.iter().sum::<u64>() as f64 / values.len().max(1) as f64 / 1e6;
     let got = d["mean"].as_f64().expect("mean");
-    assert!((got - mean).abs() <= mean * 1e-12 + 1e-9, "{what}.mean {got} vs {mean}");
+    assert!(
+        (got - mean).abs() <= mean * 1e-12 + 1e-9,
+        "{what}.mean {got} vs {mean}"
+    );
     for (key, q) in [("p50", 0.5), ("p99", 0.99)] {
         let (got, exact) = (d[key].as_f64().expect("pct"), exact_ms(values, q));
         assert!(
@@ -416,7 +426,9 @@ fn check_summary(dir: &Path, tiers: &[(&str, &str)], kvb: u64, block_size: u64) 
     let (paged, contiguous) = (&summary["runs"][0], &summary["runs"][1]);
     assert_eq!(paged["cache"], "paged");
     assert!(contiguous.get("tiers").is_none() && contiguous.get("tier_costs").is_none());
-    assert!(contiguous["memory"].get("host_tier_capacity_bytes").is_none());
+    assert!(contiguous["memory"]
+        .get("host_tier_capacity_bytes")
+        .is_none());
     let block_bytes = block_size * kvb;
     let rows = csv_rows(&dir.join("requests.csv"), "paged");
     let memory = csv_rows(&dir.join("memory.csv"), "paged");
@@ -446,7 +458,10 @@ fn check_summary(dir: &Path, tiers: &[(&str, &str)], kvb: u64, block_size: u64) 
             "{what}"
         );
         assert!(s["lookups"].as_u64() >= s["hit_blocks"].as_u64(), "{what}");
-        assert!(hits.iter().all(|o| o.from_slot < cap_blocks), "{what}: slots");
+        assert!(
+            hits.iter().all(|o| o.from_slot < cap_blocks),
+            "{what}: slots"
+        );
         let offloads = t.offloads.iter().filter(|o| o.0 == tier).count() as u64;
         assert_eq!(s["offloads"].as_u64(), Some(offloads), "{what}");
         assert_eq!(
@@ -502,7 +517,10 @@ fn check_summary(dir: &Path, tiers: &[(&str, &str)], kvb: u64, block_size: u64) 
         .filter(|r| !r["admitted_ms"].is_empty())
         .map(|r| num(r, "prefill_computed_tokens"))
         .sum();
-    assert_eq!(costs["admission_hits"]["computed_tokens"].as_u64(), Some(computed));
+    assert_eq!(
+        costs["admission_hits"]["computed_tokens"].as_u64(),
+        Some(computed)
+    );
     let onload_bytes: u64 = rows.iter().map(|r| num(r, "onload_bytes")).sum();
     assert_eq!(costs["onload_bytes"].as_u64(), Some(onload_bytes));
     let wait_ns: u64 = rows.iter().map(|r| ns(&r["onload_wait_ms"])).sum();
@@ -535,7 +553,11 @@ fn check_summary(dir: &Path, tiers: &[(&str, &str)], kvb: u64, block_size: u64) 
 fn run_both_paths(root: &Path, s: &Scenario) -> PathBuf {
     let (a, b) = (root.join("collect"), root.join("stream"));
     let collected = experiment::run_scenario(s, &opts()).expect("collect run");
-    assert!(collected.failures().is_empty(), "{:?}", collected.failures());
+    assert!(
+        collected.failures().is_empty(),
+        "{:?}",
+        collected.failures()
+    );
     results::write(&collected, &a, true, true).expect("collect write");
     let staging = Staging::begin(&b, true).expect("staging");
     let streamed = experiment::run_streaming(s, &opts(), staging).expect("streaming run");
@@ -554,7 +576,10 @@ fn run_both_paths(root: &Path, s: &Scenario) -> PathBuf {
             std::fs::read(a.join(f)).expect("collect"),
             std::fs::read(b.join(f)).expect("stream"),
         );
-        assert!(x == y, "{f} differs between the collect and streaming paths");
+        assert!(
+            x == y,
+            "{f} differs between the collect and streaming paths"
+        );
     }
     b
 }
@@ -572,7 +597,10 @@ fn host_tier_figures_recompute_from_the_run_files() {
     let seen = check_requests(&dir, kvb, 16 * kvb);
     check_summary(&dir, &[("host", "256 KiB")], kvb, 16);
     assert!(seen.offloads > 0, "nothing offloaded: {seen:?}");
-    assert!(seen.host_hit_tokens > 0, "no host-tier hit at admission: {seen:?}");
+    assert!(
+        seen.host_hit_tokens > 0,
+        "no host-tier hit at admission: {seen:?}"
+    );
 }
 
 #[test]
@@ -586,7 +614,10 @@ fn disk_tier_figures_recompute_from_the_run_files() {
     let kvb = tiny_kvb();
     let seen = check_requests(&dir, kvb, 16 * kvb);
     check_summary(&dir, &[("host", "64 KiB"), ("disk", "1 MiB")], kvb, 16);
-    assert!(seen.disk_hit_tokens > 0, "no disk hit at admission: {seen:?}");
+    assert!(
+        seen.disk_hit_tokens > 0,
+        "no disk hit at admission: {seen:?}"
+    );
     let t = tier_trace(&dir, "paged");
     assert!(
         t.offloads.iter().any(|o| o.0 == "disk" && o.2 == "host"),
@@ -688,23 +719,37 @@ fn onload_waits_are_shared_by_tokens_and_recompute_from_the_files() {
     };
     let record = engine::run(&cfg, &workload, cache.as_mut(), &mut backend).expect("run");
     assert_eq!(record.end.violation, None);
-    assert!(record.end.reclamation.ok, "{}", record.end.reclamation.detail);
+    assert!(
+        record.end.reclamation.ok,
+        "{}",
+        record.end.reclamation.detail
+    );
     let dir = tmp.path().join("files");
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut sink =
-        results::sink::FileSink::create(&dir, setup.kv_bytes_per_token, true, Resolution::EveryStep)
-            .expect("files");
+    let mut sink = results::sink::FileSink::create(
+        &dir,
+        setup.kv_bytes_per_token,
+        true,
+        Resolution::EveryStep,
+    )
+    .expect("files");
     engine::sink::replay(&record, &mut sink);
     sink.end_mode().expect("end mode");
     sink.finish().expect("finish");
     let kvb = setup.kv_bytes_per_token;
     let seen = check_requests(&dir, kvb, 16 * kvb);
     assert!(seen.wait_ns > 0, "no onload wait: {seen:?}");
-    assert!(seen.steps_with_remainder > 0, "no split left a remainder: {seen:?}");
+    assert!(
+        seen.steps_with_remainder > 0,
+        "no split left a remainder: {seen:?}"
+    );
     // Every step's wait went to its streams in full (nothing was cancelled in flight here).
     let rows = csv_rows(&dir.join("requests.csv"), "paged");
     let charged: u64 = rows.iter().map(|r| ns(&r["onload_wait_ms"])).sum();
     assert_eq!(charged, seen.wait_ns, "waits charged vs waited");
     let parts: u64 = rows.iter().map(|r| ns(&r["ttft_onload_ms"])).sum();
-    assert!(parts > 0 && parts <= charged, "TTFT onload parts {parts} of {charged}");
+    assert!(
+        parts > 0 && parts <= charged,
+        "TTFT onload parts {parts} of {charged}"
+    );
 }

@@ -79,7 +79,7 @@ mod tests {
         let seed: u64 = std::env::var("KVBENCH_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(0x0e10_ad5e_ed);
+            .unwrap_or(0x000e_10ad_5eed);
         println!("seed {seed} (KVBENCH_SEED replays)");
         let mut x = seed;
         let mut next = || {

@@ -63,7 +63,11 @@ pub fn plan(
     mode: CacheMode,
 ) -> Result<TierPlan, ExperimentError> {
     let cache = &scenario.cache;
-    let Some(host) = cache.host_tier.as_ref().filter(|_| mode == CacheMode::Paged) else {
+    let Some(host) = cache
+        .host_tier
+        .as_ref()
+        .filter(|_| mode == CacheMode::Paged)
+    else {
         if cache.disk_tier.is_some() && cache.host_tier.is_none() {
             return Err(ExperimentError::Scenario(
                 "cache.disk_tier: needs a cache.host_tier above it".into(),
@@ -143,10 +147,17 @@ mod tests {
         let err = capacity_blocks("cache.host_tier.capacity", "1 MiB", 16, kvb)
             .expect_err("under a block")
             .to_string();
-        assert!(err.contains("cache.host_tier.capacity") && err.contains("no block"), "{err}");
-        let err = capacity_blocks("k", "lots", 16, kvb).expect_err("no size").to_string();
+        assert!(
+            err.contains("cache.host_tier.capacity") && err.contains("no block"),
+            "{err}"
+        );
+        let err = capacity_blocks("k", "lots", 16, kvb)
+            .expect_err("no size")
+            .to_string();
         assert!(err.starts_with("k: "), "{err}");
-        let err = capacity_blocks("k", "8 TiB", 1, 1).expect_err("too many").to_string();
+        let err = capacity_blocks("k", "8 TiB", 1, 1)
+            .expect_err("too many")
+            .to_string();
         assert!(err.contains("more than"), "{err}");
     }
 }

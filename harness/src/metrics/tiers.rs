@@ -189,7 +189,12 @@ mod tests {
     use crate::engine::StreamStatus;
     use kvbench_cache_api::{Accounting, CacheMode, TierHits};
 
-    fn stream(arrival: u64, admitted: Option<u64>, first: Option<u64>, onload: u64) -> StreamRecord {
+    fn stream(
+        arrival: u64,
+        admitted: Option<u64>,
+        first: Option<u64>,
+        onload: u64,
+    ) -> StreamRecord {
         StreamRecord {
             request: 0,
             rank: 0,
