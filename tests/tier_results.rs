@@ -177,7 +177,7 @@ fn tier_trace(dir: &Path, cache: &str) -> TierTrace {
                     "onload from a slot no offload wrote: {line}"
                 );
                 let request = v["request"].as_str().expect("an onload has a request");
-                assert_eq!(v["seq"].is_u64(), true, "{line}");
+                assert!(v["seq"].is_u64(), "{line}");
                 t.onloads.push(Onload {
                     t_ns,
                     step: v["step"].as_u64().expect("step"),
