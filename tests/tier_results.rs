@@ -604,6 +604,21 @@ fn host_tier_figures_recompute_from_the_run_files() {
 }
 
 #[test]
+fn write_through_figures_recompute_from_the_run_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let tiers = format!("{HOST}offload = \"write_through\"\n");
+    let s = load(tmp.path(), "tier-write-through", &tiers);
+    let exp = experiment::run_scenario(&s, &opts()).expect("run");
+    assert!(exp.failures().is_empty(), "{:?}", exp.failures());
+    let dir = tmp.path().join("out");
+    results::write(&exp, &dir, true, true).expect("write");
+    let kvb = tiny_kvb();
+    let seen = check_requests(&dir, kvb, 16 * kvb);
+    check_summary(&dir, &[("host", "256 KiB")], kvb, 16);
+    assert!(seen.host_hit_tokens > 0, "no host-tier hit at admission: {seen:?}");
+}
+
+#[test]
 fn disk_tier_figures_recompute_from_the_run_files() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let s = load(tmp.path(), "tier-disk", HOST_AND_DISK);
