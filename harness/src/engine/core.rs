@@ -363,15 +363,15 @@ impl Engine<'_> {
     /// A continuation's first token comes out of its parent's first-token step: its TTFT's
     /// onload part is its parent's.
     fn inherit_ttft_onload(&mut self, child: u32) {
-        let request = self.streams[child as usize].request;
-        let Some(parent) = self.streams.first_of(request) else {
+        let st = &self.streams[child as usize];
+        if st.is_done() || !st.record.token_ns.is_empty() {
+            return; // cancelled while the step was in flight (perhaps released already)
+        }
+        let Some(parent) = self.streams.first_of(st.request) else {
             return;
         };
         let wait = self.streams[parent as usize].record.ttft_onload_ns;
-        let st = &mut self.streams[child as usize];
-        if !st.is_done() && st.record.token_ns.is_empty() {
-            st.record.ttft_onload_ns = wait;
-        }
+        self.streams[child as usize].record.ttft_onload_ns = wait;
     }
 
     pub(super) fn trace(&mut self, stream: u32, kind: TraceKind) {

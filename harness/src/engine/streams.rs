@@ -254,7 +254,7 @@ impl Streams {
 
     /// The first stream of request `r`, once it arrived.
     pub fn first_of(&self, r: u32) -> Option<u32> {
-        let first = self.req_first[r as usize];
+        let first = *self.req_first.get(r as usize)?;
         (first != u32::MAX).then_some(first)
     }
 
