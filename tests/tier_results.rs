@@ -83,8 +83,14 @@ const HOST: &str = "[cache.host_tier]\ncapacity = \"256 KiB\"\n";
 const HOST_AND_DISK: &str = "[cache.host_tier]\ncapacity = \"64 KiB\"\n\n[cache.disk_tier]\ncapacity = \"1 MiB\"\nread_bytes_per_s = 2e9\nwrite_bytes_per_s = 1e9\nlatency_us = 100.0\n";
 
 fn load(dir: &Path, name: &str, tiers: &str) -> Scenario {
+    load_with(dir, name, tiers, "")
+}
+
+/// [`load`] with `extra` TOML appended (more traffic tables).
+fn load_with(dir: &Path, name: &str, tiers: &str, extra: &str) -> Scenario {
     let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, scenario_text(name, tiers)).expect("write scenario");
+    let text = format!("{}\n{extra}", scenario_text(name, tiers));
+    std::fs::write(&path, text).expect("write scenario");
     kvbench::scenario::load(&path, &[]).expect("scenario loads")
 }
 
@@ -615,7 +621,10 @@ fn write_through_figures_recompute_from_the_run_files() {
     let kvb = tiny_kvb();
     let seen = check_requests(&dir, kvb, 16 * kvb);
     check_summary(&dir, &[("host", "256 KiB")], kvb, 16);
-    assert!(seen.host_hit_tokens > 0, "no host-tier hit at admission: {seen:?}");
+    assert!(
+        seen.host_hit_tokens > 0,
+        "no host-tier hit at admission: {seen:?}"
+    );
 }
 
 #[test]
@@ -690,11 +699,70 @@ impl Backend for Waits {
     }
 }
 
+/// Continuations (parallel sampling) and cancellations at every point, on top of the waits run.
+const FORKS_AND_CANCELS: &str = r#"
+[traffic.parallel_sampling]
+n = 3
+share = 0.3
+
+[traffic.cancellation]
+share = 0.4
+when = "mixed"
+delay = { dist = "exponential", mean_ms = 15.0 }
+after_tokens = { dist = "uniform", min = 1, max = 6 }
+"#;
+
 #[test]
 fn onload_waits_are_shared_by_tokens_and_recompute_from_the_files() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    let (seen, rows) = run_with_waits(tmp.path(), "tier-waits", "");
+    assert!(seen.wait_ns > 0, "no onload wait: {seen:?}");
+    assert!(
+        seen.steps_with_remainder > 0,
+        "no split left a remainder: {seen:?}"
+    );
+    // Every step's wait went to its streams in full (nothing was cancelled in flight here).
+    let charged: u64 = rows.iter().map(|r| ns(&r["onload_wait_ms"])).sum();
+    assert_eq!(charged, seen.wait_ns, "waits charged vs waited");
+    let parts: u64 = rows.iter().map(|r| ns(&r["ttft_onload_ms"])).sum();
+    assert!(
+        parts > 0 && parts <= charged,
+        "TTFT onload parts {parts} of {charged}"
+    );
+}
+
+#[test]
+fn onload_waits_follow_forks_and_cancellations() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (seen, rows) = run_with_waits(tmp.path(), "tier-forks", FORKS_AND_CANCELS);
+    assert!(seen.wait_ns > 0, "no onload wait: {seen:?}");
+    let charged: u64 = rows.iter().map(|r| ns(&r["onload_wait_ms"])).sum();
+    println!("{seen:?}; charged {charged} ns");
+    assert!(
+        charged <= seen.wait_ns,
+        "charged {charged} > waited {}",
+        seen.wait_ns
+    );
+    let forked_with_onload = rows
+        .iter()
+        .filter(|r| !r["parent_id"].is_empty() && !r["ttft_onload_ms"].is_empty())
+        .filter(|r| ns(&r["ttft_onload_ms"]) > 0)
+        .count();
+    assert!(
+        forked_with_onload > 0,
+        "no continuation inherited an onload part"
+    );
+    assert!(
+        rows.iter().any(|r| r["status"] == "cancelled"),
+        "nothing was cancelled"
+    );
+}
+
+/// Run scenario `name` (host tier, async steps, `extra` traffic) on the paged manager through
+/// [`Waits`], write its files and check them; returns what the checks saw and the paged rows.
+fn run_with_waits(tmp: &Path, name: &str, extra: &str) -> (Seen, Vec<Row>) {
     // Async steps: a step's onloads may complete while the next step is planned.
-    let mut s = load(tmp.path(), "tier-waits", HOST);
+    let mut s = load_with(tmp, name, HOST, extra);
     s.scheduler.async_steps = true;
     let o = opts();
     let setup = experiment::setup(&s, &o).expect("setup");
@@ -739,7 +807,7 @@ fn onload_waits_are_shared_by_tokens_and_recompute_from_the_files() {
         "{}",
         record.end.reclamation.detail
     );
-    let dir = tmp.path().join("files");
+    let dir = tmp.join(format!("{name}-files"));
     std::fs::create_dir_all(&dir).expect("dir");
     let mut sink = results::sink::FileSink::create(
         &dir,
@@ -753,18 +821,5 @@ fn onload_waits_are_shared_by_tokens_and_recompute_from_the_files() {
     sink.finish().expect("finish");
     let kvb = setup.kv_bytes_per_token;
     let seen = check_requests(&dir, kvb, 16 * kvb);
-    assert!(seen.wait_ns > 0, "no onload wait: {seen:?}");
-    assert!(
-        seen.steps_with_remainder > 0,
-        "no split left a remainder: {seen:?}"
-    );
-    // Every step's wait went to its streams in full (nothing was cancelled in flight here).
-    let rows = csv_rows(&dir.join("requests.csv"), "paged");
-    let charged: u64 = rows.iter().map(|r| ns(&r["onload_wait_ms"])).sum();
-    assert_eq!(charged, seen.wait_ns, "waits charged vs waited");
-    let parts: u64 = rows.iter().map(|r| ns(&r["ttft_onload_ms"])).sum();
-    assert!(
-        parts > 0 && parts <= charged,
-        "TTFT onload parts {parts} of {charged}"
-    );
+    (seen, csv_rows(&dir.join("requests.csv"), "paged"))
 }
