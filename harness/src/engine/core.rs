@@ -115,6 +115,7 @@ pub fn run_with(
         total_slots: cache.accounting().total_slots,
         memory: backend.memory(),
         computes: backend.computes(),
+        tier_capacity_blocks: super::record::tier_capacity_blocks(&cache.tier_stats()),
     });
     let mut e = Engine {
         cfg,
@@ -226,10 +227,16 @@ impl Engine<'_> {
             .clock
             .place_step(inf.planned_ns, duration_ns, inf.index)?;
         self.cache.retire_step(inf.cache_step);
+        if !inf.onloads.is_empty() {
+            // Before the stamps: the step that emits a first token counts in its TTFT's onload.
+            let wait_ns = step_ns(out.onload_wait_s, inf.index)?.min(duration_ns);
+            self.credit_onload_wait(inf.index, end, wait_ns, &inf.onloads);
+        }
         for (i, &s) in inf.samplers.iter().enumerate() {
             self.stamp(s, out.sampled[i].token, end);
         }
         for &(child, token) in &inf.forks {
+            self.inherit_ttft_onload(child);
             self.stamp(child, token, end);
         }
         let accounting = self.cache.accounting();
@@ -250,6 +257,7 @@ impl Engine<'_> {
                 batch_tokens: inf.batch_tokens,
                 running: inf.running,
                 accounting,
+                tier_used_blocks: super::record::tier_used_blocks(&self.cache.tier_stats()),
             },
             metadata,
         );
@@ -324,7 +332,46 @@ impl Engine<'_> {
             steps: totals.steps,
             streams: self.streams.len() as u64,
             peak_live_streams: self.streams.peak_live() as u64,
+            tiers: cache.tier_stats(),
         }
+    }
+
+    /// Share step `step`'s onload wait among the streams whose onloads it carried
+    /// ([`super::onload`]) and trace the wait at the step's end.
+    fn credit_onload_wait(&mut self, step: u64, end_ns: u64, wait_ns: u64, onloads: &[(u32, u64)]) {
+        self.rec.event(&TraceEvent {
+            t_ns: end_ns,
+            stream: TraceEvent::NO_STREAM,
+            request: u64::MAX,
+            rank: 0,
+            kind: TraceKind::OnloadWait { step, wait_ns },
+        });
+        let tokens: Vec<u64> = onloads.iter().map(|&(_, t)| t).collect();
+        let shares = super::onload::split_wait_ns(wait_ns, &tokens);
+        for (&(s, _), share) in onloads.iter().zip(shares) {
+            let st = &mut self.streams[s as usize];
+            if st.is_done() {
+                continue; // cancelled while the step was in flight: its record went out
+            }
+            st.record.onload_wait_ns = st.record.onload_wait_ns.saturating_add(share);
+            if st.record.token_ns.is_empty() {
+                st.record.ttft_onload_ns = st.record.ttft_onload_ns.saturating_add(share);
+            }
+        }
+    }
+
+    /// A continuation's first token comes out of its parent's first-token step: its TTFT's
+    /// onload part is its parent's.
+    fn inherit_ttft_onload(&mut self, child: u32) {
+        let st = &self.streams[child as usize];
+        if st.is_done() || !st.record.token_ns.is_empty() {
+            return; // cancelled while the step was in flight (perhaps released already)
+        }
+        let Some(parent) = self.streams.first_of(st.request) else {
+            return;
+        };
+        let wait = self.streams[parent as usize].record.ttft_onload_ns;
+        self.streams[child as usize].record.ttft_onload_ns = wait;
     }
 
     pub(super) fn trace(&mut self, stream: u32, kind: TraceKind) {

@@ -88,6 +88,10 @@ impl Engine<'_> {
                     preemptions: 0,
                     recomputed_tokens: 0,
                     swapped_bytes: 0,
+                    admission_tier_hits: Default::default(),
+                    onload_bytes: 0,
+                    onload_wait_ns: 0,
+                    ttft_onload_ns: 0,
                     token_ns: Vec::new(),
                     token_ids: Vec::new(),
                 };
@@ -350,10 +354,11 @@ impl Engine<'_> {
         let r = p.request as usize;
         let first = self.streams.first_of(r as u32).unwrap_or(u32::MAX);
         let samples = self.workload.requests[r].samples.max(1);
-        let (in_cache, admitted, cached_prompt) = (
+        let (in_cache, admitted, cached_prompt, tier_hits) = (
             p.in_cache,
             p.record.admitted_ns,
             p.record.cached_prompt_tokens,
+            p.record.admission_tier_hits,
         );
         self.streams[parent as usize].forked_children = true;
         for rank in 1..samples {
@@ -372,6 +377,7 @@ impl Engine<'_> {
             st.first_admission_done = true;
             st.record.admitted_ns = admitted;
             st.record.cached_prompt_tokens = cached_prompt;
+            st.record.admission_tier_hits = tier_hits;
             match self.cache.fork(Stream::seq(parent), Stream::seq(c)) {
                 Ok(copies) => {
                     self.steps.copies_for_next(c, copies);

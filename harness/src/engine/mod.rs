@@ -18,6 +18,7 @@ pub mod admission;
 mod clock;
 mod core;
 mod lifecycle;
+pub mod onload;
 pub mod policy;
 pub mod record;
 mod recorder;
@@ -31,8 +32,8 @@ mod timers;
 
 pub use core::{run, run_with, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
 pub use record::{
-    RunEnd, RunRecord, RunStart, StepSample, StreamRecord, StreamStatus, TokenEvent, TraceEvent,
-    TraceKind,
+    tier_capacity_blocks, tier_used_blocks, RunEnd, RunRecord, RunStart, StepSample, StreamRecord,
+    StreamStatus, TokenEvent, TraceEvent, TraceKind,
 };
 pub use sink::RunSink;
 

@@ -2,7 +2,7 @@
 //! and reports are pure functions over this; nothing here is aggregated. A run hands these to a
 //! [`super::sink::RunSink`] as they happen; [`RunRecord`] is what the collecting sink keeps.
 
-use kvbench_cache_api::{Accounting, CacheMode, PrefixStats};
+use kvbench_cache_api::{Accounting, CacheMode, PrefixStats, Tier, TierHits, TierOp, TierStats};
 
 use crate::backend::{MemoryParts, NumericsReport};
 
@@ -45,6 +45,17 @@ pub struct StreamRecord {
     /// Tokens prefilled again after preemptions (prefix-cache hits excluded).
     pub recomputed_tokens: u64,
     pub swapped_bytes: u64,
+    /// Of `cached_prompt_tokens`, those found in the host and the disk tier at first admission
+    /// (the rest were on the device). A continuation inherits its parent's.
+    pub admission_tier_hits: TierHits,
+    /// K/V bytes onloaded from lower tiers for this stream, every admission counted (a restart
+    /// after preemption may onload again); counted when the onload is handed to a step.
+    pub onload_bytes: u64,
+    /// This stream's share of its steps' onload waits (see `engine::onload`), in ns.
+    pub onload_wait_ns: u64,
+    /// The part of `onload_wait_ns` credited before the first token was stamped (a
+    /// continuation inherits its parent's: they share the step that emits the first token).
+    pub ttft_onload_ns: u64,
     /// Emission time of every output token, in order.
     pub token_ns: Vec<u64>,
     /// Token ids, kept only on compute backends (paged vs contiguous comparison).
@@ -76,6 +87,8 @@ pub struct StepSample {
     /// Streams holding KV cache when the step was planned.
     pub running: u32,
     pub accounting: Accounting,
+    /// Blocks held by the host and the disk tier after the step (0 without tiers).
+    pub tier_used_blocks: [u64; 2],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +124,24 @@ pub enum TraceKind {
     Reject {
         reason: String,
     },
+    /// A device block's content written to a lower tier, or a host slot's passed to disk
+    /// (`step`: the step it was handed to). Belongs to no stream.
+    Offload {
+        step: u64,
+        op: TierOp,
+    },
+    /// A lower-tier block read into a fresh device block for the event's stream.
+    Onload {
+        step: u64,
+        op: TierOp,
+    },
+    /// The completed step `step`, which carried onloads, waited `wait_ns` of its duration for
+    /// them (shared among their streams by `engine::onload::split_wait_ns`). Belongs to no
+    /// stream.
+    OnloadWait {
+        step: u64,
+        wait_ns: u64,
+    },
 }
 
 impl TraceKind {
@@ -127,7 +158,19 @@ impl TraceKind {
             TraceKind::Cancel { .. } => "cancel",
             TraceKind::Finish => "finish",
             TraceKind::Reject { .. } => "reject",
+            TraceKind::Offload { .. } => "offload",
+            TraceKind::Onload { .. } => "onload",
+            TraceKind::OnloadWait { .. } => "onload_wait",
         }
+    }
+
+    /// A lower-tier event: written before an instant's stream lines, in the order it happened
+    /// (a step's tier ops in the order they execute).
+    pub fn is_tier(&self) -> bool {
+        matches!(
+            self,
+            TraceKind::Offload { .. } | TraceKind::Onload { .. } | TraceKind::OnloadWait { .. }
+        )
     }
 }
 
@@ -141,6 +184,12 @@ pub struct TraceEvent {
     pub request: u64,
     pub rank: u32,
     pub kind: TraceKind,
+}
+
+impl TraceEvent {
+    /// `stream` of an event that belongs to no stream (an offload, a step's onload wait);
+    /// its `request` is `u64::MAX` and is written as `null`.
+    pub const NO_STREAM: u32 = u32::MAX;
 }
 
 /// One output token as it is stamped (what a streaming trace writer sees instead of
@@ -173,6 +222,8 @@ pub struct RunStart {
     pub memory: MemoryParts,
     /// The backend computes real tokens (token ids are comparable across cache modes).
     pub computes: bool,
+    /// Capacity of the host and the disk tier in blocks (0: no such tier).
+    pub tier_capacity_blocks: [u64; 2],
 }
 
 /// Everything a run returns besides what it handed its sink: the scalar outcome. A streaming
@@ -204,6 +255,41 @@ pub struct RunEnd {
     pub streams: u64,
     /// Most stream states held at once (the stream table's high-water mark).
     pub peak_live_streams: u64,
+    /// Each lower tier's counters at the end, host first (empty without tiers).
+    pub tiers: Vec<TierStats>,
+}
+
+impl RunEnd {
+    /// Capacity of the host and the disk tier in blocks, from `tiers`.
+    pub fn tier_capacity_blocks(&self) -> [u64; 2] {
+        tier_capacity_blocks(&self.tiers)
+    }
+}
+
+/// Capacity of the host and the disk tier in blocks (0 where there is none).
+pub fn tier_capacity_blocks(tiers: &[TierStats]) -> [u64; 2] {
+    let mut out = [0; 2];
+    for t in tiers {
+        match t.tier {
+            Some(Tier::Host) => out[0] = t.capacity_blocks,
+            Some(Tier::Disk) => out[1] = t.capacity_blocks,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Blocks in use in the host and the disk tier (0 where there is none).
+pub fn tier_used_blocks(tiers: &[TierStats]) -> [u64; 2] {
+    let mut out = [0; 2];
+    for t in tiers {
+        match t.tier {
+            Some(Tier::Host) => out[0] = t.used_blocks,
+            Some(Tier::Disk) => out[1] = t.used_blocks,
+            _ => {}
+        }
+    }
+    out
 }
 
 impl RunRecord {
@@ -215,6 +301,7 @@ impl RunRecord {
             total_slots: self.end.total_slots,
             memory: self.end.memory,
             computes: self.end.computes,
+            tier_capacity_blocks: self.end.tier_capacity_blocks(),
         }
     }
 }

@@ -97,7 +97,9 @@ pub fn replay(r: &RunRecord, sink: &mut dyn RunSink) {
     // (t_ns, stream, class, index) as trace.jsonl orders them: class 0 an event, 1 a token.
     let mut keys: Vec<(u64, u32, u8, u32)> = Vec::with_capacity(r.events.len());
     for (i, e) in r.events.iter().enumerate() {
-        keys.push((e.t_ns, e.stream, 0, i as u32));
+        // Tier events keep their relative order (writers order them by arrival alone).
+        let stream = if e.kind.is_tier() { 0 } else { e.stream };
+        keys.push((e.t_ns, stream, 0, i as u32));
     }
     for (s, st) in r.streams.iter().enumerate() {
         for (i, &t) in st.token_ns.iter().enumerate() {

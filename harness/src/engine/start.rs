@@ -162,6 +162,7 @@ impl Engine<'_> {
         if first {
             st.record.admitted_ns = Some(now);
             st.record.cached_prompt_tokens = cached;
+            st.record.admission_tier_hits = started.tier_hits;
         } else {
             st.record.recomputed_tokens += (tokens.len() as u32 - cached) as u64;
         }

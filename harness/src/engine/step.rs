@@ -8,7 +8,7 @@ use kvbench_cache_api::{AllocError, ReleaseReason};
 
 use super::core::Engine;
 use super::policy::StepOps;
-use super::record::TraceKind;
+use super::record::{TraceEvent, TraceKind};
 use super::streams::{Phase, Stream};
 use super::EngineError;
 use crate::backend::SeqWork;
@@ -46,6 +46,9 @@ impl Engine<'_> {
         let running_now = self.streams.running().len() as u32;
         let running = running_at_plan.max(running_now);
         self.rec.running(running_now);
+        // The tier transfers this plan's starts, fills, appends and forks decided belong to it.
+        self.cache.drain_tier_ops(self.steps.tier_ops_mut());
+        self.record_tier_ops();
         if self.steps.is_empty() {
             self.rec.host(t0);
             return Ok(false);
@@ -78,6 +81,46 @@ impl Engine<'_> {
         }
         self.rec.host(t1);
         Ok(true)
+    }
+
+    /// The step being planned carries tier ops: trace each (onloads on their stream) and count
+    /// onloaded bytes on the stream that asked for them.
+    fn record_tier_ops(&mut self) {
+        let ops = &self.steps.plan().tier_ops;
+        if ops.is_empty() {
+            return;
+        }
+        let (step, t_ns, kvb) = (
+            self.steps.index(),
+            self.clock.now_ns(),
+            self.cfg.kv_bytes_per_token,
+        );
+        for i in 0..self.steps.plan().tier_ops.len() {
+            let op = self.steps.plan().tier_ops[i];
+            let stream = match op.seq.map(u32::try_from) {
+                Some(Ok(s)) if op.is_onload() && !self.streams[s as usize].is_done() => Some(s),
+                _ => None,
+            };
+            let Some(s) = stream else {
+                let kind = if op.is_onload() {
+                    TraceKind::Onload { step, op }
+                } else {
+                    TraceKind::Offload { step, op }
+                };
+                self.rec.event(&TraceEvent {
+                    t_ns,
+                    stream: TraceEvent::NO_STREAM,
+                    request: u64::MAX,
+                    rank: 0,
+                    kind,
+                });
+                continue;
+            };
+            let bytes = u64::from(op.tokens).saturating_mul(kvb);
+            let rec = &mut self.streams[s as usize].record;
+            rec.onload_bytes = rec.onload_bytes.saturating_add(bytes);
+            self.trace(s, TraceKind::Onload { step, op });
+        }
     }
 
     fn try_append(&mut self, s: u32) -> Append {

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use kvbench_cache_api::{CopyOp, StepId};
+use kvbench_cache_api::{CopyOp, StepId, TierOp};
 
 use crate::backend::{SeqWork, StepPlan, SwapOp};
 
@@ -24,6 +24,8 @@ pub(super) struct InFlight {
     pub batch_seqs: u32,
     pub batch_tokens: u32,
     pub running: u32,
+    /// Streams whose onloads the step carries, with their tokens, in op order.
+    pub onloads: Vec<(u32, u64)>,
 }
 
 pub(super) struct Steps {
@@ -110,6 +112,11 @@ impl Steps {
         self.plan.copies.extend(copies);
     }
 
+    /// Where the cache manager's tier transfers for this step go (drained after planning).
+    pub fn tier_ops_mut(&mut self) -> &mut Vec<TierOp> {
+        &mut self.plan.tier_ops
+    }
+
     pub fn add_swap(&mut self, op: SwapOp) {
         self.plan.swaps.push(op);
     }
@@ -181,6 +188,7 @@ impl Steps {
             batch_seqs: self.plan.seqs.len() as u32,
             batch_tokens: self.plan.seqs.iter().map(|w| w.new_tokens).sum(),
             running,
+            onloads: super::onload::onloads_by_stream(&self.plan.tier_ops),
         });
     }
 

@@ -127,6 +127,10 @@ impl Stream {
                 preemptions: 0,
                 recomputed_tokens: 0,
                 swapped_bytes: 0,
+                admission_tier_hits: Default::default(),
+                onload_bytes: 0,
+                onload_wait_ns: 0,
+                ttft_onload_ns: 0,
                 token_ns: Vec::new(),
                 token_ids: Vec::new(),
             },
@@ -250,7 +254,7 @@ impl Streams {
 
     /// The first stream of request `r`, once it arrived.
     pub fn first_of(&self, r: u32) -> Option<u32> {
-        let first = self.req_first[r as usize];
+        let first = *self.req_first.get(r as usize)?;
         (first != u32::MAX).then_some(first)
     }
 

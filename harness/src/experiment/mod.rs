@@ -7,6 +7,7 @@
 //! `results` only writes and reads files, and [`Experiment`] is what its writers read.
 
 pub mod fuzz;
+pub mod tiers;
 pub mod tokens;
 
 use kvbench_cache_api::{CacheMode, Fault};
@@ -185,6 +186,7 @@ fn run_mode_with(
     sink: &mut dyn RunSink,
 ) -> Result<ModeParts, ExperimentError> {
     let block_size = scenario.block_size();
+    let tier_plan = tiers::plan(scenario, setup, mode)?;
     let run_setup = RunSetup {
         model: setup.model.clone(),
         device: scenario.device.clone(),
@@ -197,7 +199,7 @@ fn run_mode_with(
         workspace_bytes: setup.workspace_bytes,
         profile: opts.profile.clone(),
         clock: opts.clock,
-        tiers: Default::default(),
+        tiers: tier_plan.setup,
     };
     // `sim` is kept concrete so its shadow report can be read after the run.
     let mut sim: Option<SimBackend> = None;
@@ -211,14 +213,7 @@ fn run_mode_with(
             .as_mut()
     };
     let backend_name = be.name();
-    let mut cache = crate::cache::build_with(
-        mode,
-        setup.total_slots,
-        block_size,
-        scenario.scheduler.prefix_cache,
-        scenario.cache.placement,
-        scenario.cache.eviction,
-    );
+    let mut cache = tiers::build_cache(scenario, setup, mode, &tier_plan);
     let mut scheduler = scenario.scheduler.clone();
     // Early reuse only shows while a step is in flight at release time: pipeline the steps.
     if opts.fault == Some(Fault::EarlyReuse) {

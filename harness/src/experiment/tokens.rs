@@ -86,6 +86,7 @@ mod tests {
             total_slots: 10,
             memory: Default::default(),
             computes,
+            tier_capacity_blocks: [0; 2],
         }
     }
 
@@ -104,6 +105,10 @@ mod tests {
             preemptions: 0,
             recomputed_tokens: 0,
             swapped_bytes: 0,
+            admission_tier_hits: Default::default(),
+            onload_bytes: 0,
+            onload_wait_ns: 0,
+            ttft_onload_ns: 0,
             token_ns: vec![0; ids.len()],
             token_ids: ids.to_vec(),
         }

@@ -10,6 +10,7 @@
 //! [`RunRecord`]: crate::engine::RunRecord
 
 use super::ledger::{self, LedgerSummary};
+use super::tiers::TierAccum;
 use super::{meets_slo, Counts, LatencyHist, RunMetrics};
 use crate::engine::{RunEnd, RunSink, RunStart, StepSample, StreamRecord, StreamStatus};
 use crate::scenario::SloSpec;
@@ -33,6 +34,7 @@ pub struct MetricsAccum {
     tpot: LatencyHist,
     queue: LatencyHist,
     ledger: LedgerAccum,
+    tiers: TierAccum,
 }
 
 impl MetricsAccum {
@@ -55,6 +57,7 @@ impl MetricsAccum {
             tpot: LatencyHist::new(),
             queue: LatencyHist::new(),
             ledger: LedgerAccum::new(kv_bytes_per_token),
+            tiers: TierAccum::default(),
         }
     }
 
@@ -91,6 +94,7 @@ impl MetricsAccum {
             cached_prompt_tokens: self.cached_prompt_tokens,
             request_prefix_hit_tokens: self.request_prefix_hit_tokens,
             ledger: self.ledger.finish(),
+            tiers: self.tiers.finish(),
         }
     }
 
@@ -104,10 +108,12 @@ impl MetricsAccum {
 impl RunSink for MetricsAccum {
     fn begin(&mut self, start: &RunStart) {
         self.ledger.begin(start);
+        self.tiers.begin(start);
     }
 
     fn step(&mut self, s: &StepSample) {
         self.ledger.step(s);
+        self.tiers.step(s);
     }
 
     fn stream_done(&mut self, _index: u32, st: &StreamRecord) {
@@ -123,6 +129,7 @@ impl RunSink for MetricsAccum {
                 self.open_request = Some((st.request, ok));
             }
         }
+        self.tiers.stream(st);
         self.output_tokens += st.token_ns.len() as u64;
         self.preemptions += st.preemptions as u64;
         self.recomputed_tokens += st.recomputed_tokens;
@@ -192,10 +199,12 @@ impl LedgerAccum {
             workspace_peak_bytes: start.memory.workspace_bytes,
             ..LedgerSummary::default()
         };
+        ledger::host_tier_start(&mut self.out, start, kvb);
     }
 
     pub fn step(&mut self, s: &StepSample) {
         let (a, kvb, out) = (&s.accounting, self.kv_bytes_per_token, &mut self.out);
+        ledger::host_tier_step(out, s, self.block_size, kvb);
         out.kv_peak_live_bytes = out.kv_peak_live_bytes.max(a.live_slots * kvb);
         out.kv_peak_allocated_bytes = out
             .kv_peak_allocated_bytes
@@ -253,6 +262,10 @@ mod tests {
             preemptions: 1,
             recomputed_tokens: 2,
             swapped_bytes: 3,
+            admission_tier_hits: Default::default(),
+            onload_bytes: 0,
+            onload_wait_ns: 0,
+            ttft_onload_ns: 0,
             token_ns: toks.iter().map(|t| t * ms).collect(),
             token_ids: vec![],
         };

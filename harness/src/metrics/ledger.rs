@@ -23,6 +23,8 @@ pub struct LedgerRow {
     pub kv_free_bytes: u64,
     pub workspace_bytes: u64,
     pub other_bytes: u64,
+    /// Blocks held by the host tier × a block's bytes (0 without one).
+    pub host_tier_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
@@ -35,6 +37,34 @@ pub struct LedgerSummary {
     pub workspace_peak_bytes: u64,
     pub other_bytes: u64,
     pub kv_waste_fraction: f64,
+    /// The host tier's capacity and the most it held at a step's end, bytes (absent without a
+    /// host tier: host memory, outside the device's budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tier_capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tier_peak_bytes: Option<u64>,
+}
+
+/// Bytes of one block in a lower tier (a device block's: all layers' K and V).
+pub fn block_bytes(block_size: u32, kv_bytes_per_token: u64) -> u64 {
+    u64::from(block_size).saturating_mul(kv_bytes_per_token)
+}
+
+/// The host tier's part of a ledger summary that starts with `start`: its capacity, and a peak
+/// of 0 to grow (both absent without a host tier).
+pub fn host_tier_start(out: &mut LedgerSummary, start: &crate::engine::RunStart, kvb: u64) {
+    let cap = start.tier_capacity_blocks[0];
+    if cap > 0 {
+        out.host_tier_capacity_bytes = Some(cap.saturating_mul(block_bytes(start.block_size, kvb)));
+        out.host_tier_peak_bytes = Some(0);
+    }
+}
+
+/// Grow the host tier's peak by one step sample.
+pub fn host_tier_step(out: &mut LedgerSummary, s: &StepSample, block_size: u32, kvb: u64) {
+    if let Some(peak) = &mut out.host_tier_peak_bytes {
+        *peak = (*peak).max(s.tier_used_blocks[0].saturating_mul(block_bytes(block_size, kvb)));
+    }
 }
 
 pub fn other_bytes(s: &StepSample, block_size: u32, paged: bool) -> u64 {
@@ -67,6 +97,8 @@ pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
                 kv_free_bytes: a.free_slots * kv_bytes_per_token,
                 workspace_bytes: r.end.memory.workspace_bytes,
                 other_bytes: other_bytes(s, r.end.block_size, paged) + r.end.memory.other_bytes,
+                host_tier_bytes: s.tier_used_blocks[0]
+                    .saturating_mul(block_bytes(r.end.block_size, kv_bytes_per_token)),
             }
         })
         .collect()
@@ -79,9 +111,11 @@ pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
         workspace_peak_bytes: r.end.memory.workspace_bytes,
         ..LedgerSummary::default()
     };
+    host_tier_start(&mut out, &r.start(), kv_bytes_per_token);
     let paged = r.end.mode == kvbench_cache_api::CacheMode::Paged;
     let (mut unfilled_dt, mut held_dt) = (0f64, 0f64);
     for (i, s) in r.steps.iter().enumerate() {
+        host_tier_step(&mut out, s, r.end.block_size, kv_bytes_per_token);
         let a = &s.accounting;
         out.kv_peak_live_bytes = out
             .kv_peak_live_bytes
@@ -128,6 +162,7 @@ mod tests {
                 pending_free_slots: 0,
                 free_slots: 1000 - live - unfilled,
             },
+            tier_used_blocks: [0; 2],
         }
     }
 

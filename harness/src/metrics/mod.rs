@@ -24,6 +24,7 @@ pub mod accum;
 pub mod hist;
 pub mod ledger;
 pub mod prefix_bounds;
+pub mod tiers;
 pub mod timeline;
 
 pub use hist::{LatencyHist, HDR_SIGFIGS};
@@ -137,6 +138,9 @@ pub struct RunMetrics {
     /// side of [`prefix_bounds`].
     pub request_prefix_hit_tokens: u64,
     pub ledger: ledger::LedgerSummary,
+    /// Lower tiers: the TTFT decomposition, where first admissions' hits came from, onloads
+    /// and each tier's occupancy.
+    pub tiers: tiers::TierMetrics,
 }
 
 pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetrics {
@@ -162,6 +166,14 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         if st.rank == 0 {
             request_hits += u64::from(st.cached_prompt_tokens);
         }
+    }
+    let mut tier_acc = tiers::TierAccum::default();
+    tier_acc.begin(&r.start());
+    for st in &r.streams {
+        tier_acc.stream(st);
+    }
+    for s in &r.steps {
+        tier_acc.step(s);
     }
     let good = good_by_request.values().filter(|&&g| g).count() as u64;
     let s = samples(r);
@@ -196,6 +208,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         cached_prompt_tokens: cached,
         request_prefix_hit_tokens: request_hits,
         ledger: ledger::summarize(r, kv_bytes_per_token),
+        tiers: tier_acc.finish(),
     }
 }
 
@@ -255,6 +268,10 @@ mod tests {
             preemptions: 0,
             recomputed_tokens: 0,
             swapped_bytes: 0,
+            admission_tier_hits: Default::default(),
+            onload_bytes: 0,
+            onload_wait_ns: 0,
+            ttft_onload_ns: 0,
             token_ns: tokens_ms.iter().map(|t| t * ms).collect(),
             token_ids: vec![],
         }
@@ -354,6 +371,7 @@ pub(crate) mod tests_support {
                 steps: 0,
                 streams: 0,
                 peak_live_streams: 0,
+                tiers: vec![],
             },
         }
     }

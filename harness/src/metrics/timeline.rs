@@ -70,6 +70,8 @@ pub struct Bucket {
     pub free_slots: u64,
     /// The engine's part of "other" (block tables, per-sequence metadata), bytes.
     pub metadata_bytes: u64,
+    /// Blocks held by the host and the disk tier.
+    pub tier_used_blocks: [u64; 2],
 }
 
 impl Bucket {
@@ -90,6 +92,7 @@ impl Bucket {
             pending_free_slots: a.pending_free_slots,
             free_slots: a.free_slots,
             metadata_bytes,
+            tier_used_blocks: s.tier_used_blocks,
         }
     }
 
@@ -108,6 +111,9 @@ impl Bucket {
         self.pending_free_slots = self.pending_free_slots.max(o.pending_free_slots);
         self.free_slots = self.free_slots.max(o.free_slots);
         self.metadata_bytes = self.metadata_bytes.max(o.metadata_bytes);
+        for (a, b) in self.tier_used_blocks.iter_mut().zip(o.tier_used_blocks) {
+            *a = (*a).max(b);
+        }
     }
 }
 
@@ -198,6 +204,7 @@ mod tests {
             total_slots: 1 << 20,
             memory: Default::default(),
             computes: false,
+            tier_capacity_blocks: [0; 2],
         }
     }
 
@@ -217,6 +224,7 @@ mod tests {
                 pending_free_slots: 0,
                 free_slots: (1 << 20) - live,
             },
+            tier_used_blocks: [0; 2],
         }
     }
 

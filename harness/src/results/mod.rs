@@ -22,6 +22,7 @@ pub mod staging;
 pub mod suite;
 pub mod summary;
 pub mod tables;
+pub mod tier_report;
 pub mod trace;
 
 use std::fs::File;

@@ -241,6 +241,7 @@ pub fn markdown(exp: &Experiment) -> String {
             ));
         }
     }
+    s.push_str(&super::tier_report::markdown(exp));
     s.push_str("\n## Checks\n\n");
     if failures.is_empty() {
         s.push_str("All checks passed (invariants, reclamation, numerics where computed).\n");

@@ -138,6 +138,7 @@ impl FileSink {
             m.cache,
             rows,
             self.kv_bytes_per_token,
+            m.start.block_size,
             &m.start.memory,
             &mut self.memory.w,
         );

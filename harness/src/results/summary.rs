@@ -97,6 +97,48 @@ pub struct RunSummary {
     /// timeline above is modelled and this is what the steps really took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_step_s: Option<f64>,
+    /// Each lower tier, host first (absent without tiers: contiguous, or no `cache.host_tier`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierSummary>,
+    /// Where requests' hits came from at first admission, what onloads cost them, and TTFT in
+    /// three parts (present with tiers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier_costs: Option<TierCosts>,
+}
+
+/// One lower tier over a run. Counts are blocks (a block is `block_size` tokens, all layers'
+/// K and V: a device block's bytes); `lookups` are blocks looked up here after a miss in every
+/// tier above; `evictions` blocks dropped (or passed down to disk) to make room.
+#[derive(Debug, Serialize)]
+pub struct TierSummary {
+    pub tier: &'static str,
+    pub capacity_bytes: u64,
+    pub capacity_blocks: u64,
+    pub lookups: u64,
+    pub hit_blocks: u64,
+    pub hit_tokens: u64,
+    pub offloads: u64,
+    pub onloads: u64,
+    pub offload_bytes: u64,
+    pub onload_bytes: u64,
+    pub evictions: u64,
+    /// The most bytes held at a step's end, and the mean over the run (each step sample holds
+    /// until the next step ends).
+    pub peak_used_bytes: u64,
+    pub time_weighted_used_bytes: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TierCosts {
+    /// Requests' prompt tokens at first admission by where they came from.
+    pub admission_hits: crate::metrics::tiers::AdmissionHits,
+    /// Over every stream: bytes onloaded, and the steps' onload waits they were charged.
+    pub onload_bytes: u64,
+    pub onload_wait_ms: f64,
+    /// TTFT = queue + onload + prefill, per stream with a first token.
+    pub ttft_queue_ms: Dist,
+    pub ttft_onload_ms: Dist,
+    pub ttft_prefill_ms: Dist,
 }
 
 #[derive(Debug, Serialize)]
@@ -248,7 +290,66 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
         fault_fired: r.fault_fired,
         shadow: r.shadow.clone(),
         measured_step_s: r.measured_step_s,
+        tiers: tier_summaries(r, kv_bytes_per_token),
+        tier_costs: run_tier_costs(r),
     }
+}
+
+/// A run's tier costs, when it had tiers.
+pub fn run_tier_costs(r: &ModeRun) -> Option<TierCosts> {
+    if r.end.tiers.is_empty() {
+        return None;
+    }
+    let t = &r.metrics.tiers;
+    Some(TierCosts {
+        admission_hits: t.admission_hits,
+        onload_bytes: t.onload_bytes,
+        onload_wait_ms: t.onload_wait_ns as f64 / 1e6,
+        ttft_queue_ms: t.ttft_queue,
+        ttft_onload_ms: t.ttft_onload,
+        ttft_prefill_ms: t.ttft_prefill,
+    })
+}
+
+/// The manager's counters per tier beside the occupancy the step samples give.
+pub fn tier_summaries(r: &ModeRun, kv_bytes_per_token: u64) -> Vec<TierSummary> {
+    let block = crate::metrics::ledger::block_bytes(r.end.block_size, kv_bytes_per_token);
+    let bs = u64::from(r.end.block_size);
+    r.end
+        .tiers
+        .iter()
+        .map(|t| {
+            let tier = t.tier.unwrap_or(kvbench_cache_api::Tier::Host);
+            let used = r
+                .metrics
+                .tiers
+                .used
+                .iter()
+                .find(|(k, _)| *k == tier)
+                .map(|(_, u)| *u)
+                .unwrap_or_default();
+            let duration_ns = r.end.end_ns;
+            TierSummary {
+                tier: tier.name(),
+                capacity_bytes: t.capacity_blocks.saturating_mul(block),
+                capacity_blocks: t.capacity_blocks,
+                lookups: t.lookup_blocks,
+                hit_blocks: t.hit_blocks,
+                hit_tokens: t.hit_blocks.saturating_mul(bs),
+                offloads: t.offloaded_blocks,
+                onloads: t.onloaded_blocks,
+                offload_bytes: t.offloaded_blocks.saturating_mul(block),
+                onload_bytes: t.onloaded_blocks.saturating_mul(block),
+                evictions: t.evicted_blocks,
+                peak_used_bytes: used.peak_used_blocks.saturating_mul(block),
+                time_weighted_used_bytes: if duration_ns == 0 {
+                    0.0
+                } else {
+                    (used.used_block_ns * u128::from(block)) as f64 / duration_ns as f64
+                },
+            }
+        })
+        .collect()
 }
 
 /// The paged run's policy, achieved share and bounds (all absent for contiguous).

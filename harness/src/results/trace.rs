@@ -1,5 +1,8 @@
 //! `trace.jsonl`: one event a line, `{"cache", "t_ms", "request", "event", ...}`, in time order
-//! per cache mode. Every emitted token has a `first_token` or `token` line (unless the trace level
+//! per cache mode. Lower-tier events — `offload` and `onload` (`step`, `from` and `to` as
+//! `{"tier", "slot"}`, `seq`, `tokens`) and a step's `onload_wait` (`step`, `wait_ms`) — lead
+//! their instant in the order they happened; those that belong to no request (offloads, waits)
+//! have `"request":null`. Every emitted token has a `first_token` or `token` line (unless the trace level
 //! is `requests`, which keeps `first_token` and drops `token`), so inter-token gaps recompute
 //! from this file alone.
 
@@ -33,6 +36,18 @@ fn extra(kind: &TraceKind) -> String {
         ),
         TraceKind::Cancel { during } => format!(",\"during\":\"{during}\""),
         TraceKind::Reject { reason } => format!(",\"reason\":{}", json_str(reason)),
+        TraceKind::Offload { step, op } | TraceKind::Onload { step, op } => format!(
+            ",\"step\":{step},\"from\":{{\"tier\":\"{}\",\"slot\":{}}},\"to\":{{\"tier\":\"{}\",\"slot\":{}}},\"seq\":{},\"tokens\":{}",
+            op.from.tier.name(),
+            op.from.slot,
+            op.to.tier.name(),
+            op.to.slot,
+            op.seq.map_or("null".to_string(), |s| s.to_string()),
+            op.tokens
+        ),
+        TraceKind::OnloadWait { step, wait_ns } => {
+            format!(",\"step\":{step},\"wait_ms\":{}", fmt_ms(*wait_ns))
+        }
         _ => String::new(),
     }
 }
@@ -42,6 +57,17 @@ fn class(kind: &TraceKind) -> u8 {
     match kind {
         TraceKind::Finish | TraceKind::Cancel { .. } => 2,
         _ => 0,
+    }
+}
+
+/// Order within one instant, before the stream: tier events (offloads, onloads, a step's onload
+/// wait) first, in the order they happened — a step's ops in the order they execute — then the
+/// streams' lines.
+fn group(kind: &TraceKind) -> u8 {
+    if kind.is_tier() {
+        0
+    } else {
+        1
     }
 }
 
@@ -61,8 +87,9 @@ pub struct TraceWriter {
     tokens: bool,
     cache: &'static str,
     t_ns: u64,
-    /// (stream, class, sequence, line) of instant `t_ns`.
-    batch: Vec<(u32, u8, u64, String)>,
+    /// (group, stream, class, sequence, line) of instant `t_ns`; a tier event's stream is
+    /// 0 (its group orders it by sequence alone).
+    batch: Vec<(u8, u32, u8, u64, String)>,
     seq: u64,
 }
 
@@ -101,16 +128,24 @@ impl TraceWriter {
             return Ok(());
         }
         self.at(e.t_ns, w)?;
+        let request = if e.stream == TraceEvent::NO_STREAM {
+            "null".to_string()
+        } else {
+            format!("\"{}\"", label(e.request, e.rank))
+        };
         let line = format!(
-            "{{\"cache\":\"{}\",\"t_ms\":{},\"request\":\"{}\",\"event\":\"{}\"{}}}\n",
+            "{{\"cache\":\"{}\",\"t_ms\":{},\"request\":{request},\"event\":\"{}\"{}}}\n",
             self.cache,
             fmt_ms(e.t_ns),
-            label(e.request, e.rank),
             e.kind.name(),
             extra(&e.kind)
         );
         self.seq += 1;
-        self.batch.push((e.stream, class(&e.kind), self.seq, line));
+        let (g, stream) = match group(&e.kind) {
+            0 => (0, 0),
+            g => (g, e.stream),
+        };
+        self.batch.push((g, stream, class(&e.kind), self.seq, line));
         Ok(())
     }
 
@@ -128,14 +163,15 @@ impl TraceWriter {
             t.index
         );
         self.seq += 1;
-        self.batch.push((t.stream, 1, self.seq, line));
+        self.batch.push((1, t.stream, 1, self.seq, line));
         Ok(())
     }
 
     /// Write out the held instant (at the end of a mode, and whenever time moves on).
     pub fn flush(&mut self, w: &mut impl Write) -> std::io::Result<()> {
-        self.batch.sort_unstable_by_key(|&(s, c, q, _)| (s, c, q));
-        for (_, _, _, line) in self.batch.drain(..) {
+        self.batch
+            .sort_unstable_by_key(|&(g, s, c, q, _)| (g, s, c, q));
+        for (_, _, _, _, line) in self.batch.drain(..) {
             w.write_all(line.as_bytes())?;
         }
         Ok(())
