@@ -586,6 +586,7 @@ impl Backend for CudaBackend {
             weights_bytes: self.accounted.weights_bytes,
             workspace_bytes: self.accounted.workspace_bytes,
             other_bytes: 0,
+            host_tier_bytes: 0,
             device_used_bytes: used,
         }
     }
