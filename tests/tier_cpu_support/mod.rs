@@ -107,11 +107,12 @@ impl<'a> Rig<'a> {
         }
     }
 
+    /// Submits, then opens the step's fence with the manager (the engine's order).
     pub fn submit(&mut self, plan: &StepPlan) {
-        let id = self.cache.begin_step();
         self.backend
             .submit(plan, self.cache.as_ref())
             .expect("step submitted");
+        let id = self.cache.begin_step();
         self.in_flight.push(id);
     }
 
@@ -264,3 +265,4 @@ pub fn run(backend: &mut dyn Backend, from: From, onload: Onload) -> Outcome {
         onload_wait_s: out.onload_wait_s,
     }
 }
+pub mod driver;

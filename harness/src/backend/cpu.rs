@@ -28,7 +28,7 @@ pub use setup::{
     kv_storage, model_config, oracle_for, shape_config, KvStorage, FP8_CALIBRATION_TOKENS,
     MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
-pub use tier::MAX_POOL_BYTES as MAX_TIER_POOL_BYTES;
+pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -141,8 +141,9 @@ impl CpuBackend {
         self.seqs.get(seq).map(|s| s.history.as_slice())
     }
 
-    /// The step's tier ops, in the order given, before anything else of the step; returns the
-    /// seconds spent on onloads (the part of the step that waited for them).
+    /// The step's tier ops, in the order given (onloads as late as it allows:
+    /// [`late_onload_order`]), before anything else of the step; returns the seconds spent on
+    /// onloads (the part of the step that waited for them).
     fn tier_ops(
         &mut self,
         plan: &StepPlan,
@@ -160,7 +161,8 @@ impl CpuBackend {
             BackendError::Step("a tier op, but the run set up no lower tier".into())
         })?;
         let mut onload_s = 0.0;
-        for op in &plan.tier_ops {
+        for i in late_onload_order(&plan.tier_ops) {
+            let op = &plan.tier_ops[i];
             let t0 = Instant::now();
             tiers.perform(op, &mut self.kv)?;
             if op.is_onload() {

@@ -196,6 +196,40 @@ impl Tiers {
     }
 }
 
+/// The order a step's tier ops run in: the manager's order, except that each onload runs as
+/// late as that order allows — just before the first later op that reads or writes its device
+/// block, else at the end of the step's tier ops.
+///
+/// Why: an onload may run asynchronously, overlapping whatever else the step moves (that is why
+/// the manager pins its source slot until the step retired), so a backend that ran it at once
+/// would hide a manager that hands the source slot out again in the same step (planted fault
+/// `stale-onload`): the offload overwriting the slot would land after the onload read it. Run
+/// late, the onload reads the overwritten bytes and the oracle sees wrong logits. For a correct
+/// manager nothing changes: a pinned slot is never written, and an op on the onload's device
+/// block waits for it.
+pub fn late_onload_order(ops: &[TierOp]) -> Vec<usize> {
+    let mut order = Vec::with_capacity(ops.len());
+    let mut deferred: Vec<usize> = Vec::new();
+    let device_block = |l: &BlockLoc| (l.tier == Tier::Device).then_some(l.slot);
+    for (i, op) in ops.iter().enumerate() {
+        let touches = [device_block(&op.from), device_block(&op.to)];
+        let conflict = deferred.iter().any(|&d| {
+            let b = ops[d].to.slot;
+            touches.contains(&Some(b))
+        });
+        if conflict {
+            order.append(&mut deferred);
+        }
+        if op.is_onload() {
+            deferred.push(i);
+        } else {
+            order.push(i);
+        }
+    }
+    order.append(&mut deferred);
+    order
+}
+
 impl KvStore {
     /// Elements of one pool slot: what `read_slots` yields for one block.
     fn block_elems(&self, block_size: usize) -> usize {

@@ -340,7 +340,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Queues the step's tier ops, in order, before anything else of the step (see
+    /// Queues the step's tier ops, in order (onloads as late as it allows, as on `cpu`:
+    /// [`crate::backend::cpu::late_onload_order`]), before anything else of the step (see
     /// [`super::tier`]); returns the staging buffers the queued copies read.
     fn tier_ops(
         &mut self,
@@ -386,7 +387,8 @@ impl CudaBackend {
         };
         let mut kv = std::mem::take(&mut self.kv);
         let mut r = Ok(());
-        for op in &plan.tier_ops {
+        for i in crate::backend::cpu::late_onload_order(&plan.tier_ops) {
+            let op = &plan.tier_ops[i];
             r = tiers.perform(&gpu, &mut kv, op, step, &mut wait, &mut keep);
             if r.is_err() {
                 break;
