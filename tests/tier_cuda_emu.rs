@@ -67,3 +67,64 @@ fn the_pinned_host_pool_is_reported_and_the_device_ledger_still_reconciles() {
     drop(b);
     assert!(take_teardowns().iter().all(|t| t.ok()));
 }
+
+/// The tiered paged manager decides the moves; the emulated device performs them with its
+/// seeded completion delays, and every sequence passes the oracle with host and disk hits.
+#[test]
+fn tiered_manager_runs_pass_the_oracle_on_the_emulated_device() {
+    use kvbench_cache_api::OffloadMode;
+    use tier_cpu_support::driver::{drive, tiers, DEVICE_BLOCKS};
+    take_teardowns();
+    let seed = 0x71e5;
+    eprintln!("tier driver seed {seed}, emulator delay seed 11");
+    for (kv, host, disk, offload) in [
+        (Dtype::F32, 2, 4, OffloadMode::OnEvict),
+        (Dtype::Bf16, 3, 3, OffloadMode::WriteThrough),
+    ] {
+        let mut s = setup(kv);
+        s.cache_slots = DEVICE_BLOCKS * BLOCK as u64;
+        s.tiers.host_blocks = host;
+        s.tiers.disk_blocks = disk;
+        kvbench::backend::cuda::set_emu_seed(11);
+        let mut b = CudaBackend::new(&s, true).expect("cuda-emu backend");
+        let d = drive(&mut b, seed, 20, tiers(host, disk, offload), None);
+        let label = format!("{kv:?} host {host} disk {disk} {offload:?}");
+        assert!(d.numerics.ok, "{label}: {:?}", d.numerics);
+        assert!(
+            d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
+            "{label}: no lower-tier hit"
+        );
+        assert!(d.offloads > 0 && d.moves_to_disk > 0, "{label}");
+        drop(b);
+        let t = take_teardowns();
+        assert!(t.len() == 1 && t[0].ok(), "{label}: {t:?}");
+    }
+}
+
+#[test]
+fn a_stale_onload_is_caught_on_the_emulated_device() {
+    use kvbench_cache_api::{Fault, OffloadMode};
+    use tier_cpu_support::driver::{drive, tiers, DEVICE_BLOCKS};
+    take_teardowns();
+    let mut s = setup(Dtype::F32);
+    s.cache_slots = DEVICE_BLOCKS * BLOCK as u64;
+    s.tiers.host_blocks = 2;
+    s.tiers.disk_blocks = 0;
+    let mut b = backend_with(&s);
+    let d = drive(
+        &mut b,
+        0x71e5,
+        24,
+        tiers(2, 0, OffloadMode::OnEvict),
+        Some(Fault::StaleOnload),
+    );
+    assert!(d.fault_fired > 0, "never fired");
+    assert!(!d.numerics.ok, "not caught: {:?}", d.numerics);
+    drop(b);
+    take_teardowns();
+}
+
+fn backend_with(s: &kvbench::backend::RunSetup) -> CudaBackend {
+    kvbench::backend::cuda::set_emu_seed(11);
+    CudaBackend::new(s, true).expect("cuda-emu backend")
+}
