@@ -209,6 +209,32 @@ fn tiered_manager_runs_pass_the_oracle_with_host_and_disk_hits() {
     }
 }
 
+/// Two requests per step: one start's onloads and the other's evictions and offloads share
+/// the step's tier ops.
+#[test]
+fn batched_tiered_runs_pass_the_oracle() {
+    use kvbench_cache_api::OffloadMode;
+    use tier_cpu_support::driver::{drive_batched, tiers, DEVICE_BLOCKS};
+    let seed = seed();
+    for (host, disk, offload) in [
+        (3, 3, OffloadMode::OnEvict),
+        (4, 2, OffloadMode::WriteThrough),
+    ] {
+        let mut s = setup(Dtype::F32);
+        s.cache_slots = 2 * DEVICE_BLOCKS * BLOCK as u64;
+        s.tiers.host_blocks = host;
+        s.tiers.disk_blocks = disk;
+        let mut b = CpuBackend::new(&s).expect("cpu backend");
+        let d = drive_batched(&mut b, seed, 24, 2, tiers(host, disk, offload), None);
+        let label = format!("host {host} disk {disk} {offload:?}");
+        assert!(d.numerics.ok, "{label}: {:?}", d.numerics);
+        assert!(
+            d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
+            "{label}: no lower-tier hit"
+        );
+    }
+}
+
 /// Planted fault `stale-onload`: the manager hands a host slot out again while an onload from
 /// it has not run; the onload copies the new content, and the oracle check fails.
 #[test]

@@ -101,6 +101,36 @@ fn tiered_manager_runs_pass_the_oracle_on_the_emulated_device() {
     }
 }
 
+/// Two requests per step on the emulated device: one start's onloads and the other's offloads
+/// queued on the stream in one step.
+#[test]
+fn batched_tiered_runs_pass_the_oracle_on_the_emulated_device() {
+    use kvbench_cache_api::OffloadMode;
+    use tier_cpu_support::driver::{drive_batched, tiers, DEVICE_BLOCKS};
+    take_teardowns();
+    let mut s = setup(Dtype::F32);
+    s.cache_slots = 2 * DEVICE_BLOCKS * BLOCK as u64;
+    s.tiers.host_blocks = 3;
+    s.tiers.disk_blocks = 3;
+    let mut b = backend_with(&s);
+    let d = drive_batched(
+        &mut b,
+        0x71e5,
+        24,
+        2,
+        tiers(3, 3, OffloadMode::OnEvict),
+        None,
+    );
+    assert!(d.numerics.ok, "{:?}", d.numerics);
+    assert!(
+        d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
+        "no lower-tier hit"
+    );
+    drop(b);
+    let t = take_teardowns();
+    assert!(t.len() == 1 && t[0].ok(), "{t:?}");
+}
+
 #[test]
 fn a_stale_onload_is_caught_on_the_emulated_device() {
     use kvbench_cache_api::{Fault, OffloadMode};

@@ -60,14 +60,14 @@ pub fn tiers(host_blocks: u32, disk_blocks: u32, offload: OffloadMode) -> TierCo
 
 /// One step: the drained tier ops, then `plan`; the manager's invariants checked after it
 /// unless a fault is planted (the manager would report the fault itself: the point is that
-/// the oracle catches it without the manager's help).
+/// the oracle catches it without the manager's help). Returns the sampled tokens in plan order.
 fn step(
     backend: &mut dyn Backend,
     cache: &mut dyn KvCacheManager,
     mut plan: StepPlan,
     d: &mut Drive,
     check: bool,
-) -> Option<u32> {
+) -> Vec<u32> {
     let mut ops: Vec<TierOp> = Vec::new();
     cache.drain_tier_ops(&mut ops);
     for op in &ops {
@@ -85,10 +85,10 @@ fn step(
     if check {
         cache.check_invariants().expect("manager invariants");
     }
-    out.sampled.first().map(|s| s.token)
+    out.sampled.iter().map(|s| s.token).collect()
 }
 
-/// `requests` requests, each one of [`SYSTEM_PROMPTS`] system prompts plus a random suffix.
+/// `requests` requests one at a time on [`DEVICE_BLOCKS`] device blocks.
 pub fn drive(
     backend: &mut dyn Backend,
     seed: u64,
@@ -96,9 +96,24 @@ pub fn drive(
     tiers: TierConfig,
     fault: Option<Fault>,
 ) -> Drive {
+    drive_batched(backend, seed, requests, 1, tiers, fault)
+}
+
+/// `requests` requests, `batch` at a time (started in one planning, prefilled in one step,
+/// decoded together) on `batch` × [`DEVICE_BLOCKS`] device blocks; each is one of
+/// [`SYSTEM_PROMPTS`] system prompts (distinct within a batch) plus a random suffix.
+pub fn drive_batched(
+    backend: &mut dyn Backend,
+    seed: u64,
+    requests: u64,
+    batch: u64,
+    tiers: TierConfig,
+    fault: Option<Fault>,
+) -> Drive {
+    let batch = batch.clamp(1, SYSTEM_PROMPTS as u64);
     let mut cache = kvbench::cache::build_tiered(
         CacheMode::Paged,
-        DEVICE_BLOCKS * BLOCK as u64,
+        batch * DEVICE_BLOCKS * BLOCK as u64,
         BLOCK,
         true,
         Placement::Lifo,
@@ -123,76 +138,72 @@ pub fn drive(
         moves_to_disk: 0,
         fault_fired: 0,
     };
-    for seq in 1..=requests {
-        let system = rng.below(SYSTEM_PROMPTS as u64) as u32;
-        let suffix = 4 + rng.below(17) as u32;
-        let mut prompt: Vec<u32> = (0..SYSTEM_TOKENS)
-            .map(|i| (system * 97 + i * 13 + 1) % 512)
-            .collect();
-        prompt.extend((0..suffix).map(|_| rng.below(512) as u32));
-        let len = prompt.len() as u32;
-        backend
-            .register(seq, &prompt, Some(&scope))
-            .expect("register");
-        let started = cache
-            .start(&StartRequest {
-                seq,
-                tokens: &prompt,
-                scope: Some(&scope),
-                reserve_tokens: len + DECODE_TOKENS,
-            })
-            .expect("start");
-        d.host_hit_tokens += u64::from(started.tier_hits.host_tokens);
-        d.disk_hit_tokens += u64::from(started.tier_hits.disk_tokens);
-        let cached = started.cached_tokens;
-        cache.fill(seq, len - cached).expect("fill");
-        let mut token = step(
-            backend,
-            cache.as_mut(),
-            StepPlan {
-                seqs: vec![SeqWork {
+    let check = fault.is_none();
+    let mut next = 1u64;
+    while next <= requests {
+        let seqs: Vec<u64> = (next..=requests.min(next + batch - 1)).collect();
+        next += seqs.len() as u64;
+        let first_system = rng.below(SYSTEM_PROMPTS as u64) as u32;
+        let mut prefill = Vec::new();
+        let mut lens = Vec::new();
+        for (i, &seq) in seqs.iter().enumerate() {
+            let system = (first_system + i as u32) % SYSTEM_PROMPTS;
+            let suffix = 4 + rng.below(17) as u32;
+            let mut prompt: Vec<u32> = (0..SYSTEM_TOKENS)
+                .map(|t| (system * 97 + t * 13 + 1) % 512)
+                .collect();
+            prompt.extend((0..suffix).map(|_| rng.below(512) as u32));
+            let len = prompt.len() as u32;
+            backend
+                .register(seq, &prompt, Some(&scope))
+                .expect("register");
+            let started = cache
+                .start(&StartRequest {
                     seq,
-                    context_tokens: cached,
-                    new_tokens: len - cached,
-                    sample: true,
-                }],
-                ..StepPlan::default()
-            },
-            &mut d,
-            fault.is_none(),
-        )
-        .expect("a sampled token");
-        for k in 0..DECODE_TOKENS {
-            let copies = cache.append_token(seq, token).expect("append");
-            token = step(
-                backend,
-                cache.as_mut(),
-                StepPlan {
-                    copies,
-                    seqs: vec![SeqWork {
-                        seq,
-                        context_tokens: len + k,
-                        new_tokens: 1,
-                        sample: true,
-                    }],
-                    ..StepPlan::default()
-                },
-                &mut d,
-                fault.is_none(),
-            )
-            .expect("a sampled token");
+                    tokens: &prompt,
+                    scope: Some(&scope),
+                    reserve_tokens: len + DECODE_TOKENS,
+                })
+                .expect("start");
+            d.host_hit_tokens += u64::from(started.tier_hits.host_tokens);
+            d.disk_hit_tokens += u64::from(started.tier_hits.disk_tokens);
+            let cached = started.cached_tokens;
+            cache.fill(seq, len - cached).expect("fill");
+            prefill.push(SeqWork {
+                seq,
+                context_tokens: cached,
+                new_tokens: len - cached,
+                sample: true,
+            });
+            lens.push(len);
         }
-        cache.release(seq, ReleaseReason::Finish).expect("release");
-        backend.forget(seq).expect("forget");
+        let plan = StepPlan {
+            seqs: prefill,
+            ..StepPlan::default()
+        };
+        let mut tokens = step(backend, cache.as_mut(), plan, &mut d, check);
+        assert_eq!(tokens.len(), seqs.len(), "one token per sequence");
+        for k in 0..DECODE_TOKENS {
+            let mut plan = StepPlan::default();
+            for ((&seq, &len), &token) in seqs.iter().zip(&lens).zip(&tokens) {
+                plan.copies
+                    .extend(cache.append_token(seq, token).expect("append"));
+                plan.seqs.push(SeqWork {
+                    seq,
+                    context_tokens: len + k,
+                    new_tokens: 1,
+                    sample: true,
+                });
+            }
+            tokens = step(backend, cache.as_mut(), plan, &mut d, check);
+        }
+        for &seq in &seqs {
+            cache.release(seq, ReleaseReason::Finish).expect("release");
+            backend.forget(seq).expect("forget");
+        }
     }
     // Write-through offloads of the last step go in one more.
-    step(
-        backend,
-        cache.as_mut(),
-        StepPlan::default(),
-        &mut d,
-        fault.is_none(),
-    );
+    step(backend, cache.as_mut(), StepPlan::default(), &mut d, check);
     d.fault_fired = cache.fault_fired();
     if fault.is_none() {
         cache.assert_quiescent().expect("quiescent");
