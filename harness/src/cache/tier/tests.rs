@@ -327,3 +327,45 @@ fn stale_onload_lets_a_pending_onloads_slot_be_reused_and_the_checks_say_so() {
     let err = c.check_invariants().expect_err("the reuse is reported");
     assert!(err.contains("reused while an onload"), "{err}");
 }
+
+#[test]
+fn build_tiered_gives_the_paged_cache_its_tiers_and_contiguous_none() {
+    use crate::cache::{build_tiered, CacheMode};
+    let tiers = TierConfig {
+        host_blocks: 3,
+        disk_blocks: 2,
+        ..TierConfig::default()
+    };
+    let make = |mode| {
+        build_tiered(
+            mode,
+            64,
+            BS,
+            true,
+            Placement::Lifo,
+            EvictionPolicy::Lru,
+            tiers,
+        )
+    };
+    let paged = make(CacheMode::Paged).tier_stats();
+    let caps: Vec<(Option<Tier>, u64)> =
+        paged.iter().map(|s| (s.tier, s.capacity_blocks)).collect();
+    assert_eq!(caps, vec![(Some(Tier::Host), 3), (Some(Tier::Disk), 2)]);
+    assert!(make(CacheMode::Contiguous).tier_stats().is_empty());
+    // A disk tier needs a host tier above it.
+    let no_host = TierConfig {
+        host_blocks: 0,
+        disk_blocks: 2,
+        ..TierConfig::default()
+    };
+    let c = build_tiered(
+        CacheMode::Paged,
+        64,
+        BS,
+        true,
+        Placement::Lifo,
+        EvictionPolicy::Lru,
+        no_host,
+    );
+    assert!(c.tier_stats().is_empty());
+}
