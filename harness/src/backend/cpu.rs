@@ -18,6 +18,7 @@ pub mod bench;
 mod check;
 mod setup;
 mod store;
+mod tier;
 
 pub use check::{
     kv_tolerance, sampled as is_sampled, BF16_TOLERANCE, CHECK_ALL_FIRST, F32_TOLERANCE,
@@ -27,6 +28,7 @@ pub use setup::{
     kv_storage, model_config, oracle_for, shape_config, KvStorage, FP8_CALIBRATION_TOKENS,
     MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
+pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -37,6 +39,7 @@ use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
 use self::addr::Addr;
 use self::check::Checker;
 use self::store::{HostKv, KvStore};
+use self::tier::Tiers;
 use super::seq_history::SeqTable;
 use super::sim::cost::CostModel;
 use super::{
@@ -50,6 +53,8 @@ pub struct CpuBackend {
     checker: Checker,
     seqs: SeqTable,
     host: BTreeMap<SeqId, HostKv>,
+    /// The host and disk tiers' pools (`None`: the run has no lower tier).
+    tiers: Option<Tiers>,
     done: VecDeque<StepOutput>,
     workspace_bytes: u64,
     /// `Some` under [`Clock::Model`]: the cost model that times each step.
@@ -90,6 +95,17 @@ impl CpuBackend {
             )));
         }
         let kv = KvStore::new(&model, slots, &storage).map_err(step_err)?;
+        let t = &setup.tiers;
+        let tiers = if t.host_blocks > 0 || t.disk_blocks > 0 {
+            Some(Tiers::new(
+                &kv,
+                t.host_blocks,
+                t.disk_blocks,
+                setup.block_size.max(1),
+            )?)
+        } else {
+            None
+        };
         let tolerance = kv_tolerance(setup.model.kv_dtype);
         let checker = Checker::new(oracle_for(&model)?, tolerance);
         let workspace_bytes = workspace_bytes(&model, setup.max_tokens_per_step.max(1) as u64);
@@ -107,6 +123,7 @@ impl CpuBackend {
             checker,
             seqs: SeqTable::default(),
             host: BTreeMap::new(),
+            tiers,
             done: VecDeque::new(),
             workspace_bytes,
             clock_model,
@@ -122,6 +139,37 @@ impl CpuBackend {
     /// A sequence's token history so far.
     pub fn history(&self, seq: SeqId) -> Option<&[u32]> {
         self.seqs.get(seq).map(|s| s.history.as_slice())
+    }
+
+    /// The step's tier ops, in the order given (onloads as late as it allows:
+    /// [`late_onload_order`]), before anything else of the step; returns the seconds spent on
+    /// onloads (the part of the step that waited for them).
+    fn tier_ops(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+    ) -> Result<f64, BackendError> {
+        if plan.tier_ops.is_empty() {
+            return Ok(0.0);
+        }
+        if cache.mode() != kvbench_cache_api::CacheMode::Paged {
+            return Err(BackendError::Step(
+                "tier ops from a contiguous cache: only the paged cache has lower tiers".into(),
+            ));
+        }
+        let tiers = self.tiers.as_mut().ok_or_else(|| {
+            BackendError::Step("a tier op, but the run set up no lower tier".into())
+        })?;
+        let mut onload_s = 0.0;
+        for i in late_onload_order(&plan.tier_ops) {
+            let op = &plan.tier_ops[i];
+            let t0 = Instant::now();
+            tiers.perform(op, &mut self.kv)?;
+            if op.is_onload() {
+                onload_s += t0.elapsed().as_secs_f64();
+            }
+        }
+        Ok(onload_s)
     }
 
     fn transfer(
@@ -228,10 +276,18 @@ impl Backend for CpuBackend {
 
     fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
         let t0 = Instant::now();
+        let onload_s = self.tier_ops(plan, cache)?;
         self.transfer(plan, cache)?;
         let logits = self.compute(plan, cache)?;
         let measured_s = t0.elapsed().as_secs_f64();
         self.measured_s += measured_s;
+        // Under the model clock the onload wait is the cost model's business (it prices tier
+        // transfers on the link); here the bytes only move.
+        let onload_wait_s = if self.clock_model.is_none() {
+            onload_s
+        } else {
+            0.0
+        };
         let duration_s = match &self.clock_model {
             None => measured_s,
             Some(m) => {
@@ -258,7 +314,7 @@ impl Backend for CpuBackend {
         self.done.push_back(StepOutput {
             duration_s,
             sampled,
-            onload_wait_s: 0.0,
+            onload_wait_s,
         });
         Ok(())
     }
@@ -274,6 +330,7 @@ impl Backend for CpuBackend {
             weights_bytes: self.model.weights.parameter_count() as u64 * 4,
             workspace_bytes: self.workspace_bytes,
             other_bytes: 0,
+            host_tier_bytes: self.tiers.as_ref().map_or(0, Tiers::host_bytes),
             device_used_bytes: None,
         }
     }

@@ -10,6 +10,7 @@ pub mod check;
 pub mod fence;
 pub mod ledger;
 pub mod setup;
+mod tier;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -112,6 +112,9 @@ pub struct MemoryParts {
     /// Runtime allocations that are neither weights, KV nor workspace (e.g. the host swap tier
     /// is *not* counted here: it is host memory).
     pub other_bytes: u64,
+    /// Host memory the backend holds as the host KV tier's pool (not device memory; a compute
+    /// backend's buffer standing for the disk tier is not counted: it stands for the disk).
+    pub host_tier_bytes: u64,
     /// What the device itself says is in use, where a device exists (reconciliation).
     pub device_used_bytes: Option<u64>,
 }

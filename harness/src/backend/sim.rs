@@ -64,6 +64,7 @@ impl SimBackend {
                 weights_bytes: m.weight_bytes_per_device(),
                 workspace_bytes,
                 other_bytes: 0,
+                host_tier_bytes: 0,
                 device_used_bytes: None,
             },
             profile,

@@ -7,6 +7,8 @@ use kvbench_kernels::{
 
 use super::addr::Addr;
 use super::setup::KvStorage;
+use super::tier::TierPool;
+use kvbench_kernels::PagedTable;
 
 pub(super) enum KvStore {
     F32(KvCache<f32>),
@@ -48,6 +50,10 @@ fn scatter<E: KvElem>(
         at += kv.write_slots(r.first_slot, r.len, &data[at..])?;
     }
     Ok(())
+}
+
+fn pool_type_err() -> KernelError {
+    KernelError::Config("tier pool element type differs from the cache".into())
 }
 
 impl KvStore {
@@ -98,6 +104,76 @@ impl KvStore {
             _ => Err(KernelError::Config(
                 "swap buffer element type differs from the cache".into(),
             )),
+        }
+    }
+
+    /// (layers, elements of a slot's K or V row, scales per slot per K or V).
+    pub(super) fn dims(&self) -> (usize, usize, usize) {
+        fn of<E: KvElem>(c: &KvCache<E>) -> (usize, usize, usize) {
+            let sr = if c.quant.is_some() { c.kv_heads } else { 0 };
+            (c.layers.len(), c.row_elems(), sr)
+        }
+        match self {
+            KvStore::F32(c) => of(c),
+            KvStore::Bf16(c) => of(c),
+        }
+    }
+
+    /// Reads device block `block` (every layer's K, V and scales) into slot `slot` of `pool`,
+    /// through the same address translation as the compute.
+    pub(super) fn offload_block(
+        &self,
+        block: u32,
+        block_size: usize,
+        pool: &mut TierPool,
+        slot: usize,
+    ) -> Result<(), KernelError> {
+        fn go<E: KvElem>(
+            kv: &KvCache<E>,
+            addr: &Addr<'_>,
+            bs: usize,
+            dst: &mut [E],
+        ) -> Result<(), KernelError> {
+            let data = gather(kv, addr, bs)?;
+            if data.len() != dst.len() {
+                return Err(KernelError::Shape {
+                    what: "tier slot",
+                    expected: dst.len(),
+                    got: data.len(),
+                });
+            }
+            dst.copy_from_slice(&data);
+            Ok(())
+        }
+        let blocks = [block];
+        let addr = Addr::Paged(PagedTable {
+            block_size,
+            blocks: &blocks,
+        });
+        match (self, pool) {
+            (KvStore::F32(c), TierPool::F32(p)) => go(c, &addr, block_size, p.slot_mut(slot)?),
+            (KvStore::Bf16(c), TierPool::Bf16(p)) => go(c, &addr, block_size, p.slot_mut(slot)?),
+            _ => Err(pool_type_err()),
+        }
+    }
+
+    /// Writes slot `slot` of `pool` into device block `block` (onload).
+    pub(super) fn onload_block(
+        &mut self,
+        pool: &TierPool,
+        slot: usize,
+        block: u32,
+        block_size: usize,
+    ) -> Result<(), KernelError> {
+        let blocks = [block];
+        let addr = Addr::Paged(PagedTable {
+            block_size,
+            blocks: &blocks,
+        });
+        match (self, pool) {
+            (KvStore::F32(c), TierPool::F32(p)) => scatter(c, &addr, block_size, p.slot(slot)?),
+            (KvStore::Bf16(c), TierPool::Bf16(p)) => scatter(c, &addr, block_size, p.slot(slot)?),
+            _ => Err(pool_type_err()),
         }
     }
 

@@ -32,6 +32,7 @@ use super::ledger::{self, Accounted, DeviceMem, Reconciliation};
 use super::setup::{
     self, CheckPolicy, SAMPLE_FORKS, SAMPLE_MAX_PROMPT_TOKENS, SAMPLE_SEQS, SAMPLE_STEPS,
 };
+use super::tier::{CudaTiers, Wait};
 use crate::backend::cpu::oracle_for;
 use crate::backend::seq_history::SeqTable;
 use crate::backend::sim::cost::CostModel;
@@ -61,6 +62,9 @@ struct InFlight {
     /// (sequence, position) of each logits row.
     samples: Vec<(SeqId, usize)>,
     model_s: Option<f64>,
+    /// Whether the step onloaded blocks from a lower tier (its onload wait is then measured
+    /// from its start event to the event recorded after its tier ops).
+    onloads: bool,
     /// Swap-in sources, kept alive until the copies have run.
     _swap_sources: Vec<Vec<PinnedKv>>,
     output: Option<StepOutput>,
@@ -103,6 +107,12 @@ pub struct CudaBackend {
     in_flight: VecDeque<InFlight>,
     start_ev: Vec<Arc<Event>>,
     end_ev: Vec<Arc<Event>>,
+    /// Recorded after each step's tier ops (per ring entry): the end of its onloads.
+    onload_ev: Vec<Arc<Event>>,
+    /// Recorded when the host must wait, mid-step, for tier copies queued so far.
+    tier_fence: Arc<Event>,
+    /// The host tier (pinned) and the disk's stand-in (`None`: no lower tier).
+    tiers: Option<CudaTiers>,
     next_id: u64,
     forks_checked: u64,
     /// Registered sequences taken into the 8B sample so far.
@@ -183,6 +193,21 @@ impl CudaBackend {
         let event = || gpu.new_event().map(Arc::new).map_err(dev);
         let start_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         let end_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        let onload_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
+        let tier_fence = event()?;
+        let t = &setup.tiers;
+        let tiers = if t.host_blocks > 0 || t.disk_blocks > 0 {
+            Some(CudaTiers::new(
+                &gpu,
+                &kv,
+                cc.kv,
+                t.host_blocks,
+                t.disk_blocks,
+                setup.block_size,
+            )?)
+        } else {
+            None
+        };
         gpu.sync().map_err(dev)?;
         let kv_pool_bytes =
             (cc.dims.layers * 2 * num_slots * shape.kv_row() * cc.kv.bytes()) as u64;
@@ -209,6 +234,9 @@ impl CudaBackend {
             in_flight: VecDeque::new(),
             start_ev,
             end_ev,
+            onload_ev,
+            tier_fence,
+            tiers,
             next_id: 1,
             forks_checked: 0,
             sampled_seqs: 0,
@@ -292,13 +320,88 @@ impl CudaBackend {
                 sampled.push(Sampled { seq, token });
             }
             let inf = &mut self.in_flight[i];
+            // Onloads run before the step's compute on the one stream (blocking): the wait is
+            // from the step's start to the end of its tier ops. Under the model clock the cost
+            // model prices transfers, so nothing measured is reported.
+            let onload_wait_s = if inf.onloads && inf.model_s.is_none() {
+                let ms = self.start_ev[ring]
+                    .elapsed_ms(&self.onload_ev[ring])
+                    .map_err(dev)?;
+                f64::from(ms) / 1e3
+            } else {
+                0.0
+            };
             inf.output = Some(StepOutput {
                 duration_s: inf.model_s.unwrap_or(measured_s),
                 sampled,
-                onload_wait_s: 0.0,
+                onload_wait_s,
             });
         }
         Ok(())
+    }
+
+    /// Queues the step's tier ops, in order (onloads as late as it allows, as on `cpu`:
+    /// [`crate::backend::cpu::late_onload_order`]), before anything else of the step (see
+    /// [`super::tier`]); returns the staging buffers the queued copies read.
+    fn tier_ops(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+        step: u64,
+    ) -> Result<Vec<Vec<PinnedKv>>, BackendError> {
+        let mut keep = Vec::new();
+        if plan.tier_ops.is_empty() {
+            return Ok(keep);
+        }
+        if cache.mode() != CacheMode::Paged {
+            return Err(BackendError::Step(
+                "cuda: tier ops from a contiguous cache: only the paged cache has lower tiers"
+                    .into(),
+            ));
+        }
+        let mut tiers = self.tiers.take().ok_or_else(|| {
+            BackendError::Step("cuda: a tier op, but the run set up no lower tier".into())
+        })?;
+        let gpu = self.gpu.clone();
+        let fence = self.tier_fence.clone();
+        let pending: Vec<(u64, Arc<Event>)> = self
+            .in_flight
+            .iter()
+            .filter(|f| f.output.is_none())
+            .map(|f| (f.id, self.end_ev[f.ring].clone()))
+            .collect();
+        let mut wait = |w: Wait| -> Result<(), BackendError> {
+            match w {
+                Wait::Step(id) if id != step => {
+                    // A step no longer in flight has completed: nothing to wait for.
+                    if let Some((_, ev)) = pending.iter().find(|(i, _)| *i == id) {
+                        ev.synchronize().map_err(dev)?;
+                    }
+                    Ok(())
+                }
+                _ => {
+                    gpu.record(&fence).map_err(dev)?;
+                    fence.synchronize().map_err(dev)
+                }
+            }
+        };
+        let mut kv = std::mem::take(&mut self.kv);
+        let mut r = Ok(());
+        for i in crate::backend::cpu::late_onload_order(&plan.tier_ops) {
+            let op = &plan.tier_ops[i];
+            r = tiers.perform(&gpu, &mut kv, op, step, &mut wait, &mut keep);
+            if r.is_err() {
+                break;
+            }
+        }
+        self.kv = kv;
+        self.tiers = Some(tiers);
+        if let Err(e) = r {
+            // Copies already queued read the staging buffers: freed only once idle.
+            self.graveyard.append(&mut keep);
+            return Err(e);
+        }
+        Ok(keep)
     }
 
     fn transfer(
@@ -492,7 +595,16 @@ impl Backend for CudaBackend {
         let id = self.next_id;
         self.next_id += 1;
         self.gpu.record(&self.start_ev[ring]).map_err(dev)?;
-        let sources = self.transfer(plan, cache)?;
+        let mut sources = self.tier_ops(plan, cache, id)?;
+        self.gpu.record(&self.onload_ev[ring]).map_err(dev)?;
+        let swapped = match self.transfer(plan, cache) {
+            Ok(s) => s,
+            Err(e) => {
+                self.graveyard.append(&mut sources);
+                return Err(e);
+            }
+        };
+        sources.extend(swapped);
         // Pack the step from the layouts as they are now.
         let mut layouts = Vec::with_capacity(plan.seqs.len());
         for w in &plan.seqs {
@@ -551,6 +663,7 @@ impl Backend for CudaBackend {
             ring,
             samples,
             model_s,
+            onloads: plan.tier_ops.iter().any(|o| o.is_onload()),
             _swap_sources: sources,
             output: None,
         });
@@ -586,6 +699,7 @@ impl Backend for CudaBackend {
             weights_bytes: self.accounted.weights_bytes,
             workspace_bytes: self.accounted.workspace_bytes,
             other_bytes: 0,
+            host_tier_bytes: self.tiers.as_ref().map_or(0, CudaTiers::host_bytes),
             device_used_bytes: used,
         }
     }
@@ -651,6 +765,7 @@ impl Drop for CudaBackend {
         self.in_flight.clear();
         self.graveyard.clear();
         self.host.clear();
+        self.tiers = None;
         self.kv.clear();
         self.model = None;
         if let Err(e) = self.gpu.release_freed() {
