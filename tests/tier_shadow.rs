@@ -337,6 +337,11 @@ fn ops_the_run_cannot_carry_out_are_named() {
     );
     let sh = r.report();
     assert_eq!(sh.violations, 5, "{:?}", sh.messages);
+    assert_eq!(
+        (sh.offloads, sh.onloads),
+        (2, 0),
+        "refused ops are not carried out"
+    );
     let m = &sh.messages;
     assert!(
         m[0].starts_with("step 2: offload of 16 tokens device block ")

@@ -140,11 +140,6 @@ impl Shadow {
     }
 
     fn tier_op(&mut self, op: &TierOp, step: u64) {
-        if op.to.tier == Tier::Device {
-            self.report.onloads += 1;
-        } else {
-            self.report.offloads += 1;
-        }
         if let Err(why) = self.tier_op_fits(op) {
             self.violation(format!("step {step}: {}: {why}", describe(op)));
             return;
@@ -152,18 +147,19 @@ impl Shadow {
         let mut buf = std::mem::take(&mut self.tiers.buf);
         self.read_block(op.from, op.tokens, &mut buf);
         match op.to.tier {
+            // From a lower tier (both ends in one tier was refused).
             Tier::Device => {
+                self.report.onloads += 1;
                 self.store_device_block(op.to.slot, &buf, step);
-                if op.from.tier != Tier::Device {
-                    self.tiers.pending.push(Pending {
-                        from: op.from,
-                        block: op.to.slot,
-                        tokens: op.tokens,
-                        step,
-                    });
-                }
+                self.tiers.pending.push(Pending {
+                    from: op.from,
+                    block: op.to.slot,
+                    tokens: op.tokens,
+                    step,
+                });
             }
             tier => {
+                self.report.offloads += 1;
                 let base = u64::from(op.to.slot) * u64::from(self.grain);
                 if let Some(store) = self.tiers.store_mut(tier) {
                     for (j, &t) in buf.iter().enumerate() {
@@ -252,7 +248,6 @@ impl Shadow {
 
     /// Tier slot `at` was just written: every onload from it still in flight copies its new
     /// content, as an onload that ran after the write would have.
-    #[cold]
     fn onload_late(&mut self, at: BlockLoc, step: u64) {
         let mut buf = Vec::new();
         for i in 0..self.tiers.pending.len() {
