@@ -3,7 +3,8 @@
 //! onloaded; the shadow payload follows every block and every reader of an onloaded block
 //! checks it. A clean run has tier hits and no shadow violation, with every transfer the manager
 //! counted carried out by the shadow; with `stale-onload` armed the fault fires and the shadow
-//! catches it by itself (per-step invariant checks off).
+//! catches it by itself (per-step invariant checks off) — over a grid of cache sizes, exactly in
+//! the runs where it fired.
 //!
 //! Two harnesses: the engine as it is (it hands the backend `StepPlan::tier_ops` once it drains
 //! the manager's ops; until then the shadow sees none and that variant SKIPs, saying so), and
@@ -454,4 +455,53 @@ fn a_clean_tiered_run_passes_the_shadow_with_tier_hits() {
 fn stale_onload_fires_and_the_shadow_catches_it() {
     assert!(stale(true), "the adapter always hands tier ops on");
     stale(false);
+}
+
+#[test]
+fn the_shadow_flags_exactly_the_runs_where_stale_onload_fired() {
+    // Over a grid of cache sizes: where the fault fired (a pinned slot was reused) the shadow
+    // saw a bad read, where it did not the shadow saw nothing, and the same run without the
+    // fault is clean.
+    let (mut fired, mut quiet) = (0, 0);
+    for docs in [3, 4, 6] {
+        for device_blocks in [8, 12, 16] {
+            for host_blocks in [2, 4, 8, 12, 16] {
+                let case = Case {
+                    docs,
+                    device_blocks,
+                    host_blocks,
+                    disk_blocks: 0,
+                    offload: OffloadMode::OnEvict,
+                    async_steps: false,
+                    fault: Some(Fault::StaleOnload),
+                };
+                let at = format!("{docs} documents, device {device_blocks}, host {host_blocks}");
+                let o = run(&case, true);
+                if o.fault_fired > 0 {
+                    fired += 1;
+                    assert!(o.shadow.violations > 0, "{at}: fired, not caught");
+                } else {
+                    quiet += 1;
+                    assert_eq!(o.shadow.violations, 0, "{at}: {:?}", o.shadow.messages);
+                }
+                let clean = run(
+                    &Case {
+                        fault: None,
+                        ..case
+                    },
+                    true,
+                );
+                assert_eq!(
+                    clean.shadow.violations, 0,
+                    "{at}: {:?}",
+                    clean.shadow.messages
+                );
+            }
+        }
+    }
+    println!(
+        "stale-onload fired in {fired} of {} configurations",
+        fired + quiet
+    );
+    assert!(fired > 0 && quiet > 0, "fired {fired}, quiet {quiet}");
 }
