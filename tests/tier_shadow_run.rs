@@ -225,6 +225,8 @@ struct Case {
     host_blocks: u32,
     disk_blocks: u32,
     offload: OffloadMode,
+    /// Milliseconds between arrivals: 5 runs requests one after another, 0.5 overlaps them.
+    gap_ms: f64,
     async_steps: bool,
     fault: Option<Fault>,
 }
@@ -238,7 +240,7 @@ struct Outcome {
 
 /// One run; `adapter`: through [`Draining`] and [`Injecting`].
 fn run(case: &Case, adapter: bool) -> Outcome {
-    let w = workload(60, case.docs, 4, 5.0);
+    let w = workload(60, case.docs, 4, case.gap_ms);
     let model = ModelShape::tiny();
     let cfg = EngineConfig {
         mode: CacheMode::Paged,
@@ -334,6 +336,7 @@ const CLEAN: [Case; 4] = [
         host_blocks: 16,
         disk_blocks: 0,
         offload: OffloadMode::OnEvict,
+        gap_ms: 5.0,
         async_steps: false,
         fault: None,
     },
@@ -343,6 +346,7 @@ const CLEAN: [Case; 4] = [
         host_blocks: 32,
         disk_blocks: 0,
         offload: OffloadMode::WriteThrough,
+        gap_ms: 0.5,
         async_steps: true,
         fault: None,
     },
@@ -352,6 +356,7 @@ const CLEAN: [Case; 4] = [
         host_blocks: 4,
         disk_blocks: 16,
         offload: OffloadMode::OnEvict,
+        gap_ms: 5.0,
         async_steps: false,
         fault: None,
     },
@@ -361,6 +366,7 @@ const CLEAN: [Case; 4] = [
         host_blocks: 4,
         disk_blocks: 32,
         offload: OffloadMode::WriteThrough,
+        gap_ms: 0.5,
         async_steps: true,
         fault: None,
     },
@@ -374,6 +380,7 @@ const STALE: Case = Case {
     host_blocks: 8,
     disk_blocks: 0,
     offload: OffloadMode::OnEvict,
+    gap_ms: 5.0,
     async_steps: false,
     fault: Some(Fault::StaleOnload),
 };
@@ -459,45 +466,49 @@ fn stale_onload_fires_and_the_shadow_catches_it() {
 
 #[test]
 fn the_shadow_flags_exactly_the_runs_where_stale_onload_fired() {
-    // Over a grid of cache sizes: where the fault fired (a pinned slot was reused) the shadow
-    // saw a bad read, where it did not the shadow saw nothing, and the same run without the
-    // fault is clean.
+    // Over a grid of cache sizes, requests one after another on synchronous steps or
+    // overlapping on pipelined ones: where the fault fired (a pinned slot was reused) the shadow
+    // saw a bad read, where it did not the shadow saw nothing, and each run without the fault is
+    // clean.
+    let grid = [3, 4, 6]
+        .into_iter()
+        .flat_map(|d| [8, 12, 16].map(|v| (d, v)))
+        .flat_map(|(d, v)| [2, 4, 8, 12, 16].map(|h| (d, v, h)))
+        .flat_map(|(d, v, h)| [false, true].map(|dense| (d, v, h, dense)));
     let (mut fired, mut quiet) = (0, 0);
-    for docs in [3, 4, 6] {
-        for device_blocks in [8, 12, 16] {
-            for host_blocks in [2, 4, 8, 12, 16] {
-                let case = Case {
-                    docs,
-                    device_blocks,
-                    host_blocks,
-                    disk_blocks: 0,
-                    offload: OffloadMode::OnEvict,
-                    async_steps: false,
-                    fault: Some(Fault::StaleOnload),
-                };
-                let at = format!("{docs} documents, device {device_blocks}, host {host_blocks}");
-                let o = run(&case, true);
-                if o.fault_fired > 0 {
-                    fired += 1;
-                    assert!(o.shadow.violations > 0, "{at}: fired, not caught");
-                } else {
-                    quiet += 1;
-                    assert_eq!(o.shadow.violations, 0, "{at}: {:?}", o.shadow.messages);
-                }
-                let clean = run(
-                    &Case {
-                        fault: None,
-                        ..case
-                    },
-                    true,
-                );
-                assert_eq!(
-                    clean.shadow.violations, 0,
-                    "{at}: {:?}",
-                    clean.shadow.messages
-                );
-            }
+    for (docs, device_blocks, host_blocks, dense) in grid {
+        let case = Case {
+            docs,
+            device_blocks,
+            host_blocks,
+            disk_blocks: 0,
+            offload: OffloadMode::OnEvict,
+            gap_ms: if dense { 0.5 } else { 5.0 },
+            async_steps: dense,
+            fault: Some(Fault::StaleOnload),
+        };
+        let at =
+            format!("{docs} documents, device {device_blocks}, host {host_blocks}, dense {dense}");
+        let o = run(&case, true);
+        if o.fault_fired > 0 {
+            fired += 1;
+            assert!(o.shadow.violations > 0, "{at}: fired, not caught");
+        } else {
+            quiet += 1;
+            assert_eq!(o.shadow.violations, 0, "{at}: {:?}", o.shadow.messages);
         }
+        let clean = run(
+            &Case {
+                fault: None,
+                ..case
+            },
+            true,
+        );
+        assert_eq!(
+            clean.shadow.violations, 0,
+            "{at}: {:?}",
+            clean.shadow.messages
+        );
     }
     println!(
         "stale-onload fired in {fired} of {} configurations",
