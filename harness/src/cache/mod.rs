@@ -1,6 +1,7 @@
 //! KV cache managers on the harness side: the paged manager with its prefix cache, the factory
 //! that builds either mode, and the operation model shared by property tests, fuzzing and
-//! `kvbench fuzz`.
+//! `kvbench fuzz`. Below the paged manager's device blocks, optional lower tiers (host, disk:
+//! `tier.rs`, configured by [`TierConfig`]) keep evicted prefix blocks for onloading.
 //!
 //! **Architecture invariant:** nothing here knows about time, devices or scheduling; steps are
 //! opaque fence ids (see `kvbench_cache_api::fence`). The contiguous baseline lives in

@@ -17,7 +17,8 @@
 //!   to the eviction policy's set) or `Free` only after every step up to its fence retired.
 //!   New content is written only into `Free` blocks or evicted `Cached` ones (the policy's victim
 //!   first, `cache.eviction`;
-//!   eviction unpublishes the key). A prefix hit may map a `Cached` or `Pending` block again
+//!   eviction unpublishes the key — and, with lower tiers, offloads the block first: `tier.rs`).
+//!   A prefix hit may map a `Cached` or `Pending` block again
 //!   because its content is immutable and identical.
 //! - **The prefix cache holds no reference.** A cached block has ref count 0; the index only
 //!   names it. So the invariant is: ref count = number of block-table entries naming the block.

@@ -118,6 +118,8 @@ pub(crate) struct TierPool {
     pub stats: TierStats,
     /// Slots reused while a ghost pin was outstanding: `stale-onload` fired.
     pub stale_reuses: u64,
+    /// The first such slots, for `check_invariants` to report (as `early-reuse` is reported).
+    pub stale_slots: Vec<u32>,
 }
 
 impl TierPool {
@@ -134,6 +136,7 @@ impl TierPool {
                 ..TierStats::default()
             },
             stale_reuses: 0,
+            stale_slots: Vec::new(),
         }
     }
 
@@ -174,6 +177,9 @@ impl TierPool {
         let m = &mut self.slots[s as usize];
         if m.ghost_pins > 0 {
             self.stale_reuses += 1;
+            if self.stale_slots.len() < 8 {
+                self.stale_slots.push(s);
+            }
         }
         let key = m.key.take()?;
         let (depth, hits) = (m.depth, m.hits);
@@ -299,8 +305,6 @@ pub(crate) struct Tiers {
     /// may read them before that step ran.
     pub fresh: Vec<(u32, PrefixKey)>,
     pub fresh_blocks: HashSet<u32>,
-    /// Write-through offloads deferred to the next `begin_step` (one step later).
-    pub deferred: Vec<(u32, PrefixKey)>,
     /// `stale-onload` armed: onloads do not pin.
     pub skip_pins: bool,
 }
@@ -322,7 +326,6 @@ impl Tiers {
             fenced: BTreeMap::new(),
             fresh: Vec::new(),
             fresh_blocks: HashSet::new(),
-            deferred: Vec::new(),
             skip_pins: false,
         })
     }
@@ -498,9 +501,9 @@ impl Tiers {
         self.drained.append(&mut self.undrained);
     }
 
-    /// `begin_step(step)`: fence the drained pins on `step`; blocks published while planning it
-    /// become write-through candidates for the next step (returned: the caller offloads those
-    /// still published under the same key).
+    /// `begin_step(step)`: fence the drained pins on `step`. Under `write_through`, returns the
+    /// blocks published while planning `step` (it writes them): the caller offloads those still
+    /// published under the same key now, so the ops are drained into the step planned next.
     pub fn begin_step(&mut self, step: StepId) -> Vec<(u32, PrefixKey)> {
         if !self.drained.is_empty() {
             let pins = std::mem::take(&mut self.drained);
@@ -508,11 +511,11 @@ impl Tiers {
         }
         self.fresh_blocks.clear();
         let fresh = std::mem::take(&mut self.fresh);
-        let due = std::mem::take(&mut self.deferred);
         if self.offload == OffloadMode::WriteThrough {
-            self.deferred = fresh;
+            fresh
+        } else {
+            Vec::new()
         }
-        due
     }
 
     /// Offload a write-through candidate (the caller checked it is still published).
@@ -536,7 +539,6 @@ impl Tiers {
         if let Some(d) = self.disk.as_mut() {
             d.flush();
         }
-        self.deferred.clear();
     }
 
     pub fn stats(&self) -> Vec<TierStats> {
@@ -592,6 +594,11 @@ fn check_pool(pool: &TierPool, tiers: &Tiers, p: &mut Vec<String>) {
                 pin.loc.slot
             )),
         }
+    }
+    for s in &pool.stale_slots {
+        p.push(format!(
+            "{name} slot {s} reused while an onload from it may not have run"
+        ));
     }
     let (mut free, mut held, mut pinned) = (0u64, 0u64, 0u64);
     for (s, m) in pool.slots.iter().enumerate() {

@@ -190,3 +190,182 @@ fn no_tiers_means_no_ops_and_no_stats() {
     }
     assert!(c.tier_stats().is_empty());
 }
+
+fn disk(slot: u32) -> BlockLoc {
+    BlockLoc {
+        tier: Tier::Disk,
+        slot,
+    }
+}
+
+#[test]
+fn a_host_victim_moves_to_disk_before_its_slot_is_overwritten_and_comes_back_from_there() {
+    let s = scope(0);
+    let mut c = cache(2, 1, 2, OffloadMode::OnEvict);
+    let a: Vec<u32> = (0..5).collect();
+    let b: Vec<u32> = (100..105).collect();
+    let x: Vec<u32> = (200..205).collect();
+    serve(&mut c, 1, &a, &s);
+    let (ops, _) = serve(&mut c, 2, &b, &s);
+    assert_eq!(ops.len(), 1);
+    assert_eq!((ops[0].from.tier, ops[0].to), (Tier::Device, host(0)));
+    // b's block evicted: the host's only slot (a) moves to disk first, then is overwritten.
+    let (ops, _) = serve(&mut c, 3, &x, &s);
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert_eq!((ops[0].from, ops[0].to), (host(0), disk(0)));
+    assert_eq!((ops[1].from.tier, ops[1].to), (Tier::Device, host(0)));
+    // a again: found on disk (after a host lookup), onloaded; x's evicted block pushes b down.
+    let started = c
+        .start(&StartRequest {
+            seq: 4,
+            tokens: &a,
+            scope: Some(&s),
+            reserve_tokens: 5,
+        })
+        .expect("fits");
+    assert_eq!(started.tier_hits.disk_tokens, 4);
+    assert_eq!(started.cached_tokens, 4);
+    let mut ops = Vec::new();
+    c.drain_tier_ops(&mut ops);
+    // The onload's block came off the free list; the second fresh block was x's, whose offload
+    // first moves b (in the host's only slot, not pinned) down to disk.
+    let moves: Vec<(BlockLoc, Tier)> = ops.iter().map(|o| (o.from, o.to.tier)).collect();
+    assert_eq!(
+        moves,
+        vec![
+            (disk(0), Tier::Device),
+            (host(0), Tier::Disk),
+            (moves[2].0, Tier::Host)
+        ]
+    );
+    assert_eq!(ops[1].to, disk(1), "disk slot 0 is pinned by the onload");
+    assert_eq!(ops[2].to, host(0));
+    assert_eq!(ops[0].seq, Some(4));
+    let stats = c.tier_stats();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(stats[1].tier, Some(Tier::Disk));
+    assert_eq!((stats[1].hit_blocks, stats[1].onloaded_blocks), (1, 1));
+    assert_eq!(stats[1].offloaded_blocks, 2);
+    assert!(stats[0].lookup_blocks >= 1 && stats[0].evicted_blocks == 2);
+    c.fill(4, 1).expect("fill");
+    let step = c.begin_step();
+    c.release(4, ReleaseReason::Finish).expect("release");
+    c.retire_step(step);
+    c.check_invariants().expect("invariants");
+    c.assert_quiescent().expect("quiescent");
+}
+
+#[test]
+fn write_through_offloads_the_step_after_publishing_and_eviction_then_costs_nothing() {
+    let s = scope(0);
+    let mut c = cache(2, 4, 0, OffloadMode::WriteThrough);
+    let a: Vec<u32> = (0..5).collect();
+    c.start(&StartRequest {
+        seq: 1,
+        tokens: &a,
+        scope: Some(&s),
+        reserve_tokens: 5,
+    })
+    .expect("fits");
+    c.fill(1, 5).expect("fill");
+    let mut ops = Vec::new();
+    c.drain_tier_ops(&mut ops);
+    assert!(
+        ops.is_empty(),
+        "the step that writes the block cannot offload it"
+    );
+    let written = c.block_table(1).expect("table")[0];
+    let step = c.begin_step();
+    c.drain_tier_ops(&mut ops);
+    assert_eq!(ops.len(), 1);
+    assert_eq!((ops[0].from, ops[0].to), (dev(written), host(0)));
+    c.release(1, ReleaseReason::Finish).expect("release");
+    c.retire_step(step);
+    // Evicting a's block now costs no transfer: the host holds it.
+    let b: Vec<u32> = (100..105).collect();
+    let (ops, _) = serve(&mut c, 2, &b, &s);
+    assert!(ops.is_empty(), "{ops:?}");
+    // b's block was published while planning the step serve() began: its offload was emitted
+    // then, for the step planned next.
+    let mut later = Vec::new();
+    c.drain_tier_ops(&mut later);
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert_eq!((later[0].from.tier, later[0].to), (Tier::Device, host(1)));
+    let step = c.begin_step();
+    c.retire_step(step);
+    assert_eq!(c.tier_stats()[0].offloaded_blocks, 2);
+    c.assert_quiescent().expect("quiescent");
+}
+
+#[test]
+fn stale_onload_lets_a_pending_onloads_slot_be_reused_and_the_checks_say_so() {
+    let s = scope(0);
+    let mut c = cache(2, 1, 0, OffloadMode::OnEvict);
+    c.inject_fault(kvbench_cache_api::Fault::StaleOnload);
+    let a: Vec<u32> = (0..5).collect();
+    let b: Vec<u32> = (100..105).collect();
+    serve(&mut c, 1, &a, &s);
+    serve(&mut c, 2, &b, &s);
+    // a's start evicts b's block; without the pin the host's only slot (a, being onloaded) is
+    // handed to b's offload while the onload may still be reading it.
+    c.start(&StartRequest {
+        seq: 3,
+        tokens: &a,
+        scope: Some(&s),
+        reserve_tokens: 5,
+    })
+    .expect("fits");
+    let mut ops = Vec::new();
+    c.drain_tier_ops(&mut ops);
+    // The onload's block came off the free list; the second take evicted b's block, whose
+    // offload overwrites the slot the onload reads, in the same step.
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert_eq!(ops[0].from, host(0));
+    assert!(ops[0].is_onload());
+    assert_eq!(ops[1].to, host(0));
+    assert!(c.fault_fired() > 0);
+    let err = c.check_invariants().expect_err("the reuse is reported");
+    assert!(err.contains("reused while an onload"), "{err}");
+}
+
+#[test]
+fn build_tiered_gives_the_paged_cache_its_tiers_and_contiguous_none() {
+    use crate::cache::{build_tiered, CacheMode};
+    let tiers = TierConfig {
+        host_blocks: 3,
+        disk_blocks: 2,
+        ..TierConfig::default()
+    };
+    let make = |mode| {
+        build_tiered(
+            mode,
+            64,
+            BS,
+            true,
+            Placement::Lifo,
+            EvictionPolicy::Lru,
+            tiers,
+        )
+    };
+    let paged = make(CacheMode::Paged).tier_stats();
+    let caps: Vec<(Option<Tier>, u64)> =
+        paged.iter().map(|s| (s.tier, s.capacity_blocks)).collect();
+    assert_eq!(caps, vec![(Some(Tier::Host), 3), (Some(Tier::Disk), 2)]);
+    assert!(make(CacheMode::Contiguous).tier_stats().is_empty());
+    // A disk tier needs a host tier above it.
+    let no_host = TierConfig {
+        host_blocks: 0,
+        disk_blocks: 2,
+        ..TierConfig::default()
+    };
+    let c = build_tiered(
+        CacheMode::Paged,
+        64,
+        BS,
+        true,
+        Placement::Lifo,
+        EvictionPolicy::Lru,
+        no_host,
+    );
+    assert!(c.tier_stats().is_empty());
+}
