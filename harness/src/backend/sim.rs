@@ -32,6 +32,8 @@ pub struct SimBackend {
     memory: MemoryParts,
     in_flight: VecDeque<StepOutput>,
     cache_slots: u64,
+    /// Lower-tier slots (host, disk) the shadow keeps tags for.
+    tier_blocks: (u32, u32),
     shadow: Option<Shadow>,
 }
 
@@ -70,13 +72,15 @@ impl SimBackend {
             profile,
             in_flight: VecDeque::new(),
             cache_slots: setup.cache_slots,
+            tier_blocks: (setup.tiers.host_blocks, setup.tiers.disk_blocks),
             shadow: None,
         })
     }
 
     /// Carry the shadow KV payload (tags per slot, checked on every read).
     pub fn with_shadow(mut self) -> Result<SimBackend, BackendError> {
-        self.shadow = Some(Shadow::new(self.cache_slots)?);
+        let (host, disk) = self.tier_blocks;
+        self.shadow = Some(Shadow::with_tiers(self.cache_slots, host, disk)?);
         Ok(self)
     }
 

@@ -47,6 +47,9 @@ mod decode;
 // Writing tags (own tokens, foreign writes, copies, swaps), for the same reason.
 #[path = "shadow_write.rs"]
 mod write;
+// Tags through the lower tiers (offloads, onloads), for the same reason.
+#[path = "shadow_tiers.rs"]
+mod tiers;
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
@@ -73,6 +76,18 @@ pub struct ShadowReport {
     pub messages: Vec<String>,
     /// Memory the shadow allocated (tags and reverse index pages), bytes.
     pub allocated_bytes: u64,
+    /// Tier transfers into a lower tier (offloads, moves to disk) the shadow carried out; absent
+    /// from `summary.json` when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub offloads: u64,
+    /// Tier transfers into the device (onloads) the shadow carried out, each then read by the
+    /// per-reader checks; absent when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub onloads: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ShadowReport {
@@ -154,6 +169,8 @@ pub struct Shadow {
     changed: Vec<u32>,
     /// Readers of a grain, copied out while a write updates them.
     scratch: Vec<Holder>,
+    /// Host and disk slots' tags, and the onloads of in-flight steps.
+    tiers: tiers::TierStores,
     report: ShadowReport,
 }
 
@@ -174,6 +191,16 @@ fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
 
 impl Shadow {
     pub fn new(total_slots: u64) -> Result<Shadow, BackendError> {
+        Shadow::with_tiers(total_slots, 0, 0)
+    }
+
+    /// A shadow for a cache of `total_slots` device slots whose manager may offload to
+    /// `host_blocks` host-tier and `disk_blocks` disk-tier slots (`RunSetup::tiers`).
+    pub fn with_tiers(
+        total_slots: u64,
+        host_blocks: u32,
+        disk_blocks: u32,
+    ) -> Result<Shadow, BackendError> {
         let tags = LazyArray::new(total_slots, Tag::EMPTY).ok_or_else(|| {
             BackendError::Config(format!(
                 "the shadow payload tracks at most {MAX_ENTRIES} slots, the cache has {total_slots} \
@@ -197,13 +224,16 @@ impl Shadow {
             deferred: Vec::new(),
             changed: Vec::new(),
             scratch: Vec::new(),
+            tiers: tiers::TierStores::new(host_blocks, disk_blocks),
             report: ShadowReport::default(),
         })
     }
 
     pub fn report(&self) -> ShadowReport {
         let mut r = self.report.clone();
-        r.allocated_bytes = self.tags.allocated_bytes() + self.readers.allocated_bytes();
+        r.allocated_bytes = self.tags.allocated_bytes()
+            + self.readers.allocated_bytes()
+            + self.tiers.allocated_bytes();
         r
     }
 
@@ -316,6 +346,9 @@ impl Shadow {
             self.readers = r;
         }
         self.mode = Some(mode);
+        if mode == CacheMode::Paged {
+            self.ensure_tier_stores(self.grain);
+        }
     }
 
     /// Register `idx` as a reader of grain `g` (chunk `chunk` of its layout).
@@ -381,11 +414,13 @@ impl Shadow {
         ));
     }
 
-    /// A step is handed to the device: move tags (copies, swaps), then, stream by stream, check
-    /// its layout, write the new tokens' tags and queue the step's reads for checking at
-    /// completion.
+    /// A step is handed to the device: move tags (tier transfers, copies, swaps), then, stream
+    /// by stream, check its layout, write the new tokens' tags and queue the step's reads for
+    /// checking at completion.
     ///
-    /// Copies and swaps come first, as on a device, where they land before the step's compute:
+    /// Tier transfers come first, in the manager's order (`shadow_tiers.rs`): an offload reads
+    /// its device block before this step's copies or writes reuse it, an onload fills a fresh
+    /// device block before this step's streams read it. Copies and swaps come next, as on a device, where they land before the step's compute:
     /// a copy-on-write target must hold the copied prefix before its stream writes the new
     /// token there, and a swap-out must see the tags before anything of this step overwrites
     /// them. Against the reads the order does not matter, since reads are checked at
@@ -399,6 +434,9 @@ impl Shadow {
         self.submitted += 1;
         let checks = self.spare.pop().unwrap_or_default();
         self.in_flight.push_back(checks);
+        if !plan.tier_ops.is_empty() {
+            self.tier_ops(&plan.tier_ops, step);
+        }
         for c in &plan.copies {
             self.copy(c.src_slot, c.dst_slot, c.len_tokens, step);
         }
@@ -510,6 +548,9 @@ impl Shadow {
         done.clear();
         self.spare.push(done);
         self.completed += 1;
+        if self.tiers.has_pending() {
+            self.tier_step_done();
+        }
         let mut i = 0;
         while i < self.deferred.len() {
             let idx = self.deferred[i];
