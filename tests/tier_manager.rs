@@ -512,3 +512,31 @@ fn stale_onload_is_caught_by_the_model() {
         "stale-onload ran on every seed without a failed check"
     );
 }
+
+/// The shared operation model (`cache::fuzz`, whose reference keeps every slot's token ids)
+/// with tiers: it performs each drained tier op on its own device and lower-tier memories, so
+/// a prefix hit onloaded from a lower tier must read back this prompt's tokens of this scope.
+#[test]
+fn the_fuzz_model_reads_back_onloaded_prompts() {
+    use kvbench::cache::fuzz::{self, FuzzConfig, FuzzSummary};
+    let mut totals = FuzzSummary::default();
+    for seed in seeds() {
+        for (offload, disk) in [
+            (OffloadMode::OnEvict, false),
+            (OffloadMode::OnEvict, true),
+            (OffloadMode::WriteThrough, true),
+        ] {
+            println!("seed {seed} {offload:?} disk {disk} (replay with KVBENCH_SEED={seed})");
+            let s = fuzz::run_seed_with(seed, 400, FuzzConfig::tiered(offload, disk))
+                .unwrap_or_else(|f| panic!("{f}"));
+            totals.add(&s);
+        }
+    }
+    println!("{totals:?}");
+    if seeds().len() > 10 {
+        assert!(
+            totals.onloaded_tokens > 0 && totals.tier_ops > 0,
+            "{totals:?}"
+        );
+    }
+}

@@ -103,6 +103,8 @@ impl KvCacheManager for PagedCache {
                 let fresh = self
                     .take_fresh(blocks.last().copied())
                     .ok_or_else(|| self.no_space(1))?;
+                // The onload writes the whole block before anything reads it.
+                self.pool.note_written(fresh, bs);
                 if let Some((_, entry)) = onloads.next_if(|(j, _)| *j == i) {
                     self.publish_onloaded(fresh, h.key, i as u32, entry);
                 }
@@ -342,17 +344,7 @@ impl KvCacheManager for PagedCache {
     fn begin_step(&mut self) -> StepId {
         let step = self.pool.begin_step();
         if let Some(tiers) = self.tiers.as_mut() {
-            // Write-through: blocks published while planning the previous step were written by
-            // it; their offloads go into the step planned next.
-            for (block, key) in tiers.begin_step(step) {
-                let m = &self.pool.meta[block as usize];
-                if m.key != Some(key) {
-                    continue; // evicted (and offloaded, if need be) meanwhile
-                }
-                if let Some(e) = self.index.get(&key) {
-                    tiers.write_through(block, carried(key, e, m.depth, m.hits));
-                }
-            }
+            tiers.begin_step(step);
         }
         step
     }
@@ -415,6 +407,16 @@ impl KvCacheManager for PagedCache {
 
     fn drain_tier_ops(&mut self, out: &mut Vec<TierOp>) {
         if let Some(tiers) = self.tiers.as_mut() {
+            // Write-through: blocks written by a step that has begun since the last drain.
+            for (block, key) in tiers.take_write_through_due() {
+                let m = &self.pool.meta[block as usize];
+                if m.key != Some(key) {
+                    continue; // evicted (and offloaded, if need be) meanwhile
+                }
+                if let Some(e) = self.index.get(&key) {
+                    tiers.write_through(block, carried(key, e, m.depth, m.hits));
+                }
+            }
             tiers.drain(out);
         }
     }

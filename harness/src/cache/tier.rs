@@ -32,8 +32,9 @@
 //! Ops are emitted in the order they must run and drained in that order: an evicted device
 //! block's offload comes before the onload (or new content) that reuses the block, and a host
 //! slot's move to disk comes before the offload that overwrites the slot. A `write_through`
-//! offload of a block published while planning step S is emitted at `begin_step(S)`, so it is
-//! drained into step S + 1, after the step that wrote the content.
+//! offload of a block published while planning step S is emitted by the first drain after
+//! `begin_step(S)` (at the end of that batch), so it runs in a later step than the one that
+//! wrote the content; a block evicted before then is offloaded by the eviction instead.
 //!
 //! # Counters
 //!
@@ -305,6 +306,8 @@ pub(crate) struct Tiers {
     /// may read them before that step ran.
     pub fresh: Vec<(u32, PrefixKey)>,
     pub fresh_blocks: HashSet<u32>,
+    /// Write-through: blocks whose writing step has begun, offloaded at the next drain.
+    pub write_through_due: Vec<(u32, PrefixKey)>,
     /// `stale-onload` armed: onloads do not pin.
     pub skip_pins: bool,
 }
@@ -326,6 +329,7 @@ impl Tiers {
             fenced: BTreeMap::new(),
             fresh: Vec::new(),
             fresh_blocks: HashSet::new(),
+            write_through_due: Vec::new(),
             skip_pins: false,
         })
     }
@@ -501,10 +505,11 @@ impl Tiers {
         self.drained.append(&mut self.undrained);
     }
 
-    /// `begin_step(step)`: fence the drained pins on `step`. Under `write_through`, returns the
-    /// blocks published while planning `step` (it writes them): the caller offloads those still
-    /// published under the same key now, so the ops are drained into the step planned next.
-    pub fn begin_step(&mut self, step: StepId) -> Vec<(u32, PrefixKey)> {
+    /// `begin_step(step)`: fence the drained pins on `step`. Under `write_through`, the blocks
+    /// published while planning `step` (it writes them) become due: the next drain offloads
+    /// those still published under the same key, so the ops go into a later step — and a run
+    /// that ends here leaves no op undrained.
+    pub fn begin_step(&mut self, step: StepId) {
         if !self.drained.is_empty() {
             let pins = std::mem::take(&mut self.drained);
             self.fenced.entry(step).or_default().extend(pins);
@@ -512,10 +517,13 @@ impl Tiers {
         self.fresh_blocks.clear();
         let fresh = std::mem::take(&mut self.fresh);
         if self.offload == OffloadMode::WriteThrough {
-            fresh
-        } else {
-            Vec::new()
+            self.write_through_due.extend(fresh);
         }
+    }
+
+    /// The write-through offloads due at this drain (see [`Tiers::begin_step`]).
+    pub fn take_write_through_due(&mut self) -> Vec<(u32, PrefixKey)> {
+        std::mem::take(&mut self.write_through_due)
     }
 
     /// Offload a write-through candidate (the caller checked it is still published).
@@ -539,6 +547,7 @@ impl Tiers {
         if let Some(d) = self.disk.as_mut() {
             d.flush();
         }
+        self.write_through_due.clear();
     }
 
     pub fn stats(&self) -> Vec<TierStats> {

@@ -1,14 +1,14 @@
 //! The reference model and the checks run after every operation.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kvbench_cache_api::{
-    AllocError, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqId, SeqLayout,
-    StartRequest, StepId,
+    AllocError, BlockLoc, CopyOp, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, SeqId,
+    SeqLayout, StartRequest, StepId, Tier, TierOp,
 };
 
 use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
-use crate::cache::{build_with, PagedCache, PagedConfig};
+use crate::cache::{build_tiered, PagedCache, PagedConfig};
 
 /// A sequence as the reference model sees it: its token ids and how many are written.
 #[derive(Debug, Clone)]
@@ -44,6 +44,9 @@ pub struct Harness {
     pub(super) next_tail: u32,
     /// Device memory: the token id each slot holds, and the scope of the sequence that wrote it.
     pub(super) payload: Vec<Option<(u32, usize)>>,
+    /// Lower-tier memory: each slot's block of payload cells, as the drained tier ops wrote it.
+    pub(super) tier_payload: HashMap<BlockLoc, Vec<Option<(u32, usize)>>>,
+    pub(super) tier_ops: Vec<TierOp>,
     pub(super) in_flight: BTreeSet<StepId>,
     /// Writes since the last `begin_step` as (writer, position, token): they belong to the next
     /// step, whose backend resolves positions through the layout at submission (a copy-on-write
@@ -65,7 +68,7 @@ impl Harness {
             Some(bug) => {
                 let bs = cfg.block_size.max(1);
                 let total_blocks = (cfg.total_slots / u64::from(bs)) as u32;
-                let mut p = PagedCache::with_eviction(
+                let mut p = PagedCache::with_tiers(
                     PagedConfig {
                         total_blocks,
                         block_size: bs,
@@ -73,17 +76,19 @@ impl Harness {
                         placement: cfg.placement,
                     },
                     cfg.eviction,
+                    cfg.tiers,
                 );
                 p.plant_bug(bug);
                 Box::new(p)
             }
-            None => build_with(
+            None => build_tiered(
                 cfg.mode,
                 cfg.total_slots,
                 cfg.block_size,
                 true,
                 cfg.placement,
                 cfg.eviction,
+                cfg.tiers,
             ),
         };
         if let Some(f) = cfg.fault {
@@ -98,6 +103,8 @@ impl Harness {
             next_seq: 1,
             next_tail: 0,
             payload: vec![None; total],
+            tier_payload: HashMap::new(),
+            tier_ops: Vec::new(),
             in_flight: BTreeSet::new(),
             staged: Vec::new(),
             step_writes: BTreeMap::new(),
@@ -199,9 +206,56 @@ impl Harness {
     }
 
     pub fn apply(&mut self, op: Op) {
-        let line = self.apply_inner(op);
+        let mut line = self.apply_inner(op);
+        // Ops a call emitted after what the call itself performed (`begin_step`'s write-through).
+        if let Some(t) = self.perform_tier_ops() {
+            line.push_str(&t);
+        }
         self.trace.push(format!("{op:?} => {line}"));
         self.summary.ops += 1;
+    }
+
+    /// Drain the manager's tier ops and perform them on the model's memories, in order (the
+    /// model's memory is what every write so far left there, as for copies). `None` when
+    /// there were none.
+    pub(super) fn perform_tier_ops(&mut self) -> Option<String> {
+        self.tier_ops.clear();
+        self.mgr.drain_tier_ops(&mut self.tier_ops);
+        if self.tier_ops.is_empty() {
+            return None;
+        }
+        let bs = self.mgr.block_size() as usize;
+        let ops = std::mem::take(&mut self.tier_ops);
+        for op in &ops {
+            let block: Vec<Option<(u32, usize)>> = match op.from.tier {
+                Tier::Device => {
+                    let base = op.from.slot as usize * bs;
+                    self.payload
+                        .get(base..base + bs)
+                        .map_or_else(|| vec![None; bs], <[_]>::to_vec)
+                }
+                _ => self
+                    .tier_payload
+                    .get(&op.from)
+                    .cloned()
+                    .unwrap_or_else(|| vec![None; bs]),
+            };
+            match op.to.tier {
+                Tier::Device => {
+                    let base = op.to.slot as usize * bs;
+                    if let Some(cells) = self.payload.get_mut(base..base + bs) {
+                        cells.copy_from_slice(&block);
+                    }
+                }
+                _ => {
+                    self.tier_payload.insert(op.to, block);
+                }
+            }
+        }
+        self.summary.tier_ops += ops.len();
+        let line = format!(", tier ops {ops:?}");
+        self.tier_ops = ops;
+        Some(line)
     }
 
     fn apply_inner(&mut self, op: Op) -> String {
@@ -237,13 +291,15 @@ impl Harness {
                 let before = self.mgr.accounting();
                 match self.mgr.append(id) {
                     Ok(copies) => {
+                        // A step runs its tier ops (an evicted block's offload) before copies.
+                        let offloads = self.perform_tier_ops().unwrap_or_default();
                         copies.iter().for_each(|c| self.copy(c));
                         let m = self.seqs.get_mut(&id).expect("picked");
                         m.tokens.push(2_000_000 + u32::from(token));
                         m.filled += 1;
                         let pos = m.filled - 1;
                         self.write(id, pos);
-                        format!("seq {id} appended at {pos}, copies {copies:?}")
+                        format!("seq {id} appended at {pos}, copies {copies:?}{offloads}")
                     }
                     Err(e) => self.failed_alloc(before, e),
                 }
@@ -328,9 +384,15 @@ impl Harness {
             Ok(started) => {
                 self.next_seq += 1;
                 self.summary.starts += 1;
+                // Onloads (and the offloads before them) run before anything reads the blocks.
+                let onloads = self.perform_tier_ops().unwrap_or_default();
+                self.summary.onloaded_tokens += u64::from(started.tier_hits.onload_tokens());
                 self.summary.prefix_hit_blocks += started.hits.len() as u64;
                 let mut problems = Vec::new();
-                if !probe.fits || probe.cached_tokens != started.cached_tokens {
+                if !probe.fits
+                    || probe.cached_tokens != started.cached_tokens
+                    || probe.onload_tokens != started.tier_hits.onload_tokens()
+                {
                     problems.push(format!("probe {probe:?} disagrees with start"));
                 }
                 if started.cached_tokens as usize >= tokens.len() {
@@ -372,12 +434,15 @@ impl Harness {
                 }
                 if problems.is_empty() {
                     format!(
-                        "seq {id} started: {} tokens, {} cached, scope {scope}",
+                        "seq {id} started: {} tokens, {} cached, scope {scope}{onloads}",
                         tokens.len(),
                         started.cached_tokens
                     )
                 } else {
-                    format!("seq {id} started: VIOLATION {}", problems.join("; "))
+                    format!(
+                        "seq {id} started: VIOLATION {}{onloads}",
+                        problems.join("; ")
+                    )
                 }
             }
             Err(e) => {

@@ -77,6 +77,10 @@ pub struct FuzzConfig {
     /// The paged prefix cache's eviction policy (`run_seed` and `run_bytes` use `lru`; the
     /// eviction tests drive the others).
     pub eviction: EvictionPolicy,
+    /// Lower tiers below the paged cache (none by default). With tiers the model also keeps
+    /// each lower-tier slot's payload and performs every drained tier op on it, so an onloaded
+    /// block must read back the prompt's tokens of the right scope.
+    pub tiers: super::TierConfig,
 }
 
 impl FuzzConfig {
@@ -90,6 +94,20 @@ impl FuzzConfig {
             bug: None,
             placement: Placement::Lifo,
             eviction: EvictionPolicy::Lru,
+            tiers: super::TierConfig::default(),
+        }
+    }
+
+    /// The small paged cache with a host tier of 8 blocks and, if `disk`, a disk tier of 8.
+    pub fn tiered(offload: kvbench_cache_api::OffloadMode, disk: bool) -> Self {
+        FuzzConfig {
+            tiers: super::TierConfig {
+                host_blocks: 8,
+                disk_blocks: if disk { 8 } else { 0 },
+                offload,
+                ..super::TierConfig::default()
+            },
+            ..FuzzConfig::small(CacheMode::Paged)
         }
     }
 
@@ -155,6 +173,9 @@ pub struct FuzzSummary {
     pub copies: usize,
     pub evictions: u64,
     pub fenced_releases: usize,
+    /// Tier ops performed on the model, and prompt tokens onloaded from a lower tier.
+    pub tier_ops: usize,
+    pub onloaded_tokens: u64,
 }
 
 impl FuzzSummary {
@@ -166,6 +187,8 @@ impl FuzzSummary {
         self.copies += other.copies;
         self.evictions += other.evictions;
         self.fenced_releases += other.fenced_releases;
+        self.tier_ops += other.tier_ops;
+        self.onloaded_tokens += other.onloaded_tokens;
     }
 }
 

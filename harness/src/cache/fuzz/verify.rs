@@ -75,6 +75,19 @@ impl Harness {
         for id in ids {
             self.apply_release(id)?;
         }
+        if self.cfg.tiers.is_enabled() {
+            // Tier ops drained since the last step belong to one more step, as an engine submits
+            // the step it planned (their pins wait for it).
+            // Its drain may emit write-through offloads: they need one more step.
+            for _ in 0..2 {
+                let step = self.mgr.begin_step();
+                self.in_flight.insert(step);
+                self.trace.push(format!("drain: step {step} began"));
+                if self.perform_tier_ops().is_none() {
+                    break;
+                }
+            }
+        }
         let steps: Vec<StepId> = self.in_flight.iter().copied().collect();
         for step in steps {
             self.mgr.retire_step(step);
