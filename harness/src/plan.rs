@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::backend::sim::cost::CostModel;
+use crate::backend::sim::link::HostLink;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::SeqWork;
 use crate::model::{ModelShape, Moe};
@@ -296,7 +297,8 @@ impl WeightsPlan {
 /// A host-memory tier for cached KV blocks, priced: how much it holds, and whether bringing a
 /// prefix back over the host link beats recomputing it.
 ///
-/// Onloading `P` tokens costs `host_link_latency_s + P × bytes per token ÷ host_link_bytes_per_s`.
+/// Onloading `P` tokens costs `host_link_latency_s + P × bytes per token ÷ host_link_bytes_per_s`,
+/// what `sim` charges a blocking step's onloads from the host tier (`HostLink::transfer_s`).
 /// Recomputing them costs what the `sim` cost model charges for one prefill step of the
 /// `prefix_tokens`-token prefix with no context on the paged cache (weights, K/V, FLOPs,
 /// all-reduces at `tp > 1`, the step overhead); its tokens per second are the device's prefill
@@ -344,9 +346,10 @@ impl TierPlan {
         let prefix_bytes = bpt
             .checked_mul(prefix_tokens as u64)
             .ok_or(PlanError::Overflow("prefix bytes"))?;
-        let link = profile.host_link_bytes_per_s;
-        let latency = profile.host_link_latency_s.unwrap_or(0.0);
-        let onload_s = latency + prefix_bytes as f64 / link;
+        // The one pricing of the host link `sim` charges onloads with (`backend/sim/link.rs`).
+        let host_link = HostLink::of(profile, None);
+        let (link, latency) = (host_link.bytes_per_s, host_link.latency_s);
+        let onload_s = host_link.transfer_s(prefix_bytes as f64);
         let cost = CostModel::new(&input.shape, profile, None);
         let prefill = SeqWork {
             seq: 0,
