@@ -51,6 +51,14 @@ pub(crate) struct BlockMeta {
     pub hits: u32,
 }
 
+/// The identity of a cached block evicted for new content (what a lower tier keeps of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EvictedKey {
+    pub key: PrefixKey,
+    pub depth: u32,
+    pub hits: u32,
+}
+
 /// What happened to a block whose last reference was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dropped {
@@ -146,13 +154,20 @@ impl BlockPool {
 
     /// Hand out a block for new content to a sequence whose last block is `after`: a free one
     /// (where the placement policy puts it), else the eviction policy's victim among the cached
-    /// ones (whose key the caller must unpublish: returned as the second value).
-    pub fn take_fresh(&mut self, after: Option<u32>) -> Option<(u32, Option<PrefixKey>)> {
+    /// ones (whose key the caller must unpublish — and may offload to a lower tier — returned
+    /// as the second value with the block's depth and hits).
+    pub fn take_fresh(&mut self, after: Option<u32>) -> Option<(u32, Option<EvictedKey>)> {
         let (block, evicted_key) = if let Some(b) = self.free.take(after) {
             (b, None)
         } else if let Some(b) = self.evict.pop_victim() {
             self.cached_blocks -= 1;
-            (b, self.meta[b as usize].key.take())
+            let m = &mut self.meta[b as usize];
+            let evicted = m.key.take().map(|key| EvictedKey {
+                key,
+                depth: m.depth,
+                hits: m.hits,
+            });
+            (b, evicted)
         } else {
             return None;
         };

@@ -198,6 +198,13 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     if !acc.is_conserved() {
         p.push(format!("accounting not conserved: {acc:?}"));
     }
+    if let Some(tiers) = &c.tiers {
+        let mut found = Vec::new();
+        tiers.check(&mut found);
+        for f in found {
+            p.push(f);
+        }
+    }
     p.into_result()
 }
 
@@ -235,6 +242,13 @@ pub(crate) fn quiescent_paged(c: &PagedCache) -> Result<(), String> {
     if c.pool.fence.in_flight_len() > 0 {
         let steps: Vec<_> = c.pool.fence.in_flight().collect();
         p.push(format!("steps still in flight: {steps:?}"));
+    }
+    if let Some(tiers) = &c.tiers {
+        let mut found = Vec::new();
+        tiers.quiescent(&mut found);
+        for f in found {
+            p.push(f);
+        }
     }
     let free_or_cached = c.pool.free_blocks() + c.pool.cached_blocks;
     if free_or_cached != c.pool.total_blocks() {

@@ -16,6 +16,7 @@ mod paged_ops;
 mod prefix;
 mod state;
 mod table;
+mod tier;
 
 pub use block::BlockAllocator;
 pub use evict::EvictionPolicy;
@@ -23,6 +24,7 @@ pub use free::Placement;
 pub use kvbench_cache_api::CacheMode;
 pub use prefix::PrefixKey;
 pub use state::{PagedCache, PagedConfig, PlantedBug};
+pub use tier::TierConfig;
 
 use kvbench_baselines::manager::ContiguousCache;
 use kvbench_cache_api::KvCacheManager;
@@ -67,12 +69,35 @@ pub fn build_with(
     placement: Placement,
     eviction: EvictionPolicy,
 ) -> Box<dyn KvCacheManager> {
+    build_tiered(
+        mode,
+        total_slots,
+        block_size,
+        prefix_cache,
+        placement,
+        eviction,
+        TierConfig::default(),
+    )
+}
+
+/// [`build_with`] with lower tiers below the paged cache's device blocks (host, and disk below
+/// it: `cache::tier`). Contiguous has no prefix cache, so no tiers either; no tiers
+/// (`TierConfig::default()`) is exactly [`build_with`].
+pub fn build_tiered(
+    mode: CacheMode,
+    total_slots: u64,
+    block_size: u32,
+    prefix_cache: bool,
+    placement: Placement,
+    eviction: EvictionPolicy,
+    tiers: TierConfig,
+) -> Box<dyn KvCacheManager> {
     match mode {
         CacheMode::Paged => {
             let block_size = block_size.max(1);
             let total_blocks =
                 (total_slots / u64::from(block_size)).min(u64::from(u32::MAX - 1)) as u32;
-            Box::new(PagedCache::with_eviction(
+            Box::new(PagedCache::with_tiers(
                 PagedConfig {
                     total_blocks,
                     block_size,
@@ -80,6 +105,7 @@ pub fn build_with(
                     placement,
                 },
                 eviction,
+                tiers,
             ))
         }
         CacheMode::Contiguous => Box::new(ContiguousCache::new(total_slots)),

@@ -29,12 +29,14 @@ use std::sync::Arc;
 
 use kvbench_cache_api::{
     Accounting, AllocError, CacheMode, CopyOp, Fault, KvCacheManager, PrefixHit, PrefixStats,
-    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
+    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, Tier, TierHits, TierOp,
+    TierStats,
 };
 
 use super::check::{check_paged, quiescent_paged};
 use super::state::PagedCache;
 use super::table::Seq;
+use super::tier::{carried, Tiers};
 
 impl KvCacheManager for PagedCache {
     fn mode(&self) -> CacheMode {
@@ -47,12 +49,19 @@ impl KvCacheManager for PagedCache {
 
     fn probe_start(&self, req: &StartRequest<'_>) -> Probe {
         match self.plan_start(req) {
-            Ok(plan) => Probe {
-                cached_tokens: plan.hits.len() as u32 * self.bs(),
-                new_slots: u64::from(plan.new_blocks) * u64::from(self.bs()),
-                fits: plan.new_blocks <= plan.available_blocks,
-                onload_tokens: 0,
-            },
+            Ok(plan) => {
+                let onload_blocks = plan
+                    .hits
+                    .iter()
+                    .filter(|h| h.loc.tier != Tier::Device)
+                    .count() as u32;
+                Probe {
+                    cached_tokens: plan.hits.len() as u32 * self.bs(),
+                    new_slots: u64::from(plan.new_blocks) * u64::from(self.bs()),
+                    fits: plan.new_blocks <= plan.available_blocks,
+                    onload_tokens: onload_blocks * self.bs(),
+                }
+            }
             Err(_) => Probe::default(),
         }
     }
@@ -66,12 +75,47 @@ impl KvCacheManager for PagedCache {
             });
         }
         let bs = self.bs();
+        // Lower-tier hits are pinned before any fresh block is taken: the offloads those takes
+        // cause must not overwrite a slot this start is about to onload.
+        let mut onloads = Vec::new();
+        if let Some(tiers) = self.tiers.as_mut() {
+            for (i, h) in plan.hits.iter().enumerate() {
+                if h.loc.tier != Tier::Device {
+                    if let Some(entry) = tiers.pin_hit(h.loc, &h.key) {
+                        onloads.push((i, entry));
+                    }
+                }
+            }
+            tiers.count_lookups(&plan.hits, plan.missed);
+        }
+        for h in plan.hits.iter().filter(|h| h.loc.tier == Tier::Device) {
+            self.pool.revive(h.loc.slot);
+        }
         let mut blocks = Vec::with_capacity(plan.total_blocks_needed as usize);
         let mut hits = Vec::with_capacity(plan.hits.len());
-        for &(block, key) in &plan.hits {
-            self.pool.revive(block);
+        let mut tier_hits = TierHits::default();
+        let mut onloads = onloads.into_iter().peekable();
+        for (i, h) in plan.hits.iter().enumerate() {
+            let block = if h.loc.tier == Tier::Device {
+                h.loc.slot
+            } else {
+                let fresh = self
+                    .take_fresh(blocks.last().copied())
+                    .ok_or_else(|| self.no_space(1))?;
+                if let Some((_, entry)) = onloads.next_if(|(j, _)| *j == i) {
+                    self.publish_onloaded(fresh, h.key, i as u32, entry);
+                }
+                if let Some(t) = self.tiers.as_mut() {
+                    t.onload(h.loc, fresh, req.seq);
+                }
+                match h.loc.tier {
+                    Tier::Disk => tier_hits.disk_tokens += bs,
+                    _ => tier_hits.host_tokens += bs,
+                }
+                fresh
+            };
             blocks.push(block);
-            if let (Some(p), Some(scope)) = (self.index.get(&key), &plan.scope) {
+            if let (Some(p), Some(scope)) = (self.index.get(&h.key), &plan.scope) {
                 hits.push(PrefixHit {
                     block,
                     tokens: bs,
@@ -80,7 +124,8 @@ impl KvCacheManager for PagedCache {
                 });
             }
         }
-        for _ in 0..plan.new_blocks {
+        let fresh_blocks = plan.total_blocks_needed - plan.hits.len() as u32;
+        for _ in 0..fresh_blocks {
             // Checked above: enough free or evictable blocks.
             let block = self
                 .take_fresh(blocks.last().copied())
@@ -110,7 +155,7 @@ impl KvCacheManager for PagedCache {
                 generated: Vec::new(),
                 scope: plan.scope,
                 keyed_blocks: plan.hits.len() as u32,
-                last_key: plan.hits.last().map(|&(_, k)| k),
+                last_key: plan.hits.last().map(|h| h.key),
                 bad_layout: None,
             },
         );
@@ -118,7 +163,7 @@ impl KvCacheManager for PagedCache {
         Ok(Started {
             cached_tokens,
             hits,
-            tier_hits: Default::default(),
+            tier_hits,
         })
     }
 
@@ -294,13 +339,30 @@ impl KvCacheManager for PagedCache {
     }
 
     fn begin_step(&mut self) -> StepId {
-        self.pool.begin_step()
+        let step = self.pool.begin_step();
+        if let Some(tiers) = self.tiers.as_mut() {
+            // Write-through: blocks published while planning the previous step were written by
+            // it; their offloads go into the step planned next.
+            for (block, key) in tiers.begin_step(step) {
+                let m = &self.pool.meta[block as usize];
+                if m.key != Some(key) {
+                    continue; // evicted (and offloaded, if need be) meanwhile
+                }
+                if let Some(e) = self.index.get(&key) {
+                    tiers.write_through(block, carried(key, e, m.depth, m.hits));
+                }
+            }
+        }
+        step
     }
 
     fn retire_step(&mut self, step: StepId) {
         if !self.pool.retire_step(step) {
             self.violations
                 .push(format!("retire of step {step}, which is not in flight"));
+        }
+        if let Some(tiers) = self.tiers.as_mut() {
+            tiers.retire(self.pool.fence.watermark());
         }
     }
 
@@ -345,6 +407,19 @@ impl KvCacheManager for PagedCache {
         for key in self.pool.flush_cached() {
             self.index.remove(&key);
         }
+        if let Some(tiers) = self.tiers.as_mut() {
+            tiers.flush();
+        }
+    }
+
+    fn drain_tier_ops(&mut self, out: &mut Vec<TierOp>) {
+        if let Some(tiers) = self.tiers.as_mut() {
+            tiers.drain(out);
+        }
+    }
+
+    fn tier_stats(&self) -> Vec<TierStats> {
+        self.tiers.as_ref().map_or_else(Vec::new, Tiers::stats)
     }
 
     fn check_invariants(&self) -> Result<(), String> {
@@ -360,6 +435,7 @@ impl KvCacheManager for PagedCache {
             + u64::from(self.faults.leaked_once)
             + self.pool.fences_ignored
             + self.bad_layouts_read.get()
+            + self.tiers.as_ref().map_or(0, Tiers::stale_reuses)
     }
 
     fn inject_fault(&mut self, fault: Fault) {
@@ -375,8 +451,11 @@ impl KvCacheManager for PagedCache {
                     self.refresh_bad_layout(id);
                 }
             }
-            // Lower tiers arrive with `cache::tier`; until then nothing is onloaded.
-            Fault::StaleOnload => {}
+            Fault::StaleOnload => {
+                if let Some(tiers) = self.tiers.as_mut() {
+                    tiers.skip_pins = true;
+                }
+            }
         }
     }
 }

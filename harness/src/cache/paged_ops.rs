@@ -2,12 +2,13 @@
 //! an evicted one), publish full blocks (prompt and generated) and, with the bad-block-table fault
 //! armed, corrupt a layout. Builds on `state.rs`; `paged.rs` calls it.
 
-use kvbench_cache_api::{AllocError, SeqId, StartRequest};
+use kvbench_cache_api::{AllocError, BlockLoc, SeqId, StartRequest, Tier};
 
 use super::block::BlockState;
-use super::prefix::{Published, ScopeInfo};
+use super::prefix::{PrefixKey, Published, ScopeInfo};
 use super::state::PagedCache;
 use super::table::StartPlan;
+use super::tier::{Carried, PlannedHit};
 
 /// At most this many violation messages are kept (a fault can repeat on every step).
 const MAX_VIOLATIONS: usize = 64;
@@ -42,36 +43,121 @@ impl PagedCache {
         } else {
             None
         };
-        let hits = match (&scope, len) {
-            (Some(s), 1..) => {
-                // The last prompt token is always recomputed to produce logits.
-                let max_blocks = ((len - 1) / u64::from(bs)) as usize;
-                self.index.lookup(s, req.tokens, bs, max_blocks)
-            }
-            _ => Vec::new(),
+        // The last prompt token is always recomputed to produce logits.
+        let max_blocks = if len > 0 {
+            ((len - 1) / u64::from(bs)) as usize
+        } else {
+            0
         };
+        let (hits, missed) = match &scope {
+            Some(s) if len > 0 => self.lookup_chain(s, req.tokens, max_blocks),
+            _ => (Vec::new(), false),
+        };
+        let device_hits = hits.iter().filter(|h| h.loc.tier == Tier::Device).count() as u32;
         let revived_cached = hits
             .iter()
-            .filter(|(b, _)| self.pool.meta[*b as usize].state == BlockState::Cached)
+            .filter(|h| {
+                h.loc.tier == Tier::Device
+                    && self.pool.meta[h.loc.slot as usize].state == BlockState::Cached
+            })
             .count() as u32;
         Ok(StartPlan {
             scope,
-            new_blocks: total_needed as u32 - hits.len() as u32,
+            new_blocks: total_needed as u32 - device_hits,
             available_blocks: self.pool.allocatable_blocks() - revived_cached,
             total_blocks_needed: total_needed as u32,
             hits,
+            missed,
         })
+    }
+
+    /// The prompt's leading full blocks found, at most `max_blocks`: the device index alone
+    /// without tiers; with tiers the chain continues block by block into the host tier, then
+    /// disk (a hit at depth i needs hits at 0..i, in whatever tier), each hit verified by
+    /// tokens, scope and parent. Also says whether the chain stopped on a miss.
+    fn lookup_chain(
+        &self,
+        scope: &ScopeInfo,
+        tokens: &[u32],
+        max_blocks: usize,
+    ) -> (Vec<PlannedHit>, bool) {
+        let bs = self.bs();
+        let device = |slot| BlockLoc {
+            tier: Tier::Device,
+            slot,
+        };
+        let Some(tiers) = &self.tiers else {
+            let hits: Vec<PlannedHit> = self
+                .index
+                .lookup(scope, tokens, bs, max_blocks)
+                .into_iter()
+                .map(|(b, key)| PlannedHit {
+                    loc: device(b),
+                    key,
+                })
+                .collect();
+            return (hits, false);
+        };
+        let mut hits = Vec::new();
+        let mut parent: Option<PrefixKey> = None;
+        for chunk in tokens.chunks_exact(bs as usize).take(max_blocks) {
+            let key = self.index.block_key(parent.as_ref(), scope, chunk);
+            let verify = |p: &Published| self.index.verify(p, parent.as_ref(), scope, chunk);
+            let loc = match self.index.get(&key) {
+                Some(p) if verify(p) => Some(device(p.block)),
+                _ => tiers.lookup(&key, verify),
+            };
+            let Some(loc) = loc else {
+                return (hits, true);
+            };
+            hits.push(PlannedHit { loc, key });
+            parent = Some(key);
+        }
+        (hits, false)
     }
 
     /// Take a block for new content (placed after `after`, the sequence's previous block),
     /// unpublishing it if it was an evicted cached block.
     pub(super) fn take_fresh(&mut self, after: Option<u32>) -> Option<u32> {
         let (block, evicted) = self.pool.take_fresh(after)?;
-        if let Some(key) = evicted {
-            self.index.remove(&key);
+        if let Some(ev) = evicted {
+            let entry = self.index.remove(&ev.key);
             self.index.stats.evictions += 1;
+            if let (Some(tiers), Some(entry)) = (self.tiers.as_mut(), entry) {
+                // Emitted now: before whatever op (onload, copy, the step's writes) reuses it.
+                tiers.offload_evicted(
+                    block,
+                    Carried {
+                        key: ev.key,
+                        entry,
+                        depth: ev.depth,
+                        hits: ev.hits,
+                    },
+                );
+            }
         }
         Some(block)
+    }
+
+    /// Publish the fresh device block an onload fills as a hit block (content identical to the
+    /// lower tier's copy, which stays: the tiers are inclusive).
+    pub(super) fn publish_onloaded(
+        &mut self,
+        block: u32,
+        key: PrefixKey,
+        depth: u32,
+        entry: Published,
+    ) {
+        if self.index.contains(&key) {
+            // A different device block already sits under this key (it failed verification):
+            // leave this one unpublished rather than orphan the other.
+            return;
+        }
+        let m = &mut self.pool.meta[block as usize];
+        m.key = Some(key);
+        m.depth = depth;
+        m.hits = 1;
+        self.index.insert(key, Published { block, ..entry });
     }
 
     pub(super) fn no_space(&self, needed_blocks: u32) -> AllocError {
@@ -123,6 +209,9 @@ impl PagedCache {
                         publisher: seq_id,
                     },
                 );
+                if let Some(t) = self.tiers.as_mut() {
+                    t.note_published(block, key);
+                }
             }
             seq.last_key = Some(key);
             seq.keyed_blocks += 1;

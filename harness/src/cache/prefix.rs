@@ -131,7 +131,8 @@ impl PrefixIndex {
         hits
     }
 
-    fn verify(
+    /// Whether a stored entry (device block or lower-tier slot) is the block a lookup asks for.
+    pub fn verify(
         &self,
         p: &Published,
         parent: Option<&PrefixKey>,

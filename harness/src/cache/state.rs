@@ -14,6 +14,7 @@ use super::evict::EvictionPolicy;
 use super::free::Placement;
 use super::prefix::PrefixIndex;
 use super::table::{Faults, Seq, SeqIdHasher};
+use super::tier::{TierConfig, Tiers};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PagedConfig {
@@ -46,6 +47,8 @@ pub struct PagedCache {
     /// Corrupted layouts handed out by `layout` (bad-block-table fired); a `Cell` because
     /// handing out a layout is a read.
     pub(crate) bad_layouts_read: Cell<u64>,
+    /// The lower tiers (`None`: the device cache alone, exactly as without tiers).
+    pub(crate) tiers: Option<Tiers>,
 }
 
 impl PagedCache {
@@ -55,6 +58,11 @@ impl PagedCache {
 
     /// [`PagedCache::new`] with the eviction policy of its prefix cache.
     pub fn with_eviction(config: PagedConfig, eviction: EvictionPolicy) -> Self {
+        Self::with_tiers(config, eviction, TierConfig::default())
+    }
+
+    /// [`PagedCache::with_eviction`] with lower tiers below the device (`cache::tier`).
+    pub fn with_tiers(config: PagedConfig, eviction: EvictionPolicy, tiers: TierConfig) -> Self {
         PagedCache {
             config,
             eviction,
@@ -69,6 +77,7 @@ impl PagedCache {
             faults: Faults::default(),
             violations: Vec::new(),
             bad_layouts_read: Cell::new(0),
+            tiers: Tiers::new(&tiers, config.block_size.max(1)),
         }
     }
 
@@ -111,6 +120,21 @@ impl PagedCache {
 
     pub fn live_seqs(&self) -> usize {
         self.seqs.len()
+    }
+
+    /// The content key `slot` of a lower tier holds now (`None`: free, or no such tier).
+    pub fn tier_slot_key(&self, tier: kvbench_cache_api::Tier, slot: u32) -> Option<[u8; 32]> {
+        self.tiers
+            .as_ref()?
+            .pool(tier)?
+            .slots
+            .get(slot as usize)?
+            .key
+    }
+
+    /// The content key device block `block` is published under, if any.
+    pub fn block_key(&self, block: u32) -> Option<[u8; 32]> {
+        self.pool.meta.get(block as usize)?.key
     }
 
     pub fn plant_bug(&mut self, bug: PlantedBug) {

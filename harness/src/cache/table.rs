@@ -5,6 +5,7 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 use super::prefix::{PrefixKey, ScopeInfo};
+use super::tier::PlannedHit;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Seq {
@@ -59,7 +60,11 @@ impl Hasher for SeqIdHasher {
 /// The plan for a `start`, computed without side effects.
 pub(super) struct StartPlan {
     pub scope: Option<Arc<ScopeInfo>>,
-    pub hits: Vec<(u32, PrefixKey)>,
+    /// Leading full blocks found, in chain order: on the device, or in a lower tier (those
+    /// need a fresh device block each, counted in `new_blocks`, and an onload).
+    pub hits: Vec<PlannedHit>,
+    /// Whether the chain ended on a block found in no tier (rather than at the prompt's end).
+    pub missed: bool,
     pub new_blocks: u32,
     pub available_blocks: u32,
     pub total_blocks_needed: u32,
