@@ -101,7 +101,9 @@ fn a_step_without_tier_ops_costs_what_the_cost_model_says_bit_for_bit() {
         let mut b = SimBackend::new(&setup("h200", host_tier(onload))).expect("sim");
         let (d, wait) = step(&mut b, &plan);
         let cost = CostModel::new(&ModelShape::llama3_8b(), b.profile(), None);
-        let want = cost.step(&plan.seqs, &plan.copies, &plan.swaps, true).total_s;
+        let want = cost
+            .step(&plan.seqs, &plan.copies, &plan.swaps, true)
+            .total_s;
         assert_eq!(d.to_bits(), want.to_bits());
         assert_eq!(wait, 0.0);
     }
@@ -122,7 +124,7 @@ fn a_blocking_onload_of_a_prefix_delays_the_step_by_its_transfer() {
     let compute = cost.step(&plan.seqs, &[], &[], true).total_s;
     // PCIe 5.0: 10 us + 4,096 × 131,072 B ÷ 50 GB/s = 10 + 10,737.41824 us.
     let transfer = 10e-6 + 4096.0 * BPT / 50e9;
-    close(transfer, 10_747.41824e-6);
+    close(transfer, 10.747_418_24e-3);
     close(wait, transfer);
     close(d, compute + transfer);
 
@@ -210,8 +212,7 @@ fn plan_prices_an_onload_exactly_as_sim_charges_it() {
             seqs: vec![prefill(1, 4096, 1)],
             ..Default::default()
         };
-        let mut b =
-            SimBackend::new(&setup(device, host_tier(OnloadMode::Blocking))).expect("sim");
+        let mut b = SimBackend::new(&setup(device, host_tier(OnloadMode::Blocking))).expect("sim");
         let (_, wait) = step(&mut b, &step_plan);
         assert_eq!(
             plan.onload_s.to_bits(),

@@ -68,9 +68,9 @@ fn assert_refused_at(text: &str, written: &str, key: &str, needle: &str) {
     let line = line_of(text, written);
     let want = format!("t.toml:{line}:");
     assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with(&want) && l.contains(&format!(": {key}: ")) && l.contains(needle)),
+        lines.iter().any(|l| l.starts_with(&want)
+            && l.contains(&format!(": {key}: "))
+            && l.contains(needle)),
         "want {want}COL: {key}: ...{needle}...; got {lines:#?}"
     );
 }
@@ -119,16 +119,31 @@ fn a_capacity_must_hold_a_block_at_every_listed_block_size() {
         "holds no block of 64 tokens",
     );
     let text = scenario("", "[cache.host_tier]\ncapacity = \"1 MiB\"\n");
-    assert_refused_at(&text, "capacity", "cache.host_tier.capacity", "holds no block");
+    assert_refused_at(
+        &text,
+        "capacity",
+        "cache.host_tier.capacity",
+        "holds no block",
+    );
 }
 
 #[test]
 fn more_slots_than_32_bits_number_are_refused() {
     // 2^32 blocks of 2 MiB are 8 PiB.
     let text = scenario("", "[cache.host_tier]\ncapacity = \"8 PiB\"\n");
-    assert_refused_at(&text, "capacity", "cache.host_tier.capacity", "at most 4294967295");
+    assert_refused_at(
+        &text,
+        "capacity",
+        "cache.host_tier.capacity",
+        "at most 4294967295",
+    );
     let text = scenario("", &format!("{HOST}{}", DISK.replace("1 TiB", "9 PiB")));
-    assert_refused_at(&text, "capacity = \"9", "cache.disk_tier.capacity", "at most");
+    assert_refused_at(
+        &text,
+        "capacity = \"9",
+        "cache.disk_tier.capacity",
+        "at most",
+    );
 }
 
 #[test]
@@ -155,11 +170,31 @@ fn tiers_need_the_prefix_cache_and_a_disk_needs_a_host_tier() {
 #[test]
 fn disk_rates_and_latency_are_in_their_ranges() {
     for (written, bad, key) in [
-        ("read_bytes_per_s = 7e9", "read_bytes_per_s = 0.0", "read_bytes_per_s"),
-        ("read_bytes_per_s = 7e9", "read_bytes_per_s = nan", "read_bytes_per_s"),
-        ("write_bytes_per_s = 5e9", "write_bytes_per_s = inf", "write_bytes_per_s"),
-        ("write_bytes_per_s = 5e9", "write_bytes_per_s = 1e-320", "write_bytes_per_s"),
-        ("write_bytes_per_s = 5e9", "write_bytes_per_s = -1.0", "write_bytes_per_s"),
+        (
+            "read_bytes_per_s = 7e9",
+            "read_bytes_per_s = 0.0",
+            "read_bytes_per_s",
+        ),
+        (
+            "read_bytes_per_s = 7e9",
+            "read_bytes_per_s = nan",
+            "read_bytes_per_s",
+        ),
+        (
+            "write_bytes_per_s = 5e9",
+            "write_bytes_per_s = inf",
+            "write_bytes_per_s",
+        ),
+        (
+            "write_bytes_per_s = 5e9",
+            "write_bytes_per_s = 1e-320",
+            "write_bytes_per_s",
+        ),
+        (
+            "write_bytes_per_s = 5e9",
+            "write_bytes_per_s = -1.0",
+            "write_bytes_per_s",
+        ),
         ("latency_us = 80.0", "latency_us = -1.0", "latency_us"),
         ("latency_us = 80.0", "latency_us = nan", "latency_us"),
         ("latency_us = 80.0", "latency_us = 1e300", "latency_us"),
@@ -174,9 +209,15 @@ fn disk_rates_and_latency_are_in_their_ranges() {
 
 #[test]
 fn unknown_and_mistyped_tier_keys_are_named_at_their_line() {
-    let text = scenario("", "[cache.host_tier]\ncapacity = \"1 GiB\"\nonlaod = \"overlap\"\n");
+    let text = scenario(
+        "",
+        "[cache.host_tier]\ncapacity = \"1 GiB\"\nonlaod = \"overlap\"\n",
+    );
     assert_refused_at(&text, "onlaod", "cache.host_tier.onlaod", "unknown field");
-    let text = scenario("", "[cache.host_tier]\ncapacity = \"1 GiB\"\nonload = \"later\"\n");
+    let text = scenario(
+        "",
+        "[cache.host_tier]\ncapacity = \"1 GiB\"\nonload = \"later\"\n",
+    );
     assert_refused_at(&text, "onload", "cache.host_tier.onload", "unknown variant");
     let text = scenario("", "[cache.host_tier]\ncapacity = \"1 GiB\"\noffload = 3\n");
     assert_refused_at(&text, "offload", "cache.host_tier.offload", "wanted string");

@@ -188,7 +188,11 @@ impl Scenario {
         };
         let c = &self.cache;
         (
-            slots(c.host_tier.as_ref().and_then(|h| h.capacity.as_slice().first())),
+            slots(
+                c.host_tier
+                    .as_ref()
+                    .and_then(|h| h.capacity.as_slice().first()),
+            ),
             slots(c.disk_tier.as_ref().map(|d| &d.capacity)),
         )
     }

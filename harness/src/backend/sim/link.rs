@@ -65,7 +65,9 @@ impl DiskLink {
     /// Seconds of one step's disk traffic: the latency once, then reads and writes in turn.
     pub fn transfer_s(&self, read_bytes: f64, write_bytes: f64) -> f64 {
         if read_bytes > 0.0 || write_bytes > 0.0 {
-            self.latency_s + read_bytes / self.read_bytes_per_s + write_bytes / self.write_bytes_per_s
+            self.latency_s
+                + read_bytes / self.read_bytes_per_s
+                + write_bytes / self.write_bytes_per_s
         } else {
             0.0
         }
@@ -98,7 +100,9 @@ impl TierLoad {
                 return Err(format!("tier op {op:?} moves a block within one tier"));
             }
             if (from == Tier::Disk || to == Tier::Disk) && disk.is_none() {
-                return Err(format!("tier op {op:?} uses a disk tier this run does not have"));
+                return Err(format!(
+                    "tier op {op:?} uses a disk tier this run does not have"
+                ));
             }
             let bytes = op.tokens as f64 * kv_bytes_per_token;
             if to == Tier::Device {
