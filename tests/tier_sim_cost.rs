@@ -223,3 +223,33 @@ fn plan_prices_an_onload_exactly_as_sim_charges_it() {
         );
     }
 }
+
+/// A scenario's `scheduler.swap_gbytes_per_s` restates its host link for `plan --host-tier` as
+/// it does for `sim`: the slow-link scenario is priced at 2 GB/s, where onloading a token costs
+/// more than recomputing it and no prefix breaks even.
+#[test]
+fn plan_of_a_scenario_reads_the_link_its_run_is_charged_on() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
+        .args([
+            "plan",
+            "--scenario",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/tier-no-pay-8b.toml"),
+            "--host-tier",
+            "4 GiB",
+            "--json",
+        ])
+        .output()
+        .expect("run kvbench plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let t = &v["host_tier"];
+    assert_eq!(t["host_link_bytes_per_s"].as_f64(), Some(2e9), "{t}");
+    let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
+    close(f("onload_s"), 10e-6 + 4096.0 * BPT / 2e9);
+    assert!(f("onload_s") > f("recompute_s"), "{t}");
+    assert!(t["break_even_tokens"].is_null(), "{t}");
+}

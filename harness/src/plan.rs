@@ -332,6 +332,24 @@ impl TierPlan {
         capacity_bytes: u64,
         prefix_tokens: u32,
     ) -> Result<TierPlan, PlanError> {
+        Self::compute_over(
+            input,
+            profile,
+            HostLink::of(profile, None),
+            capacity_bytes,
+            prefix_tokens,
+        )
+    }
+
+    /// [`TierPlan::compute`] over `host_link` (a scenario's `scheduler.swap_gbytes_per_s`
+    /// restates the profile's bandwidth, as it does for `sim`).
+    pub fn compute_over(
+        input: &PlanInput,
+        profile: &DeviceProfile,
+        host_link: HostLink,
+        capacity_bytes: u64,
+        prefix_tokens: u32,
+    ) -> Result<TierPlan, PlanError> {
         input.check()?;
         if prefix_tokens == 0 {
             return Err(PlanError::Zero("prefix tokens"));
@@ -347,7 +365,6 @@ impl TierPlan {
             .checked_mul(prefix_tokens as u64)
             .ok_or(PlanError::Overflow("prefix bytes"))?;
         // The one pricing of the host link `sim` charges onloads with (`backend/sim/link.rs`).
-        let host_link = HostLink::of(profile, None);
         let (link, latency) = (host_link.bytes_per_s, host_link.latency_s);
         let onload_s = host_link.transfer_s(prefix_bytes as f64);
         let cost = CostModel::new(&input.shape, profile, None);
