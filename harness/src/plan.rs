@@ -11,6 +11,7 @@ mod groups;
 pub use groups::{GroupPlan, GroupTotals};
 
 use crate::backend::sim::cost::CostModel;
+use crate::backend::sim::link::HostLink;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::SeqWork;
 use crate::model::{ModelShape, Moe};
@@ -336,7 +337,8 @@ impl WeightsPlan {
 /// A host-memory tier for cached KV blocks, priced: how much it holds, and whether bringing a
 /// prefix back over the host link beats recomputing it.
 ///
-/// Onloading `P` tokens costs `host_link_latency_s + P × bytes per token ÷ host_link_bytes_per_s`.
+/// Onloading `P` tokens costs `host_link_latency_s + P × bytes per token ÷ host_link_bytes_per_s`,
+/// what `sim` charges a blocking step's onloads from the host tier (`HostLink::transfer_s`).
 /// Recomputing them costs what the `sim` cost model charges for one prefill step of the
 /// `prefix_tokens`-token prefix with no context on the paged cache (weights, K/V, FLOPs,
 /// all-reduces at `tp > 1`, the step overhead); its tokens per second are the device's prefill
@@ -370,6 +372,24 @@ impl TierPlan {
         capacity_bytes: u64,
         prefix_tokens: u32,
     ) -> Result<TierPlan, PlanError> {
+        Self::compute_over(
+            input,
+            profile,
+            HostLink::of(profile, None),
+            capacity_bytes,
+            prefix_tokens,
+        )
+    }
+
+    /// [`TierPlan::compute`] over `host_link` (a scenario's `scheduler.swap_gbytes_per_s`
+    /// restates the profile's bandwidth, as it does for `sim`).
+    pub fn compute_over(
+        input: &PlanInput,
+        profile: &DeviceProfile,
+        host_link: HostLink,
+        capacity_bytes: u64,
+        prefix_tokens: u32,
+    ) -> Result<TierPlan, PlanError> {
         input.check()?;
         if prefix_tokens == 0 {
             return Err(PlanError::Zero("prefix tokens"));
@@ -384,9 +404,9 @@ impl TierPlan {
         let prefix_bytes = bpt
             .checked_mul(prefix_tokens as u64)
             .ok_or(PlanError::Overflow("prefix bytes"))?;
-        let link = profile.host_link_bytes_per_s;
-        let latency = profile.host_link_latency_s.unwrap_or(0.0);
-        let onload_s = latency + prefix_bytes as f64 / link;
+        // The one pricing of the host link `sim` charges onloads with (`backend/sim/link.rs`).
+        let (link, latency) = (host_link.bytes_per_s, host_link.latency_s);
+        let onload_s = host_link.transfer_s(prefix_bytes as f64);
         let cost = CostModel::new(&input.shape, profile, None);
         let prefill = SeqWork {
             seq: 0,

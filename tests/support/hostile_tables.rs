@@ -94,11 +94,17 @@ pub fn kind(v: &Value) -> u8 {
     }
 }
 
+/// Sets (or, with `None`, removes) the value at a dotted path. Setting a key whose table is
+/// missing creates the table (a `[cache.host_tier]` gaining one key); removing one leaves the
+/// file as it was. A path through a value is left alone.
 pub fn set(table: &mut toml::Table, path: &str, v: Option<Value>) {
     let mut parts: Vec<&str> = path.split('.').collect();
     let last = parts.pop().unwrap_or_default();
     let mut t = table;
     for p in parts {
+        if v.is_some() && !t.contains_key(p) {
+            t.insert(p.to_string(), Value::Table(toml::Table::new()));
+        }
         t = match t.get_mut(p) {
             Some(Value::Table(inner)) => inner,
             _ => return,

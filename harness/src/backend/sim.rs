@@ -7,6 +7,7 @@
 //! cache manager's layouts, so placement bugs are caught at device scale.
 
 pub mod cost;
+pub mod link;
 pub mod profile;
 pub mod shadow;
 mod shadow_expect;
@@ -20,6 +21,7 @@ use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};
 
 use crate::backend::{
     Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
+    TierSetup,
 };
 use cost::CostModel;
 use profile::DeviceProfile;
@@ -32,8 +34,9 @@ pub struct SimBackend {
     memory: MemoryParts,
     in_flight: VecDeque<StepOutput>,
     cache_slots: u64,
-    /// Lower-tier slots (host, disk) the shadow keeps tags for.
-    tier_blocks: (u32, u32),
+    /// The lower tiers' sizes (the shadow keeps tags for their slots) and how their transfers
+    /// are priced.
+    tiers: TierSetup,
     shadow: Option<Shadow>,
 }
 
@@ -72,14 +75,14 @@ impl SimBackend {
             profile,
             in_flight: VecDeque::new(),
             cache_slots: setup.cache_slots,
-            tier_blocks: (setup.tiers.host_blocks, setup.tiers.disk_blocks),
+            tiers: setup.tiers,
             shadow: None,
         })
     }
 
     /// Carry the shadow KV payload (tags per slot, checked on every read).
     pub fn with_shadow(mut self) -> Result<SimBackend, BackendError> {
-        let (host, disk) = self.tier_blocks;
+        let (host, disk) = (self.tiers.host_blocks, self.tiers.disk_blocks);
         self.shadow = Some(Shadow::with_tiers(self.cache_slots, host, disk)?);
         Ok(self)
     }
@@ -143,6 +146,16 @@ impl Backend for SimBackend {
     fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
         let paged = cache.mode() == CacheMode::Paged;
         let cost = self.cost.step(&plan.seqs, &plan.copies, &plan.swaps, paged);
+        // Without tier transfers the step costs exactly what it did before tiers existed.
+        let (duration_s, onload_wait_s) = if plan.tier_ops.is_empty() {
+            (cost.total_s, 0.0)
+        } else {
+            let t = self
+                .cost
+                .with_tier_ops(&cost, &plan.tier_ops, &plan.swaps, &self.tiers)
+                .map_err(BackendError::Step)?;
+            (t.total_s, t.onload_wait_s)
+        };
         let sampled = plan
             .seqs
             .iter()
@@ -156,9 +169,9 @@ impl Backend for SimBackend {
             sh.submit(plan, cache, &sampled);
         }
         self.in_flight.push_back(StepOutput {
-            duration_s: cost.total_s,
+            duration_s,
             sampled,
-            onload_wait_s: 0.0,
+            onload_wait_s,
         });
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
+use crate::backend::sim::link::HostLink;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::model::{Dtype, KvScale, ModelShape};
 use crate::plan::{DistributionPlan, Plan, PlanInput, TierPlan, WeightsPlan};
@@ -185,8 +186,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "h200".into());
             let dir = a.scenario.as_deref().and_then(|p| p.parent());
             let profile = DeviceProfile::load(&name, dir).context("--device")?;
+            // A scenario's swap bandwidth restates its host link, as `sim` reads it.
+            let swap = loaded
+                .as_ref()
+                .and_then(|s| s.scheduler.swap_gbytes_per_s)
+                .map(|g| g * 1e9);
+            let link = HostLink::of(&profile, swap);
             Some(
-                TierPlan::compute(&input, &profile, capacity, a.prefix_tokens)
+                TierPlan::compute_over(&input, &profile, link, capacity, a.prefix_tokens)
                     .context("--host-tier")?,
             )
         }

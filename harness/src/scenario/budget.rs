@@ -335,6 +335,8 @@ impl Scenario {
     /// with [`super::HostNeed::collected_bytes`] (`sweep::check`).
     pub(super) fn check_host_memory(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
         let Some(need) = self.host_need(shape) else {
+            // A trace's lengths are unknown until it is read; its tiers' slots are not.
+            self.check_tier_host_memory(shape, p);
             return;
         };
         let bytes = need.bytes();
@@ -366,7 +368,9 @@ impl Scenario {
         if bytes <= available {
             return;
         }
-        let key = if need.host_kv_bytes >= bytes / 2 {
+        let key = if need.tier_bytes() >= bytes / 2 {
+            "cache.host_tier.capacity"
+        } else if need.host_kv_bytes >= bytes / 2 {
             "memory.kv_budget"
         } else if t.requests.is_some() {
             "traffic.requests"
@@ -377,12 +381,21 @@ impl Scenario {
             key,
             format!(
                 "this run needs about {} of host memory ({} requests, {:.0} output tokens per \
-                 stream, {} paged blocks, {} of host KV), and {} is available ({source})",
+                 stream, {} paged blocks, {} of host KV{}), and {} is available ({source})",
                 format_bytes(bytes),
                 need.requests,
                 need.mean_output_tokens,
                 need.paged_blocks,
                 format_bytes(need.host_kv_bytes),
+                if need.tier_blocks > 0 {
+                    format!(
+                        ", {} tier slots, {} of host tier",
+                        need.tier_blocks,
+                        format_bytes(need.host_tier_bytes)
+                    )
+                } else {
+                    String::new()
+                },
                 format_bytes(available)
             ),
         ));
@@ -427,6 +440,14 @@ impl Scenario {
         let block = self.block_size().max(1) as u64;
         let paged_blocks = kv_bytes / bpt / block;
         let host_kv_bytes = if self.device == "cpu" { kv_bytes } else { 0 };
+        let (host_slots, disk_slots) = self.tier_slots(shape);
+        let host_tier_bytes = if self.device == "cpu" {
+            super::tier_block_bytes(shape, self.block_size())
+                .and_then(|b| b.checked_mul(host_slots))
+                .unwrap_or(u64::MAX)
+        } else {
+            0
+        };
         Some(super::host::HostNeed {
             requests: requests.min(u64::MAX as f64) as u64,
             mean_prompt_tokens: mean_prompt,
@@ -437,6 +458,8 @@ impl Scenario {
             paged_blocks,
             block_tokens: block,
             host_kv_bytes,
+            tier_blocks: host_slots.saturating_add(disk_slots),
+            host_tier_bytes,
         })
     }
 }

@@ -87,6 +87,10 @@ pub struct HostNeed {
     pub block_tokens: u64,
     /// KV bytes the cpu backend keeps in host memory (0 for a device).
     pub host_kv_bytes: u64,
+    /// Slots of the lower tiers (host and disk), each with a block's metadata.
+    pub tier_blocks: u64,
+    /// Bytes of the host tier where the cpu backend holds it in this process (0 for a device).
+    pub host_tier_bytes: u64,
 }
 
 impl HostNeed {
@@ -126,7 +130,17 @@ impl HostNeed {
     }
 
     fn fixed_bytes(&self) -> f64 {
-        self.paged_blocks as f64 * cost::PER_BLOCK_BYTES as f64 + self.host_kv_bytes as f64
+        (self.paged_blocks as f64 + self.tier_blocks as f64) * cost::PER_BLOCK_BYTES as f64
+            + self.host_kv_bytes as f64
+            + self.host_tier_bytes as f64
+    }
+
+    /// The lower tiers' share of [`HostNeed::bytes`]: their slots' metadata and a host tier
+    /// held in this process.
+    pub fn tier_bytes(&self) -> u64 {
+        saturate(
+            self.tier_blocks as f64 * cost::PER_BLOCK_BYTES as f64 + self.host_tier_bytes as f64,
+        )
     }
 }
 
@@ -163,6 +177,8 @@ mod tests {
             paged_blocks: u64::MAX,
             block_tokens: u64::MAX,
             host_kv_bytes: u64::MAX,
+            tier_blocks: u64::MAX,
+            host_tier_bytes: u64::MAX,
         };
         assert_eq!(need.bytes(), u64::MAX);
         assert_eq!(need.collected_bytes(), u64::MAX);
@@ -179,6 +195,8 @@ mod tests {
             paged_blocks: 0,
             block_tokens: 16,
             host_kv_bytes: 0,
+            tier_blocks: 0,
+            host_tier_bytes: 0,
         };
         let recipes = HostNeed {
             prompts_held: false,
@@ -203,6 +221,8 @@ mod tests {
             paged_blocks: 10_000,
             block_tokens: 16,
             host_kv_bytes: 0,
+            tier_blocks: 0,
+            host_tier_bytes: 0,
         };
         let list = 1_000_000 * (256 + 1000 / 2);
         let blocks = 10_000 * 128;

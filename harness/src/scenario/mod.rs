@@ -13,6 +13,7 @@ mod load;
 mod locate;
 pub mod ranges;
 mod tagged;
+mod tiers;
 mod types;
 
 pub use budget::{length_range, request_need, LengthRange, RequestNeed};
@@ -22,4 +23,5 @@ pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
 pub use host::{available_bytes as host_available_bytes, HostNeed};
 pub use load::{load, locate_in_source, parse_document, parse_str};
 pub use locate::SourceMap;
+pub use tiers::{tier_block_bytes, tier_capacity_blocks};
 pub use types::*;

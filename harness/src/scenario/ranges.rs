@@ -18,6 +18,11 @@ pub const GAMMA_SHAPE: (f64, f64) = (0.01, 100.0);
 pub const TIME_SCALE: (f64, f64) = (1e-6, 1e6);
 /// Swap bandwidth in GB/s: a slow disk to far beyond any host link.
 pub const SWAP_GBYTES_PER_S: (f64, f64) = (1e-3, 1e5);
+/// A disk tier's read and write bandwidth in bytes per second: a slow disk (1 MB/s) to far
+/// beyond any (100 TB/s), as the device profile's links.
+pub const DISK_BYTES_PER_S: (f64, f64) = (1e6, 1e14);
+/// A disk tier's latency per step with disk traffic, in microseconds: at most a second.
+pub const DISK_LATENCY_US: (f64, f64) = (0.0, 1e6);
 /// Requests in one workload (given or expected from rate x duration).
 pub const MAX_REQUESTS: u64 = 5_000_000;
 /// Tokens in one sequence (prompt + output): above every published context window.

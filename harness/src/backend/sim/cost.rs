@@ -33,13 +33,14 @@
 //! expert parallelism are not modelled. The calibration fit runs at `tp = 1` only, so the
 //! all-reduce is not one of its [`FEATURES`].
 
-use kvbench_cache_api::CopyOp;
+use kvbench_cache_api::{CopyOp, TierOp};
 
 mod attention;
 pub use attention::{sliding_pairs, GroupedAttention};
 
+use crate::backend::sim::link::{self, HostLink, TierCost, TierLoad};
 use crate::backend::sim::profile::{Combine, DeviceProfile};
-use crate::backend::{SeqWork, SwapOp};
+use crate::backend::{SeqWork, SwapOp, TierSetup};
 use crate::model::ModelShape;
 
 /// The model-shape constants the cost model needs, precomputed once per run.
@@ -64,7 +65,8 @@ pub struct CostModel {
     copy_bandwidth: f64,
     peak_flops: f64,
     attn_flops: f64,
-    host_link: f64,
+    /// What swaps and tier transfers cross (`link.rs`).
+    host_link: HostLink,
     overhead_s: f64,
     seq_overhead_s: f64,
     combine: Combine,
@@ -228,7 +230,7 @@ impl CostModel {
             attn_flops: device
                 .attention_flops_per_s
                 .unwrap_or(device.peak_flops_per_s),
-            host_link: swap_bytes_per_s.unwrap_or(device.host_link_bytes_per_s),
+            host_link: HostLink::of(device, swap_bytes_per_s),
             overhead_s: device.step_overhead_s,
             seq_overhead_s: device.seq_overhead_s,
             combine: device.combine,
@@ -319,7 +321,7 @@ impl CostModel {
             + load.kv_read_bytes / kv_bw;
         let compute_s = load.dense_flops / self.peak_flops + load.attn_flops / self.attn_flops;
         let copy_s = load.copy_bytes / self.copy_bandwidth;
-        let swap_s = load.swap_bytes / self.host_link;
+        let swap_s = load.swap_bytes / self.host_link.bytes_per_s;
         let overhead = if load.is_empty() {
             0.0
         } else {
@@ -365,8 +367,39 @@ impl CostModel {
             1.0 / self.peak_flops,
             1.0 / self.attn_flops,
             1.0 / self.copy_bandwidth,
-            1.0 / self.host_link,
+            1.0 / self.host_link.bytes_per_s,
         ]
+    }
+
+    /// The host link swaps and tier transfers cross.
+    pub fn host_link(&self) -> HostLink {
+        self.host_link
+    }
+
+    pub fn kv_bytes_per_token(&self) -> f64 {
+        self.kv_bytes_per_token
+    }
+
+    /// A step's duration with its tier transfers (`link.rs`'s model) around `base`, its cost
+    /// without them. Tier transfers are not one of the fit's [`FEATURES`]: calibration steps
+    /// carry none. An op the run's tiers cannot perform is an error.
+    pub fn with_tier_ops(
+        &self,
+        base: &StepCost,
+        ops: &[TierOp],
+        swaps: &[SwapOp],
+        tiers: &TierSetup,
+    ) -> Result<TierCost, String> {
+        let load = TierLoad::of(ops, self.kv_bytes_per_token, tiers.disk.as_ref())?;
+        Ok(link::price(
+            &load,
+            base.total_s,
+            swaps,
+            self.kv_bytes_per_token,
+            &self.host_link,
+            tiers.disk.as_ref(),
+            tiers.onload,
+        ))
     }
 }
 
