@@ -498,3 +498,55 @@ fn each_mode_has_its_own_optimum_and_a_spent_budget_is_reported() {
     assert_eq!(out.tried[0].status, Status::Unfinished);
     assert_eq!(out.probes(), 0, "no probe starts after the deadline");
 }
+
+/// A plateau and a dip beside the scenario's block size, and the optimum two values away: the
+/// neighbour search alone stops at the scenario's value (neither adjacent value is better), the
+/// coarse first pass sees the optimum in round 1 and ends there, in fewer configurations than
+/// the grid.
+#[test]
+fn the_coarse_pass_crosses_a_plateau_the_neighbour_search_stops_at() {
+    let space = Space {
+        knobs: vec![
+            int_knob("cache.block_size", &[8, 16, 32, 64], 16),
+            int_knob("scheduler.max_seqs_per_step", &[64, 128, 256], 128),
+        ],
+    };
+    let optimum: Config = vec![3, 1]; // block 64, the scenario's 128 sequences
+    for (name, by_block) in [
+        ("plateau", [10.0, 20.0, 20.0, 40.0]),
+        ("dip", [20.0, 30.0, 25.0, 50.0]),
+    ] {
+        // Sequences per step: the scenario's value is best, the others a fifth lower.
+        let caps: BTreeMap<Config, f64> = all_configs(&space)
+            .into_iter()
+            .map(|c| {
+                let seqs = if c[1] == 1 { 1.0 } else { 0.8 };
+                (c.clone(), by_block[c[0]] * seqs)
+            })
+            .collect();
+        let e = Synthetic::new(caps.clone(), 5.0);
+        let local = SearchConfig {
+            coarse_first: false,
+            ..cfg()
+        };
+        let out = search::search_mode(&e, &space, CacheMode::Paged, &local).unwrap();
+        let (_, best) = rank::verdicts(&space, &out.tried);
+        assert_eq!(
+            out.tried[best.unwrap()].config,
+            space.start(),
+            "{name}: the neighbour search alone stops at the scenario's values"
+        );
+        assert!(out.tried.iter().all(|t| t.config != optimum), "{name}");
+
+        let e = Synthetic::new(caps, 5.0);
+        let out = search::search_mode(&e, &space, CacheMode::Paged, &cfg()).unwrap();
+        let (verdicts, best) = rank::verdicts(&space, &out.tried);
+        let best = best.unwrap();
+        assert_eq!(out.tried[best].config, optimum, "{name}: {:#?}", out.tried);
+        assert_eq!(verdicts[best], Verdict::Best);
+        assert_eq!(out.tried[best].round, 1, "{name}: found by the coarse pass");
+        assert!((out.tried.len() as u64) < space.size(), "{name}");
+        let i = out.tried[best].interval();
+        assert!(i.lo <= by_block[3] && by_block[3] < i.hi, "{name}: {i:?}");
+    }
+}
