@@ -84,7 +84,11 @@ fn three_seeds_give_each_configuration_the_sweeps_interval_over_them() {
     let mut pruned = 0;
     for m in &j.modes {
         let best = &j.configurations[m.best.expect("a best")];
-        assert_eq!(best.values["scheduler.max_seqs_per_step"], "8", "{}", m.cache);
+        assert_eq!(
+            best.values["scheduler.max_seqs_per_step"], "8",
+            "{}",
+            m.cache
+        );
         assert_eq!(m.rate_at_target_rps_ci, best.rate_at_target_rps_ci);
         for c in j.configurations.iter().filter(|c| c.cache == m.cache) {
             let seeds: Vec<u64> = c.per_seed.iter().map(|s| s.seed).collect();
@@ -96,7 +100,9 @@ fn three_seeds_give_each_configuration_the_sweeps_interval_over_them() {
                     assert_eq!(c.rate_at_target_rps, None);
                     for s in &c.per_seed {
                         assert_eq!(s.rate_at_target_rps, None, "pruned: no seed passed");
-                        let f = s.lowest_failing_rps.expect("failed at the centre's lower end");
+                        let f = s
+                            .lowest_failing_rps
+                            .expect("failed at the centre's lower end");
                         assert!(
                             f <= best.rate_at_target_rps_ci[0],
                             "{}: pruned {} failed at {f}, inside the best's interval {:?}",
@@ -151,11 +157,17 @@ fn three_seeds_give_each_configuration_the_sweeps_interval_over_them() {
             }
         }
     }
-    assert!(pruned > 0, "1 sequence a step is pruned below the scenario's 2");
+    assert!(
+        pruned > 0,
+        "1 sequence a step is pruned below the scenario's 2"
+    );
     let md = std::fs::read_to_string(out.join("tune.md")).unwrap();
     assert_eq!(md, markdown(&j));
     assert!(md.contains("seeds 3, 4, 5"), "{md}");
-    assert!(md.contains("Per seed (passing–failing, req/s): 3: "), "{md}");
+    assert!(
+        md.contains("Per seed (passing–failing, req/s): 3: "),
+        "{md}"
+    );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert_eq!(html, kvbench::tune::html::report(&j).unwrap());
     assert!(html.contains("per seed: passing–failing (req/s)"));

@@ -109,13 +109,7 @@ impl Evaluator for SweepEvaluator<'_> {
         self.base_load
     }
 
-    fn probe(
-        &self,
-        c: &Config,
-        mode: CacheMode,
-        load: f64,
-        seed: u64,
-    ) -> Result<bool, SweepError> {
+    fn probe(&self, c: &Config, mode: CacheMode, load: f64, seed: u64) -> Result<bool, SweepError> {
         let s = self.scenario(c).map_err(SweepError::Input)?;
         let p = sweep_search::resolved(&s, &self.search, load, mode, &self.seeded(seed))?;
         self.note(c, mode, std::slice::from_ref(&p));

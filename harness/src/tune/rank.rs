@@ -93,7 +93,8 @@ pub fn top(space: &Space, tried: &[Tried]) -> Option<usize> {
 /// Every configuration's verdict, and the index of the best.
 pub fn verdicts(space: &Space, tried: &[Tried]) -> (Vec<Verdict>, Option<usize>) {
     let top = top(space, tried);
-    let tied = |t: &Tried| top.is_some_and(|i| passed(t) && t.interval().overlaps(&tried[i].interval()));
+    let tied =
+        |t: &Tried| top.is_some_and(|i| passed(t) && t.interval().overlaps(&tried[i].interval()));
     let best = (0..tried.len())
         .filter(|&i| tied(&tried[i]))
         .min_by(|&x, &y| {

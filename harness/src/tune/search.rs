@@ -84,15 +84,13 @@ impl Interval {
             }
             _ => Interval {
                 lo: 0.0,
-                hi: per_seed
-                    .iter()
-                    .map(Bracket::hi)
-                    .fold(0.0, f64::max)
-                    .max(if per_seed.is_empty() {
+                hi: per_seed.iter().map(Bracket::hi).fold(0.0, f64::max).max(
+                    if per_seed.is_empty() {
                         f64::INFINITY
                     } else {
                         0.0
-                    }),
+                    },
+                ),
             },
         }
     }

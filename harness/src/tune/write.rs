@@ -152,10 +152,7 @@ pub fn interval(per_seed: &[Bracket]) -> [f64; 2] {
         }
         _ => [
             0.0,
-            per_seed
-                .iter()
-                .filter_map(|b| b.fail)
-                .fold(0.0, f64::max),
+            per_seed.iter().filter_map(|b| b.fail).fold(0.0, f64::max),
         ],
     }
 }
@@ -422,7 +419,9 @@ pub fn markdown(j: &TuneJson) -> String {
                     .configurations
                     .iter()
                     .filter(|c| c.cache == m.cache && c.verdict == Verdict::Indistinguishable)
-                    .max_by(|x, y| x.rate_at_target_rps_ci[0].total_cmp(&y.rate_at_target_rps_ci[0]));
+                    .max_by(|x, y| {
+                        x.rate_at_target_rps_ci[0].total_cmp(&y.rate_at_target_rps_ci[0])
+                    });
                 if let Some(r) = runner {
                     let _ = writeln!(
                         md,
