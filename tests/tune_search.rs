@@ -10,18 +10,20 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use kvbench::tune::rank::{self, Verdict};
-use kvbench::tune::search::{self, Bracket, Evaluator, SearchConfig, Searched, Status};
+use kvbench::tune::search::{self, Bracket, Evaluator, Interval, SearchConfig, Searched, Status};
 use kvbench::tune::space::{Config, Knob, Space};
 use kvbench_cache_api::CacheMode;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Capacities per configuration (the same in both modes unless `contiguous` says otherwise);
-/// a probe passes iff its load is at most the capacity. `search` is a plain double-then-bisect
-/// from `start`, as the sweep's.
+/// Capacities per configuration (the same in both modes unless `contiguous` says otherwise),
+/// times a per-(configuration, seed) factor where `seed_factor` has one (a workload draw's
+/// luck); a probe passes iff its load is at most the capacity. `search` is a plain
+/// double-then-bisect from `start`, as the sweep's.
 struct Synthetic {
     paged: BTreeMap<Config, f64>,
     contiguous: Option<BTreeMap<Config, f64>>,
+    seed_factor: BTreeMap<(Config, u64), f64>,
     refused: Vec<Config>,
     base: f64,
     precision: f64,
@@ -33,6 +35,7 @@ impl Synthetic {
         Synthetic {
             paged,
             contiguous: None,
+            seed_factor: BTreeMap::new(),
             refused: Vec::new(),
             base,
             precision: 0.02,
@@ -40,12 +43,17 @@ impl Synthetic {
         }
     }
 
-    fn cap(&self, c: &Config, mode: CacheMode) -> f64 {
+    fn cap(&self, c: &Config, mode: CacheMode, seed: u64) -> f64 {
         let table = match (mode, &self.contiguous) {
             (CacheMode::Contiguous, Some(t)) => t,
             _ => &self.paged,
         };
-        *table.get(c).expect("a configuration of the space")
+        let f = self
+            .seed_factor
+            .get(&(c.clone(), seed))
+            .copied()
+            .unwrap_or(1.0);
+        *table.get(c).expect("a configuration of the space") * f
     }
 }
 
@@ -62,16 +70,22 @@ impl Evaluator for Synthetic {
         self.base
     }
 
-    fn probe(&self, c: &Config, mode: CacheMode, load: f64) -> Result<bool, String> {
+    fn probe(&self, c: &Config, mode: CacheMode, load: f64, seed: u64) -> Result<bool, String> {
         *self.probes.lock().unwrap() += 1;
-        Ok(load <= self.cap(c, mode))
+        Ok(load <= self.cap(c, mode, seed))
     }
 
-    fn search(&self, c: &Config, mode: CacheMode, start: f64) -> Result<Searched, String> {
+    fn search(
+        &self,
+        c: &Config,
+        mode: CacheMode,
+        start: f64,
+        seed: u64,
+    ) -> Result<Searched, String> {
         let mut n = 0u32;
         let mut pass = |load: f64| {
             n += 1;
-            load <= self.cap(c, mode)
+            load <= self.cap(c, mode, seed)
         };
         let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
         if pass(start) {
@@ -147,6 +161,8 @@ fn cfg() -> SearchConfig {
     SearchConfig {
         precision: 0.02,
         deadline: None,
+        seeds: vec![0],
+        coarse_first: true,
     }
 }
 
@@ -199,10 +215,10 @@ fn finds_the_known_optimum_of_a_unimodal_space_with_fewer_tries_than_a_grid() {
     let best = best.expect("a best");
     assert_eq!(out.tried[best].config, optimum, "{:#?}", out.tried);
     assert_eq!(verdicts[best], Verdict::Best);
-    let b = out.tried[best].bracket;
+    let b = out.tried[best].interval();
     assert!(
-        b.lo() <= 40.0 && 40.0 < b.hi(),
-        "the bracket holds the capacity: {b:?}"
+        b.lo <= 40.0 && 40.0 < b.hi,
+        "the interval holds the capacity: {b:?}"
     );
     assert!(
         (out.tried.len() as u64) < space.size(),
@@ -225,16 +241,18 @@ fn finds_the_known_optimum_of_a_unimodal_space_with_fewer_tries_than_a_grid() {
             .filter(|(a, b)| a != b)
             .count();
         assert_eq!(moved, 1, "{:?} -> {:?}", x.config, y.config);
-        assert!(y.bracket.lo() > x.bracket.lo());
+        assert!(y.interval().lo > x.interval().lo);
     }
 }
 
-/// Random spaces and random capacities (with deliberate ties): a pruned configuration's
-/// interval never overlaps the best's, every finished bracket holds its configuration's
-/// capacity, and the best is the simplest of those indistinguishable from the top.
+/// Random spaces, random capacities (with deliberate ties) and one to three seeds, each seed
+/// moving every configuration's capacity by its own factor: a pruned configuration's interval
+/// never overlaps the top's, every finished per-seed bracket holds that seed's capacity, and the
+/// best is the simplest of those indistinguishable from the top.
 #[test]
 fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
     let mut pruned_seen = 0usize;
+    let mut several_pruned = 0usize;
     for seed in seeds() {
         eprintln!("seed {seed} (replay: KVBENCH_SEED={seed})");
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -272,34 +290,64 @@ fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
                 (c, cap)
             })
             .collect();
+        let run_seeds: Vec<u64> = (0..rng.gen_range(1..=3u64)).map(|i| 100 + i).collect();
+        let spread = rng.gen_range(0.0..0.3);
         let mut e = Synthetic::new(caps.clone(), rng.gen_range(1.0..50.0));
+        if run_seeds.len() > 1 {
+            for c in all_configs(&space) {
+                for &s in &run_seeds {
+                    e.seed_factor
+                        .insert((c.clone(), s), 1.0 + rng.gen_range(-spread..=spread));
+                }
+            }
+        }
         e.refused = all_configs(&space)
             .into_iter()
             .filter(|c| *c != space.start() && rng.gen_bool(0.1))
             .collect();
-        let out = search::search_mode(&e, &space, CacheMode::Paged, &cfg()).unwrap();
+        let config = SearchConfig {
+            seeds: run_seeds.clone(),
+            coarse_first: rng.gen_bool(0.5),
+            ..cfg()
+        };
+        let out = search::search_mode(&e, &space, CacheMode::Paged, &config).unwrap();
         let top = rank::top(&space, &out.tried).expect("the start configuration passes somewhere");
-        let best_bracket = out.tried[top].bracket;
+        let top_interval: Interval = out.tried[top].interval();
+        let mean_cap = |c: &Config| {
+            run_seeds
+                .iter()
+                .map(|&s| e.cap(c, CacheMode::Paged, s))
+                .sum::<f64>()
+                / run_seeds.len() as f64
+        };
         for t in &out.tried {
-            let cap = caps[&t.config];
+            assert_eq!(t.per_seed.len(), run_seeds.len(), "seed {seed}");
             match &t.status {
                 Status::Pruned => {
                     pruned_seen += 1;
+                    several_pruned += usize::from(run_seeds.len() > 1);
                     assert!(
-                        !t.bracket.overlaps(&best_bracket),
-                        "seed {seed}: pruned {:?} {:?} overlaps the best {:?}",
+                        !t.interval().overlaps(&top_interval),
+                        "seed {seed}: pruned {:?} {:?} overlaps the top {:?}",
                         t.config,
-                        t.bracket,
-                        best_bracket
+                        t.interval(),
+                        top_interval
                     );
-                    assert!(cap < caps[&out.tried[top].config], "seed {seed}");
+                    assert!(
+                        mean_cap(&t.config) < mean_cap(&out.tried[top].config),
+                        "seed {seed}"
+                    );
                 }
-                Status::Searched => assert!(
-                    t.bracket.lo() <= cap && cap < t.bracket.hi(),
-                    "seed {seed}: {:?} bracket {:?} misses capacity {cap}",
-                    t.config,
-                    t.bracket
-                ),
+                Status::Searched => {
+                    for (b, &s) in t.per_seed.iter().zip(&run_seeds) {
+                        let cap = e.cap(&t.config, CacheMode::Paged, s);
+                        assert!(
+                            b.lo() <= cap && cap < b.hi(),
+                            "seed {seed}: {:?} on seed {s}: bracket {b:?} misses capacity {cap}",
+                            t.config
+                        );
+                    }
+                }
                 Status::Refused(_) => {
                     assert!(e.refused.contains(&t.config));
                     assert_eq!(t.probes, 0);
@@ -316,12 +364,12 @@ fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
         let (verdicts, best) = rank::verdicts(&space, &out.tried);
         let best = best.expect("a best");
         assert!(
-            out.tried[best].bracket.overlaps(&best_bracket),
+            out.tried[best].interval().overlaps(&top_interval),
             "seed {seed}"
         );
         for (i, t) in out.tried.iter().enumerate() {
             if verdicts[i] == Verdict::Indistinguishable {
-                assert!(t.bracket.overlaps(&best_bracket), "seed {seed}");
+                assert!(t.interval().overlaps(&top_interval), "seed {seed}");
                 assert_ne!(
                     rank::simpler(&space, t, &out.tried[best]),
                     std::cmp::Ordering::Less,
@@ -331,11 +379,49 @@ fn pruning_never_drops_a_configuration_whose_interval_overlaps_the_best() {
                 );
             }
             if verdicts[i] == Verdict::Below {
-                assert!(t.bracket.below(&best_bracket), "seed {seed}");
+                assert!(t.interval().below(&top_interval), "seed {seed}");
             }
         }
     }
     assert!(pruned_seen > 0, "the cases exercised pruning");
+    assert!(
+        several_pruned > 0 || seeds().len() < 20,
+        "the cases exercised pruning under several seeds"
+    );
+}
+
+/// The interval over the seeds is the sweep's (`bracket_interval`): one seed's is its bracket,
+/// several seeds' widen with their spread, and a seed that never passed makes it `[0, …]`.
+#[test]
+fn the_interval_over_seeds_is_the_sweeps() {
+    let b = |pass: f64, fail: f64| Bracket {
+        pass: Some(pass),
+        fail: Some(fail),
+    };
+    let one = Interval::of(&[b(10.0, 11.0)]);
+    assert_eq!((one.lo, one.hi), (10.0, 11.0));
+    let three = [b(10.0, 11.0), b(12.0, 13.0), b(14.0, 15.0)];
+    let i = Interval::of(&three);
+    let [lo, hi] =
+        kvbench::sweep::aggregate::bracket_interval(&[10.0, 12.0, 14.0], &[11.0, 13.0, 15.0]);
+    assert_eq!((i.lo, i.hi), (lo, hi));
+    assert!(i.lo < 10.0 && i.hi > 15.0, "wider than any one seed: {i:?}");
+    let capped = Interval::of(&[
+        b(10.0, 11.0),
+        Bracket {
+            pass: Some(12.0),
+            fail: None,
+        },
+    ]);
+    assert!(capped.hi.is_infinite());
+    let never = Interval::of(&[
+        b(10.0, 11.0),
+        Bracket {
+            pass: None,
+            fail: Some(3.0),
+        },
+    ]);
+    assert_eq!((never.lo, never.hi), (0.0, 11.0));
 }
 
 /// Equal capacities everywhere but one knob: the best is the scenario's own configuration
@@ -404,11 +490,63 @@ fn each_mode_has_its_own_optimum_and_a_spent_budget_is_reported() {
     assert!(!modes[0].budget_hit && !modes[1].budget_hit);
 
     let spent = SearchConfig {
-        precision: 0.02,
         deadline: Some(Instant::now()),
+        ..cfg()
     };
     let out = search::search_mode(&e, &space, CacheMode::Paged, &spent).unwrap();
     assert!(out.budget_hit);
     assert_eq!(out.tried[0].status, Status::Unfinished);
     assert_eq!(out.probes(), 0, "no probe starts after the deadline");
+}
+
+/// A plateau and a dip beside the scenario's block size, and the optimum two values away: the
+/// neighbour search alone stops at the scenario's value (neither adjacent value is better), the
+/// coarse first pass sees the optimum in round 1 and ends there, in fewer configurations than
+/// the grid.
+#[test]
+fn the_coarse_pass_crosses_a_plateau_the_neighbour_search_stops_at() {
+    let space = Space {
+        knobs: vec![
+            int_knob("cache.block_size", &[8, 16, 32, 64], 16),
+            int_knob("scheduler.max_seqs_per_step", &[64, 128, 256], 128),
+        ],
+    };
+    let optimum: Config = vec![3, 1]; // block 64, the scenario's 128 sequences
+    for (name, by_block) in [
+        ("plateau", [10.0, 20.0, 20.0, 40.0]),
+        ("dip", [20.0, 30.0, 25.0, 50.0]),
+    ] {
+        // Sequences per step: the scenario's value is best, the others a fifth lower.
+        let caps: BTreeMap<Config, f64> = all_configs(&space)
+            .into_iter()
+            .map(|c| {
+                let seqs = if c[1] == 1 { 1.0 } else { 0.8 };
+                (c.clone(), by_block[c[0]] * seqs)
+            })
+            .collect();
+        let e = Synthetic::new(caps.clone(), 5.0);
+        let local = SearchConfig {
+            coarse_first: false,
+            ..cfg()
+        };
+        let out = search::search_mode(&e, &space, CacheMode::Paged, &local).unwrap();
+        let (_, best) = rank::verdicts(&space, &out.tried);
+        assert_eq!(
+            out.tried[best.unwrap()].config,
+            space.start(),
+            "{name}: the neighbour search alone stops at the scenario's values"
+        );
+        assert!(out.tried.iter().all(|t| t.config != optimum), "{name}");
+
+        let e = Synthetic::new(caps, 5.0);
+        let out = search::search_mode(&e, &space, CacheMode::Paged, &cfg()).unwrap();
+        let (verdicts, best) = rank::verdicts(&space, &out.tried);
+        let best = best.unwrap();
+        assert_eq!(out.tried[best].config, optimum, "{name}: {:#?}", out.tried);
+        assert_eq!(verdicts[best], Verdict::Best);
+        assert_eq!(out.tried[best].round, 1, "{name}: found by the coarse pass");
+        assert!((out.tried.len() as u64) < space.size(), "{name}");
+        let i = out.tried[best].interval();
+        assert!(i.lo <= by_block[3] && by_block[3] < i.hi, "{name}: {i:?}");
+    }
 }

@@ -34,9 +34,17 @@ pub struct Args {
     pub force: bool,
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: BackendKind,
-    /// Workload seed (default: the scenario's).
+    /// Workload seed (default: the scenario's): the first of `--seeds`.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Seeds each configuration is measured under, from `--seed` upwards, as `sweep --seeds`:
+    /// its interval is the sweep's interval over them, and pruning and ties read it.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seeds: u32,
+    /// Skip the coarse first pass (every value of every knob): a neighbour search from the
+    /// scenario's values alone.
+    #[arg(long)]
+    pub no_coarse_pass: bool,
     /// Bisection stops when the passing and failing rates are this close (percent).
     #[arg(long, default_value_t = 2.0, value_name = "PCT")]
     pub precision: f64,
@@ -55,6 +63,9 @@ fn bad(msg: String) -> anyhow::Error {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(args.precision > 0.0 && args.precision < 100.0) {
         return Err(bad("--precision: must be in (0, 100) percent".into()));
+    }
+    if args.seeds == 0 {
+        return Err(bad("--seeds: must be at least 1".into()));
     }
     if args.max_extend == 0 {
         return Err(bad("--max-extend: must be at least 1".into()));
@@ -85,9 +96,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map_err(|e| bad(e.to_string()))?,
     };
     crate::results::staging::check_target(&out, args.force).map_err(|e| bad(e.to_string()))?;
+    let first = args.seed.unwrap_or(s.seed);
+    let seeds = (0..u64::from(args.seeds))
+        .map(|i| first.checked_add(i))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| bad("--seed: seeds overflow u64".into()))?;
     let config = TuneConfig {
         search,
         budget,
+        seeds,
+        coarse_first: !args.no_coarse_pass,
         opts: RunOptions {
             backend: args.backend,
             seed: args.seed,

@@ -74,6 +74,14 @@ impl<'a> SweepEvaluator<'a> {
         s
     }
 
+    /// The run options with the workload seed of one of the search's seeds (as `sweep` sets it).
+    fn seeded(&self, seed: u64) -> RunOptions {
+        RunOptions {
+            seed: Some(seed),
+            ..self.opts.clone()
+        }
+    }
+
     fn note(&self, c: &Config, mode: CacheMode, probes: &[sweep::probe::Probe]) {
         let set = self.space.set_line(c);
         let mut failed = Vec::new();
@@ -101,14 +109,20 @@ impl Evaluator for SweepEvaluator<'_> {
         self.base_load
     }
 
-    fn probe(&self, c: &Config, mode: CacheMode, load: f64) -> Result<bool, SweepError> {
+    fn probe(&self, c: &Config, mode: CacheMode, load: f64, seed: u64) -> Result<bool, SweepError> {
         let s = self.scenario(c).map_err(SweepError::Input)?;
-        let p = sweep_search::resolved(&s, &self.search, load, mode, &self.opts)?;
+        let p = sweep_search::resolved(&s, &self.search, load, mode, &self.seeded(seed))?;
         self.note(c, mode, std::slice::from_ref(&p));
         Ok(p.verdict == Verdict::Pass)
     }
 
-    fn search(&self, c: &Config, mode: CacheMode, start: f64) -> Result<Searched, SweepError> {
+    fn search(
+        &self,
+        c: &Config,
+        mode: CacheMode,
+        start: f64,
+        seed: u64,
+    ) -> Result<Searched, SweepError> {
         let s = self.scenario(c).map_err(SweepError::Input)?;
         // The sweep searches from a scenario's own load: give it `start`. A trace's load is a
         // multiplier of its recorded rate, so the rebased search's loads are relative to `start`.
@@ -117,7 +131,7 @@ impl Evaluator for SweepEvaluator<'_> {
             ArrivalSpec::Trace(_) => start,
             _ => 1.0,
         };
-        let r = sweep_search::search(&rebased, &self.search, mode, &self.opts)?;
+        let r = sweep_search::search(&rebased, &self.search, mode, &self.seeded(seed))?;
         self.note(c, mode, &r.probes);
         Ok(Searched {
             bracket: Bracket {

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use super::rank::Verdict;
-use super::write::{ConfigJson, KnobJson, TuneJson};
+use super::write::{per_seed_text, seeds_text, ConfigJson, KnobJson, TuneJson};
 use crate::results::html::{esc, figure, note, page, table, ReportError};
 use crate::results::plot::{latency, Series};
 
@@ -169,7 +169,8 @@ fn best_table(j: &TuneJson) -> String {
 
 /// Every configuration in `tune.json`'s order; `#` is its index there.
 fn all_table(j: &TuneJson) -> String {
-    let head = [
+    let several = j.seeds.len() > 1;
+    let mut head = [
         "#",
         "cache",
         "verdict",
@@ -180,13 +181,17 @@ fn all_table(j: &TuneJson) -> String {
         "probes",
         "round",
     ]
-    .map(String::from);
+    .map(String::from)
+    .to_vec();
+    if several {
+        head.push("per seed: passing–failing (req/s)".into());
+    }
     let rows: Vec<Vec<String>> = j
         .configurations
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            vec![
+            let mut row = vec![
                 i.to_string(),
                 c.cache.clone(),
                 c.verdict.name().to_string(),
@@ -208,7 +213,11 @@ fn all_table(j: &TuneJson) -> String {
                 },
                 c.probes.to_string(),
                 c.round.to_string(),
-            ]
+            ];
+            if several {
+                row.push(per_seed_text(c));
+            }
+            row
         })
         .collect();
     table(&head, &rows)
@@ -219,11 +228,11 @@ pub fn report(j: &TuneJson) -> Result<String, ReportError> {
     let title = format!("kvbench tune: {}", j.scenario);
     let mut body = format!("<h1>{}</h1>\n", esc(&title));
     body.push_str(&format!(
-        "<p>scenario <code>{}</code> on backend <code>{}</code>, seed {}, by {}, precision {}%; \
+        "<p>scenario <code>{}</code> on backend <code>{}</code>, {}, by {}, precision {}%; \
          {} probes, {:.1} s wall{}</p>\n",
         esc(&j.scenario_file),
         esc(&j.backend),
-        j.seed,
+        esc(&seeds_text(j)),
         esc(&j.by),
         j.precision_pct,
         j.probes,
@@ -237,8 +246,8 @@ pub fn report(j: &TuneJson) -> Result<String, ReportError> {
     body.push_str("<h2>Best per cache mode</h2>\n");
     body.push_str(&best_table(j));
     body.push_str(&note(&format!(
-        "Interval: {}. Tie rule: {}",
-        j.interval, j.tie_rule
+        "Search: {}. Interval: {}. Tie rule: {}",
+        j.search, j.interval, j.tie_rule
     )));
     body.push_str("<h2>Each knob around the best</h2>\n");
     let mut charts = 0;

@@ -1,7 +1,7 @@
 //! `kvbench tune`: which configuration serves a scenario's traffic best at its latency target.
-//! A neighbour search ([`search`]) over a stated space ([`space`]) for the highest rate at target
-//! per cache mode, each configuration measured by the sweep's probes and bracket search
-//! ([`eval`]), judged by [`rank`], written by [`write`] and [`html`].
+//! A coarse pass over one knob at a time, then a neighbour search ([`search`]), over a stated space ([`space`]) for the highest rate at target
+//! per cache mode, each configuration measured under one or more seeds by the sweep's probes and
+//! bracket search ([`eval`]), with the sweep's interval over the seeds, judged by [`rank`], written by [`write`] and [`html`].
 
 pub mod eval;
 pub mod html;
@@ -17,7 +17,7 @@ use crate::experiment::RunOptions;
 use crate::scenario::Scenario;
 use crate::sweep::{By, SweepError};
 
-pub use search::{Bracket, Evaluator, ModeSearch, Status, Tried};
+pub use search::{Bracket, Evaluator, Interval, ModeSearch, Status, Tried};
 pub use space::{Config, Knob, Space};
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +44,10 @@ pub struct TuneConfig {
     pub search: crate::sweep::SearchConfig,
     /// Wall-clock cap: no probe starts after it.
     pub budget: Option<Duration>,
+    /// The workload seeds each configuration is measured under (`--seed` upwards, `--seeds N`).
+    pub seeds: Vec<u64>,
+    /// Round 1 is the coarse pass (every value of every knob), not only adjacent values.
+    pub coarse_first: bool,
     pub opts: RunOptions,
 }
 
@@ -57,7 +61,9 @@ pub struct Tune {
     /// The `--space` file, or `None` for the default space.
     pub space_file: Option<PathBuf>,
     pub backend: &'static str,
+    /// The first of `seeds`.
     pub seed: u64,
+    pub seeds: Vec<u64>,
     pub config: TuneConfig,
     pub modes: Vec<ModeSearch>,
     pub wall_s: f64,
@@ -126,9 +132,15 @@ pub fn run(
         config.opts.clone(),
         s,
     )?;
+    let seeds = match config.seeds.is_empty() {
+        true => vec![config.opts.seed.unwrap_or(s.seed)],
+        false => config.seeds.clone(),
+    };
     let cfg = search::SearchConfig {
         precision: config.search.precision,
         deadline: config.budget.map(|b| t0 + b),
+        seeds: seeds.clone(),
+        coarse_first: config.coarse_first,
     };
     let modes = search::search(&eval, &space, &cfg)?;
     let check_failures = eval.check_failures();
@@ -140,7 +152,8 @@ pub fn run(
         space,
         space_file,
         backend: config.opts.backend.resolve().name(),
-        seed: config.opts.seed.unwrap_or(s.seed),
+        seed: seeds.first().copied().unwrap_or(s.seed),
+        seeds,
         config: config.clone(),
         modes,
         wall_s: t0.elapsed().as_secs_f64(),

@@ -18,12 +18,19 @@ rate at target (neither failed at a load the other passed), the best is the simp
 knobs moved from the scenario's values, then the smaller block size, then the higher rate, then \
 the earlier in the space's order.";
 
+/// The tie rule when each configuration is measured under several seeds.
+pub const TIE_RULE_SEEDS: &str = "The top is the configuration whose interval over the seeds has \
+the highest lower end. Among the configurations whose interval overlaps the top's (neither's upper \
+end at or below the other's lower end), the best is the simplest: fewest knobs moved from the \
+scenario's values, then the smaller block size, then the higher lower end, then the earlier in the \
+space's order.";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The configuration named best (tie rule).
     Best,
-    /// Its interval overlaps the highest rate's: as good, within what was measured.
+    /// Its interval overlaps the top's: as good, within what was measured.
     Indistinguishable,
     /// Searched, and wholly below the highest rate's interval.
     Below,
@@ -62,17 +69,18 @@ pub fn simpler(space: &Space, x: &Tried, y: &Tried) -> Ordering {
         })
 }
 
-/// Preferred first: the higher rate at target, then the simpler, then the space's order.
+/// Preferred first: the higher lower end of the interval (with one seed, the rate at target),
+/// then the simpler, then the space's order.
 pub fn preferred(space: &Space, x: &Tried, y: &Tried) -> Ordering {
-    y.bracket
-        .lo()
-        .total_cmp(&x.bracket.lo())
+    y.interval()
+        .lo
+        .total_cmp(&x.interval().lo)
         .then_with(|| simpler(space, x, y))
         .then_with(|| x.config.cmp(&y.config))
 }
 
 fn passed(t: &Tried) -> bool {
-    t.status == Status::Searched && t.bracket.pass.is_some()
+    t.status == Status::Searched && t.rate().is_some()
 }
 
 /// The searched configuration with the highest rate at target (ties: the simpler).
@@ -85,7 +93,8 @@ pub fn top(space: &Space, tried: &[Tried]) -> Option<usize> {
 /// Every configuration's verdict, and the index of the best.
 pub fn verdicts(space: &Space, tried: &[Tried]) -> (Vec<Verdict>, Option<usize>) {
     let top = top(space, tried);
-    let tied = |t: &Tried| top.is_some_and(|i| passed(t) && t.bracket.overlaps(&tried[i].bracket));
+    let tied =
+        |t: &Tried| top.is_some_and(|i| passed(t) && t.interval().overlaps(&tried[i].interval()));
     let best = (0..tried.len())
         .filter(|&i| tied(&tried[i]))
         .min_by(|&x, &y| {
@@ -101,7 +110,7 @@ pub fn verdicts(space: &Space, tried: &[Tried]) -> (Vec<Verdict>, Option<usize>)
             Status::Pruned => Verdict::Pruned,
             Status::Searched if Some(i) == best => Verdict::Best,
             Status::Searched if tied(t) => Verdict::Indistinguishable,
-            Status::Searched if t.bracket.pass.is_none() => Verdict::NoPass,
+            Status::Searched if t.rate().is_none() => Verdict::NoPass,
             Status::Searched => Verdict::Below,
         })
         .collect();

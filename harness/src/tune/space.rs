@@ -160,6 +160,21 @@ impl Space {
         out
     }
 
+    /// Every configuration one knob away from `c`, at any value of that knob (ordered or not):
+    /// the coarse first pass, which sees past a plateau or a dip next to the scenario's value.
+    pub fn axis(&self, c: &Config) -> Vec<Config> {
+        let mut out = Vec::new();
+        for (k, knob) in self.knobs.iter().enumerate() {
+            let Some(&i) = c.get(k) else { continue };
+            for j in (0..knob.values.len()).filter(|&j| j != i) {
+                let mut n = c.clone();
+                n[k] = j;
+                out.push(n);
+            }
+        }
+        out
+    }
+
     /// The block size of `c` when `cache.block_size` is a knob (the tie rule's second key).
     pub fn block_size(&self, c: &Config) -> Option<f64> {
         let k = self

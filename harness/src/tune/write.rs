@@ -15,6 +15,22 @@ use super::space::LeftOut;
 use super::Tune;
 use crate::results::{ResultsError, Staging};
 
+pub const INTERVAL_SEEDS: &str = "the sweep's interval over the seeds, [mean(a) − t·sd(a)/√n, \
+mean(b) + t·sd(b)/√n] of the per-seed brackets [a, b] (highest passing, lowest failing rate; b = a \
+where a seed's search hit its limit), each probe's verdict itself resolved at 95%; a configuration \
+a seed never passed has [0, the highest rate it failed at]";
+
+pub const SEARCH: &str = "the scenario as written searched as the sweep searches, on every seed; \
+round 1 a coarse pass, every value of every knob with the others as written; then rounds of \
+single-knob neighbours of the centre (adjacent values of a number, every other value of a name). \
+A configuration is probed on every seed at the lower end of the centre's interval and pruned when \
+it passes on none (its interval then lies wholly below the centre's, and so the best's)";
+
+pub const SEARCH_LOCAL: &str = "the scenario as written searched as the sweep searches, on every \
+seed; then rounds of single-knob neighbours of the centre (adjacent values of a number, every \
+other value of a name), no coarse pass. A configuration is probed on every seed at the lower end \
+of the centre's interval and pruned when it passes on none";
+
 pub const INTERVAL: &str = "one seed: the sweep's one-seed interval, [highest passing, lowest \
 failing] rate, each probe's verdict itself resolved at 95% (p99 order-statistic and Wilson \
 intervals); a pruned configuration's is [0, the rate it failed at]";
@@ -45,16 +61,29 @@ pub struct ConfigJson {
     pub set: String,
     pub knobs_away: usize,
     pub block_size: Option<f64>,
-    /// Highest passing rate (`null`: none passed, or pruned before any did).
+    /// Highest passing rate, mean over the seeds (`null`: some seed passed nowhere, or pruned
+    /// before any did).
     pub rate_at_target_rps: Option<f64>,
     pub rate_at_target_rps_ci: [f64; 2],
+    /// Lowest failing rate, mean over the seeds (`null` when some seed found none).
     pub lowest_failing_rps: Option<f64>,
+    /// Each seed's bracket, in `seeds` order.
+    #[serde(default)]
+    pub per_seed: Vec<SeedJson>,
     pub capped: bool,
     pub verdict: Verdict,
     pub probes: u32,
     pub round: u32,
     /// Why the scenario refuses it (verdict `refused`).
     pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedJson {
+    pub seed: u64,
+    /// This seed's highest passing rate (`null`: none passed).
+    pub rate_at_target_rps: Option<f64>,
+    pub lowest_failing_rps: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +109,12 @@ pub struct TuneJson {
     pub backend: String,
     pub device: Option<String>,
     pub seed: u64,
+    /// Every seed each configuration was measured under (the first is `seed`).
+    #[serde(default)]
+    pub seeds: Vec<u64>,
+    /// The search in words (the coarse pass, the rounds, the prune rule).
+    #[serde(default)]
+    pub search: String,
     pub by: String,
     pub precision_pct: f64,
     pub max_extend: u32,
@@ -101,12 +136,31 @@ pub struct TuneJson {
     pub check_failures: Vec<String>,
 }
 
-/// The sweep's interval of one seed's bracket.
-pub fn interval(b: &Bracket) -> [f64; 2] {
-    match b.pass {
-        Some(a) => crate::sweep::aggregate::bracket_interval(&[a], &[b.fail.unwrap_or(a).max(a)]),
-        None => [0.0, b.fail.unwrap_or(0.0)],
+/// The sweep's interval over the per-seed brackets (`sweep::aggregate::bracket_interval`, with
+/// `b = a` where a seed's search hit its limit, as the sweep has it); `[0, highest failing]` when
+/// some seed never passed.
+pub fn interval(per_seed: &[Bracket]) -> [f64; 2] {
+    let a: Option<Vec<f64>> = per_seed.iter().map(|b| b.pass).collect();
+    match a {
+        Some(a) if !a.is_empty() => {
+            let b: Vec<f64> = per_seed
+                .iter()
+                .zip(&a)
+                .map(|(b, &a)| b.fail.unwrap_or(a).max(a))
+                .collect();
+            crate::sweep::aggregate::bracket_interval(&a, &b)
+        }
+        _ => [
+            0.0,
+            per_seed.iter().filter_map(|b| b.fail).fold(0.0, f64::max),
+        ],
     }
+}
+
+/// The mean of the seeds' failing rates, when every seed has one.
+fn mean_fail(per_seed: &[Bracket]) -> Option<f64> {
+    let f: Vec<f64> = per_seed.iter().map(|b| b.fail).collect::<Option<_>>()?;
+    (!f.is_empty()).then(|| crate::sweep::stats::mean_sd(&f).0)
 }
 
 pub fn to_json(t: &Tune) -> TuneJson {
@@ -129,9 +183,19 @@ pub fn to_json(t: &Tune) -> TuneJson {
                 set: space.set_line(&tr.config),
                 knobs_away: space.knobs_away(&tr.config),
                 block_size: space.block_size(&tr.config),
-                rate_at_target_rps: tr.bracket.pass.filter(|_| tr.status == Status::Searched),
-                rate_at_target_rps_ci: interval(&tr.bracket),
-                lowest_failing_rps: tr.bracket.fail,
+                rate_at_target_rps: tr.rate().filter(|_| tr.status == Status::Searched),
+                rate_at_target_rps_ci: interval(&tr.per_seed),
+                lowest_failing_rps: mean_fail(&tr.per_seed),
+                per_seed: t
+                    .seeds
+                    .iter()
+                    .zip(&tr.per_seed)
+                    .map(|(&seed, b)| SeedJson {
+                        seed,
+                        rate_at_target_rps: b.pass,
+                        lowest_failing_rps: b.fail,
+                    })
+                    .collect(),
                 capped: tr.capped,
                 verdict: *v,
                 probes: tr.probes,
@@ -147,8 +211,8 @@ pub fn to_json(t: &Tune) -> TuneJson {
             cache,
             best: best.map(|i| offset + i),
             best_set: b.map(|b| space.set_line(&b.config)),
-            rate_at_target_rps: b.and_then(|b| b.bracket.pass),
-            rate_at_target_rps_ci: b.map_or([0.0, 0.0], |b| interval(&b.bracket)),
+            rate_at_target_rps: b.and_then(|b| b.rate()),
+            rate_at_target_rps_ci: b.map_or([0.0, 0.0], |b| interval(&b.per_seed)),
             configurations: m.tried.len(),
             probes: m.probes(),
             path: m.path.iter().map(|i| offset + i).collect(),
@@ -163,6 +227,12 @@ pub fn to_json(t: &Tune) -> TuneJson {
         backend: t.backend.into(),
         device: crate::compare::device_identity(&t.scenario, None),
         seed: t.seed,
+        seeds: t.seeds.clone(),
+        search: match t.config.coarse_first {
+            true => SEARCH,
+            false => SEARCH_LOCAL,
+        }
+        .into(),
         by: "rate".into(),
         precision_pct: t.config.search.precision * 100.0,
         max_extend: t.config.search.max_extend,
@@ -189,8 +259,16 @@ pub fn to_json(t: &Tune) -> TuneJson {
         budget_hit: t.modes.iter().any(|m| m.budget_hit),
         wall_s: t.wall_s,
         probes: t.modes.iter().map(|m| m.probes()).sum(),
-        interval: INTERVAL.into(),
-        tie_rule: rank::TIE_RULE.into(),
+        interval: match t.seeds.len() > 1 {
+            true => INTERVAL_SEEDS,
+            false => INTERVAL,
+        }
+        .into(),
+        tie_rule: match t.seeds.len() > 1 {
+            true => rank::TIE_RULE_SEEDS,
+            false => rank::TIE_RULE,
+        }
+        .into(),
         modes,
         configurations,
         checks_ok: t.check_failures.is_empty(),
@@ -204,6 +282,37 @@ fn opt(v: Option<f64>) -> String {
 
 fn ci(c: [f64; 2]) -> String {
     format!("[{:.3}, {:.3}]", c[0], c[1])
+}
+
+/// Each seed's rate at target and lowest failing rate: `SEED: a–b`, `-` where a seed has none.
+pub fn per_seed_text(c: &ConfigJson) -> String {
+    c.per_seed
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {}–{}",
+                s.seed,
+                opt(s.rate_at_target_rps),
+                opt(s.lowest_failing_rps)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `seed S`, or `seeds S, T, U` when several.
+pub fn seeds_text(j: &TuneJson) -> String {
+    match j.seeds.len() > 1 {
+        true => format!(
+            "seeds {}",
+            j.seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        false => format!("seed {}", j.seed),
+    }
 }
 
 fn set_or_own(set: &str) -> String {
@@ -240,8 +349,8 @@ pub fn markdown(j: &TuneJson) -> String {
     };
     let _ = writeln!(
         md,
-        "`{}`{extra} on backend `{}`, seed {}, {requests} a probe (up to {}x when unresolved), by {}, precision {}%; target: {target}.\n",
-        j.scenario_file, j.backend, j.seed, j.max_extend, j.by, j.precision_pct
+        "`{}`{extra} on backend `{}`, {}, {requests} a probe (up to {}x when unresolved), by {}, precision {}%; target: {target}.\n",
+        j.scenario_file, j.backend, seeds_text(j), j.max_extend, j.by, j.precision_pct
     );
     let _ = writeln!(
         md,
@@ -279,9 +388,10 @@ pub fn markdown(j: &TuneJson) -> String {
     }
     let _ = writeln!(
         md,
-        "\nInterval: {}.\n\nTie rule: {}\n",
-        j.interval, j.tie_rule
+        "\nSearch: {}.\n\nInterval: {}.\n\nTie rule: {}\n",
+        j.search, j.interval, j.tie_rule
     );
+    let several = j.seeds.len() > 1;
     for m in &j.modes {
         let _ = writeln!(md, "## {}\n", m.cache);
         match m.best.and_then(|i| j.configurations.get(i)) {
@@ -298,6 +408,29 @@ pub fn markdown(j: &TuneJson) -> String {
                     m.probes,
                     if m.budget_hit { ", budget hit" } else { "" }
                 );
+                if several {
+                    let _ = writeln!(
+                        md,
+                        "Per seed (passing–failing, req/s): {}.\n",
+                        per_seed_text(b)
+                    );
+                }
+                let runner = j
+                    .configurations
+                    .iter()
+                    .filter(|c| c.cache == m.cache && c.verdict == Verdict::Indistinguishable)
+                    .max_by(|x, y| {
+                        x.rate_at_target_rps_ci[0].total_cmp(&y.rate_at_target_rps_ci[0])
+                    });
+                if let Some(r) = runner {
+                    let _ = writeln!(
+                        md,
+                        "Runner-up, statistically indistinguishable (intervals overlap): {} — rate at target {} req/s, interval {}.\n",
+                        set_or_own(&r.set),
+                        opt(r.rate_at_target_rps),
+                        ci(r.rate_at_target_rps_ci)
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
@@ -309,7 +442,9 @@ pub fn markdown(j: &TuneJson) -> String {
         }
         let _ = writeln!(
             md,
-            "| verdict | configuration | knobs moved | rate at target (req/s) | interval | probes | round |\n| --- | --- | --- | --- | --- | --- | --- |"
+            "| verdict | configuration | knobs moved | rate at target (req/s) | interval | probes | round |{}\n| --- | --- | --- | --- | --- | --- | --- |{}",
+            if several { " per seed: passing–failing (req/s) |" } else { "" },
+            if several { " --- |" } else { "" }
         );
         let mut rows: Vec<&ConfigJson> = j
             .configurations
@@ -325,7 +460,7 @@ pub fn markdown(j: &TuneJson) -> String {
         for c in rows {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {}{} | {} | {} | {} |",
+                "| {} | {} | {} | {}{} | {} | {} | {} |{}",
                 c.verdict.name(),
                 if c.set.is_empty() {
                     "as written".into()
@@ -341,7 +476,12 @@ pub fn markdown(j: &TuneJson) -> String {
                     ci(c.rate_at_target_rps_ci)
                 },
                 c.probes,
-                c.round
+                c.round,
+                if several {
+                    format!(" {} |", per_seed_text(c))
+                } else {
+                    String::new()
+                }
             );
         }
         let _ = writeln!(md);
