@@ -121,7 +121,13 @@ impl RunFlags {
 pub fn parse_fault(s: Option<&str>) -> anyhow::Result<Option<Fault>> {
     s.map(|k| {
         Fault::parse(k).ok_or_else(|| {
-            let known: Vec<_> = Fault::ALL.iter().map(|f| f.name()).collect();
+            // `stale-onload` needs a scenario with a lower tier, so it is not in `Fault::ALL`
+            // (the faults every scenario must catch), but it is a known fault.
+            let known: Vec<_> = Fault::ALL
+                .iter()
+                .chain(&[Fault::StaleOnload])
+                .map(|f| f.name())
+                .collect();
             anyhow::anyhow!(
                 "--inject-fault: unknown fault {k:?} (known: {})",
                 known.join(", ")

@@ -358,8 +358,13 @@ fn assemble(
     runs: Vec<ModeRun>,
     token_mismatch: Option<String>,
 ) -> Experiment {
-    let prefix_bounds =
-        crate::metrics::prefix_bounds::compute(scenario, &workload, setup.total_slots);
+    let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
+    let prefix_bounds = crate::metrics::prefix_bounds::compute(
+        scenario,
+        &workload,
+        setup.total_slots,
+        host_blocks.saturating_add(disk_blocks),
+    );
     Experiment {
         scenario: scenario.clone(),
         backend,

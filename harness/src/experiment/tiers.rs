@@ -11,6 +11,7 @@ use kvbench_cache_api::{CacheMode, KvCacheManager, OffloadMode};
 use super::{ExperimentError, Setup};
 use crate::backend::{DiskLink, TierSetup};
 use crate::cache::EvictionPolicy;
+use crate::model::ModelShape;
 use crate::scenario::Scenario;
 
 /// What one mode's run gets of the scenario's tiers (all zero: none).
@@ -25,34 +26,19 @@ pub struct TierPlan {
     pub setup: TierSetup,
 }
 
-/// Blocks of `block_size` tokens at `kv_bytes_per_token` that `capacity` (a size with units)
-/// holds; `key` names the scenario field in errors.
+/// Blocks of `block_size` tokens of `shape` that `capacity` (a size with units) holds, by the
+/// scenario check's one conversion (`scenario::tier_capacity_blocks`); `key` names the
+/// scenario field in errors.
 pub fn capacity_blocks(
     key: &str,
     capacity: &str,
     block_size: u32,
-    kv_bytes_per_token: u64,
+    shape: &ModelShape,
 ) -> Result<u32, ExperimentError> {
     let bytes = crate::units::parse_bytes(capacity)
         .map_err(|e| ExperimentError::Scenario(format!("{key}: {e}")))?;
-    let block = u64::from(block_size).saturating_mul(kv_bytes_per_token);
-    if block == 0 {
-        return Err(ExperimentError::Scenario(format!(
-            "{key}: a block of {block_size} tokens at {kv_bytes_per_token} bytes a token holds nothing"
-        )));
-    }
-    let blocks = bytes / block;
-    if blocks == 0 {
-        return Err(ExperimentError::Scenario(format!(
-            "{key}: {capacity} holds no block ({block} bytes: {block_size} tokens × {kv_bytes_per_token} bytes)"
-        )));
-    }
-    u32::try_from(blocks).map_err(|_| {
-        ExperimentError::Scenario(format!(
-            "{key}: {capacity} is {blocks} blocks of {block} bytes, more than {} slots",
-            u32::MAX
-        ))
-    })
+    crate::scenario::tier_capacity_blocks(shape, block_size, bytes)
+        .map_err(|e| ExperimentError::Scenario(format!("{key}: {e}")))
 }
 
 /// The tiers of `scenario` for a `mode` run (none for contiguous, none without
@@ -75,17 +61,17 @@ pub fn plan(
         }
         return Ok(TierPlan::default());
     };
-    let (bs, kvb) = (scenario.block_size(), setup.kv_bytes_per_token);
+    let (bs, shape) = (scenario.block_size(), &setup.model);
     let first = |key: &str, list: &[String]| {
         list.first()
             .cloned()
             .ok_or_else(|| ExperimentError::Scenario(format!("{key}: no capacity given")))
     };
     let host_capacity = first("cache.host_tier.capacity", host.capacity.as_slice())?;
-    let host_blocks = capacity_blocks("cache.host_tier.capacity", &host_capacity, bs, kvb)?;
+    let host_blocks = capacity_blocks("cache.host_tier.capacity", &host_capacity, bs, shape)?;
     let (disk_blocks, disk, disk_eviction) = match &cache.disk_tier {
         Some(d) => (
-            capacity_blocks("cache.disk_tier.capacity", &d.capacity, bs, kvb)?,
+            capacity_blocks("cache.disk_tier.capacity", &d.capacity, bs, shape)?,
             Some(DiskLink {
                 read_bytes_per_s: d.read_bytes_per_s,
                 write_bytes_per_s: d.write_bytes_per_s,
@@ -140,8 +126,8 @@ mod tests {
 
     #[test]
     fn capacity_is_whole_blocks_of_a_device_block_s_bytes() {
-        // 16 tokens × 128 KiB = 2 MiB a block: 1 GiB is 512 blocks, 3 MiB one.
-        let kvb = 128 * 1024;
+        // Llama-3-8B: 16 tokens × 128 KiB = 2 MiB a block: 1 GiB is 512 blocks, 3 MiB one.
+        let kvb = &ModelShape::llama3_8b();
         assert_eq!(capacity_blocks("k", "1 GiB", 16, kvb).expect("fits"), 512);
         assert_eq!(capacity_blocks("k", "3 MiB", 16, kvb).expect("fits"), 1);
         let err = capacity_blocks("cache.host_tier.capacity", "1 MiB", 16, kvb)
@@ -155,9 +141,9 @@ mod tests {
             .expect_err("no size")
             .to_string();
         assert!(err.starts_with("k: "), "{err}");
-        let err = capacity_blocks("k", "8 TiB", 1, 1)
+        let err = capacity_blocks("k", "1024 TiB", 1, kvb)
             .expect_err("too many")
             .to_string();
-        assert!(err.contains("more than"), "{err}");
+        assert!(err.contains("at most"), "{err}");
     }
 }

@@ -1,5 +1,6 @@
 //! What a run's prefix hit share is read against: the infinite-cache ceiling and the offline
-//! optimum (Belady) at the device's cache capacity in blocks, from one pass over the request
+//! optimum (Belady) at the cache's capacity in blocks — the device's, plus every lower tier's
+//! slots where the scenario has tiers (a hit in any tier saves the prefill) — from one pass over the request
 //! list (`workload::trace::{access_string, eviction_bounds}`: the same block keys, scopes and
 //! hit rule as the paged manager, touching no cache manager). The achieved share beside them is
 //! each request's prefix hit at its first admission (`requests.csv`'s `cached_prompt_tokens` of
@@ -47,6 +48,7 @@ pub fn compute(
     scenario: &Scenario,
     workload: &Workload,
     total_slots: u64,
+    tier_blocks: u64,
 ) -> Result<PrefixBounds, String> {
     let scope = scenario.scheduler.prefix_scope;
     if !scenario.scheduler.prefix_cache || scope == PrefixScope::None {
@@ -64,7 +66,9 @@ pub fn compute(
         );
     }
     let block_tokens = scenario.block_size().max(1);
-    let capacity_blocks = total_slots / u64::from(block_tokens);
+    // With lower tiers a hit in any tier saves the prefill: the bounds are those of one cache
+    // as large as every tier together (the tiers are inclusive, so this is an upper bound).
+    let capacity_blocks = (total_slots / u64::from(block_tokens)).saturating_add(tier_blocks);
     // Counted from the descriptors (no prompt is made): the string must fit in memory beside
     // the run.
     let reads: u64 = workload
@@ -157,17 +161,22 @@ mod tests {
         let bs = u64::from(s.block_size());
         // Two identical 4-id rows of 16-token ids: the second hits all but its last block.
         let w = list(vec![row(0, 16, 4), row(1, 16, 4)]);
-        let b = compute(&s, &w, 64 * bs).expect("bounds");
+        let b = compute(&s, &w, 64 * bs, 0).expect("bounds");
         assert_eq!(b.capacity_blocks, 64);
         assert_eq!(b.lookup_tokens, 128);
         assert_eq!(b.ceiling_hit_tokens, 3 * bs);
         assert_eq!(b.optimum_hit_tokens, 3 * bs);
         // One block of room: the optimum keeps the first block, and so hits one.
-        let tight = compute(&s, &w, bs).expect("bounds");
+        let tight = compute(&s, &w, bs, 0).expect("bounds");
         assert_eq!(tight.optimum_hit_tokens, bs);
         assert!(tight.optimum_hit_rate < tight.ceiling_hit_rate);
+        // A lower tier's blocks count as room: one device block and two host slots bound like
+        // three device blocks.
+        let tiered = compute(&s, &w, bs, 2).expect("bounds");
+        assert_eq!(tiered.capacity_blocks, 3);
+        assert_eq!(tiered.optimum_hit_tokens, 3 * bs);
         let off = scenario(&["scheduler.prefix_cache=false"]);
-        assert!(compute(&off, &w, 64 * bs).is_err());
+        assert!(compute(&off, &w, 64 * bs, 0).is_err());
     }
 
     #[test]
@@ -178,7 +187,7 @@ mod tests {
         // descriptors).
         let ids = (MAX_BLOCK_READS / 2 * u64::from(bs) / 4096) as usize + 1;
         let w = list(vec![row(0, 4096, ids), row(1, 4096, ids)]);
-        let why = compute(&s, &w, 1024).expect_err("too long");
+        let why = compute(&s, &w, 1024, 0).expect_err("too long");
         assert!(why.contains("trace stats"), "{why}");
     }
 }
