@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{
-    Backend, BackendError, MemoryParts, NumericsReport, RunSetup, StepOutput, StepPlan, TierSetup,
+    Backend, BackendError, DiskLink, MemoryParts, NumericsReport, RunSetup, StepOutput, StepPlan,
+    TierSetup,
 };
 use kvbench::cache::{EvictionPolicy, Placement, TierConfig};
 use kvbench::engine::{self, EngineConfig, RunRecord};
@@ -275,6 +276,12 @@ fn run(case: &Case, adapter: bool) -> Outcome {
         tiers: TierSetup {
             host_blocks: case.host_blocks,
             disk_blocks: case.disk_blocks,
+            // A disk tier comes with its link (the cost model refuses disk traffic without).
+            disk: (case.disk_blocks > 0).then_some(DiskLink {
+                read_bytes_per_s: 7e9,
+                write_bytes_per_s: 5e9,
+                latency_s: 80e-6,
+            }),
             ..TierSetup::default()
         },
     };
