@@ -10,51 +10,8 @@ use std::path::Path;
 use kvbench::sweep::aggregate::bracket_interval;
 use kvbench::tune::write::{markdown, TuneJson};
 use support::kvbench;
+use support::tune_small::TUNE_SMALL;
 
-/// Short requests on one H200 with an 8B model and no memory pressure: every step is bound by
-/// reading the weights, so the rate at target is proportional to `max_seqs_per_step` — the
-/// largest value is the known optimum, in both cache modes (as in `tune_cli.rs`).
-const SMALL: &str = r#"name = "tune-small"
-seed = 3
-device = "h200"
-
-[model]
-preset = "llama3-8b"
-
-[memory]
-kv_budget = "20 GiB"
-
-[cache]
-block_size = 16
-contiguous_reservation = "max_seq_len"
-max_seq_len = 256
-
-[traffic]
-requests = 400
-
-[traffic.arrival]
-kind = "poisson"
-rate_per_s = 5.0
-
-[traffic.prompt_tokens]
-dist = "uniform"
-min = 64
-max = 128
-
-[traffic.output_tokens]
-dist = "uniform"
-min = 16
-max = 32
-
-[scheduler]
-policy = "decode_first"
-max_tokens_per_step = 2048
-max_seqs_per_step = 2
-
-[slo]
-ttft_p99_ms = 2000.0
-itl_p99_ms = 100.0
-"#;
 
 fn read_json(out: &Path) -> TuneJson {
     serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap()
@@ -64,7 +21,7 @@ fn read_json(out: &Path) -> TuneJson {
 fn three_seeds_give_each_configuration_the_sweeps_interval_over_them() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("small.toml");
-    std::fs::write(&scenario, SMALL).unwrap();
+    std::fs::write(&scenario, TUNE_SMALL).unwrap();
     let space = dir.path().join("space.toml");
     std::fs::write(&space, "scheduler.max_seqs_per_step = [1, 4, 8]\n").unwrap();
     let out = dir.path().join("out");
@@ -177,7 +134,7 @@ fn three_seeds_give_each_configuration_the_sweeps_interval_over_them() {
 fn zero_seeds_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("small.toml");
-    std::fs::write(&scenario, SMALL).unwrap();
+    std::fs::write(&scenario, TUNE_SMALL).unwrap();
     let out = dir.path().join("out");
     let (code, text) = kvbench(&[
         "tune",

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests that drive the `kvbench` binary.
 #![allow(dead_code)]
 
+pub mod tune_small;
+
 use std::path::Path;
 use std::process::Command;
 
