@@ -124,14 +124,36 @@ fn each_capacity_is_a_cell_run_at_that_capacity() {
         }
         let share: f64 = rows[2 * i][share_col].parse().expect("paged hit share");
         assert!((0.0..=1.0).contains(&share), "{csv}");
-        assert_eq!(rows[2 * i + 1][share_col], "", "contiguous has no tier: {csv}");
+        assert_eq!(
+            rows[2 * i + 1][share_col],
+            "",
+            "contiguous has no tier: {csv}"
+        );
         shares.push(share);
     }
     // A larger host tier never holds less: the host's share of admissions cannot fall.
     assert!(shares.windows(2).all(|w| w[0] <= w[1]), "{shares:?}");
     let md = read(&out.join("suite.md"));
+    let html = read(&out.join("report.html"));
     for cap in &caps {
         assert!(md.contains(&format!("| {cap} |")), "{md}");
+        assert!(
+            html.contains(&format!("{NAME} host {cap}")),
+            "report.html: no group for {cap}"
+        );
+    }
+    // `compare` reads the capacities' rows as distinct cells, not one cell twice.
+    let (code, text) = kvbench(&[
+        "compare".into(),
+        out.display().to_string(),
+        out.display().to_string(),
+        "--out".into(),
+        tmp.path().join("cmp").display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("appears twice"), "{text}");
+    for cap in &caps {
+        assert!(text.contains(&format!("paged b16 host {cap}")), "{text}");
     }
 }
 
@@ -151,7 +173,11 @@ fn sharded_capacity_cells_merge_into_the_unsharded_table() {
     let (code, text) = kvbench(&args);
     assert_eq!(code, 0, "{text}");
     for f in ["suite.csv", "suite.md"] {
-        assert_eq!(read(&t.join("merged").join(f)), read(&t.join("full").join(f)), "{f}");
+        assert_eq!(
+            read(&t.join("merged").join(f)),
+            read(&t.join("full").join(f)),
+            "{f}"
+        );
     }
     let meta: serde_json::Value =
         serde_json::from_str(&read(&t.join("merged").join("suite.json"))).expect("suite.json");

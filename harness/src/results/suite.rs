@@ -160,9 +160,7 @@ pub const MAX_CELLS: u64 = 100_000;
 
 /// The number of cells of per-scenario (block sizes, host-tier capacities, seeds) counts, refused
 /// past [`MAX_CELLS`] (checked arithmetic: a product of counts cannot wrap into a small number).
-pub fn cell_count(
-    per_scenario: impl IntoIterator<Item = (u64, u64, u64)>,
-) -> Result<u64, String> {
+pub fn cell_count(per_scenario: impl IntoIterator<Item = (u64, u64, u64)>) -> Result<u64, String> {
     let mut total: u64 = 0;
     for (block_sizes, capacities, seeds) in per_scenario {
         total = block_sizes
