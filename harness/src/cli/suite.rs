@@ -32,8 +32,8 @@ pub struct Args {
     /// Seeds per scenario: the scenario's (or --seed's) and the N-1 after it.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub seeds: u32,
-    /// Run only shard K of N (K 0-based) of the (scenario, block size, capacity, seed) cells; combine the
-    /// shard folders with `kvbench merge`.
+    /// Run only shard K of N (K 0-based) of the (scenario, block size, capacity, seed) cells;
+    /// combine the shard folders with `kvbench merge`.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
     #[command(flatten)]
