@@ -5,8 +5,9 @@
 //! file or a folder that holds no `summary.json`). The whole suite is built in a temporary folder
 //! beside the output and moved in once its table is written, so a failure or an interrupt leaves
 //! the output as it was. A progress bar shows on a terminal.
-//! `--seeds N`, block-size lists and host-tier capacity lists make several cells of one scenario; `--shard K/N` runs a
-//! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
+//! `--seeds N`, block-size lists and host-tier capacity lists make several cells of one
+//! scenario; `--shard K/N` runs a deterministic share of the cells for `kvbench merge` to combine
+//! (see `results::suite`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
