@@ -5,8 +5,9 @@
 //! file or a folder that holds no `summary.json`). The whole suite is built in a temporary folder
 //! beside the output and moved in once its table is written, so a failure or an interrupt leaves
 //! the output as it was. A progress bar shows on a terminal.
-//! `--seeds N` and block-size lists make several cells of one scenario; `--shard K/N` runs a
-//! deterministic share of the cells for `kvbench merge` to combine (see `results::suite`).
+//! `--seeds N`, block-size lists and host-tier capacity lists make several cells of one
+//! scenario; `--shard K/N` runs a deterministic share of the cells for `kvbench merge` to combine
+//! (see `results::suite`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,8 +33,8 @@ pub struct Args {
     /// Seeds per scenario: the scenario's (or --seed's) and the N-1 after it.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub seeds: u32,
-    /// Run only shard K of N (K 0-based) of the (scenario, block size, seed) cells; combine the
-    /// shard folders with `kvbench merge`.
+    /// Run only shard K of N (K 0-based) of the (scenario, block size, capacity, seed) cells;
+    /// combine the shard folders with `kvbench merge`.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<Shard>,
     #[command(flatten)]
@@ -62,7 +63,7 @@ pub fn default_scenarios(kind: BackendKind) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok,block_size";
+pub const CSV_HEADER: &str = "scenario,cache,backend,seed,completed,cancelled,rejected,throughput_tokens_per_s,goodput_requests_per_s,ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,peak_running_sequences,kv_waste_fraction,preemptions,prefix_hit_rate,reclamation_ok,checks_ok,block_size,host_tier,hit_host_share";
 
 fn rows(exp: &Experiment) -> Vec<Vec<String>> {
     let checks_ok = exp.failures().is_empty();
@@ -70,6 +71,28 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
         .iter()
         .map(|r| {
             let (m, rec) = (&r.metrics, &r.end);
+            // The host tier's capacity labels every row of the scenario; the share of first
+            // admissions' prompt tokens that came from it only rows of a run that had tiers.
+            let host_tier = exp
+                .scenario
+                .cache
+                .host_tier
+                .as_ref()
+                .and_then(|h| h.capacity.as_slice().first().cloned())
+                .unwrap_or_default();
+            let hits = &m.tiers.admission_hits;
+            let prompt = hits
+                .device_tokens
+                .saturating_add(hits.host_tokens)
+                .saturating_add(hits.disk_tokens)
+                .saturating_add(hits.computed_tokens);
+            let hit_host_share = if rec.tiers.is_empty() {
+                String::new()
+            } else if prompt == 0 {
+                format!("{:.4}", 0.0)
+            } else {
+                format!("{:.4}", hits.host_tokens as f64 / prompt as f64)
+            };
             let hit = if rec.prefix.lookup_tokens > 0 {
                 rec.prefix.hit_tokens as f64 / rec.prefix.lookup_tokens as f64
             } else {
@@ -96,30 +119,55 @@ fn rows(exp: &Experiment) -> Vec<Vec<String>> {
                 rec.reclamation.ok.to_string(),
                 checks_ok.to_string(),
                 exp.scenario.block_size().to_string(),
+                host_tier,
+                hit_host_share,
             ]
         })
         .collect()
 }
 
-/// Per scenario, one loaded copy per block size it lists (`cache.block_size = [..]`).
+/// The host-tier capacities a scenario lists (empty without a host tier).
+fn host_capacities(s: &Scenario) -> Vec<String> {
+    s.cache
+        .host_tier
+        .as_ref()
+        .map(|h| h.capacity.as_slice().to_vec())
+        .unwrap_or_default()
+}
+
+/// Per scenario, one loaded copy per (block size, host-tier capacity) it lists
+/// (`cache.block_size = [..]`, `cache.host_tier.capacity = [..]`), block sizes outer, in the
+/// plan's order; each is loaded with `--set` overrides, as a user would run one of them.
 fn block_size_variants(
     path: &std::path::Path,
     s: &Scenario,
     overrides: &[String],
 ) -> anyhow::Result<Vec<Scenario>> {
     let sizes = s.cache.block_size.as_slice();
-    if sizes.len() == 1 {
+    let caps = host_capacities(s);
+    if sizes.len() == 1 && caps.len() <= 1 {
         return Ok(vec![s.clone()]);
     }
-    sizes
-        .iter()
-        .map(|b| {
+    let cap_choices: Vec<Option<&String>> = if caps.len() > 1 {
+        caps.iter().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    let mut out = Vec::new();
+    for b in sizes {
+        for cap in &cap_choices {
             let mut o = overrides.to_vec();
-            o.push(format!("cache.block_size={b}"));
+            if sizes.len() > 1 {
+                o.push(format!("cache.block_size={b}"));
+            }
+            if let Some(c) = cap {
+                o.push(format!("cache.host_tier.capacity={c}"));
+            }
             let mut v = load_all(&[path.to_path_buf()], &o)?;
-            v.pop().context("scenario did not load")
-        })
-        .collect()
+            out.push(v.pop().context("scenario did not load")?);
+        }
+    }
+    Ok(out)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -139,6 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     suite::cell_count(scenarios.iter().map(|s| {
         (
             s.cache.block_size.as_slice().len() as u64,
+            host_capacities(s).len().max(1) as u64,
             u64::from(args.seeds),
         )
     }))
@@ -154,6 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         items.push(PlanItem {
             scenario: s.name.clone(),
             block_sizes: s.cache.block_size.as_slice().to_vec(),
+            host_capacities: host_capacities(s),
             seeds,
         });
         variants.push(block_size_variants(p, s, &args.flags.overrides)?);
@@ -208,7 +258,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .iter()
             .position(|&b| b == cell.block_size)
             .context("cell of no block size")?;
-        let s = &variants[item][bs];
+        let caps = &items[item].host_capacities;
+        let cap = if caps.len() > 1 {
+            caps.iter()
+                .position(|c| Some(c) == cell.host_capacity.as_ref())
+                .context("cell of no host-tier capacity")?
+        } else {
+            0
+        };
+        let s = variants[item]
+            .get(bs * caps.len().max(1) + cap)
+            .context("cell of no scenario variant")?;
         let cell_opts = crate::experiment::RunOptions {
             seed: Some(cell.seed),
             ..opts.clone()

@@ -1,4 +1,5 @@
-//! Suites: the cells `kvbench suite` runs — one per (scenario, block size, seed) — their
+//! Suites: the cells `kvbench suite` runs — one per (scenario, block size, host-tier capacity,
+//! seed) — their
 //! deterministic split into shards, the combined table (`suite.csv`, `suite.md`), and
 //! `suite.json`, the metadata that lets `kvbench merge` combine shard folders run on different
 //! machines into the suite an unsharded run would have written.
@@ -24,23 +25,49 @@ use super::plot::data::{file_error, FileError};
 
 pub const FORMAT: u32 = 1;
 
-/// One unit of a suite: a scenario at one block size and one seed, written to `dir`.
+/// One unit of a suite: a scenario at one block size, one host-tier capacity and one seed,
+/// written to `dir`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cell {
     pub index: usize,
     pub scenario: String,
     pub block_size: u32,
+    /// The host tier's capacity as the scenario writes it (`"16 GiB"`); absent without a host
+    /// tier (and in suite.json files written before capacities were cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_capacity: Option<String>,
     pub seed: u64,
     /// Its results folder, relative to the suite folder.
     pub dir: String,
 }
 
-/// What to run of one scenario: its name, block sizes and seeds.
+/// What to run of one scenario: its name, block sizes, host-tier capacities (empty without a
+/// host tier) and seeds.
 #[derive(Debug, Clone)]
 pub struct PlanItem {
     pub scenario: String,
     pub block_sizes: Vec<u32>,
+    pub host_capacities: Vec<String>,
     pub seeds: Vec<u64>,
+}
+
+impl PlanItem {
+    /// The capacities a cell may take: one `None` without a host tier.
+    fn capacity_choices(&self) -> Vec<Option<String>> {
+        if self.host_capacities.is_empty() {
+            vec![None]
+        } else {
+            self.host_capacities.iter().cloned().map(Some).collect()
+        }
+    }
+}
+
+/// A capacity as a folder-name part: `"16 GiB"` → `16GiB` (ASCII letters, digits and `.` only).
+pub fn capacity_tag(capacity: &str) -> String {
+    capacity
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '.')
+        .collect()
 }
 
 /// Shard `index` of `count` (0-based).
@@ -79,39 +106,48 @@ impl std::str::FromStr for Shard {
     }
 }
 
-/// Every cell of the plan, in order: scenarios as given, then block sizes, then seeds. A folder
-/// name gains `-bs<B>` only when its scenario lists several block sizes and `-seed<S>` only with
+/// Every cell of the plan, in order: scenarios as given, then block sizes, then host-tier
+/// capacities, then seeds. A folder name gains `-bs<B>` only when its scenario lists several
+/// block sizes, `-host<CAP>` only when it lists several capacities and `-seed<S>` only with
 /// several seeds, so a one-seed suite keeps its folders named after the scenarios.
 pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
-    cell_count(
-        items
-            .iter()
-            .map(|it| (it.block_sizes.len() as u64, it.seeds.len() as u64)),
-    )?;
+    cell_count(items.iter().map(|it| {
+        (
+            it.block_sizes.len() as u64,
+            it.host_capacities.len().max(1) as u64,
+            it.seeds.len() as u64,
+        )
+    }))?;
     let mut cells: Vec<Cell> = Vec::new();
     let mut dirs: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     for it in items {
         for &b in &it.block_sizes {
-            for &seed in &it.seeds {
-                let mut dir = it.scenario.clone();
-                if it.block_sizes.len() > 1 {
-                    dir.push_str(&format!("-bs{b}"));
+            for cap in it.capacity_choices() {
+                for &seed in &it.seeds {
+                    let mut dir = it.scenario.clone();
+                    if it.block_sizes.len() > 1 {
+                        dir.push_str(&format!("-bs{b}"));
+                    }
+                    if let (Some(c), true) = (&cap, it.host_capacities.len() > 1) {
+                        dir.push_str(&format!("-host{}", capacity_tag(c)));
+                    }
+                    if it.seeds.len() > 1 {
+                        dir.push_str(&format!("-seed{seed}"));
+                    }
+                    if let Some(c) = dirs.insert(dir.clone(), it.scenario.clone()) {
+                        return Err(format!(
+                            "two cells would write {dir:?} (scenario {c:?} appears twice, or two capacities name one size?)"
+                        ));
+                    }
+                    cells.push(Cell {
+                        index: cells.len(),
+                        scenario: it.scenario.clone(),
+                        block_size: b,
+                        host_capacity: cap.clone(),
+                        seed,
+                        dir,
+                    });
                 }
-                if it.seeds.len() > 1 {
-                    dir.push_str(&format!("-seed{seed}"));
-                }
-                if let Some(c) = dirs.insert(dir.clone(), it.scenario.clone()) {
-                    return Err(format!(
-                        "two cells would write {dir:?} (scenario {c:?} appears twice?)"
-                    ));
-                }
-                cells.push(Cell {
-                    index: cells.len(),
-                    scenario: it.scenario.clone(),
-                    block_size: b,
-                    seed,
-                    dir,
-                });
             }
         }
     }
@@ -122,18 +158,19 @@ pub fn plan(items: &[PlanItem]) -> Result<Vec<Cell>, String> {
 /// this is a typo (`--seeds 1000000000`), refused before anything is allocated for it.
 pub const MAX_CELLS: u64 = 100_000;
 
-/// The number of cells of per-scenario (block sizes, seeds) counts, refused past [`MAX_CELLS`]
-/// (checked arithmetic: the product of two counts cannot wrap into a small number).
-pub fn cell_count(per_scenario: impl IntoIterator<Item = (u64, u64)>) -> Result<u64, String> {
+/// The number of cells of per-scenario (block sizes, host-tier capacities, seeds) counts, refused
+/// past [`MAX_CELLS`] (checked arithmetic: a product of counts cannot wrap into a small number).
+pub fn cell_count(per_scenario: impl IntoIterator<Item = (u64, u64, u64)>) -> Result<u64, String> {
     let mut total: u64 = 0;
-    for (block_sizes, seeds) in per_scenario {
+    for (block_sizes, capacities, seeds) in per_scenario {
         total = block_sizes
-            .checked_mul(seeds)
+            .checked_mul(capacities)
+            .and_then(|n| n.checked_mul(seeds))
             .and_then(|n| total.checked_add(n))
             .filter(|&n| n <= MAX_CELLS)
             .ok_or_else(|| {
                 format!(
-                    "the suite would run more than {MAX_CELLS} cells (scenarios × block sizes × seeds); run fewer seeds, or split it into several suites"
+                    "the suite would run more than {MAX_CELLS} cells (scenarios × block sizes × capacities × seeds); run fewer seeds, or split it into several suites"
                 )
             })?;
     }
@@ -156,8 +193,13 @@ pub fn plan_hash(
     field(backend);
     field(options);
     for c in cells {
+        // A cell without a host tier hashes as it did before capacities were cells.
+        let cap = c
+            .host_capacity
+            .as_ref()
+            .map_or(String::new(), |h| format!("|host={h}"));
         field(&format!(
-            "{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}{cap}",
             c.index, c.scenario, c.block_size, c.seed, c.dir
         ));
     }
@@ -367,11 +409,13 @@ mod tests {
             PlanItem {
                 scenario: "a".into(),
                 block_sizes: vec![16],
+                host_capacities: Vec::new(),
                 seeds: vec![1, 2, 3],
             },
             PlanItem {
                 scenario: "b".into(),
                 block_sizes: vec![8, 32],
+                host_capacities: Vec::new(),
                 seeds: vec![7],
             },
         ]
@@ -399,6 +443,7 @@ mod tests {
         let cells = plan(&[PlanItem {
             scenario: "x".into(),
             block_sizes: vec![16],
+            host_capacities: Vec::new(),
             seeds: vec![5],
         }])
         .expect("plan");
@@ -406,10 +451,67 @@ mod tests {
     }
 
     #[test]
+    fn capacity_lists_make_cells_and_a_single_capacity_keeps_the_name() {
+        let caps = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        let cells = plan(&[
+            PlanItem {
+                scenario: "t".into(),
+                block_sizes: vec![8, 16],
+                host_capacities: caps(&["4 GiB", "16 GiB"]),
+                seeds: vec![1, 2],
+            },
+            PlanItem {
+                scenario: "u".into(),
+                block_sizes: vec![16],
+                host_capacities: caps(&["1.5 GiB"]),
+                seeds: vec![3],
+            },
+        ])
+        .expect("plan");
+        let dirs: Vec<&str> = cells.iter().map(|c| c.dir.as_str()).collect();
+        assert_eq!(
+            dirs,
+            [
+                "t-bs8-host4GiB-seed1",
+                "t-bs8-host4GiB-seed2",
+                "t-bs8-host16GiB-seed1",
+                "t-bs8-host16GiB-seed2",
+                "t-bs16-host4GiB-seed1",
+                "t-bs16-host4GiB-seed2",
+                "t-bs16-host16GiB-seed1",
+                "t-bs16-host16GiB-seed2",
+                "u",
+            ]
+        );
+        assert_eq!(cells[2].host_capacity.as_deref(), Some("16 GiB"));
+        assert_eq!(cells[8].host_capacity.as_deref(), Some("1.5 GiB"));
+        // Two spellings of one folder name are refused, not overwritten.
+        assert!(plan(&[PlanItem {
+            scenario: "v".into(),
+            block_sizes: vec![16],
+            host_capacities: caps(&["4 GiB", "4GiB"]),
+            seeds: vec![1],
+        }])
+        .is_err());
+    }
+
+    #[test]
+    fn a_cell_without_capacity_reads_from_an_older_suite_json() {
+        let c: Cell = serde_json::from_str(
+            r#"{"index":0,"scenario":"a","block_size":16,"seed":1,"dir":"a"}"#,
+        )
+        .expect("old cell");
+        assert_eq!(c.host_capacity, None);
+        let back = serde_json::to_string(&c).expect("json");
+        assert!(!back.contains("host_capacity"), "{back}");
+    }
+
+    #[test]
     fn a_scenario_twice_is_refused() {
         let it = PlanItem {
             scenario: "x".into(),
             block_sizes: vec![16],
+            host_capacities: Vec::new(),
             seeds: vec![5],
         };
         assert!(plan(&[it.clone(), it]).is_err());
@@ -425,13 +527,14 @@ mod tests {
 
     #[test]
     fn cell_counts_are_checked_before_anything_is_allocated() {
-        assert_eq!(cell_count([(3, 4), (1, 2)]), Ok(14));
-        assert_eq!(cell_count([(1, MAX_CELLS)]), Ok(MAX_CELLS));
+        assert_eq!(cell_count([(3, 1, 4), (1, 3, 2)]), Ok(18));
+        assert_eq!(cell_count([(1, 1, MAX_CELLS)]), Ok(MAX_CELLS));
         for bad in [
-            vec![(1, MAX_CELLS + 1)],
-            vec![(1, MAX_CELLS), (1, 1)],
-            vec![(u64::MAX, 2)],
-            vec![(1 << 32, 1 << 32)],
+            vec![(1, 1, MAX_CELLS + 1)],
+            vec![(1, 1, MAX_CELLS), (1, 1, 1)],
+            vec![(u64::MAX, 1, 2)],
+            vec![(1, 1 << 32, 1 << 32)],
+            vec![(1 << 22, 1 << 21, 1 << 21)],
         ] {
             assert!(cell_count(bad.clone()).is_err(), "{bad:?}");
         }
@@ -484,5 +587,8 @@ mod tests {
         assert_ne!(h, plan_hash(&cells, &["{ }".into()], "sim", "o"));
         assert_ne!(h, plan_hash(&cells, &["{}".into()], "cpu", "o"));
         assert_ne!(h, plan_hash(&cells[1..], &["{}".into()], "sim", "o"));
+        let mut c = cells.clone();
+        c[0].host_capacity = Some("4 GiB".into());
+        assert_ne!(h, plan_hash(&c, &["{}".into()], "sim", "o"));
     }
 }

@@ -42,10 +42,15 @@ fn disagreements(
             Some(b) => format!("{cache} b{b}"),
             None => cache.to_string(),
         };
+        // A scenario run at several host-tier capacities keys its rows by capacity too.
+        let with_host = host_capacity_bytes(j).map(|b| format!("{cache} {}", host_key(b)));
         for (column, keys) in CELL_FIGURES {
             let key = (o.scenario.clone(), cache.clone(), o.seed, *column);
-            let (Some((line, text)), Some(x)) =
-                (printed.get(&key), dig(run, keys).and_then(Value::as_f64))
+            let found = with_host
+                .as_ref()
+                .and_then(|c| printed.get(&(o.scenario.clone(), c.clone(), o.seed, *column)))
+                .or_else(|| printed.get(&key));
+            let (Some((line, text)), Some(x)) = (found, dig(run, keys).and_then(Value::as_f64))
             else {
                 continue;
             };
@@ -60,6 +65,42 @@ fn disagreements(
             }
         }
     }
+}
+
+/// The host tier's capacity of a cell, from any of its runs that had tiers.
+fn host_capacity_bytes(j: &Value) -> Option<u64> {
+    j.get("runs")?
+        .as_array()?
+        .iter()
+        .find_map(|r| r.get("tiers")?.get(0)?.get("capacity_bytes")?.as_u64())
+}
+
+fn host_key(bytes: u64) -> String {
+    format!("host {}", crate::units::format_bytes(bytes))
+}
+
+/// Per scenario, whether its rows carry several host-tier capacities (a capacity list the
+/// suite expanded): only then is the capacity part of a row's key, so other suites compare as
+/// they always have.
+fn several_capacities(csv_text: &str) -> BTreeSet<String> {
+    let mut rdr = csv::Reader::from_reader(csv_text.as_bytes());
+    let Ok(headers) = rdr.headers().cloned() else {
+        return BTreeSet::new();
+    };
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let (Some(sc), Some(ht)) = (col("scenario"), col("host_tier")) else {
+        return BTreeSet::new();
+    };
+    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for rec in rdr.records().flatten() {
+        if let (Some(s), Some(h)) = (rec.get(sc), rec.get(ht)) {
+            seen.entry(s.to_string()).or_default().insert(h.to_string());
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, caps)| caps.len() > 1)
+        .map(|(s, _)| s)
+        .collect()
 }
 
 /// suite.csv columns compared, with the run metric each corresponds to.
@@ -131,7 +172,8 @@ pub(super) fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
     let mut seen: BTreeMap<(String, String, u64), u64> = BTreeMap::new();
     // (scenario, cache, seed, column) → (line, the table's text), to hold against each cell.
     let mut printed: BTreeMap<(String, String, u64, &str), (u64, String)> = BTreeMap::new();
-    let (seed_col, bs) = (col("seed"), col("block_size"));
+    let (seed_col, bs, ht) = (col("seed"), col("block_size"), col("host_tier"));
+    let multi_capacity = several_capacities(&csv_text);
     let mut backends = BTreeSet::new();
     for (i, rec) in rdr.records().enumerate() {
         let line = i as u64 + 2;
@@ -148,11 +190,19 @@ pub(super) fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
             })?,
         };
         // A scenario listing several block sizes has a row per size: each is its own figure.
-        let cache = match bs.map(get).filter(|b| !b.is_empty()) {
+        let mut cache = match bs.map(get).filter(|b| !b.is_empty()) {
             Some(b) => format!("{} b{b}", get(ca)),
             None => get(ca).to_string(),
         };
         let scenario = get(sc).to_string();
+        // ... and one listing several host-tier capacities a row per capacity.
+        if multi_capacity.contains(&scenario) {
+            let h = ht.map(get).unwrap_or_default();
+            match crate::units::parse_bytes(h) {
+                Ok(b) => cache = format!("{cache} {}", host_key(b)),
+                Err(_) => cache = format!("{cache} host {h}"),
+            }
+        }
         if let Some(first) = seen.insert((scenario.clone(), cache.clone(), seed), line) {
             problems.push(format!(
                 "{file}: line {line}: {scenario} {cache} seed {seed} appears twice (first on line {first})"

@@ -98,11 +98,27 @@ fn groups(t: &Table) -> Vec<Group> {
             v.dedup();
             v.len()
         };
-        let label = if sizes > 1 {
+        let mut label = if sizes > 1 {
             format!("{scenario} bs{}", get(r, bs))
         } else {
             scenario.clone()
         };
+        // A scenario run at several host-tier capacities: a group per capacity.
+        let host = t.col("host_tier");
+        let capacities = {
+            let mut v: Vec<String> = t
+                .rows
+                .iter()
+                .filter(|x| get(x, sc) == scenario)
+                .map(|x| get(x, host))
+                .collect();
+            v.sort();
+            v.dedup();
+            v.len()
+        };
+        if capacities > 1 {
+            label = format!("{label} host {}", get(r, host));
+        }
         let gi = match out.iter().position(|g| g.label == label) {
             Some(gi) => gi,
             None => {
