@@ -13,7 +13,6 @@ use serde_json::Value;
 use support::kvbench;
 use support::tune_small::TUNE_SMALL;
 
-
 fn files(dir: &Path, space: &str) -> (String, String) {
     let s = dir.join("small.toml");
     std::fs::write(&s, TUNE_SMALL).unwrap();

@@ -12,7 +12,6 @@ use kvbench::tune::write::{markdown, TuneJson};
 use support::kvbench;
 use support::tune_small::TUNE_SMALL;
 
-
 fn read_json(out: &Path) -> TuneJson {
     serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap()
 }
