@@ -3,24 +3,20 @@
 //! and a sharded run of those cells merges into the unsharded table byte for byte.
 
 use std::path::Path;
-use std::process::Command;
 
 const SCENARIO: &str = "scenarios/conversation-tiered-8b-h200.toml";
 const NAME: &str = "conversation-tiered-8b-h200";
 
+mod support;
+
+/// The binary from the repository root, under one revision name so shards merge.
 fn kvbench(args: &[String]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvbench"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("KVBENCH_REVISION", "suite-tier-capacities-test")
-        .args(args)
-        .output()
-        .expect("run kvbench");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    support::kvbench_env(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &[("KVBENCH_REVISION", "suite-tier-capacities-test")],
+        &args,
+    )
 }
 
 /// The suite over the tiered scenario, shortened for a test (the `--set` reaches every capacity's
