@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::error::{Diagnostic, KeyProblem, Origin, ScenarioError};
 use super::ranges::{self, range_message, within, MAX_DELAY_MS, MAX_HORIZON_S};
+use super::trace_spec::SessionsSpec;
 use super::types::*;
 use crate::model::ModelShape;
 use crate::units::{parse_bytes, KvBudget};

@@ -2,8 +2,8 @@
 //! other kind's, each in range, and the groups hold exactly the model's layers.
 
 use super::error::KeyProblem;
+use super::model_spec::{LayerGroupSpec, ModelSpec};
 use super::ranges;
-use super::types::{LayerGroupSpec, ModelSpec};
 use crate::model::{LayerGroup, ModelShape};
 
 /// Largest `state_bytes` of one recurrent layer: 1 GiB, far above any published state (a few

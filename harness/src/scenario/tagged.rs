@@ -9,7 +9,8 @@
 
 use serde::Deserialize;
 
-use super::types::{ArrivalSpec, DelayDist, FailedRows, LengthDist, TraceFormat, TraceSpec};
+use super::trace_spec::{FailedRows, TraceFormat, TraceSpec};
+use super::types::{ArrivalSpec, DelayDist, LengthDist};
 
 /// The keys one variant takes, required first.
 struct Variant {
