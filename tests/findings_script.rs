@@ -588,7 +588,8 @@ fn tier_runs_are_what_they_say(out: &Path, values: &BTreeMap<String, f64>) {
     assert!(v("nopay.h4g.paged.offload_gib") > 0.0);
     for ev in ["lru", "lfu", "priority"] {
         assert!(
-            v(&format!("moon.{ev}.paged.achieved_hit_rate")) <= v("moon.lru.paged.optimum_hit_rate") + 1e-12,
+            v(&format!("moon.{ev}.paged.achieved_hit_rate"))
+                <= v("moon.lru.paged.optimum_hit_rate") + 1e-12,
             "{ev} beats the offline optimum"
         );
     }
