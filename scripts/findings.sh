@@ -33,15 +33,15 @@ mkdir -p "$OUT/plan" "$OUT/runs" "$OUT/sweep" "$OUT/logs"
 
 if [ "$QUICK" = 1 ]; then
   RUN_REQUESTS=100; SWEEP_REQUESTS=150; RUN_SEEDS="1 2"; SWEEP_SEEDS=2; BLOCK_SEEDS=1
-  PROBES=40; CPU_REQUESTS=24; FORK_REQUESTS=40
+  PROBES=40; CPU_REQUESTS=24; FORK_REQUESTS=40; CONV_REQUESTS=16; NOPAY_REQUESTS=100
 else
   RUN_REQUESTS=1000; SWEEP_REQUESTS=400; RUN_SEEDS="1 2 3"; SWEEP_SEEDS=3; BLOCK_SEEDS=2
-  PROBES=100; CPU_REQUESTS=48; FORK_REQUESTS=80
+  PROBES=100; CPU_REQUESTS=48; FORK_REQUESTS=80; CONV_REQUESTS=60; NOPAY_REQUESTS=400
 fi
-printf '{"quick": %s, "run_requests": %s, "sweep_requests": %s, "run_seeds": [%s], "sweep_seeds": %s, "block_seeds": %s, "probes": %s, "cpu_requests": %s, "fork_requests": %s}\n' \
+printf '{"quick": %s, "run_requests": %s, "sweep_requests": %s, "run_seeds": [%s], "sweep_seeds": %s, "block_seeds": %s, "probes": %s, "cpu_requests": %s, "fork_requests": %s, "conv_requests": %s, "nopay_requests": %s}\n' \
   "$([ "$QUICK" = 1 ] && echo true || echo false)" "$RUN_REQUESTS" "$SWEEP_REQUESTS" \
   "$(echo $RUN_SEEDS | sed 's/ /, /g')" "$SWEEP_SEEDS" "$BLOCK_SEEDS" "$PROBES" "$CPU_REQUESTS" \
-  "$FORK_REQUESTS" > "$OUT/params.json"
+  "$FORK_REQUESTS" "$CONV_REQUESTS" "$NOPAY_REQUESTS" > "$OUT/params.json"
 
 # Every command goes into commands.tsv (LABEL <tab> the command as anyone would type it: `kvbench`
 # for the binary, OUT for the output folder), then runs with its output in logs/LABEL.log.
@@ -137,11 +137,52 @@ kv ledger-wide-s1 run "$CHAT" "${RUN_COMMON[@]}" --set "traffic.requests=$RUN_RE
 kv ledger-narrow-s1 run "$CHAT" "${RUN_COMMON[@]}" --set "traffic.requests=$RUN_REQUESTS" \
   --set scheduler.max_seqs_per_step=16 --set scheduler.max_tokens_per_step=512 --out "$OUT/runs/ledger-narrow-s1"
 
-# 6. The isolation boundary: AUC per scope x background load x measurement noise.
+# 6. Eviction and reuse move costs elsewhere. "No tier" is the scenario file with its
+#    [cache.host_tier] and [cache.disk_tier] tables removed (written into OUT/scenarios; a
+#    trace's relative path made absolute so the copy still finds it). Chat sessions that overflow
+#    a 2 GiB device cache, without a tier and with a host tier at two capacities; the Mooncake
+#    sample's device cache under three eviction policies (its bounds: the offline optimum and
+#    the ceiling at the same blocks) and with its lower tiers; the tier that does not pay.
+step "lower tiers: eviction and reuse"
+mkdir -p "$OUT/scenarios"
+no_tier() {
+  awk -v root="$ROOT/scenarios/" 'BEGIN { skip = 0 }
+    /^\[/ { skip = ($0 ~ /^\[cache\.(host|disk)_tier\]/) }
+    !skip { if ($0 ~ /^path = "/ && $0 !~ /^path = "\//) sub(/^path = "/, "path = \"" root); print }' "$1" > "$2"
+}
+CONV=scenarios/conversation-tiered-8b-h200.toml
+MOON=scenarios/trace-mooncake-tiered.toml
+NOPAY=scenarios/tier-no-pay-8b.toml
+no_tier "$CONV" "$OUT/scenarios/conversation-no-tier.toml"
+no_tier "$MOON" "$OUT/scenarios/mooncake-no-tier.toml"
+no_tier "$NOPAY" "$OUT/scenarios/no-pay-no-tier.toml"
+for seed in $RUN_SEEDS; do
+  kv "conv-none-s$seed" run "$OUT/scenarios/conversation-no-tier.toml" "${RUN_COMMON[@]}" --seed "$seed" \
+    --set "traffic.requests=$CONV_REQUESTS" --out "$OUT/runs/conv-none-s$seed"
+  for cap in 4 16; do
+    kv "conv-h${cap}g-s$seed" run "$CONV" "${RUN_COMMON[@]}" --seed "$seed" --set "traffic.requests=$CONV_REQUESTS" \
+      --set "cache.host_tier.capacity=$cap GiB" --out "$OUT/runs/conv-h${cap}g-s$seed"
+  done
+  kv "nopay-none-s$seed" run "$OUT/scenarios/no-pay-no-tier.toml" "${RUN_COMMON[@]}" --seed "$seed" \
+    --set "traffic.requests=$NOPAY_REQUESTS" --out "$OUT/runs/nopay-none-s$seed"
+  kv "nopay-h4g-s$seed" run "$NOPAY" "${RUN_COMMON[@]}" --seed "$seed" --set "traffic.requests=$NOPAY_REQUESTS" \
+    --set 'cache.host_tier.capacity=4 GiB' --out "$OUT/runs/nopay-h4g-s$seed"
+done
+# The trace replays the same ten rows whatever the seed: one run each.
+for ev in lru lfu priority; do
+  kv "moon-$ev-s1" run "$OUT/scenarios/mooncake-no-tier.toml" "${RUN_COMMON[@]}" --set "cache.eviction=$ev" \
+    --out "$OUT/runs/moon-$ev-s1"
+done
+for cap in 16 256; do
+  kv "moon-h${cap}m-s1" run "$MOON" "${RUN_COMMON[@]}" --set "cache.host_tier.capacity=$cap MiB" \
+    --out "$OUT/runs/moon-h${cap}m-s1"
+done
+
+# 7. The isolation boundary: AUC per scope x background load x measurement noise.
 step "isolation"
 kv isolation isolation "$CHAT" --backend sim --probes "$PROBES" --load 0,16 --noise-ms 0,20,200 --out "$OUT/isolation"
 
-# 7. When the machinery is not worth it: one short request on an idle device; uniform short
+# 8. When the machinery is not worth it: one short request on an idle device; uniform short
 #    lengths; a contiguous reservation sized by prompt + output; and chat as it ships, for contrast.
 step "when paging is not worth it"
 for seed in $RUN_SEEDS; do

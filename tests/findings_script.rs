@@ -114,9 +114,84 @@ fn requests_ttft_ms(dir: &Path, mode: &str) -> f64 {
     ttfts.iter().sum::<f64>() / ttfts.len() as f64
 }
 
+/// The mode's rows of requests.csv.
+fn mode_rows(dir: &Path, mode: &str) -> Vec<BTreeMap<String, String>> {
+    let rows: Vec<_> = read_csv(&dir.join("requests.csv"))
+        .into_iter()
+        .filter(|r| r["cache"] == mode)
+        .collect();
+    assert!(!rows.is_empty(), "{}: no {mode} rows", dir.display());
+    rows
+}
+
+fn int_sum(rows: &[BTreeMap<String, String>], column: &str) -> f64 {
+    rows.iter()
+        .map(|r| r[column].parse::<u64>().unwrap() as f64)
+        .sum()
+}
+
+/// A lower-tier figure: hits counted at a prompt's first admission (rows without a parent) as a
+/// share of those prompts' tokens; TTFT parts averaged over completed requests; bytes onloaded
+/// from requests.csv, offloaded from summary.json's tiers; the prefix cache's bounds.
+fn tier_value(dir: &Path, mode: &str, metric: &str) -> Option<f64> {
+    let first = || -> Vec<BTreeMap<String, String>> {
+        mode_rows(dir, mode)
+            .into_iter()
+            .filter(|r| r["parent_id"].is_empty())
+            .collect()
+    };
+    let share = |column: &str| {
+        let rows = first();
+        100.0 * int_sum(&rows, column) / int_sum(&rows, "prompt_tokens")
+    };
+    let part_mean = |column: &str| {
+        let done: Vec<f64> = mode_rows(dir, mode)
+            .iter()
+            .filter(|r| r["status"] == "completed")
+            .map(|r| r[column].parse::<f64>().unwrap())
+            .collect();
+        done.iter().sum::<f64>() / done.len() as f64
+    };
+    let gib = 1024.0 * MIB;
+    let v = match metric {
+        "hit_pct" => share("cached_prompt_tokens"),
+        "hit_device_pct" => share("hit_device_tokens"),
+        "hit_host_pct" => share("hit_host_tokens"),
+        "hit_disk_pct" => share("hit_disk_tokens"),
+        "computed_tokens" => int_sum(&first(), "prefill_computed_tokens"),
+        "onload_gib" => int_sum(&mode_rows(dir, mode), "onload_bytes") / gib,
+        "ttft_queue_mean_ms" => part_mean("ttft_queue_ms"),
+        "ttft_onload_mean_ms" => part_mean("ttft_onload_ms"),
+        "ttft_prefill_mean_ms" => part_mean("ttft_prefill_ms"),
+        "offload_gib" => {
+            let summary = read_json(&dir.join("summary.json"));
+            let tiers = mode_run(&summary, mode)["tiers"].as_array().cloned();
+            tiers
+                .unwrap_or_default()
+                .iter()
+                .map(|t| f(&t["offload_bytes"]))
+                .sum::<f64>()
+                / gib
+        }
+        "achieved_hit_rate" => {
+            let summary = read_json(&dir.join("summary.json"));
+            f(&mode_run(&summary, mode)["prefix_cache"]["achieved_hit_rate"])
+        }
+        "optimum_hit_rate" | "ceiling_hit_rate" | "replayed_lru_hit_rate" => {
+            let summary = read_json(&dir.join("summary.json"));
+            f(&mode_run(&summary, mode)["prefix_cache"]["bounds"][metric])
+        }
+        _ => return None,
+    };
+    Some(v)
+}
+
 fn run_value(dir: &Path, mode: &str, metric: &str) -> f64 {
     if metric == "req_ttft_ms" {
         return requests_ttft_ms(dir, mode);
+    }
+    if let Some(v) = tier_value(dir, mode, metric) {
+        return v;
     }
     if let Some(column) = metric.strip_suffix("_peak_mib") {
         let rows = read_csv(&dir.join("memory.csv"));
@@ -367,7 +442,7 @@ fn quick_findings_recompute_from_the_runs_files() {
     assert!(status.status.success(), "findings.sh failed:\n{log}");
 
     let md = std::fs::read_to_string(out.join("findings.md")).unwrap();
-    for n in 1..=7 {
+    for n in 1..=8 {
         assert!(md.contains(&format!("\n## {n}. ")), "section {n} missing");
     }
     let rows = parse_rows(&md);
@@ -417,6 +492,13 @@ fn quick_findings_recompute_from_the_runs_files() {
         "chunk.c512.paged.itl_p99_ms",
         "reserve.w30.paged.ttft_p99_ms",
         "ledger.wide.paged.workspace_bytes_peak_mib",
+        "conv.none.paged.computed_tokens",
+        "conv.h16g.paged.hit_host_pct",
+        "conv.h4g.paged.ttft_onload_mean_ms",
+        "moon.lfu.paged.achieved_hit_rate",
+        "moon.lru.paged.optimum_hit_rate",
+        "moon.h256m.paged.hit_host_pct",
+        "nopay.h4g.paged.offload_gib",
         "iso.global.l0.n0.auc",
         "iso.tenant.l0.n0.auc",
         "idle.sim.paged.req_ttft_ms",
@@ -431,10 +513,85 @@ fn quick_findings_recompute_from_the_runs_files() {
     assert!(values["plan.llama3-70b.bytes_per_token"] > values["plan.llama3-8b.bytes_per_token"]);
     assert!(values["forks.cpu.paged.max_rel_err"] < 1e-3);
     assert!(values["iso.global.l0.n0.auc"] > values["iso.tenant.l0.n0.auc"]);
+    tier_runs_are_what_they_say(&out, &values);
     // Every command the findings cite is one the script ran.
     let commands = std::fs::read_to_string(out.join("commands.tsv")).unwrap();
     for line in md.lines().filter(|l| l.starts_with("kvbench ")) {
         assert!(commands.contains(line), "cited but not run: {line}");
     }
     assert!(!md.contains("| none |"), "a figure is missing:\n{md}");
+}
+
+/// The lower-tier runs are the configurations their labels name, and their figures hang together:
+/// "none" runs have no tier and onload nothing, the tier runs hold the capacity in their label,
+/// a request's TTFT parts add up to its TTFT, hits by tier add up to the prefix hits, and no
+/// eviction policy beats the offline optimum, which the ceiling bounds.
+fn tier_runs_are_what_they_say(out: &Path, values: &BTreeMap<String, f64>) {
+    let gib = 1024.0 * MIB;
+    for (family, label, capacity_bytes) in [
+        ("conv", "none", None),
+        ("conv", "h4g", Some(4.0 * gib)),
+        ("conv", "h16g", Some(16.0 * gib)),
+        ("nopay", "none", None),
+        ("nopay", "h4g", Some(4.0 * gib)),
+        ("moon", "lru", None),
+        ("moon", "h16m", Some(16.0 * MIB)),
+        ("moon", "h256m", Some(256.0 * MIB)),
+    ] {
+        for dir in seed_dirs(out, family, label) {
+            let summary = read_json(&dir.join("summary.json"));
+            let paged = mode_run(&summary, "paged");
+            let host = paged["tiers"]
+                .as_array()
+                .and_then(|ts| ts.iter().find(|t| t["tier"] == "host"));
+            assert_eq!(
+                host.map(|t| f(&t["capacity_bytes"])),
+                capacity_bytes,
+                "{}",
+                dir.display()
+            );
+            let rows = mode_rows(&dir, "paged");
+            for r in rows.iter().filter(|r| r["status"] == "completed") {
+                let num = |c: &str| r[c].parse::<f64>().unwrap();
+                let ttft = num("first_token_ms") - num("arrival_ms");
+                let parts = num("ttft_queue_ms") + num("ttft_onload_ms") + num("ttft_prefill_ms");
+                assert!(
+                    (ttft - parts).abs() < 1e-3,
+                    "{}: request {} TTFT {ttft} vs parts {parts}",
+                    dir.display(),
+                    r["request_id"]
+                );
+                let hits = ["hit_device_tokens", "hit_host_tokens", "hit_disk_tokens"]
+                    .iter()
+                    .map(|c| r[*c].parse::<u64>().unwrap())
+                    .sum::<u64>();
+                if r["parent_id"].is_empty() {
+                    assert_eq!(
+                        hits,
+                        r["cached_prompt_tokens"].parse::<u64>().unwrap(),
+                        "{}: request {}",
+                        dir.display(),
+                        r["request_id"]
+                    );
+                }
+            }
+            if capacity_bytes.is_none() {
+                assert_eq!(int_sum(&rows, "onload_bytes"), 0.0, "{}", dir.display());
+                assert_eq!(int_sum(&rows, "hit_host_tokens"), 0.0, "{}", dir.display());
+            }
+        }
+    }
+    let v = |k: &str| values[k];
+    assert!(v("conv.h16g.paged.hit_host_pct") > 0.0);
+    assert!(v("conv.h16g.paged.computed_tokens") < v("conv.none.paged.computed_tokens"));
+    assert!(v("conv.h16g.paged.onload_gib") > 0.0);
+    assert!(v("nopay.h4g.paged.offload_gib") > 0.0);
+    for ev in ["lru", "lfu", "priority"] {
+        assert!(
+            v(&format!("moon.{ev}.paged.achieved_hit_rate"))
+                <= v("moon.lru.paged.optimum_hit_rate") + 1e-12,
+            "{ev} beats the offline optimum"
+        );
+    }
+    assert!(v("moon.lru.paged.optimum_hit_rate") <= v("moon.lru.paged.ceiling_hit_rate") + 1e-12);
 }

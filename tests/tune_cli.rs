@@ -377,3 +377,208 @@ fn a_bad_space_file_exits_2_naming_file_line_and_key_and_writes_nothing() {
         assert!(leftovers.is_empty(), "{body}: {leftovers:?}");
     }
 }
+
+/// A scenario where the block size alone decides the rate at target. `sim`'s step cost has no
+/// block-size term (`backend/sim/cost.rs`: weights, K/V bytes read and written, FLOPs, per-step
+/// and per-sequence overheads — paged attention's penalty is per byte, not per block), so a block
+/// size acts only through memory: a sequence holds whole blocks, and its last block's unused
+/// slots are KV the budget pays for and nobody uses. Here every request is exactly 40 tokens
+/// (32 prompt + 8 output) and the KV budget is 80 MiB, 640 tokens of Llama-3-8B's 128 KiB a
+/// token: at 8-token blocks a sequence holds 5 blocks and wastes nothing, so 16 sequences run
+/// at once; at 16 it holds 3 (48 tokens, 13 at once), at 32 two (64 tokens, 10), at 64 one
+/// (64 tokens, 10 less the admission reserve). Steps are bound by reading the weights, so the
+/// rate served is proportional to the sequences running at once, and only the 8-token block
+/// reaches the highest rate at the TTFT target. The scenario's own block size is 64, so the tie
+/// rule (fewest knobs moved) cannot hand tune the answer: it has to measure it. Contiguous
+/// reservations (prompt + output, 40 tokens each) do not depend on the block size at all.
+const TUNE_BLOCK: &str = r#"name = "tune-block"
+seed = 3
+device = "h200"
+
+[model]
+preset = "llama3-8b"
+
+[memory]
+kv_budget = "80 MiB"
+
+[cache]
+block_size = 64
+contiguous_reservation = "prompt_plus_output"
+max_seq_len = 64
+
+[traffic]
+requests = 300
+
+[traffic.arrival]
+kind = "poisson"
+rate_per_s = 50.0
+
+[traffic.prompt_tokens]
+dist = "uniform"
+min = 32
+max = 32
+
+[traffic.output_tokens]
+dist = "uniform"
+min = 8
+max = 8
+
+[scheduler]
+policy = "decode_first"
+max_tokens_per_step = 2048
+max_seqs_per_step = 256
+
+[slo]
+ttft_p99_ms = 200.0
+itl_p99_ms = 100.0
+"#;
+
+/// Peak running paged sequences of one `kvbench run` of the block scenario.
+fn peak_running(dir: &Path, scenario: &str, block: &str, rate: f64) -> f64 {
+    let out = dir.join(format!("run-b{block}"));
+    let (code, text) = kvbench(&[
+        "run",
+        scenario,
+        "--backend",
+        "sim",
+        "--set",
+        &format!("cache.block_size={block}"),
+        "--set",
+        &format!("traffic.arrival.rate_per_s={rate}"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let paged = s["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cache"] == "paged")
+        .expect("a paged run");
+    paged["peak_running_sequences"].as_f64().unwrap()
+}
+
+#[test]
+fn finds_the_only_block_size_whose_waste_leaves_room_for_the_best_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("block.toml");
+    std::fs::write(&scenario, TUNE_BLOCK).unwrap();
+    let space = dir.path().join("space.toml");
+    std::fs::write(&space, "cache.block_size = [8, 16, 32, 64]\n").unwrap();
+    let scenario = scenario.display().to_string();
+    let out = dir.path().join("out");
+    let (code, text) = tune(
+        &scenario,
+        space.to_str().unwrap(),
+        &out,
+        &["--backend", "sim"],
+    );
+    assert_eq!(code, 0, "{text}");
+    let (j, _) = read_json(&out);
+    assert_eq!(j.modes.len(), 2, "{text}");
+
+    // Paged: the 8-token block, away from the scenario's 64, and every other block size wholly
+    // below it (its lowest failing rate at or under the rate the 8-token block passed).
+    let paged = j.modes.iter().find(|m| m.cache == "paged").unwrap();
+    let best_i = paged.best.expect("a paged best");
+    let best = &j.configurations[best_i];
+    assert_eq!(best.values["cache.block_size"], "8", "{text}");
+    assert_eq!(best.knobs_away, 1);
+    assert_eq!(paged.best, recomputed_best(&j, "paged"));
+    assert_eq!(paged.best_set.as_deref(), Some("--set cache.block_size=8"));
+    let best_rate = best.rate_at_target_rps.expect("the best passed");
+    let mut paged_blocks = Vec::new();
+    for (i, c) in j.configurations.iter().enumerate() {
+        // Each row's figures hang together: its interval starts at its rate at target and ends
+        // at its lowest failing rate, and it spent at least one probe.
+        assert!(c.probes >= 1, "{i}: {c:?}");
+        if let Some(r) = c.rate_at_target_rps {
+            assert_eq!(c.rate_at_target_rps_ci[0], r, "{i}");
+        }
+        if let Some(fail) = c.lowest_failing_rps {
+            assert_eq!(c.rate_at_target_rps_ci[1], fail, "{i}");
+        }
+        if c.cache != "paged" {
+            continue;
+        }
+        paged_blocks.push(c.values["cache.block_size"].clone());
+        if i == best_i {
+            assert_eq!(c.verdict.name(), "best");
+            continue;
+        }
+        assert!(
+            matches!(c.verdict.name(), "below" | "pruned"),
+            "{i}: {} is {}",
+            c.values["cache.block_size"],
+            c.verdict.name()
+        );
+        let fail = c
+            .lowest_failing_rps
+            .expect("failed somewhere below the best");
+        assert!(
+            fail <= best_rate,
+            "{i}: fails at {fail}, best passes {best_rate}"
+        );
+    }
+    paged_blocks.sort();
+    assert_eq!(
+        paged_blocks,
+        ["16", "32", "64", "8"],
+        "every block size tried"
+    );
+
+    // Contiguous: the block size moves nothing, so every value ties and the tie rule keeps the
+    // scenario's own.
+    let contiguous = j.modes.iter().find(|m| m.cache == "contiguous").unwrap();
+    let cbest = &j.configurations[contiguous.best.expect("a contiguous best")];
+    assert_eq!(cbest.knobs_away, 0);
+    assert_eq!(
+        contiguous.best_set.as_deref().unwrap_or(""),
+        "",
+        "no --set needed"
+    );
+    for c in j.configurations.iter().filter(|c| c.cache == "contiguous") {
+        assert_eq!(c.rate_at_target_rps, cbest.rate_at_target_rps, "{c:?}");
+        assert!(
+            matches!(c.verdict.name(), "best" | "indistinguishable"),
+            "{c:?}"
+        );
+    }
+
+    // The probes add up: per mode over its rows, and over the modes to the whole search.
+    for m in &j.modes {
+        let rows: Vec<_> = j
+            .configurations
+            .iter()
+            .filter(|c| c.cache == m.cache)
+            .collect();
+        assert_eq!(rows.len(), m.configurations, "{}", m.cache);
+        assert_eq!(
+            rows.iter().map(|c| c.probes).sum::<u32>(),
+            m.probes,
+            "{}",
+            m.cache
+        );
+        assert_eq!(
+            rows.iter().filter(|c| c.verdict.name() == "best").count(),
+            1,
+            "{}",
+            m.cache
+        );
+    }
+    assert_eq!(j.modes.iter().map(|m| m.probes).sum::<u32>(), j.probes);
+
+    // The reason is the one stated above: at the best's rate, memory caps the sequences running
+    // at once, 16 at 8-token blocks (640 tokens ÷ 40, no waste), fewer as the block grows.
+    let peaks: Vec<f64> = ["8", "16", "32", "64"]
+        .iter()
+        .map(|b| peak_running(dir.path(), &scenario, b, best_rate))
+        .collect();
+    assert_eq!(peaks[0], 16.0, "{peaks:?}");
+    assert!(
+        peaks[0] > peaks[1] && peaks[1] > peaks[2] && peaks[2] >= peaks[3],
+        "{peaks:?}"
+    );
+}
