@@ -11,6 +11,7 @@ mod block;
 mod check;
 pub mod evict;
 mod free;
+pub mod hybrid;
 pub mod fuzz;
 mod paged;
 mod paged_ops;
