@@ -158,13 +158,7 @@ impl Model {
     }
 
     /// The copies an append makes, or the pages it needed when they are not free.
-    fn append(
-        &mut self,
-        specs: &[TableSpec],
-        pages: u64,
-        seq: u64,
-        n: u64,
-    ) -> Result<u64, u64> {
+    fn append(&mut self, specs: &[TableSpec], pages: u64, seq: u64, n: u64) -> Result<u64, u64> {
         let (tokens, tables) = self.seqs[&seq].clone();
         let mut needed = 0;
         let mut copies = 0;
@@ -314,10 +308,15 @@ fn compare(cache: &HybridCache, model: &Model, specs: &[TableSpec]) -> Result<()
     let mut version_of: BTreeMap<u32, (usize, u64)> = BTreeMap::new();
     for (&seq, (tokens, tables)) in &model.seqs {
         if cache.tokens(seq) != Some(*tokens) {
-            return Err(format!("seq {seq}: {:?} tokens, model {tokens}", cache.tokens(seq)));
+            return Err(format!(
+                "seq {seq}: {:?} tokens, model {tokens}",
+                cache.tokens(seq)
+            ));
         }
         for (t, blocks) in tables.iter().enumerate() {
-            let table = cache.table(seq, t).ok_or(format!("seq {seq}: no table {t}"))?;
+            let table = cache
+                .table(seq, t)
+                .ok_or(format!("seq {seq}: no table {t}"))?;
             let held: Vec<u64> = (table.first_block..table.end_block()).collect();
             let want: Vec<u64> = blocks.keys().copied().collect();
             if held != want {
@@ -345,7 +344,10 @@ fn compare(cache: &HybridCache, model: &Model, specs: &[TableSpec]) -> Result<()
         0
     };
     if cache.states_held() != states {
-        return Err(format!("{} states held, model {states}", cache.states_held()));
+        return Err(format!(
+            "{} states held, model {states}",
+            cache.states_held()
+        ));
     }
     Ok(())
 }
@@ -447,7 +449,10 @@ fn keeping_out_of_window_blocks_is_caught() {
             by_model += 1;
         }
         if let Err(e) = run_ops(gemma_like, &ops, fault, true) {
-            assert!(e.contains("holds blocks") || e.contains("should hold"), "seed {seed}: {e}");
+            assert!(
+                e.contains("holds blocks") || e.contains("should hold"),
+                "seed {seed}: {e}"
+            );
             by_invariants += 1;
         }
     }
@@ -478,13 +483,28 @@ fn a_fork_shares_pages_and_copies_a_partial_last_block_on_write() {
     assert!(shared.iter().all(|&p| cache.page_refs(p) == Some(2)));
     cache.append(2, 1).unwrap();
     let copies = cache.take_copies();
-    assert_eq!(copies.len(), 6, "one copy of the partial last block a table");
+    assert_eq!(
+        copies.len(),
+        6,
+        "one copy of the partial last block a table"
+    );
     assert!(copies.iter().all(|c| c.src != c.dst));
     assert_eq!(cache.used_pages(), 18);
-    assert_eq!(cache.page_refs(shared[0]), Some(2), "full blocks stay shared");
-    assert_eq!(cache.page_refs(shared[1]), Some(1), "the parent keeps its partial block");
+    assert_eq!(
+        cache.page_refs(shared[0]),
+        Some(2),
+        "full blocks stay shared"
+    );
+    assert_eq!(
+        cache.page_refs(shared[1]),
+        Some(1),
+        "the parent keeps its partial block"
+    );
     cache.append(1, 1).unwrap();
-    assert!(cache.take_copies().is_empty(), "no longer shared: written in place");
+    assert!(
+        cache.take_copies().is_empty(),
+        "no longer shared: written in place"
+    );
     assert!(cache.check_invariants().is_empty());
     cache.release(1).unwrap();
     cache.release(2).unwrap();
@@ -497,7 +517,11 @@ fn a_fork_shares_pages_and_copies_a_partial_last_block_on_write() {
         cache.append(3, 10_000),
         Err(HybridError::OutOfPages { .. })
     ));
-    assert_eq!(cache.free_pages(), before, "a refused append changes nothing");
+    assert_eq!(
+        cache.free_pages(),
+        before,
+        "a refused append changes nothing"
+    );
 }
 
 #[test]
@@ -541,15 +565,17 @@ fn gemma3_27b_layout_by_hand() {
     assert_eq!(sliding, 26);
     // A layer's token: 2 (K, V) × 16 heads × 128 × 2 bytes = 8192; a page 2 × 16 × 8192.
     assert_eq!(layout.page_bytes, 262_144);
-    assert!(layout
-        .tables
-        .iter()
-        .all(|t| t.block_tokens == 16 && t.tail_bytes_per_page == 0 && t.bytes_per_token == 16_384));
+    assert!(layout.tables.iter().all(|t| t.block_tokens == 16
+        && t.tail_bytes_per_page == 0
+        && t.bytes_per_token == 16_384));
     assert_eq!(layout.pages, 65_536); // 16 GiB / 256 KiB
-    // 4096 tokens: 5 full tables × 256 blocks + 26 sliding × 64 blocks (tokens 3072..4096).
+                                      // 4096 tokens: 5 full tables × 256 blocks + 26 sliding × 64 blocks (tokens 3072..4096).
     assert_eq!(layout.pages_per_sequence(4096), Some(1280 + 1664));
     assert_eq!(layout.bytes_per_sequence(4096), Some(771_751_936));
-    assert_eq!(layout.bytes_per_sequence(32_768), Some((10_240 + 1664) * 262_144));
+    assert_eq!(
+        layout.bytes_per_sequence(32_768),
+        Some((10_240 + 1664) * 262_144)
+    );
     // vLLM's rule for 52 + 10: groups of 10, the sliding ones padded to 60 layers.
     assert_eq!(vllm_layers_per_table(&[52, 10]), Some(10));
     assert_eq!(vllm_layers_per_table(&[12, 13]), Some(13));
@@ -565,7 +591,7 @@ fn gpt_oss_120b_layout_by_hand() {
     // 2 × 8 heads × 64 × 2 bytes = 2048 a layer's token; a page 18 × 16 × 2048.
     assert_eq!(layout.page_bytes, 589_824);
     assert_eq!(layout.pages, 10_922); // ⌊6 GiB / 576 KiB⌋
-    // 4096 tokens: 256 full blocks + 8 sliding (window 128).
+                                      // 4096 tokens: 256 full blocks + 8 sliding (window 128).
     assert_eq!(layout.pages_per_sequence(4096), Some(264));
     assert_eq!(layout.bytes_per_sequence(4096), Some(155_713_536));
     assert_eq!(layout.bytes_per_sequence(32_768), Some(2056 * 589_824));
@@ -596,7 +622,11 @@ fn preset_fits_against_the_summed_bytes_slots_by_hand() {
     assert_eq!(o4.summed_sequences, 21);
     assert_eq!(o4.hybrid_bytes_per_sequence, 155_713_536);
     assert_eq!(o4.hybrid_sequences, 41);
-    assert_eq!(o4.vllm_bytes_per_sequence, Some(155_713_536), "18 + 18: no padding either way");
+    assert_eq!(
+        o4.vllm_bytes_per_sequence,
+        Some(155_713_536),
+        "18 + 18: no padding either way"
+    );
     let o32 = compare_fit(&ModelShape::gpt_oss_120b(), 16, 6 * GIB, 32_768).unwrap();
     assert_eq!(o32.summed_bytes_per_sequence, 2_415_919_104);
     assert_eq!(o32.summed_sequences, 2);
@@ -614,7 +644,10 @@ fn recurrent_state_is_reserved_outside_the_pool() {
     assert_eq!(layout.state_sequences, Some(10));
     assert_eq!(layout.tables.len(), 1);
     assert_eq!(layout.page_bytes, 12 * 16 * 2048);
-    assert_eq!(layout.pages as u64, (4 * GIB - 10 * state) / (12 * 16 * 2048));
+    assert_eq!(
+        layout.pages as u64,
+        (4 * GIB - 10 * state) / (12 * 16 * 2048)
+    );
     let mut cache = HybridCache::new(layout);
     for s in 0..10 {
         cache.start(s).unwrap();
@@ -631,7 +664,10 @@ fn recurrent_state_is_reserved_outside_the_pool() {
 fn layouts_refuse_what_they_cannot_lay_out() {
     use kvbench::cache::hybrid::LayoutError;
     let tiny = shape(vec![full(1)]);
-    assert_eq!(HybridLayout::new(&tiny, 0, GIB, 0), Err(LayoutError::ZeroBlockSize));
+    assert_eq!(
+        HybridLayout::new(&tiny, 0, GIB, 0),
+        Err(LayoutError::ZeroBlockSize)
+    );
     assert!(matches!(
         HybridLayout::new(&tiny, 16, 10, 0),
         Err(LayoutError::BudgetTooSmall { .. })

@@ -53,7 +53,9 @@ impl HybridCache {
                 bad.push(format!("page {page} is free and in {count} tables"));
             }
             if !free && count == 0 {
-                bad.push(format!("page {page} is neither free nor in any table (leaked)"));
+                bad.push(format!(
+                    "page {page} is neither free nor in any table (leaked)"
+                ));
             }
             if refs != count {
                 bad.push(format!(

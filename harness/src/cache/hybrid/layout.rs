@@ -76,6 +76,33 @@ impl TableSpec {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sliding_table_holds_the_blocks_touching_its_window() {
+        let spec = TableSpec {
+            kind: TableKind::Sliding { window: 10 },
+            group: 0,
+            layers: 1,
+            block_tokens: 4,
+            bytes_per_token: 1,
+            tail_bytes_per_page: 0,
+        };
+        // Window of the last token at 13 tokens: positions 3..13, block 0 holds position 3.
+        assert_eq!(spec.held_blocks(13), (0, 4));
+        // At 14: positions 4..14; block 0 (0..4) is wholly before it.
+        assert_eq!(spec.held_blocks(14), (1, 4));
+        assert_eq!(spec.held_blocks(0), (0, 0));
+        let full = TableSpec {
+            kind: TableKind::Full,
+            ..spec
+        };
+        assert_eq!(full.held_blocks(14), (0, 4));
+    }
+}
+
 /// Why a layout cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
@@ -147,9 +174,7 @@ impl HybridLayout {
             let kind = match *g {
                 LayerGroup::Full { .. } => TableKind::Full,
                 LayerGroup::Mla { .. } => TableKind::Mla,
-                LayerGroup::Sliding { window, .. } if window == 0 => {
-                    return Err(LayoutError::ZeroWindow(i))
-                }
+                LayerGroup::Sliding { window: 0, .. } => return Err(LayoutError::ZeroWindow(i)),
                 LayerGroup::Sliding { window, .. } => TableKind::Sliding { window },
                 LayerGroup::Recurrent { .. } => continue,
             };

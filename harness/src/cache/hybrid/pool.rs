@@ -41,10 +41,10 @@ impl PagePool {
 
     /// A free page, now held by one reference.
     pub(crate) fn take(&mut self) -> Result<PageId, HybridError> {
-        let page = self.free.pop().ok_or(HybridError::OutOfPages {
-            needed: 1,
-            free: 0,
-        })?;
+        let page = self
+            .free
+            .pop()
+            .ok_or(HybridError::OutOfPages { needed: 1, free: 0 })?;
         self.refs[page as usize] = 1;
         Ok(page)
     }
