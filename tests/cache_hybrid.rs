@@ -419,7 +419,9 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn seeded_operation_strings_match_the_model() {
-    for seed in seeds() {
+    let seeds = seeds();
+    eprintln!("seeds {seeds:?} (replay one: KVBENCH_SEED=N)");
+    for seed in seeds {
         for mix in mixes() {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let ops = random_ops(&mut rng, 300);
