@@ -610,12 +610,14 @@ fn preset_fits_against_the_summed_bytes_slots_by_hand() {
     assert_eq!(g4.hybrid_sequences, 22);
     // vLLM: 1 full table of 10 layers × 256 blocks + 6 sliding of 10 × 64, pages of 1.25 MiB.
     assert_eq!(g4.vllm_bytes_per_sequence, Some(640 * 1_310_720));
+    assert_eq!(g4.vllm_sequences, Some(20));
     let g32 = compare_fit(&ModelShape::gemma3_27b(), 16, 16 * GIB, 32_768).unwrap();
     assert_eq!(g32.summed_bytes_per_sequence, 16_642_998_272);
     assert_eq!(g32.summed_sequences, 1);
     assert_eq!(g32.hybrid_bytes_per_sequence, 3_120_562_176);
     assert_eq!(g32.hybrid_sequences, 5);
     assert_eq!(g32.vllm_bytes_per_sequence, Some(2432 * 1_310_720));
+    assert_eq!(g32.vllm_sequences, Some(5));
 
     // gpt-oss-120b on one H200 (6 GiB of KV, as scenarios/gpt-oss-120b-h200.toml).
     let o4 = compare_fit(&ModelShape::gpt_oss_120b(), 16, 6 * GIB, 4096).unwrap();
@@ -634,6 +636,7 @@ fn preset_fits_against_the_summed_bytes_slots_by_hand() {
     assert_eq!(o32.summed_sequences, 2);
     assert_eq!(o32.hybrid_bytes_per_sequence, 1_212_678_144);
     assert_eq!(o32.hybrid_sequences, 5);
+    assert_eq!(o32.vllm_sequences, Some(5));
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub struct FitComparison {
     /// rule does not apply as written here (groups storing different bytes a token, or
     /// recurrent state, which vLLM pads into pages).
     pub vllm_bytes_per_sequence: Option<u64>,
+    pub vllm_sequences: Option<u64>,
 }
 
 fn overflow() -> LayoutError {
@@ -63,13 +64,15 @@ pub fn compare_fit(
         .ok_or_else(overflow)?;
     let summed_sequences = blocks.checked_div(per_seq_blocks).unwrap_or(0);
 
+    let vllm = vllm_bytes(shape, &layout, tokens);
     Ok(FitComparison {
         tokens,
         hybrid_bytes_per_sequence: hybrid,
         hybrid_sequences,
         summed_bytes_per_sequence: summed,
         summed_sequences,
-        vllm_bytes_per_sequence: vllm_bytes(shape, &layout, tokens),
+        vllm_bytes_per_sequence: vllm,
+        vllm_sequences: vllm.map(|b| kv_budget_bytes.checked_div(b).unwrap_or(0)),
     })
 }
 
