@@ -12,6 +12,7 @@ mod check;
 pub mod evict;
 mod free;
 pub mod fuzz;
+pub mod hybrid;
 mod paged;
 mod paged_ops;
 mod prefix;

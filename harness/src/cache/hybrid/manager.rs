@@ -1,0 +1,238 @@
+//! `HybridCache`: one shared page pool, one block table per layout table per sequence, and the
+//! lifecycle of a sequence's pages — appended, shared by a fork (copy-on-write of a partial last
+//! block when either side appends), released wholly out of a sliding window, released at the end.
+//! Recurrent state is a count of reserved states, taken at start or fork and given back at
+//! release. An operation either succeeds whole or is refused with nothing changed.
+
+use std::collections::BTreeMap;
+
+use kvbench_cache_api::SeqId;
+
+use super::error::HybridError;
+use super::layout::{HybridLayout, TableKind};
+use super::pool::{PageId, PagePool};
+use super::table::{GroupTable, SeqEntry};
+
+/// A bug the property tests plant to prove they catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HybridFault {
+    /// Sliding tables keep blocks that left the window.
+    KeepOutOfWindow,
+}
+
+/// A page the backend must copy before the step writes into `dst` (copy-on-write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageCopy {
+    pub table: usize,
+    pub src: PageId,
+    pub dst: PageId,
+}
+
+#[derive(Debug, Clone)]
+pub struct HybridCache {
+    pub(crate) layout: HybridLayout,
+    pub(crate) pool: PagePool,
+    pub(crate) seqs: BTreeMap<SeqId, SeqEntry>,
+    /// Recurrent states held (one per live sequence when the layout has any).
+    pub(crate) states_held: u32,
+    pub(crate) copies: Vec<PageCopy>,
+    pub(crate) fault: Option<HybridFault>,
+}
+
+impl HybridCache {
+    pub fn new(layout: HybridLayout) -> HybridCache {
+        HybridCache {
+            pool: PagePool::new(layout.pages),
+            layout,
+            seqs: BTreeMap::new(),
+            states_held: 0,
+            copies: Vec::new(),
+            fault: None,
+        }
+    }
+
+    /// Plant a bug (tests only: proves the checks catch it).
+    pub fn plant_fault(&mut self, fault: HybridFault) {
+        self.fault = Some(fault);
+    }
+
+    pub fn layout(&self) -> &HybridLayout {
+        &self.layout
+    }
+
+    pub fn free_pages(&self) -> u32 {
+        self.pool.free_count()
+    }
+
+    pub fn used_pages(&self) -> u32 {
+        self.pool.pages() - self.pool.free_count()
+    }
+
+    /// References to `page` from block tables (`None` out of range).
+    pub fn page_refs(&self, page: PageId) -> Option<u32> {
+        self.pool.refs(page)
+    }
+
+    /// Recurrent state bytes held now, outside the pool.
+    pub fn state_bytes_held(&self) -> u64 {
+        self.layout
+            .state_bytes_per_sequence
+            .saturating_mul(self.states_held as u64)
+    }
+
+    pub fn states_held(&self) -> u32 {
+        self.states_held
+    }
+
+    pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.seqs.keys().copied()
+    }
+
+    pub fn tokens(&self, seq: SeqId) -> Option<u64> {
+        self.seqs.get(&seq).map(|e| e.tokens)
+    }
+
+    /// `seq`'s table for layout table `table`.
+    pub fn table(&self, seq: SeqId, table: usize) -> Option<&GroupTable> {
+        self.seqs.get(&seq)?.tables.get(table)
+    }
+
+    /// The copies the last operations asked for, oldest first.
+    pub fn take_copies(&mut self) -> Vec<PageCopy> {
+        std::mem::take(&mut self.copies)
+    }
+
+    fn take_state(&mut self) -> Result<(), HybridError> {
+        if let Some(cap) = self.layout.state_sequences {
+            if self.states_held >= cap {
+                return Err(HybridError::OutOfStates(cap));
+            }
+            self.states_held += 1;
+        }
+        Ok(())
+    }
+
+    /// A new sequence of no tokens (its recurrent state reserved).
+    pub fn start(&mut self, seq: SeqId) -> Result<(), HybridError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(HybridError::DuplicateSeq(seq));
+        }
+        self.take_state()?;
+        let entry = SeqEntry {
+            tokens: 0,
+            tables: vec![GroupTable::default(); self.layout.tables.len()],
+        };
+        self.seqs.insert(seq, entry);
+        Ok(())
+    }
+
+    /// Pages `append(seq, n)` would take: a copy of each shared partial last block it writes
+    /// into, and every new logical block (a prefill chunk's blocks live until it is written,
+    /// even those the window leaves behind at its end).
+    pub fn pages_needed(&self, seq: SeqId, n: u64) -> Result<u64, HybridError> {
+        let entry = self.seqs.get(&seq).ok_or(HybridError::UnknownSeq(seq))?;
+        let new_tokens = entry
+            .tokens
+            .checked_add(n)
+            .ok_or(HybridError::Overflow("tokens"))?;
+        let mut needed = 0u64;
+        for (spec, table) in self.layout.tables.iter().zip(&entry.tables) {
+            let bt = spec.block_tokens as u64;
+            let partial = n > 0 && entry.tokens % bt != 0;
+            let shared = table
+                .last_page()
+                .and_then(|p| self.pool.refs(p))
+                .is_some_and(|r| r > 1);
+            let cow = u64::from(partial && shared);
+            let fresh = new_tokens.div_ceil(bt) - entry.tokens.div_ceil(bt);
+            needed = needed
+                .checked_add(cow + fresh)
+                .ok_or(HybridError::Overflow("pages needed"))?;
+        }
+        Ok(needed)
+    }
+
+    /// `n` more tokens of `seq`: copy-on-write of shared partial last blocks, fresh pages for
+    /// new blocks, then the sliding tables' blocks that left the window go back.
+    pub fn append(&mut self, seq: SeqId, n: u64) -> Result<(), HybridError> {
+        let needed = self.pages_needed(seq, n)?;
+        let free = self.pool.free_count();
+        if needed > free as u64 {
+            return Err(HybridError::OutOfPages { needed, free });
+        }
+        let Some(entry) = self.seqs.get_mut(&seq) else {
+            return Err(HybridError::UnknownSeq(seq));
+        };
+        let old = entry.tokens;
+        let new_tokens = old + n; // checked by pages_needed
+        for (t, (spec, table)) in self.layout.tables.iter().zip(&mut entry.tables).enumerate() {
+            let bt = spec.block_tokens as u64;
+            if n > 0 && old % bt != 0 {
+                if let Some(last) = table.pages.last_mut() {
+                    if self.pool.refs(*last).is_some_and(|r| r > 1) {
+                        let dst = self.pool.take()?;
+                        self.copies.push(PageCopy {
+                            table: t,
+                            src: *last,
+                            dst,
+                        });
+                        self.pool.drop_ref(*last)?;
+                        *last = dst;
+                    }
+                }
+            }
+            for _ in old.div_ceil(bt)..new_tokens.div_ceil(bt) {
+                table.pages.push(self.pool.take()?);
+            }
+            if let (TableKind::Sliding { .. }, None) = (spec.kind, self.fault) {
+                let (first, _) = spec.held_blocks(new_tokens);
+                let gone = first.saturating_sub(table.first_block);
+                let gone = usize::try_from(gone).map_err(|_| HybridError::Overflow("blocks"))?;
+                for page in table.pages.drain(..gone.min(table.pages.len())) {
+                    self.pool.drop_ref(page)?;
+                }
+                table.first_block = table.first_block.max(first);
+            }
+        }
+        entry.tokens = new_tokens;
+        Ok(())
+    }
+
+    /// `child` shares every page `parent` holds (and gets a recurrent state of its own, a copy
+    /// of the parent's, outside the pool).
+    pub fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<(), HybridError> {
+        if self.seqs.contains_key(&child) {
+            return Err(HybridError::DuplicateSeq(child));
+        }
+        let entry = self
+            .seqs
+            .get(&parent)
+            .ok_or(HybridError::UnknownSeq(parent))?
+            .clone();
+        self.take_state()?;
+        for table in &entry.tables {
+            for &page in &table.pages {
+                self.pool.share(page)?;
+            }
+        }
+        self.seqs.insert(child, entry);
+        Ok(())
+    }
+
+    /// Every page and the state of `seq` go back.
+    pub fn release(&mut self, seq: SeqId) -> Result<(), HybridError> {
+        let entry = self.seqs.remove(&seq).ok_or(HybridError::UnknownSeq(seq))?;
+        for table in entry.tables {
+            for page in table.pages {
+                self.pool.drop_ref(page)?;
+            }
+        }
+        if self.layout.state_sequences.is_some() {
+            self.states_held = self
+                .states_held
+                .checked_sub(1)
+                .ok_or(HybridError::Corrupt("released a state never taken"))?;
+        }
+        Ok(())
+    }
+}
