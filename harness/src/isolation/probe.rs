@@ -436,7 +436,8 @@ pub fn run(
                 .ok_or_else(|| ExperimentError::Scenario("probe run kept no record".into()))?;
             let mut seen = Vec::new();
             for st in record.streams.iter().filter(|st| st.rank == 0) {
-                let Some(Some((intended, slot))) = pw.probe_intent.get(st.request as usize).copied()
+                let Some(Some((intended, slot))) =
+                    pw.probe_intent.get(st.request as usize).copied()
                 else {
                     continue;
                 };
@@ -461,16 +462,18 @@ pub fn run(
                 let probes: Vec<Probe> = seen
                     .iter()
                     .zip(&draws)
-                    .map(|(&(request, (intended, slot), ttft_ms, cached, tier_hits), &z)| Probe {
-                        request,
-                        hit: intended != Class::Miss,
-                        intended,
-                        tier_hits,
-                        slot,
-                        ttft_ms,
-                        observed_ttft_ms: noise::observed_ms(ttft_ms, noise_ms, z),
-                        cached_prompt_tokens: cached,
-                    })
+                    .map(
+                        |(&(request, (intended, slot), ttft_ms, cached, tier_hits), &z)| Probe {
+                            request,
+                            hit: intended != Class::Miss,
+                            intended,
+                            tier_hits,
+                            slot,
+                            ttft_ms,
+                            observed_ttft_ms: noise::observed_ms(ttft_ms, noise_ms, z),
+                            cached_prompt_tokens: cached,
+                        },
+                    )
                     .collect();
                 let (hits, misses) = split(&probes);
                 let estimate = auc::estimate(&hits, &misses, 0.95).map_err(|e| {
@@ -552,5 +555,66 @@ mod tests {
         let background = of(&loaded, BACKGROUND_TENANT).len();
         assert!((136..=264).contains(&background), "{background}");
         assert!(of(&quiet, BACKGROUND_TENANT).is_empty());
+    }
+
+    /// With a filler each round is: the victim, its probe in the early or late slot by the
+    /// four-round intent cycle, and `ceil(filler / prompt)` fresh filler prompts from the prober,
+    /// all after the early slot and before the late one; repeats start with their victim's prefix
+    /// and fresh probes do not.
+    #[test]
+    fn a_filler_sits_between_the_early_and_the_late_slot() {
+        let cfg = ProbeConfig {
+            probes: 8,
+            prefix_tokens: 32,
+            suffix_tokens: 8,
+            gap_ms: 800.0,
+            filler_tokens: Some(100),
+            seed: 4,
+            ..ProbeConfig::default()
+        };
+        let pw = probe_workload(&cfg, 512);
+        let reqs = &pw.workload.requests;
+        // 8 victims, 8 probes, 8 × ceil(100 / 40) = 24 filler requests.
+        assert_eq!(reqs.len(), 8 + 8 + 24);
+        let want = [
+            (Class::Device, Slot::Early),
+            (Class::Miss, Slot::Early),
+            (Class::Host, Slot::Late),
+            (Class::Miss, Slot::Late),
+        ];
+        for round in 0..8u32 {
+            let t0 = f64::from(round) * cfg.gap_ms;
+            let in_round: Vec<usize> = (0..reqs.len())
+                .filter(|&i| reqs[i].arrival_ms >= t0 && reqs[i].arrival_ms < t0 + cfg.gap_ms)
+                .collect();
+            assert_eq!(in_round.len(), 5, "round {round}");
+            let victim = &reqs[in_round[0]];
+            assert_eq!(victim.tenant, VICTIM_TENANT);
+            let probes: Vec<usize> = in_round
+                .iter()
+                .copied()
+                .filter(|&i| pw.probe_intent[i].is_some())
+                .collect();
+            assert_eq!(probes.len(), 1, "round {round}");
+            let (intent, slot) = pw.probe_intent[probes[0]].unwrap();
+            assert_eq!((intent, slot), want[round as usize % 4], "round {round}");
+            let filler: Vec<&Request> = in_round
+                .iter()
+                .filter(|&&i| i != in_round[0] && i != probes[0])
+                .map(|&i| &reqs[i])
+                .collect();
+            assert!(filler.iter().all(|r| r.tenant == PROBER_TENANT));
+            let probe = &reqs[probes[0]];
+            for f in &filler {
+                if slot == Slot::Early {
+                    assert!(f.arrival_ms > probe.arrival_ms, "round {round}");
+                } else {
+                    assert!(f.arrival_ms < probe.arrival_ms, "round {round}");
+                }
+            }
+            let prefix = |r: &Request| r.prompt.tokens()[..32].to_vec();
+            assert_eq!(prefix(probe) == prefix(victim), intent != Class::Miss);
+            assert_eq!(pw.probe_hit[probes[0]], Some(intent != Class::Miss));
+        }
     }
 }

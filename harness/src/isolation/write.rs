@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::results::{ResultsError, Staging};
 
 use super::auc;
-use super::probe::{scope_name, Class, ProbeConfig, Slot, ScopeResult, BACKGROUND_OUTPUT_TOKENS};
+use super::probe::{scope_name, Class, ProbeConfig, ScopeResult, Slot, BACKGROUND_OUTPUT_TOKENS};
 
 /// One grid cell: a scope at a background load, through a noise level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
