@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::experiment::{self, ExperimentError, RunOptions};
-use crate::metrics::tiers::hit_device_tokens;
+use crate::metrics::tiers::{hit_device_tokens, ttft_parts};
 use crate::scenario::{PrefixScope, Scenario};
 use crate::workload::{Prompt, Request, Workload};
 
@@ -155,6 +155,9 @@ pub struct Probe {
     /// What the run's record says the probe hit (what the prober does not see).
     pub tier_hits: ProbeHits,
     pub slot: Slot,
+    /// The engine's TTFT in parts (queue, onload wait, prefill), ms: why a class is as fast as
+    /// it is (what the prober does not see).
+    pub ttft_parts_ms: [f64; 3],
     /// The engine's TTFT.
     pub ttft_ms: f64,
     /// What the prober measured: `ttft_ms` plus its noise (`noise.rs`); the AUC is taken on this.
@@ -449,9 +452,12 @@ pub fn run(
                     host_tokens: st.admission_tier_hits.host_tokens,
                     disk_tokens: st.admission_tier_hits.disk_tokens,
                 };
+                let parts = ttft_parts(st).map_or([0.0; 3], |p| {
+                    [p.queue_ns, p.onload_ns, p.prefill_ns].map(|ns| ns as f64 / 1e6)
+                });
                 seen.push((
                     st.request,
-                    (intended, slot),
+                    (intended, slot, parts),
                     first_ns.saturating_sub(st.arrival_ns) as f64 / 1e6,
                     st.cached_prompt_tokens,
                     tier_hits,
@@ -463,15 +469,18 @@ pub fn run(
                     .iter()
                     .zip(&draws)
                     .map(
-                        |(&(request, (intended, slot), ttft_ms, cached, tier_hits), &z)| Probe {
-                            request,
-                            hit: intended != Class::Miss,
-                            intended,
-                            tier_hits,
-                            slot,
-                            ttft_ms,
-                            observed_ttft_ms: noise::observed_ms(ttft_ms, noise_ms, z),
-                            cached_prompt_tokens: cached,
+                        |(&(request, (intended, slot, parts), ttft_ms, cached, tier_hits), &z)| {
+                            Probe {
+                                request,
+                                hit: intended != Class::Miss,
+                                intended,
+                                tier_hits,
+                                slot,
+                                ttft_parts_ms: parts,
+                                ttft_ms,
+                                observed_ttft_ms: noise::observed_ms(ttft_ms, noise_ms, z),
+                                cached_prompt_tokens: cached,
+                            }
                         },
                     )
                     .collect();

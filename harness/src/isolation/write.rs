@@ -387,13 +387,13 @@ fn classes_markdown(s: &mut String, j: &IsolationJson, filler: u64) {
 
 pub fn probes_csv(results: &[ScopeResult]) -> String {
     let mut s = String::from(
-        "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens,intended,slot,hit_device_tokens,hit_host_tokens,hit_disk_tokens,class\n",
+        "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens,intended,slot,hit_device_tokens,hit_host_tokens,hit_disk_tokens,class,ttft_queue_ms,ttft_onload_ms,ttft_prefill_ms\n",
     );
     for r in results {
         for p in &r.probes {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 scope_name(r.scope),
                 r.load_rps,
                 r.noise_ms,
@@ -407,7 +407,10 @@ pub fn probes_csv(results: &[ScopeResult]) -> String {
                 p.tier_hits.device_tokens,
                 p.tier_hits.host_tokens,
                 p.tier_hits.disk_tokens,
-                p.tier_hits.class().name()
+                p.tier_hits.class().name(),
+                p.ttft_parts_ms[0],
+                p.ttft_parts_ms[1],
+                p.ttft_parts_ms[2]
             );
         }
     }
