@@ -8,7 +8,7 @@ use serde_json::Value;
 use support::{kvbench, pairwise_auc};
 
 const PROBES_HEADER: &str =
-    "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens";
+    "scope,load_rps,noise_ms,request,hit,ttft_ms,observed_ttft_ms,cached_prompt_tokens,intended,slot,hit_device_tokens,hit_host_tokens,hit_disk_tokens,class,ttft_queue_ms,ttft_onload_ms,ttft_prefill_ms";
 
 /// `probes.csv`'s rows, split, after checking its header.
 fn probe_rows(out: &std::path::Path) -> Vec<Vec<String>> {

@@ -1,7 +1,9 @@
 //! `kvbench isolation SCENARIO --out DIR [--load R,..] [--noise-ms S,..]`: how much a probing
 //! tenant learns about another tenant's prompts from its own TTFT, for prefix scope global, tenant
 //! and none, at each background load and measurement-noise level. Writes `isolation.json`,
-//! `isolation.md` and `probes.csv`; exit 2 on bad input.
+//! `isolation.md` and `probes.csv`; exit 2 on bad input. With `[cache.host_tier]` in the scenario
+//! (or set with `--set`), the prober also waits behind filler traffic so some repeats find the
+//! victim's prefix in the host tier, and each cell reports the three hit classes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +49,11 @@ pub struct Args {
     /// Probe workload seed (default: the scenario's).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// With a host tier: tokens of the prober's filler traffic per round, sent between its early
+    /// and late probe to push the victim's prefix off the device (default: 1.5 × the device's KV
+    /// slots). Refused without `[cache.host_tier]`.
+    #[arg(long, value_name = "TOKENS")]
+    pub filler_tokens: Option<u64>,
     /// Override a scenario key (repeatable), as for `run`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
@@ -88,6 +95,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(args.gap_ms.is_finite() && args.gap_ms > 0.0) {
         return Err(bad("--gap-ms: must be a positive number".into()));
     }
+    if args.filler_tokens == Some(0) {
+        return Err(bad("--filler-tokens: must be at least 1".into()));
+    }
     check_levels("--load", &args.load)?;
     check_levels("--noise-ms", &args.noise_ms)?;
     let scenario = load_all(std::slice::from_ref(&args.scenario), &args.overrides)?
@@ -100,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         prefix_tokens: args.prefix_tokens,
         gap_ms: args.gap_ms,
         seed: args.seed.unwrap_or(scenario.seed),
+        filler_tokens: args.filler_tokens,
         ..ProbeConfig::default()
     };
     let opts = RunOptions {
@@ -108,6 +119,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         invariant_check_every: 0,
         ..RunOptions::default()
     };
+    if args.filler_tokens.is_some() && scenario.cache.host_tier.is_none() {
+        return Err(bad(format!(
+            "--filler-tokens: {} has no [cache.host_tier] to push the victim's prefix into",
+            args.scenario.display()
+        )));
+    }
+    let cfg = probe::resolve(&scenario, &cfg, &opts).map_err(|e| bad(e.to_string()))?;
     let results = probe::run(&scenario, &cfg, &args.load, &args.noise_ms, &opts)
         .map_err(|e| bad(e.to_string()))?;
     let json = write::to_json(
@@ -131,6 +149,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             s.hit_probes,
             s.miss_probes
         );
+        if let Some(c) = &s.classes {
+            let show = |p: &write::PairJson| match (p.auc, p.auc_ci) {
+                (Some(a), Some([lo, hi])) => format!("{a:.3} [{lo:.3}, {hi:.3}]"),
+                _ => "-".into(),
+            };
+            println!(
+                "        classes device {} host {} miss {}: host hit vs miss {}, device hit vs \
+                 miss {}, device vs host {}; intended-host landed host {} device {} miss {}",
+                c.device_probes,
+                c.host_probes,
+                c.miss_probes,
+                show(&c.observed.host_hit),
+                show(&c.observed.device_hit),
+                show(&c.observed.device_vs_host),
+                c.intended_host.host,
+                c.intended_host.device,
+                c.intended_host.miss,
+            );
+        }
     }
     println!("wrote {}", args.out.join("isolation.json").display());
     Ok(ExitCode::SUCCESS)
