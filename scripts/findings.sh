@@ -181,6 +181,11 @@ done
 # 7. The isolation boundary: AUC per scope x background load x measurement noise.
 step "isolation"
 kv isolation isolation "$CHAT" --backend sim --probes "$PROBES" --load 0,16 --noise-ms 0,20,200 --out "$OUT/isolation"
+#    With a host tier a hit comes in two classes (on the device, or pushed to host memory and
+#    onloaded): the prober's filler traffic pushes the victim's prefix to the host between its
+#    early and late probe slots.
+kv isolation-tier isolation scenarios/conversation-tiered-8b-h200.toml --backend sim --probes "$PROBES" \
+  --load 0,4 --noise-ms 0,5 --out "$OUT/isolation-tier"
 
 # 8. When the machinery is not worth it: one short request on an idle device; uniform short
 #    lengths; a contiguous reservation sized by prompt + output; and chat as it ships, for contrast.

@@ -485,6 +485,36 @@ def main():
     iso_lo = ci_lo.__getitem__
     g0, t0 = auc[("global", loads[0], noises[0])], auc[("tenant", loads[0], noises[0])]
     gl, gn = auc[("global", loads[-1], noises[0])], auc[("global", loads[0], noises[-1])]
+    # With a host tier: the second, slower hit class (figures of isolation-tier/isolation.json).
+    isot = read_json(os.path.join(out, "isolation-tier", "isolation.json"))
+    tl, tn = isot["loads_rps"], isot["noises_ms"]
+    tcell = {(c["scope"], c["load_rps"], c["noise_ms"]): c for c in isot["grid"]}
+
+    def tier_auc(scope, load, noise, pair, by_intent=False):
+        cls = tcell[(scope, load, noise)]["classes"]
+        p = cls["by_intent"][pair] if by_intent else cls[pair]
+        name = f"intent_{pair}" if by_intent else pair
+        key = f"isot.{scope}.l{level(load)}.n{level(noise)}.{name}.auc"
+        if p["auc"] is None:
+            return ("—", "(no probes in a class)")
+        return (fd.add(key, p["auc"], p["auc_ci"][0], p["auc_ci"][1]), fmt_ci(*p["auc_ci"]))
+
+    th = tier_auc("global", tl[0], tn[0], "host_hit")
+    tdh = tier_auc("global", tl[0], tn[0], "device_vs_host")
+    tdhn = tier_auc("global", tl[0], tn[-1], "device_vs_host")
+    thl = tier_auc("global", tl[-1], tn[0], "host_hit")
+    tt = tier_auc("tenant", tl[0], tn[0], "host_hit", by_intent=True)
+    tier_reading = (
+        " With a host tier (conversation-tiered-8b-h200, the prober's filler traffic pushing the "
+        "victim's prefix from the device to host memory between its early and late probes), a "
+        "host hit is a second, slower hit class: told from a miss at AUC {} {} on an idle device, "
+        "and from a device hit at {} {} ({} {} at {} ms of noise), so the prober also learns how "
+        "long ago the prefix was sent; at {} req/s of background load the host class reads {} {}; "
+        "under tenant scope the late repeats read as fresh prompts ({} {}).".format(
+            th[0], th[1], tdh[0], tdh[1], tdhn[0], tdhn[1], level(tn[-1]), level(tl[-1]),
+            thl[0], thl[1], tt[0], tt[1],
+        )
+    )
     section(
         "The isolation boundary",
         "With prefixes shared globally and no background load, a tenant tells another's prefix "
@@ -498,7 +528,8 @@ def main():
             else "enough noise hides a hit as well as the scope does, but a prober can average its "
             "noise away over repeated probes; the scope closes the channel, which is why reuse is "
             "scoped per tenant by default.",
-        ),
+        )
+        + tier_reading,
         ["isolation"],
         start,
     )

@@ -347,6 +347,41 @@ fn expected(out: &Path, key: &str) -> Expected {
             let (a, ci) = auc_with_interval(&hits, &misses);
             Expected::Num(a, Some(ci))
         }
+        ["isot", scope, load, noise, pair, "auc"] => {
+            // With a host tier: each class as the run's hit columns say (`class`), a hit against
+            // the misses of its own probe slot; by intent, a late repeat against a late fresh one.
+            let load = level(load.strip_prefix('l').unwrap());
+            let noise = level(noise.strip_prefix('n').unwrap());
+            let rows = read_csv(&out.join("isolation-tier/probes.csv"));
+            let of = |col: &str, value: &str, slot: Option<&str>| -> Vec<f64> {
+                rows.iter()
+                    .filter(|r| {
+                        r["scope"] == *scope
+                            && r["load_rps"].parse::<f64>().unwrap() == load
+                            && r["noise_ms"].parse::<f64>().unwrap() == noise
+                            && r[col] == value
+                            && slot.is_none_or(|s| r["slot"] == s)
+                    })
+                    .map(|r| r["observed_ttft_ms"].parse().unwrap())
+                    .collect()
+            };
+            let (faster, slower) = match *pair {
+                "host_hit" => (of("class", "host", None), of("class", "miss", Some("late"))),
+                "device_hit" => (
+                    of("class", "device", None),
+                    of("class", "miss", Some("early")),
+                ),
+                "device_vs_host" => (of("class", "device", None), of("class", "host", None)),
+                "intent_host_hit" => (
+                    of("intended", "host", None),
+                    of("intended", "miss", Some("late")),
+                ),
+                other => panic!("{key}: unknown pair {other}"),
+            };
+            assert!(!faster.is_empty() && !slower.is_empty(), "{key}: no probes");
+            let (a, ci) = auc_with_interval(&faster, &slower);
+            Expected::Num(a, Some(ci))
+        }
         ["idle", where_, "verdict"] => {
             let pairs: Vec<(f64, f64)> = seed_dirs(out, "idle", where_)
                 .iter()
@@ -501,6 +536,9 @@ fn quick_findings_recompute_from_the_runs_files() {
         "nopay.h4g.paged.offload_gib",
         "iso.global.l0.n0.auc",
         "iso.tenant.l0.n0.auc",
+        "isot.global.l0.n0.host_hit.auc",
+        "isot.global.l0.n0.device_vs_host.auc",
+        "isot.tenant.l0.n0.intent_host_hit.auc",
         "idle.sim.paged.req_ttft_ms",
         "sweep.uniform.ratio",
         "sweep.exact.ratio",
@@ -513,6 +551,9 @@ fn quick_findings_recompute_from_the_runs_files() {
     assert!(values["plan.llama3-70b.bytes_per_token"] > values["plan.llama3-8b.bytes_per_token"]);
     assert!(values["forks.cpu.paged.max_rel_err"] < 1e-3);
     assert!(values["iso.global.l0.n0.auc"] > values["iso.tenant.l0.n0.auc"]);
+    assert!(
+        values["isot.global.l0.n0.host_hit.auc"] > values["isot.tenant.l0.n0.intent_host_hit.auc"]
+    );
     tier_runs_are_what_they_say(&out, &values);
     // Every command the findings cite is one the script ran.
     let commands = std::fs::read_to_string(out.join("commands.tsv")).unwrap();
