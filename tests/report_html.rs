@@ -322,3 +322,101 @@ fn the_browser_check_catches_an_empty_plot_and_a_failed_load() {
     assert!(marker.contains("is empty"), "{marker}");
     assert!(marker.contains("missing.png"), "{marker}");
 }
+
+/// The `<svg>` of the figure that follows `marker` (a plot title) in `html`.
+fn svg_after<'a>(html: &'a str, marker: &str) -> &'a str {
+    let at = html
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker:?} in the page"));
+    let start = html[..at].rfind("<svg").expect("an svg around the title");
+    let end = at + html[at..].find("</svg>").expect("its end");
+    &html[start..end]
+}
+
+#[test]
+fn a_suite_over_host_tier_capacities_plots_hit_share_and_ttft_from_each_cells_summary() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("suite");
+    let caps = ["256 KiB", "1 MiB"];
+    let (code, text) = kvbench(&[
+        "suite",
+        "scenarios/quick-tiered.toml",
+        "--backend",
+        "sim",
+        "--check-every",
+        "0",
+        "--set",
+        &format!(
+            "cache.host_tier.capacity=[\"{}\", \"{}\"]",
+            caps[0], caps[1]
+        ),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let html = read(&out.join("report.html"));
+    assert_self_contained(&html, "suite page");
+    // The embedded points: one per cell, each a copy of its summary.json's paged run.
+    let open = "<script type=\"application/json\" class=\"tier-capacity-data\" data-scenario=\"quick-tiered\"";
+    let at = html.find(open).expect("the embedded data");
+    let body = &html[at..];
+    let json = &body[body.find('>').expect(">") + 1..body.find("</script>").expect("end")];
+    let points: Vec<serde_json::Value> = serde_json::from_str(json).expect("points");
+    assert_eq!(points.len(), caps.len(), "{json}");
+    let mut achieved = Vec::new();
+    for (p, cap) in points.iter().zip(caps) {
+        let dir = out.join(format!("quick-tiered-host{}", cap.replace(' ', "")));
+        assert_eq!(p["dir"].as_str(), dir.file_name().and_then(|n| n.to_str()));
+        assert_eq!(p["host_tier"], cap);
+        let s: serde_json::Value =
+            serde_json::from_str(&read(&dir.join("summary.json"))).expect("summary");
+        let paged = s["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .find(|r| r["cache"] == "paged")
+            .expect("paged run");
+        let pc = &paged["prefix_cache"];
+        for (key, want) in [
+            ("capacity_bytes", &paged["tiers"][0]["capacity_bytes"]),
+            ("achieved_hit_rate", &pc["achieved_hit_rate"]),
+            ("optimum_hit_rate", &pc["bounds"]["optimum_hit_rate"]),
+            ("ceiling_hit_rate", &pc["bounds"]["ceiling_hit_rate"]),
+            ("ttft_p50_ms", &paged["ttft_ms"]["p50"]),
+            ("ttft_p99_ms", &paged["ttft_ms"]["p99"]),
+        ] {
+            assert!(want.is_number(), "{}: {key} missing", dir.display());
+            assert_eq!(&p[key], want, "{}: {key}", dir.display());
+        }
+        let (a, o, c) = (
+            p["achieved_hit_rate"].as_f64().expect("achieved"),
+            p["optimum_hit_rate"].as_f64().expect("optimum"),
+            p["ceiling_hit_rate"].as_f64().expect("ceiling"),
+        );
+        assert!(
+            o >= a && c >= o,
+            "{cap}: achieved {a}, optimum {o}, ceiling {c}"
+        );
+        achieved.push(a);
+    }
+    assert!(
+        achieved[1] > achieved[0],
+        "the larger tier keeps more heads: {achieved:?}"
+    );
+    // The plots draw those points: three series of hit share (a marker per point each), named
+    // in the legend, and TTFT p50 and p99.
+    let share = svg_after(
+        &html,
+        "Prefix hit share against host-tier capacity, quick-tiered",
+    );
+    for label in ["achieved", "offline optimum", "infinite-cache ceiling"] {
+        assert!(share.contains(&format!("\n{label}\n")), "legend {label}");
+    }
+    assert_eq!(share.matches("<circle").count(), 3 * caps.len(), "{share}");
+    let ttft = svg_after(&html, "TTFT against host-tier capacity, quick-tiered");
+    for label in ["TTFT p50", "TTFT p99"] {
+        assert!(ttft.contains(&format!("\n{label}\n")), "legend {label}");
+    }
+    assert_eq!(ttft.matches("<circle").count(), 2 * caps.len(), "{ttft}");
+    browser_check(&out.join("report.html"));
+}

@@ -15,6 +15,7 @@
 mod run;
 mod suite;
 mod sweep;
+mod tiers;
 mod verdict;
 
 use std::path::{Path, PathBuf};

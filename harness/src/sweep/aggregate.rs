@@ -7,6 +7,11 @@
 //! covers both the spread between workload draws and the search's own resolution (with one seed
 //! it is the bracket `[a, b]`). Throughput at target and the paged/contiguous ratio take the
 //! same form over their per-seed brackets.
+//!
+//! A scenario listing several host-tier capacities adds `capacities[]`: per capacity, the paged
+//! run searched at it and its ratio to the one contiguous run; `runs` keeps its two entries (the
+//! paged one at the first listed capacity, marked with `host_tier`), so a reader of `runs` sees
+//! what the scenario as run would give.
 
 use serde::Serialize;
 
@@ -30,6 +35,9 @@ pub struct SloJson {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeJson {
     pub cache: String,
+    /// The host-tier capacity the probe ran at, when the scenario lists several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<String>,
     pub seed: u64,
     pub load: f64,
     pub offered_rps: f64,
@@ -82,6 +90,9 @@ pub struct SeedJson {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunJson {
     pub cache: String,
+    /// The host-tier capacity of this paged run, when the scenario lists several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_tier: Option<String>,
     pub rate_at_target_rps: Option<f64>,
     pub rate_at_target_rps_ci: [f64; 2],
     /// The passing probes' achieved rate (completed requests per second), mean over seeds:
@@ -126,9 +137,27 @@ pub struct SweepJson {
     pub runs: Vec<RunJson>,
     pub ratio_paged_over_contiguous: Option<f64>,
     pub ratio_paged_over_contiguous_ci: [f64; 2],
+    /// Per listed host-tier capacity (in the scenario's order), when it lists several: the
+    /// paged run searched at it. The first is `runs`' paged entry; the ratio above is its.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capacities: Vec<CapacityJson>,
     /// Every run check passed (invariants, reclamation) in every probe.
     pub checks_ok: bool,
     pub check_failures: Vec<String>,
+}
+
+/// One host-tier capacity of a sweep over several.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityJson {
+    /// As the scenario writes it (`"16 GiB"`).
+    pub host_tier: String,
+    /// Its bytes (`null` only if it no longer parses).
+    pub host_tier_bytes: Option<u64>,
+    /// The paged cache searched at this capacity (its `rate_at_target_rps` with its interval).
+    pub paged: RunJson,
+    /// Over the contiguous run (which has no tier, so is the same for every capacity).
+    pub ratio_paged_over_contiguous: Option<f64>,
+    pub ratio_paged_over_contiguous_ci: [f64; 2],
 }
 
 /// `[mean(a) − t·sd(a)/√n, mean(b) + t·sd(b)/√n]`, clamped at 0 (module doc).
@@ -157,7 +186,7 @@ fn both(ends: [Option<f64>; 2]) -> Option<[f64; 2]> {
     Some([ends[0]?, ends[1]?])
 }
 
-fn probe_json(cache: &str, p: &Probe) -> ProbeJson {
+fn probe_json(cache: &str, host_tier: Option<&String>, p: &Probe) -> ProbeJson {
     let p99 = |h: &LatencyHist| {
         let r = stats::quantile_rank_interval(h.count(), stats::P99, stats::CONFIDENCE);
         let ms = |k: u64| h.value_at_rank_ns(k) as f64 / 1e6;
@@ -170,6 +199,7 @@ fn probe_json(cache: &str, p: &Probe) -> ProbeJson {
     let (itl_p99_ms, itl_ci) = p99(&p.itl_hist);
     ProbeJson {
         cache: cache.into(),
+        host_tier: host_tier.cloned(),
         seed: p.seed,
         load: p.load,
         offered_rps: p.offered_rps,
@@ -222,7 +252,7 @@ fn brackets(by: By, searches: &[&SeedSearch]) -> Option<Brackets> {
     Some(out)
 }
 
-fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
+fn run_json(by: By, cache: &str, host_tier: Option<&String>, searches: &[&SeedSearch]) -> RunJson {
     let per_seed: Vec<SeedJson> = searches
         .iter()
         .map(|s| SeedJson {
@@ -279,7 +309,7 @@ fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
     };
     let mut probes: Vec<ProbeJson> = searches
         .iter()
-        .flat_map(|s| s.probes.iter().map(|p| probe_json(cache, p)))
+        .flat_map(|s| s.probes.iter().map(|p| probe_json(cache, host_tier, p)))
         .collect();
     probes.sort_by(|x, y| x.seed.cmp(&y.seed).then(x.load.total_cmp(&y.load)));
     let achieved: Vec<f64> = searches
@@ -289,6 +319,7 @@ fn run_json(by: By, cache: &str, searches: &[&SeedSearch]) -> RunJson {
         .collect();
     RunJson {
         cache: cache.into(),
+        host_tier: host_tier.cloned(),
         rate_at_target_rps: rate,
         rate_at_target_rps_ci: rate_ci,
         achieved_at_target_rps: (rate.is_some() && !achieved.is_empty())
@@ -355,18 +386,51 @@ pub fn build(sweep: &Sweep) -> SweepJson {
     let by = sweep.config.search.by;
     let of =
         |mode| -> Vec<&SeedSearch> { sweep.searches.iter().filter(|s| s.mode == mode).collect() };
-    let (paged, contiguous) = (
+    let (all_paged, contiguous) = (
         of(kvbench_cache_api::CacheMode::Paged),
         of(kvbench_cache_api::CacheMode::Contiguous),
     );
+    // The listed capacities in search order (empty when the scenario lists one or none).
+    let mut caps: Vec<&String> = Vec::new();
+    for c in all_paged.iter().filter_map(|s| s.host_tier.as_ref()) {
+        if !caps.contains(&c) {
+            caps.push(c);
+        }
+    }
+    let at = |cap: Option<&String>| -> Vec<&SeedSearch> {
+        all_paged
+            .iter()
+            .copied()
+            .filter(|s| s.host_tier.as_ref() == cap)
+            .collect()
+    };
+    let paged = at(caps.first().copied());
+    let capacities: Vec<CapacityJson> = caps
+        .iter()
+        .map(|&c| {
+            let searches = at(Some(c));
+            let (r, r_ci) = ratio(by, &searches, &contiguous);
+            CapacityJson {
+                host_tier: c.clone(),
+                host_tier_bytes: crate::units::parse_bytes(c).ok(),
+                paged: run_json(by, "paged", Some(c), &searches),
+                ratio_paged_over_contiguous: r,
+                ratio_paged_over_contiguous_ci: r_ci,
+            }
+        })
+        .collect();
     let workload_hashes = sweep.workload_hashes.clone();
     let (ratio, ratio_ci) = ratio(by, &paged, &contiguous);
     let mut check_failures = Vec::new();
     for s in &sweep.searches {
         for p in &s.probes {
             for f in &p.check_failures {
+                let host = s
+                    .host_tier
+                    .as_ref()
+                    .map_or(String::new(), |h| format!(" host {h}"));
                 check_failures.push(format!(
-                    "{} seed {} load {}: {f}",
+                    "{}{host} seed {} load {}: {f}",
                     s.mode.name(),
                     s.seed,
                     p.load
@@ -395,11 +459,12 @@ pub fn build(sweep: &Sweep) -> SweepJson {
         max_extend: sweep.config.search.max_extend,
         base_requests: sweep.scenario.traffic.requests,
         runs: vec![
-            run_json(by, "paged", &paged),
-            run_json(by, "contiguous", &contiguous),
+            run_json(by, "paged", caps.first().copied(), &paged),
+            run_json(by, "contiguous", None, &contiguous),
         ],
         ratio_paged_over_contiguous: ratio,
         ratio_paged_over_contiguous_ci: ratio_ci,
+        capacities,
         checks_ok: check_failures.is_empty(),
         check_failures,
     }

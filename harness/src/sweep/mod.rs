@@ -2,7 +2,8 @@
 //! search ([`search`]) finds the highest load at which the scenario's `[slo]` holds, each probe
 //! judged with an interval ([`verdict`], [`stats`]) over a trimmed window ([`window`]); the
 //! searches run in parallel (rayon). [`aggregate`] turns them into `sweep.json` and `sweep.md`
-//! ([`write`]).
+//! ([`write`]). A scenario listing several host-tier capacities is searched once per capacity
+//! for the paged cache (the contiguous baseline has no tier: one search serves them all).
 
 pub mod aggregate;
 pub mod load;
@@ -157,18 +158,28 @@ pub fn run(s: &Scenario, config: &SweepConfig) -> Result<Sweep, SweepError> {
                 .map_err(|e| SweepError::Experiment(ExperimentError::Workload(e)))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let cells: Vec<(CacheMode, u64)> = [CacheMode::Paged, CacheMode::Contiguous]
-        .into_iter()
-        .flat_map(|m| config.seeds.iter().map(move |&seed| (m, seed)))
-        .collect();
+    // Paged once per listed capacity (capacities outer, then seeds), then contiguous.
+    let variants = host_tier_variants(s);
+    let mut cells: Vec<(CacheMode, Option<String>, &Scenario, u64)> = Vec::new();
+    for (cap, v) in &variants {
+        for &seed in &config.seeds {
+            cells.push((CacheMode::Paged, cap.clone(), v, seed));
+        }
+    }
+    for &seed in &config.seeds {
+        cells.push((CacheMode::Contiguous, None, s, seed));
+    }
     let searches: Vec<SeedSearch> = cells
         .par_iter()
-        .map(|&(mode, seed)| {
+        .map(|(mode, cap, v, seed)| {
             let opts = RunOptions {
-                seed: Some(seed),
+                seed: Some(*seed),
                 ..config.opts.clone()
             };
-            search::search(s, &config.search, mode, &opts)
+            search::search(v, &config.search, *mode, &opts).map(|mut x| {
+                x.host_tier = cap.clone();
+                x
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(Sweep {
@@ -178,6 +189,34 @@ pub fn run(s: &Scenario, config: &SweepConfig) -> Result<Sweep, SweepError> {
         workload_hashes,
         searches,
     })
+}
+
+/// The host-tier capacities `s` lists when it lists several (as written), else empty: a scenario
+/// with one capacity or none sweeps as it always did.
+pub fn host_tier_capacities(s: &Scenario) -> Vec<String> {
+    match s.cache.host_tier.as_ref().map(|h| h.capacity.as_slice()) {
+        Some(caps) if caps.len() > 1 => caps.to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// The scenario at each capacity it lists (`(Some(capacity), scenario at it)`), or itself alone
+/// (`None`) when it lists one or none. Every listed capacity was checked when the scenario
+/// loaded.
+fn host_tier_variants(s: &Scenario) -> Vec<(Option<String>, Scenario)> {
+    let caps = host_tier_capacities(s);
+    if caps.is_empty() {
+        return vec![(None, s.clone())];
+    }
+    caps.into_iter()
+        .map(|c| {
+            let mut v = s.clone();
+            if let Some(h) = v.cache.host_tier.as_mut() {
+                h.capacity = crate::scenario::Capacities::One(c.clone());
+            }
+            (Some(c), v)
+        })
+        .collect()
 }
 
 /// Write `sweep.json` and `sweep.md` of `sweep` into `out` (atomically: a temporary folder

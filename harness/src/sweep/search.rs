@@ -33,6 +33,9 @@ pub struct SearchConfig {
 pub struct SeedSearch {
     pub mode: CacheMode,
     pub seed: u64,
+    /// The host-tier capacity this paged search ran at, as the scenario writes it, when the
+    /// scenario lists several (each its own search); `None` otherwise.
+    pub host_tier: Option<String>,
     pub probes: Vec<Probe>,
     /// Index of the highest passing probe.
     pub pass: Option<usize>,
@@ -148,6 +151,7 @@ pub fn search(
     Ok(SeedSearch {
         mode,
         seed: opts.seed.unwrap_or(base.seed),
+        host_tier: None,
         probes,
         pass,
         fail,

@@ -127,7 +127,9 @@ pub fn oversaturated(r: &RunRecord, w: &Window) -> bool {
     let (mut ttft_xs, mut ttft_ms) = (Vec::new(), Vec::new());
     for s in firsts.iter().filter(|s| in_window(w, s)) {
         let t = s.intended_arrival_ns;
-        let x = (t - w.start_ns) as f64 / 1e9;
+        // Signed: the window is a range of request ids, and a later turn of a session (its id
+        // allocated with the session) may arrive before the window's first arrival.
+        let x = (t as f64 - w.start_ns as f64) / 1e9;
         let arrived = arrivals.partition_point(|&a| a <= t);
         let gone = left.partition_point(|&l| l <= t);
         xs.push(x);

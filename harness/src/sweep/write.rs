@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::aggregate::{ProbeJson, SweepJson};
+use super::aggregate::{ProbeJson, RunJson, SweepJson};
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
@@ -24,6 +24,81 @@ fn verdict_cell(p: &ProbeJson) -> String {
         let _ = write!(s, ", {}x requests", p.request_factor);
     }
     s
+}
+
+/// The runs whose probes are listed: `runs`, or — over several host-tier capacities — each
+/// capacity's paged run and then the contiguous one (so the first capacity is not listed twice).
+fn probe_runs(j: &SweepJson) -> Vec<&RunJson> {
+    if j.capacities.is_empty() {
+        return j.runs.iter().collect();
+    }
+    j.capacities
+        .iter()
+        .map(|c| &c.paged)
+        .chain(j.runs.iter().filter(|r| r.host_tier.is_none()))
+        .collect()
+}
+
+/// A probe's cache column: the mode, and the capacity where the sweep lists several.
+fn cache_cell(p: &ProbeJson) -> String {
+    match &p.host_tier {
+        Some(h) => format!("{} (host {h})", p.cache),
+        None => p.cache.clone(),
+    }
+}
+
+/// A run's cache column: the mode, and the capacity where the sweep lists several.
+fn run_cell(r: &RunJson) -> String {
+    match &r.host_tier {
+        Some(h) => format!("{} (host {h})", r.cache),
+        None => r.cache.clone(),
+    }
+}
+
+/// Rate at target against host-tier capacity: one row per capacity for the paged cache, and the
+/// contiguous baseline stated once (it has no tier).
+fn capacity_table(j: &SweepJson) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Rate at target by host-tier capacity
+
+| host tier | paged rate at target (req/s offered) | 95% interval | achieved there (req/s) | throughput at target (tok/s) | 95% interval | TTFT p99 (ms) | paged / contiguous | 95% interval |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for c in &j.capacities {
+        let r = &c.paged;
+        let _ = writeln!(
+            md,
+            "| {} | {}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1} | {} | [{:.3}, {:.3}] |",
+            c.host_tier,
+            opt(r.rate_at_target_rps, 3),
+            if r.capped { " (search limit)" } else { "" },
+            r.rate_at_target_rps_ci[0],
+            r.rate_at_target_rps_ci[1],
+            opt(r.achieved_at_target_rps, 3),
+            opt(r.throughput_at_target_tokens_per_s, 1),
+            r.throughput_at_target_tokens_per_s_ci[0],
+            r.throughput_at_target_tokens_per_s_ci[1],
+            r.ttft_ms.p99,
+            opt(c.ratio_paged_over_contiguous, 3),
+            c.ratio_paged_over_contiguous_ci[0],
+            c.ratio_paged_over_contiguous_ci[1],
+        );
+    }
+    if let Some(r) = j.runs.iter().find(|r| r.host_tier.is_none()) {
+        let _ = writeln!(
+            md,
+            "
+The {} cache has no host tier: one search serves every capacity, rate at target {} req/s offered [{:.3}, {:.3}]. The first table shows the paged cache at the first capacity listed.
+",
+            r.cache,
+            opt(r.rate_at_target_rps, 3),
+            r.rate_at_target_rps_ci[0],
+            r.rate_at_target_rps_ci[1],
+        );
+    }
+    md
 }
 
 /// The markdown table of a sweep: one row per cache mode, then every probe.
@@ -59,7 +134,7 @@ pub fn markdown(j: &SweepJson) -> String {
         let _ = writeln!(
             md,
             "| {} | {}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1} | {:.1} |",
-            r.cache,
+            run_cell(r),
             opt(r.rate_at_target_rps, 3),
             if r.capped { " (search limit)" } else { "" },
             r.rate_at_target_rps_ci[0],
@@ -79,16 +154,19 @@ pub fn markdown(j: &SweepJson) -> String {
         j.ratio_paged_over_contiguous_ci[0],
         j.ratio_paged_over_contiguous_ci[1]
     );
+    if !j.capacities.is_empty() {
+        md.push_str(&capacity_table(j));
+    }
     let _ = writeln!(
         md,
         "## Probes\n\n| cache | seed | load | offered (req/s) | achieved (req/s) | throughput (tok/s) | TTFT p99 (ms) [95%] | ITL p99 (ms) [95%] | attainment [95%] | samples | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
-    for r in &j.runs {
+    for r in probe_runs(j) {
         for p in &r.probes {
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} {} | {:.1} {} | {:.3} [{:.3}, {:.3}] | {} | {} |",
-                p.cache,
+                cache_cell(p),
                 p.seed,
                 p.load,
                 p.offered_rps,
@@ -142,6 +220,21 @@ pub fn summary_lines(j: &SweepJson) -> String {
         j.ratio_paged_over_contiguous_ci[0],
         j.ratio_paged_over_contiguous_ci[1]
     );
+    for c in &j.capacities {
+        let r = &c.paged;
+        let _ = writeln!(
+            s,
+            "  paged, host {:<9} rate at target {} req/s offered [{:.3}, {:.3}], paged/contiguous {} [{:.3}, {:.3}]{}",
+            c.host_tier,
+            opt(r.rate_at_target_rps, 3),
+            r.rate_at_target_rps_ci[0],
+            r.rate_at_target_rps_ci[1],
+            opt(c.ratio_paged_over_contiguous, 3),
+            c.ratio_paged_over_contiguous_ci[0],
+            c.ratio_paged_over_contiguous_ci[1],
+            if r.capped { " (search limit: a lower bound)" } else { "" }
+        );
+    }
     s
 }
 

@@ -1,6 +1,7 @@
 //! The page of a suite folder: `suite.csv`'s table, headline bars per cell (throughput and p99
 //! TTFT, paged against contiguous), the block-size trade-off of every scenario run at several
-//! block sizes, and links to each cell's own page. Works on a suite written before `suite.json`
+//! block sizes, hit share and TTFT against host-tier capacity for every scenario run at several
+//! ([`super::tiers`]), and links to each cell's own page. Works on a suite written before `suite.json`
 //! existed (the committed reference) from `suite.csv` and the cell folders alone.
 
 use std::path::{Path, PathBuf};
@@ -531,6 +532,11 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
                 &format!("{s} at each block size it lists: `kv_waste_fraction` and `throughput_tokens_per_s` of `suite.csv`, averaged over seeds; labels are block sizes."),
             ));
         }
+    }
+
+    if let Some(m) = &meta {
+        let ran: Vec<suite::Cell> = m.ran().into_iter().cloned().collect();
+        body.push_str(&super::tiers::section(dir, &ran)?);
     }
 
     let cells = cell_dirs(dir)?;

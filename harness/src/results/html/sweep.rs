@@ -151,6 +151,62 @@ fn probe_series(
     }
 }
 
+/// Rate at target against host-tier capacity, from `sweep.json`'s `capacities[]` (present only
+/// when the scenario lists several): one row per capacity for the paged cache, the contiguous
+/// baseline stated once below (it has no tier).
+fn capacity_table(dir: &Path, s: &Sweep) -> Result<String, ReportError> {
+    let path = dir.join("sweep.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| data::file_error(&path, e))?;
+    let j: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| data::file_error(&path, e))?;
+    let Some(caps) = j["capacities"].as_array().filter(|c| !c.is_empty()) else {
+        return Ok(String::new());
+    };
+    let f = |v: &serde_json::Value| v.as_f64();
+    let pair = |v: &serde_json::Value| Some([v[0].as_f64()?, v[1].as_f64()?]);
+    let head = [
+        "host tier",
+        "paged rate at target (req/s)",
+        "95% CI",
+        "throughput at target (tok/s)",
+        "95% CI",
+        "TTFT p50 / p99",
+        "paged ÷ contiguous",
+        "95% CI",
+    ]
+    .map(String::from);
+    let rows: Vec<Vec<String>> = caps
+        .iter()
+        .map(|c| {
+            let r = &c["paged"];
+            let dist = match (f(&r["ttft_ms"]["p50"]), f(&r["ttft_ms"]["p99"])) {
+                (Some(a), Some(b)) => format!("{} / {}", fmt_time_ms(a), fmt_time_ms(b)),
+                _ => "-".into(),
+            };
+            vec![
+                c["host_tier"].as_str().unwrap_or("-").to_string(),
+                num(f(&r["rate_at_target_rps"]), 3),
+                ci(pair(&r["rate_at_target_rps_ci"]), 3),
+                num(f(&r["throughput_at_target_tokens_per_s"]), 1),
+                ci(pair(&r["throughput_at_target_tokens_per_s_ci"]), 1),
+                dist,
+                num(f(&c["ratio_paged_over_contiguous"]), 3),
+                ci(pair(&c["ratio_paged_over_contiguous_ci"]), 3),
+            ]
+        })
+        .collect();
+    let mut out = String::from("<h2>Rate at target by host-tier capacity</h2>\n");
+    out.push_str(&table(&head, &rows));
+    if let Some(r) = s.runs.iter().find(|r| r.cache == "contiguous") {
+        out.push_str(&note(&format!(
+            "The contiguous cache has no host tier: one search serves every capacity (rate at target {} req/s, 95% CI {}). The summary above shows the paged cache at the first capacity listed.",
+            num(r.rate_at_target_rps, 3),
+            ci(r.rate_at_target_rps_ci, 3)
+        )));
+    }
+    Ok(out)
+}
+
 pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
     let s = data::sweep(dir)?;
     let title = format!("kvbench sweep: {}", s.scenario);
@@ -185,6 +241,7 @@ pub fn page(dir: &Path) -> Result<(String, String), ReportError> {
         num(s.ratio_paged_over_contiguous, 3),
         ci(s.ratio_paged_over_contiguous_ci, 3)
     ));
+    body.push_str(&capacity_table(dir, &s)?);
 
     let targets: Vec<(String, f64)> = s
         .runs
