@@ -245,3 +245,41 @@ fn force_never_replaces_a_folder_that_is_not_a_sweep() {
     assert!(text.contains("not a sweep folder"), "{text}");
     assert!(dir.path().join("precious.txt").is_file());
 }
+
+/// Sessions number their later turns with their first, so a window of request ids holds turns
+/// that arrive before the window's first arrival: the over-saturation check must take that
+/// offset signed (it once subtracted unsigned times and overflowed). Each mode's rate at target
+/// is one of its passing probes.
+#[test]
+fn a_sweep_over_multi_turn_sessions_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (code, text) = kvbench(&[
+        "sweep",
+        "scenarios/conversation-quick.toml",
+        "--backend",
+        "sim",
+        "--set",
+        "traffic.requests=200",
+        "--precision",
+        "25",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let all = probes(&j);
+    for r in runs {
+        let cache = r["cache"].as_str().unwrap();
+        let rate = r["rate_at_target_rps"].as_f64().expect("a rate at target");
+        assert!(rate > 0.0, "{cache}: {rate}");
+        assert!(
+            all.iter()
+                .any(|(c, _, load, verdict)| c == cache && *load == rate && verdict == "pass"),
+            "{cache}: rate {rate} is not a passing probe: {all:?}"
+        );
+    }
+}
