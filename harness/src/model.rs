@@ -23,6 +23,9 @@ mod presets;
 pub use groups::{LayerGroup, MLA_FP8_TILE};
 pub use presets::QWEN3_NEXT_STATE_BYTES;
 
+/// The window of `tiny-sliding`'s sliding layers, in tokens.
+pub const TINY_SLIDING_WINDOW: u32 = 12;
+
 /// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
 /// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
 /// for range).
@@ -335,6 +338,31 @@ impl ModelShape {
         }
     }
 
+    /// `tiny` with two sliding-window layers of window 12 before its two full ones: windows
+    /// shorter than a 16-token block and than the quick scenarios' prompts, so every run
+    /// attends past them, and off the block boundary, so an off-by-one shows.
+    pub fn tiny_sliding() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-sliding".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Sliding {
+                    layers: 2,
+                    window: TINY_SLIDING_WINDOW,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+            ],
+            ..t
+        }
+    }
+
     pub fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "llama3-8b" => Some(Self::llama3_8b()),
@@ -347,6 +375,7 @@ impl ModelShape {
             "gpt-oss-120b" => Some(Self::gpt_oss_120b()),
             "qwen3-next-80b" => Some(Self::qwen3_next_80b()),
             "tiny" => Some(Self::tiny()),
+            "tiny-sliding" => Some(Self::tiny_sliding()),
             _ => None,
         }
     }
@@ -362,6 +391,7 @@ impl ModelShape {
         "gpt-oss-120b",
         "qwen3-next-80b",
         "tiny",
+        "tiny-sliding",
     ];
 
     /// KV heads held by one device under tensor parallelism.

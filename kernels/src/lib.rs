@@ -17,13 +17,13 @@ pub mod kv_quant;
 pub mod model;
 
 pub use addressing::{PagedTable, Run, TokenAddressing};
-pub use attention::{attention, AttnDims, QuerySpan};
+pub use attention::{attention, attention_windowed, AttnDims, QuerySpan};
 pub use elem::KvElem;
 pub use error::KernelError;
 pub use fp8::Fp8Format;
 pub use kv::{write_kv, KvCache, LayerKv};
 pub use kv_quant::{KvQuant, ScaleGranularity};
-pub use model::{rank_token, ModelConfig, ModelWeights, StepSeq, Transformer};
+pub use model::{rank_token, LayerKind, ModelConfig, ModelWeights, StepSeq, Transformer};
 
 /// bf16 storage element, re-exported so callers need not depend on `half`.
 pub use half::bf16;

@@ -3,9 +3,10 @@
 use rayon::prelude::*;
 
 use crate::math::{matmul, rms_norm, rope, silu, softmax};
-use crate::{OracleConfig, OracleError, OracleWeights};
+use crate::{OracleAttention, OracleConfig, OracleError, OracleWeights};
 
 struct Layer {
+    attention: OracleAttention,
     attn_norm: Vec<f64>,
     wq: Vec<f64>,
     wk: Vec<f64>,
@@ -63,9 +64,24 @@ impl Model {
             c.kv_heads * c.head_dim,
             c.ffn_dim,
         );
+        if !c.attention.is_empty() && c.attention.len() != c.layers {
+            return Err(OracleError::Config(format!(
+                "{} attention kinds for {} layers",
+                c.attention.len(),
+                c.layers
+            )));
+        }
+        if c.attention
+            .contains(&OracleAttention::Sliding { window: 0 })
+        {
+            return Err(OracleError::Config(
+                "a sliding window holds at least one token".into(),
+            ));
+        }
         let mut layers = Vec::with_capacity(c.layers);
-        for l in &w.layers {
+        for (i, l) in w.layers.iter().enumerate() {
             layers.push(Layer {
+                attention: c.attention.get(i).copied().unwrap_or_default(),
                 attn_norm: widen("attn_norm", &l.attn_norm, d)?,
                 wq: widen("wq", &l.wq, d * qd)?,
                 wk: widen("wk", &l.wk, d * kvd)?,
@@ -147,22 +163,29 @@ impl Model {
         rope(&mut q, c.q_heads, hd, c.rope_theta);
         rope(&mut k, c.kv_heads, hd, c.rope_theta);
 
-        // Causal attention: position p, query head qh reads KV head qh / group over 0..=p.
+        // Causal attention: position p, query head qh reads KV head qh / group over first..=p,
+        // where first is 0, or for a sliding layer the oldest position inside its window.
         let group = c.q_heads / c.kv_heads;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut att = vec![0f64; n * qd];
         att.par_chunks_mut(qd).enumerate().for_each(|(p, out)| {
-            let mut scores = vec![0f64; p + 1];
+            let first = match l.attention {
+                OracleAttention::Full => 0,
+                OracleAttention::Sliding { window } => (p + 1).saturating_sub(window),
+            };
+            let mut scores = vec![0f64; p + 1 - first];
             for qh in 0..c.q_heads {
                 let kh = qh / group;
                 let qv = &q[p * qd + qh * hd..p * qd + (qh + 1) * hd];
-                for (t, s) in scores.iter_mut().enumerate() {
+                for (i, s) in scores.iter_mut().enumerate() {
+                    let t = first + i;
                     let kv = &k[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
                     *s = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>() * scale;
                 }
                 softmax(&mut scores);
                 let o = &mut out[qh * hd..(qh + 1) * hd];
-                for (t, &pr) in scores.iter().enumerate() {
+                for (i, &pr) in scores.iter().enumerate() {
+                    let t = first + i;
                     let vv = &v[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
                     for (ov, vx) in o.iter_mut().zip(vv) {
                         *ov += pr * vx;

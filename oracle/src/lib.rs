@@ -9,12 +9,23 @@
 //! Conventions it shares with the model by contract (not by code): matrices are row-major
 //! `[in, out]` (`y = x · W`), RoPE pairs element `i` with `i + head_dim/2` at angle
 //! `pos × theta^(-2i/head_dim)`, query head `h` reads KV head `h / (q_heads / kv_heads)`,
-//! attention scale `1/sqrt(head_dim)`, SiLU-gated MLP `down(silu(gate(x)) ⊙ up(x))`.
+//! attention scale `1/sqrt(head_dim)`, SiLU-gated MLP `down(silu(gate(x)) ⊙ up(x))`; a sliding
+//! layer of window `w` lets the query at `p` read positions `p + 1 − w ..= p` only.
 
 mod forward;
 mod math;
 
 pub use forward::Model;
+
+/// What one layer attends to (the model's contract, restated here as plain data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OracleAttention {
+    /// Positions `0 ..= p` for the query at `p`.
+    #[default]
+    Full,
+    /// Positions `p + 1 − window ..= p` (those that exist) for the query at `p`.
+    Sliding { window: usize },
+}
 
 use thiserror::Error;
 
@@ -30,6 +41,8 @@ pub struct OracleConfig {
     pub vocab: usize,
     pub rope_theta: f64,
     pub norm_eps: f64,
+    /// One per layer, in order; empty means every layer is [`OracleAttention::Full`].
+    pub attention: Vec<OracleAttention>,
 }
 
 /// One layer's weights (the f32 values the backend uses; widened to f64 exactly).

@@ -27,6 +27,7 @@ fn config(layers: usize, q_heads: usize, kv_heads: usize) -> OracleConfig {
         vocab: 20,
         rope_theta: 10_000.0,
         norm_eps: 1e-5,
+        attention: Vec::new(),
     }
 }
 

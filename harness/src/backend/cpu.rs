@@ -25,8 +25,8 @@ pub use check::{
     FP8_E4M3_TOLERANCE, FP8_E5M2_TOLERANCE, SAMPLE_ONE_IN,
 };
 pub use setup::{
-    kv_storage, model_config, oracle_for, shape_config, KvStorage, FP8_CALIBRATION_TOKENS,
-    MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
+    kv_storage, layer_kinds, model_config, oracle_for, seeded_model, shape_config, KvStorage,
+    FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
 pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
@@ -75,9 +75,7 @@ fn workspace_bytes(m: &Transformer, tokens: u64) -> u64 {
 
 impl CpuBackend {
     pub fn new(setup: &RunSetup) -> Result<CpuBackend, BackendError> {
-        let cfg = model_config(&setup.model)?;
-        let model = Transformer::seeded(cfg, setup.seed)
-            .map_err(|e| BackendError::Config(e.to_string()))?;
+        let model = seeded_model(&setup.model, setup.seed)?;
         let storage = kv_storage(&setup.model, &model)?;
         let slots = usize::try_from(setup.cache_slots).map_err(|_| {
             BackendError::Config(format!(

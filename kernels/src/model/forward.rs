@@ -1,9 +1,10 @@
 //! One forward step over a batch of sequence chunks (prefill chunks and decode tokens alike).
 
 use super::ops::{apply_rope, rms_norm, rope_inv_freq, rope_tables, silu_mul};
+use super::LayerKind;
 use super::{ModelConfig, ModelWeights};
 use crate::addressing::TokenAddressing;
-use crate::attention::{attention, AttnDims, QuerySpan};
+use crate::attention::{attention_windowed, AttnDims, QuerySpan};
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::gemm::matmul;
@@ -20,11 +21,14 @@ pub struct StepSeq<'a, A> {
     pub want_logits: bool,
 }
 
-/// The model: config, weights and RoPE frequencies.
+/// The model: config, weights, what each layer attends to and RoPE frequencies.
 #[derive(Debug, Clone)]
 pub struct Transformer {
     pub cfg: ModelConfig,
     pub weights: ModelWeights,
+    /// One per layer, in layer order (all [`LayerKind::Full`] unless
+    /// [`Transformer::with_layer_kinds`] said otherwise).
+    kinds: Vec<LayerKind>,
     inv_freq: Vec<f64>,
 }
 
@@ -49,10 +53,29 @@ impl Transformer {
         }
         let inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta);
         Ok(Transformer {
+            kinds: vec![LayerKind::Full; cfg.layers],
             cfg,
             weights,
             inv_freq,
         })
+    }
+
+    /// The same model with each layer's attention kind given (one per layer, in order). The
+    /// weights do not change: a sliding layer has a full layer's projections.
+    pub fn with_layer_kinds(mut self, kinds: Vec<LayerKind>) -> Result<Transformer, KernelError> {
+        check_len("layer kinds", self.cfg.layers, kinds.len())?;
+        if kinds.iter().any(|k| k.window() == Some(0)) {
+            return Err(KernelError::Config(
+                "a sliding window holds at least one token".into(),
+            ));
+        }
+        self.kinds = kinds;
+        Ok(self)
+    }
+
+    /// What each layer attends to, in layer order.
+    pub fn layer_kinds(&self) -> &[LayerKind] {
+        &self.kinds
     }
 
     /// A seeded model (see [`ModelWeights::random`]).
@@ -169,11 +192,12 @@ impl Transformer {
         let mut up = vec![0f32; n * f];
         let quant = kv.quant.as_ref();
         let scales = &mut kv.scales;
-        for (li, (lw, lkv)) in self
+        for (li, ((lw, lkv), kind)) in self
             .weights
             .layers
             .iter()
             .zip(kv.layers.iter_mut())
+            .zip(&self.kinds)
             .enumerate()
         {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
@@ -188,7 +212,16 @@ impl Transformer {
                 q.apply(li, 0, &mut lkv.k, ks, kh, hd, &slots, &first_slots)?;
                 q.apply(li, 1, &mut lkv.v, vs, kh, hd, &slots, &first_slots)?;
             }
-            attention(lkv, kv.num_slots, dims, &spans, &q, &mut att, scale)?;
+            attention_windowed(
+                lkv,
+                kv.num_slots,
+                dims,
+                &spans,
+                &q,
+                &mut att,
+                scale,
+                kind.window(),
+            )?;
             matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
 

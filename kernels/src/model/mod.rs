@@ -10,6 +10,28 @@ mod ops;
 mod weights;
 
 pub use forward::{StepSeq, Transformer};
+
+/// What one layer's attention attends to. Every kind shares the layer's weights and KV layout;
+/// only the keys a query sees differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerKind {
+    /// Every earlier position and the token itself.
+    #[default]
+    Full,
+    /// The last `window` positions, the token itself included (Gemma 3's and gpt-oss's local
+    /// layers). The cache still holds every position; the layer just never reads older ones.
+    Sliding { window: usize },
+}
+
+impl LayerKind {
+    /// The window a query's keys are cut to (`None`: the whole context).
+    pub fn window(self) -> Option<usize> {
+        match self {
+            LayerKind::Full => None,
+            LayerKind::Sliding { window } => Some(window),
+        }
+    }
+}
 pub use ops::{rank_token, rope_inv_freq};
 pub use weights::{LayerWeights, ModelWeights};
 

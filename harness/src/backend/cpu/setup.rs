@@ -1,10 +1,10 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
 
-use kvbench_kernels::{Fp8Format, KvQuant, ModelConfig, ScaleGranularity, Transformer};
-use kvbench_oracle::{OracleConfig, OracleLayer, OracleWeights};
+use kvbench_kernels::{Fp8Format, KvQuant, LayerKind, ModelConfig, ScaleGranularity, Transformer};
+use kvbench_oracle::{OracleAttention, OracleConfig, OracleLayer, OracleWeights};
 
 use crate::backend::BackendError;
-use crate::model::{Dtype, KvScale, ModelShape};
+use crate::model::{Dtype, KvScale, LayerGroup, ModelShape};
 
 /// RoPE base and RMSNorm epsilon of the CPU model (Llama's values).
 pub const ROPE_THETA: f64 = 10_000.0;
@@ -21,12 +21,7 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
             shape.name
         )));
     }
-    if let Some(key) = shape.non_full_group_key() {
-        return Err(BackendError::Config(format!(
-            "{key}: the cpu backend runs full-attention layers only; model {} has sliding, MLA or recurrent layer groups (use --backend sim)",
-            shape.name
-        )));
-    }
+    layer_kinds(shape)?;
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cpu backend runs tp = 1 only (model {} has tp = {})",
@@ -41,6 +36,59 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
         )));
     }
     shape_config(shape)
+}
+
+/// Each layer's attention kind, in layer order: the groups' layers one group after another,
+/// in the order the groups are listed (a group is a count, so this is the cpu model's choice of
+/// where its layers sit). Full and sliding groups run; a sliding group must have the model's KV
+/// heads and head dim (the cpu model has one KV layout). MLA and recurrent groups are refused,
+/// naming the group.
+pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
+    let mut kinds = Vec::with_capacity(shape.layers as usize);
+    for (i, g) in shape.layer_groups.iter().enumerate() {
+        let key = format!("model.layer_groups.{i} (attention = \"{}\")", g.kind());
+        let kind = match *g {
+            LayerGroup::Full { .. } => LayerKind::Full,
+            LayerGroup::Sliding { window, .. } => LayerKind::Sliding {
+                window: window as usize,
+            },
+            LayerGroup::Mla { .. } | LayerGroup::Recurrent { .. } => {
+                return Err(BackendError::Config(format!(
+                    "{key}: the cpu backend runs full and sliding attention layers only; model {} has {} layers (use --backend sim)",
+                    shape.name,
+                    g.kind()
+                )));
+            }
+        };
+        if g.heads() != Some((shape.kv_heads, shape.head_dim)) {
+            return Err(BackendError::Config(format!(
+                "{key}: the cpu model has one KV layout ({} KV heads of dim {}); this group's differs",
+                shape.kv_heads, shape.head_dim
+            )));
+        }
+        kinds.extend(std::iter::repeat_n(kind, g.layers() as usize));
+    }
+    if shape.layer_groups.is_empty() {
+        kinds.resize(shape.layers as usize, LayerKind::Full);
+    }
+    if kinds.len() != shape.layers as usize {
+        return Err(BackendError::Config(format!(
+            "model.layer_groups: the groups hold {} layers, model {} has {}",
+            kinds.len(),
+            shape.name,
+            shape.layers
+        )));
+    }
+    Ok(kinds)
+}
+
+/// The seeded cpu model of `shape`: its config ([`model_config`]) and each layer's kind.
+pub fn seeded_model(shape: &ModelShape, seed: u64) -> Result<Transformer, BackendError> {
+    let cfg = model_config(shape)?;
+    let kinds = layer_kinds(shape)?;
+    Transformer::seeded(cfg, seed)
+        .and_then(|m| m.with_layer_kinds(kinds))
+        .map_err(|e| BackendError::Config(e.to_string()))
 }
 
 /// Tokens of the fixed prompt static FP8 scales are calibrated on (ids `i × 7919 mod vocab`:
@@ -124,6 +172,14 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
         vocab: c.vocab,
         rope_theta: c.rope_theta,
         norm_eps: c.norm_eps as f64,
+        attention: model
+            .layer_kinds()
+            .iter()
+            .map(|k| match k.window() {
+                None => OracleAttention::Full,
+                Some(window) => OracleAttention::Sliding { window },
+            })
+            .collect(),
     };
     let weights = OracleWeights {
         embed: w.embed.clone(),
