@@ -79,6 +79,45 @@ fn tiny_sliding_passes_the_oracle_in_bf16_and_fp8() {
     assert!(fp8 > BF16_TOLERANCE, "fp8 {fp8:e}");
 }
 
+#[test]
+fn tiny_mla_passes_the_oracle_in_bf16_and_fp8() {
+    let seed = seed();
+    let bf16 = passes_the_oracle("tiny-mla", "bf16", seed);
+    let fp8 = passes_the_oracle("tiny-mla", "fp8_e4m3", seed);
+    assert!(fp8 > bf16, "fp8 {fp8:e} vs bf16 {bf16:e}");
+}
+
+#[test]
+fn an_mla_cache_holds_one_latent_row_a_token_and_swapped_projections_fail_the_oracle() {
+    let seed = seed();
+    let shape = ModelShape::tiny_mla();
+    let model = seeded_model(&shape, seed).expect("cpu model");
+    // One row of latent + RoPE values per token per layer, no V.
+    let kv: KvCache<f32> = model.new_cache(8);
+    for i in 0..2 {
+        assert_eq!(kv.rows_of(i), (64 + 16, 0));
+    }
+    assert_eq!(
+        kv.bytes_per_token() as u64,
+        shape.kv_bytes_per_token(),
+        "the store holds what the budget prices"
+    );
+    let oracle = oracle_for(&model).expect("oracle");
+    let toks = tokens(seed, 40, shape.vocab);
+    let reference = oracle.logits(&toks).expect("oracle logits");
+    let good = kvbench_oracle::rel_err(&cpu_logits(&model, &toks), &reference);
+    assert!(good <= F32_TOLERANCE, "seed {seed}: clean {good:e}");
+    // Planted: the cpu model's key and value up-projections swapped in one layer.
+    let mut bad = model.clone();
+    let m = bad.weights.layers[1].mla.as_mut().expect("an MLA layer");
+    std::mem::swap(&mut m.w_uk, &mut m.w_uv);
+    let err = kvbench_oracle::rel_err(&cpu_logits(&bad, &toks), &reference);
+    assert!(
+        err > BF16_TOLERANCE,
+        "seed {seed}: swapped projections agreed within {err:e}"
+    );
+}
+
 /// Prefills `tokens` through a scattered block table and returns the logits after the last
 /// one, with `model`'s own layer kinds.
 fn cpu_logits(model: &Transformer, tokens: &[u32]) -> Vec<f32> {
@@ -174,7 +213,7 @@ fn a_window_off_by_one_or_ignored_fails_the_oracle_check() {
 
 #[test]
 fn the_tiny_variants_are_presets_where_tiny_is() {
-    for name in ["tiny-sliding"] {
+    for name in ["tiny-sliding", "tiny-mla"] {
         assert!(ModelShape::PRESETS.contains(&name));
         let shape = ModelShape::preset(name).expect("preset");
         assert_eq!(shape.name, name);

@@ -363,6 +363,23 @@ impl ModelShape {
         }
     }
 
+    /// `tiny` with two MLA layers (DeepSeek-V3's layout scaled down): a 64-value latent and 16
+    /// RoPE values cached per token per layer, the 8 query heads' keys and values (head dim 32)
+    /// up-projected from it; no query low-rank projection.
+    pub fn tiny_mla() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-mla".into(),
+            layer_groups: vec![LayerGroup::Mla {
+                layers: t.layers,
+                latent_dim: 64,
+                rope_dim: 16,
+                q_lora_rank: 0,
+            }],
+            ..t
+        }
+    }
+
     pub fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "llama3-8b" => Some(Self::llama3_8b()),
@@ -376,6 +393,7 @@ impl ModelShape {
             "qwen3-next-80b" => Some(Self::qwen3_next_80b()),
             "tiny" => Some(Self::tiny()),
             "tiny-sliding" => Some(Self::tiny_sliding()),
+            "tiny-mla" => Some(Self::tiny_mla()),
             _ => None,
         }
     }
@@ -392,6 +410,7 @@ impl ModelShape {
         "qwen3-next-80b",
         "tiny",
         "tiny-sliding",
+        "tiny-mla",
     ];
 
     /// KV heads held by one device under tensor parallelism.

@@ -8,6 +8,7 @@
 
 pub mod addressing;
 pub mod attention;
+pub mod attention_mla;
 pub mod elem;
 pub mod error;
 pub mod fp8;
@@ -23,7 +24,9 @@ pub use error::KernelError;
 pub use fp8::Fp8Format;
 pub use kv::{write_kv, KvCache, LayerKv};
 pub use kv_quant::{KvQuant, ScaleGranularity};
-pub use model::{rank_token, LayerKind, ModelConfig, ModelWeights, StepSeq, Transformer};
+pub use model::{
+    rank_token, LayerKind, MlaWeights, ModelConfig, ModelWeights, StepSeq, Transformer,
+};
 
 /// bf16 storage element, re-exported so callers need not depend on `half`.
 pub use half::bf16;

@@ -25,6 +25,22 @@ pub enum OracleAttention {
     Full,
     /// Positions `p + 1 − window ..= p` (those that exist) for the query at `p`.
     Sliding { window: usize },
+    /// Multi-head latent attention over positions `0 ..= p`, computed here in the naive form:
+    /// every head's key and value expanded from the latent ([`OracleMla`]).
+    Mla { latent_dim: usize, rope_dim: usize },
+}
+
+/// An MLA layer's weights, row-major `[in, out]`: `wq` `[d, q_heads × (head_dim + rope_dim)]`
+/// (per head its no-RoPE part, then its RoPE part), `w_dkv` `[d, latent + rope_dim]` (the
+/// latent, then the key's RoPE part shared by the heads), `w_uk` and `w_uv` `[latent, q_heads ×
+/// head_dim]` (each head's no-RoPE key and its value from the latent). Scores are scaled by
+/// `1/sqrt(head_dim + rope_dim)`; RoPE over `rope_dim` uses `theta^(-2i/rope_dim)`.
+#[derive(Debug, Clone, Default)]
+pub struct OracleMla {
+    pub wq: Vec<f32>,
+    pub w_dkv: Vec<f32>,
+    pub w_uk: Vec<f32>,
+    pub w_uv: Vec<f32>,
 }
 
 use thiserror::Error;
@@ -57,6 +73,8 @@ pub struct OracleLayer {
     pub w_gate: Vec<f32>,
     pub w_up: Vec<f32>,
     pub w_down: Vec<f32>,
+    /// An MLA layer's projections (its `wq`, `wk`, `wv` above are then unused).
+    pub mla: Option<OracleMla>,
 }
 
 #[derive(Debug, Clone, Default)]

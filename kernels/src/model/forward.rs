@@ -1,5 +1,6 @@
 //! One forward step over a batch of sequence chunks (prefill chunks and decode tokens alike).
 
+use super::mla::{mla_attention, MlaStep};
 use super::ops::{apply_rope, rms_norm, rope_inv_freq, rope_tables, silu_mul};
 use super::LayerKind;
 use super::{ModelConfig, ModelWeights};
@@ -42,9 +43,23 @@ impl Transformer {
         check_len("layers", cfg.layers, weights.layers.len())?;
         for l in &weights.layers {
             check_len("attn_norm", d, l.attn_norm.len())?;
-            check_len("wq", d * cfg.q_dim(), l.wq.len())?;
-            check_len("wk", d * cfg.kv_dim(), l.wk.len())?;
-            check_len("wv", d * cfg.kv_dim(), l.wv.len())?;
+            if let Some(m) = &l.mla {
+                let (qh, hd, r) = (cfg.q_heads, cfg.head_dim, m.rope_dim);
+                if m.latent_dim == 0 || r == 0 || !r.is_multiple_of(2) {
+                    return Err(KernelError::Config(format!(
+                        "MLA latent_dim {} must be positive and rope_dim {r} even and positive",
+                        m.latent_dim
+                    )));
+                }
+                check_len("mla wq", d * qh * (hd + r), m.wq.len())?;
+                check_len("mla w_dkv", d * (m.latent_dim + r), m.w_dkv.len())?;
+                check_len("mla w_uk", m.latent_dim * qh * hd, m.w_uk.len())?;
+                check_len("mla w_uv", m.latent_dim * qh * hd, m.w_uv.len())?;
+            } else {
+                check_len("wq", d * cfg.q_dim(), l.wq.len())?;
+                check_len("wk", d * cfg.kv_dim(), l.wk.len())?;
+                check_len("wv", d * cfg.kv_dim(), l.wv.len())?;
+            }
             check_len("wo", cfg.q_dim() * d, l.wo.len())?;
             check_len("mlp_norm", d, l.mlp_norm.len())?;
             check_len("w_gate", d * cfg.ffn_dim, l.w_gate.len())?;
@@ -52,12 +67,33 @@ impl Transformer {
             check_len("w_down", cfg.ffn_dim * d, l.w_down.len())?;
         }
         let inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta);
+        let kinds = weights
+            .layers
+            .iter()
+            .map(|l| match &l.mla {
+                Some(m) => LayerKind::Mla {
+                    latent_dim: m.latent_dim,
+                    rope_dim: m.rope_dim,
+                },
+                None => LayerKind::Full,
+            })
+            .collect();
         Ok(Transformer {
-            kinds: vec![LayerKind::Full; cfg.layers],
+            kinds,
             cfg,
             weights,
             inv_freq,
         })
+    }
+
+    /// A seeded model whose layers are `kinds` ([`ModelWeights::random_with_kinds`]).
+    pub fn seeded_with_kinds(
+        cfg: ModelConfig,
+        kinds: Vec<LayerKind>,
+        seed: u64,
+    ) -> Result<Transformer, KernelError> {
+        let w = ModelWeights::random_with_kinds(&cfg, &kinds, seed)?;
+        Transformer::new(cfg, w)?.with_layer_kinds(kinds)
     }
 
     /// The same model with each layer's attention kind given (one per layer, in order). The
@@ -68,6 +104,15 @@ impl Transformer {
             return Err(KernelError::Config(
                 "a sliding window holds at least one token".into(),
             ));
+        }
+        // An MLA layer has its own weights: a kind may change only among full and sliding.
+        for (i, (new, old)) in kinds.iter().zip(&self.kinds).enumerate() {
+            let mla = |k: &LayerKind| matches!(k, LayerKind::Mla { .. });
+            if (mla(new) || mla(old)) && new != old {
+                return Err(KernelError::Config(format!(
+                    "layer {i}: weights for {old:?}, not {new:?}"
+                )));
+            }
         }
         self.kinds = kinds;
         Ok(self)
@@ -86,12 +131,12 @@ impl Transformer {
 
     /// A cache shaped for this model.
     pub fn new_cache<E: KvElem>(&self, num_slots: usize) -> KvCache<E> {
-        KvCache::new(
-            self.cfg.layers,
-            num_slots,
-            self.cfg.kv_heads,
-            self.cfg.head_dim,
-        )
+        let rows: Vec<(usize, usize)> = self
+            .kinds
+            .iter()
+            .map(|k| k.kv_rows(self.cfg.kv_dim()))
+            .collect();
+        KvCache::with_rows(&rows, num_slots, self.cfg.kv_heads, self.cfg.head_dim)
     }
 
     /// The amax of K and of V per layer per KV head over `tokens` run as one unquantised
@@ -118,12 +163,41 @@ impl Transformer {
                 .fold(0f32, |m, x| m.max(x.abs()))
         };
         let mut out = Vec::with_capacity(self.cfg.layers * 2 * kh);
-        for l in &kv.layers {
+        for (l, kind) in kv.layers.iter().zip(&self.kinds) {
             for buf in [&l.k, &l.v] {
-                out.extend((0..kh).map(|h| amax_of(buf, h)));
+                // An MLA layer takes no static scales (its latent's are per token): zeros keep
+                // the layout one entry per layer per KV head.
+                if matches!(kind, LayerKind::Mla { .. }) {
+                    out.extend(std::iter::repeat_n(0.0, kh));
+                } else {
+                    out.extend((0..kh).map(|h| amax_of(buf, h)));
+                }
             }
         }
         Ok(out)
+    }
+
+    /// The MLP half of a layer: `x += down(silu(gate(norm x)) ⊙ up(norm x))`.
+    #[allow(clippy::too_many_arguments)]
+    fn mlp(
+        &self,
+        lw: &super::LayerWeights,
+        x: &mut [f32],
+        h: &mut [f32],
+        gate: &mut [f32],
+        up: &mut [f32],
+        proj: &mut [f32],
+        n: usize,
+    ) -> Result<(), KernelError> {
+        let c = &self.cfg;
+        let (d, f) = (c.d_model, c.ffn_dim);
+        rms_norm(x, &lw.mlp_norm, c.norm_eps, h);
+        matmul(h, &lw.w_gate, gate, n, d, f)?;
+        matmul(h, &lw.w_up, up, n, d, f)?;
+        silu_mul(gate, up);
+        matmul(gate, &lw.w_down, proj, n, f, d)?;
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+        Ok(())
     }
 
     /// Runs one step: writes every new token's K/V into its slot and returns, per sequence, the
@@ -136,7 +210,11 @@ impl Transformer {
     ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
         let c = &self.cfg;
         let (d, qd, kvd, f) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
-        if kv.layers.len() != c.layers || kv.kv_heads != c.kv_heads || kv.head_dim != c.head_dim {
+        if kv.layers.len() != c.layers
+            || kv.kv_heads != c.kv_heads
+            || kv.head_dim != c.head_dim
+            || (0..c.layers).any(|i| kv.rows_of(i) != self.kinds[i].kv_rows(kvd))
+        {
             return Err(KernelError::Config(
                 "KV cache shape does not match the model".into(),
             ));
@@ -192,6 +270,14 @@ impl Transformer {
         let mut up = vec![0f32; n * f];
         let quant = kv.quant.as_ref();
         let scales = &mut kv.scales;
+        let mla_step = MlaStep {
+            cfg: c,
+            positions: &positions,
+            slots: &slots,
+            spans: &spans,
+            quant,
+            num_slots: kv.num_slots,
+        };
         for (li, ((lw, lkv), kind)) in self
             .weights
             .layers
@@ -201,6 +287,13 @@ impl Transformer {
             .enumerate()
         {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
+            if let Some(m) = &lw.mla {
+                mla_attention(&mla_step, m, &h, lkv, &mut att)?;
+                matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
+                x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+                self.mlp(lw, &mut x, &mut h, &mut gate, &mut up, &mut proj, n)?;
+                continue;
+            }
             matmul(&h, &lw.wq, &mut q, n, d, qd)?;
             matmul(&h, &lw.wk, &mut k, n, d, kvd)?;
             matmul(&h, &lw.wv, &mut v, n, d, kvd)?;
@@ -224,13 +317,7 @@ impl Transformer {
             )?;
             matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
-
-            rms_norm(&x, &lw.mlp_norm, c.norm_eps, &mut h);
-            matmul(&h, &lw.w_gate, &mut gate, n, d, f)?;
-            matmul(&h, &lw.w_up, &mut up, n, d, f)?;
-            silu_mul(&mut gate, &up);
-            matmul(&gate, &lw.w_down, &mut proj, n, f, d)?;
-            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+            self.mlp(lw, &mut x, &mut h, &mut gate, &mut up, &mut proj, n)?;
         }
 
         // Final norm and vocabulary projection, only for the rows whose logits are wanted.

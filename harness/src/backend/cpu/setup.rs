@@ -1,7 +1,7 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
 
 use kvbench_kernels::{Fp8Format, KvQuant, LayerKind, ModelConfig, ScaleGranularity, Transformer};
-use kvbench_oracle::{OracleAttention, OracleConfig, OracleLayer, OracleWeights};
+use kvbench_oracle::{OracleAttention, OracleConfig, OracleLayer, OracleMla, OracleWeights};
 
 use crate::backend::BackendError;
 use crate::model::{Dtype, KvScale, LayerGroup, ModelShape};
@@ -40,9 +40,9 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
 
 /// Each layer's attention kind, in layer order: the groups' layers one group after another,
 /// in the order the groups are listed (a group is a count, so this is the cpu model's choice of
-/// where its layers sit). Full and sliding groups run; a sliding group must have the model's KV
-/// heads and head dim (the cpu model has one KV layout). MLA and recurrent groups are refused,
-/// naming the group.
+/// where its layers sit). Full, sliding and MLA groups run; a full or sliding group must have
+/// the model's KV heads and head dim (the cpu model has one head layout), an MLA group an even
+/// `rope_dim` (RoPE pairs). Recurrent groups are refused, naming the group.
 pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
     let mut kinds = Vec::with_capacity(shape.layers as usize);
     for (i, g) in shape.layer_groups.iter().enumerate() {
@@ -52,15 +52,31 @@ pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
             LayerGroup::Sliding { window, .. } => LayerKind::Sliding {
                 window: window as usize,
             },
-            LayerGroup::Mla { .. } | LayerGroup::Recurrent { .. } => {
+            LayerGroup::Mla {
+                latent_dim,
+                rope_dim,
+                ..
+            } => {
+                if latent_dim == 0 || rope_dim == 0 || !rope_dim.is_multiple_of(2) {
+                    return Err(BackendError::Config(format!(
+                        "{key}: the cpu model needs a positive latent_dim and an even, positive rope_dim (RoPE pairs); got {latent_dim} and {rope_dim}"
+                    )));
+                }
+                LayerKind::Mla {
+                    latent_dim: latent_dim as usize,
+                    rope_dim: rope_dim as usize,
+                }
+            }
+            LayerGroup::Recurrent { .. } => {
                 return Err(BackendError::Config(format!(
-                    "{key}: the cpu backend runs full and sliding attention layers only; model {} has {} layers (use --backend sim)",
-                    shape.name,
-                    g.kind()
+                    "{key}: the cpu backend runs full, sliding and MLA attention layers only; model {} has recurrent layers (use --backend sim)",
+                    shape.name
                 )));
             }
         };
-        if g.heads() != Some((shape.kv_heads, shape.head_dim)) {
+        if g.heads()
+            .is_some_and(|h| h != (shape.kv_heads, shape.head_dim))
+        {
             return Err(BackendError::Config(format!(
                 "{key}: the cpu model has one KV layout ({} KV heads of dim {}); this group's differs",
                 shape.kv_heads, shape.head_dim
@@ -86,8 +102,7 @@ pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
 pub fn seeded_model(shape: &ModelShape, seed: u64) -> Result<Transformer, BackendError> {
     let cfg = model_config(shape)?;
     let kinds = layer_kinds(shape)?;
-    Transformer::seeded(cfg, seed)
-        .and_then(|m| m.with_layer_kinds(kinds))
+    Transformer::seeded_with_kinds(cfg, kinds, seed)
         .map_err(|e| BackendError::Config(e.to_string()))
 }
 
@@ -175,9 +190,16 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
         attention: model
             .layer_kinds()
             .iter()
-            .map(|k| match k.window() {
-                None => OracleAttention::Full,
-                Some(window) => OracleAttention::Sliding { window },
+            .map(|k| match *k {
+                LayerKind::Full => OracleAttention::Full,
+                LayerKind::Sliding { window } => OracleAttention::Sliding { window },
+                LayerKind::Mla {
+                    latent_dim,
+                    rope_dim,
+                } => OracleAttention::Mla {
+                    latent_dim,
+                    rope_dim,
+                },
             })
             .collect(),
     };
@@ -196,6 +218,12 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
                 w_gate: l.w_gate.clone(),
                 w_up: l.w_up.clone(),
                 w_down: l.w_down.clone(),
+                mla: l.mla.as_ref().map(|m| OracleMla {
+                    wq: m.wq.clone(),
+                    w_dkv: m.w_dkv.clone(),
+                    w_uk: m.w_uk.clone(),
+                    w_uv: m.w_uv.clone(),
+                }),
             })
             .collect(),
         final_norm: w.final_norm.clone(),
