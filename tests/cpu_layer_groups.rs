@@ -212,6 +212,40 @@ fn a_window_off_by_one_or_ignored_fails_the_oracle_check() {
 }
 
 #[test]
+fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_still_refuses_recurrent() {
+    for (shape, kind) in [
+        (ModelShape::tiny_sliding(), "sliding"),
+        (ModelShape::tiny_mla(), "mla"),
+    ] {
+        let err = kvbench::backend::cuda::setup::config(&shape)
+            .expect_err("cuda runs full layers only")
+            .to_string();
+        let key = format!("model.layer_groups.0 (attention = \"{kind}\")");
+        assert!(err.contains(&key), "{err}");
+        seeded_model(&shape, 1).expect("cpu runs it");
+    }
+    let mut hybrid = ModelShape::tiny();
+    hybrid.layer_groups = vec![
+        kvbench::model::LayerGroup::Full {
+            layers: 1,
+            kv_heads: 2,
+            head_dim: 32,
+        },
+        kvbench::model::LayerGroup::Recurrent {
+            layers: 1,
+            state_bytes: 4096,
+        },
+    ];
+    let err = seeded_model(&hybrid, 1)
+        .expect_err("cpu refuses recurrent layers")
+        .to_string();
+    assert!(
+        err.contains("model.layer_groups.1 (attention = \"recurrent\")"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_tiny_variants_are_presets_where_tiny_is() {
     for name in ["tiny-sliding", "tiny-mla"] {
         assert!(ModelShape::PRESETS.contains(&name));
