@@ -212,33 +212,34 @@ fn a_window_off_by_one_or_ignored_fails_the_oracle_check() {
 }
 
 #[test]
-fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_still_refuses_recurrent() {
-    for (shape, kind) in [
-        (ModelShape::tiny_sliding(), "sliding"),
-        (ModelShape::tiny_mla(), "mla"),
+fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_runs_them() {
+    for (shape, key) in [
+        (
+            ModelShape::tiny_sliding(),
+            "model.layer_groups.0 (attention = \"sliding\")",
+        ),
+        (
+            ModelShape::tiny_mla(),
+            "model.layer_groups.0 (attention = \"mla\")",
+        ),
+        (
+            ModelShape::tiny_hybrid(),
+            "model.layer_groups.1 (attention = \"recurrent\")",
+        ),
     ] {
         let err = kvbench::backend::cuda::setup::config(&shape)
             .expect_err("cuda runs full layers only")
             .to_string();
-        let key = format!("model.layer_groups.0 (attention = \"{kind}\")");
-        assert!(err.contains(&key), "{err}");
+        assert!(err.contains(key), "{err}");
         seeded_model(&shape, 1).expect("cpu runs it");
     }
-    let mut hybrid = ModelShape::tiny();
-    hybrid.layer_groups = vec![
-        kvbench::model::LayerGroup::Full {
-            layers: 1,
-            kv_heads: 2,
-            head_dim: 32,
-        },
-        kvbench::model::LayerGroup::Recurrent {
-            layers: 1,
-            state_bytes: 4096,
-        },
-    ];
-    let err = seeded_model(&hybrid, 1)
-        .expect_err("cpu refuses recurrent layers")
-        .to_string();
+    // A state the cpu cannot hold in f32 values is refused naming the group.
+    let mut odd = ModelShape::tiny_hybrid();
+    odd.layer_groups[1] = kvbench::model::LayerGroup::Recurrent {
+        layers: 2,
+        state_bytes: 6,
+    };
+    let err = seeded_model(&odd, 1).expect_err("odd state").to_string();
     assert!(
         err.contains("model.layer_groups.1 (attention = \"recurrent\")"),
         "{err}"
@@ -246,8 +247,62 @@ fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_still_refuses_recurre
 }
 
 #[test]
+fn tiny_hybrid_passes_the_oracle_in_bf16_and_fp8() {
+    let seed = seed();
+    let bf16 = passes_the_oracle("tiny-hybrid", "bf16", seed);
+    let fp8 = passes_the_oracle("tiny-hybrid", "fp8_e4m3", seed);
+    assert!(fp8 > bf16, "fp8 {fp8:e} vs bf16 {bf16:e}");
+}
+
+#[test]
+fn a_recurrent_state_not_carried_across_chunks_fails_the_oracle_check() {
+    let seed = seed();
+    let shape = ModelShape::tiny_hybrid();
+    let model = seeded_model(&shape, seed).expect("cpu model");
+    assert_eq!(model.state_len(), 2 * 64);
+    let oracle = oracle_for(&model).expect("oracle");
+    let toks = tokens(seed, 40, shape.vocab);
+    let reference = oracle.logits(&toks).expect("oracle logits");
+    let run = |carry: bool| {
+        let bs = 16;
+        let blocks: Vec<u32> = (0..3).rev().collect();
+        let mut kv: KvCache<f32> = model.new_cache(blocks.len() * bs);
+        let addr = PagedTable {
+            block_size: bs,
+            blocks: &blocks,
+        };
+        let mut states = vec![vec![0f32; model.state_len()]];
+        let mut last = None;
+        // The gates forget within tens of tokens: the reset is planted two tokens from the end.
+        for (start, end) in [(0, 38), (38, 40)] {
+            if !carry {
+                states[0].fill(0.0);
+            }
+            let seq = StepSeq {
+                addr: &addr,
+                start_pos: start,
+                tokens: &toks[start..end],
+                want_logits: end == toks.len(),
+            };
+            last = model
+                .forward_with_states(&mut kv, &[seq], &mut states)
+                .expect("forward")[0]
+                .clone();
+        }
+        kvbench_oracle::rel_err(&last.expect("logits"), &reference)
+    };
+    let good = run(true);
+    assert!(good <= F32_TOLERANCE, "seed {seed}: clean {good:e}");
+    let bad = run(false);
+    assert!(
+        bad > BF16_TOLERANCE,
+        "seed {seed}: a state reset mid-sequence agreed within {bad:e}"
+    );
+}
+
+#[test]
 fn the_tiny_variants_are_presets_where_tiny_is() {
-    for name in ["tiny-sliding", "tiny-mla"] {
+    for name in ["tiny-sliding", "tiny-mla", "tiny-hybrid"] {
         assert!(ModelShape::PRESETS.contains(&name));
         let shape = ModelShape::preset(name).expect("preset");
         assert_eq!(shape.name, name);

@@ -189,8 +189,8 @@ fn the_compute_backends_refuse_a_recurrent_group_before_any_work_and_sim_runs_it
             .output()
             .expect("run kvbench")
     };
-    let out = dir.path().join("cpu");
-    let o = run("cpu", &out);
+    let out = dir.path().join("cuda-emu");
+    let o = run("cuda-emu", &out);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(

@@ -380,6 +380,28 @@ impl ModelShape {
         }
     }
 
+    /// `tiny` with two full layers and then two recurrent ones (a gated linear recurrence of
+    /// 64 f32 values per sequence per layer, Qwen3-Next's and Jamba's mix scaled down).
+    pub fn tiny_hybrid() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-hybrid".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Recurrent {
+                    layers: 2,
+                    state_bytes: 64 * 4,
+                },
+            ],
+            ..t
+        }
+    }
+
     pub fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "llama3-8b" => Some(Self::llama3_8b()),
@@ -394,6 +416,7 @@ impl ModelShape {
             "tiny" => Some(Self::tiny()),
             "tiny-sliding" => Some(Self::tiny_sliding()),
             "tiny-mla" => Some(Self::tiny_mla()),
+            "tiny-hybrid" => Some(Self::tiny_hybrid()),
             _ => None,
         }
     }
@@ -411,6 +434,7 @@ impl ModelShape {
         "tiny",
         "tiny-sliding",
         "tiny-mla",
+        "tiny-hybrid",
     ];
 
     /// KV heads held by one device under tensor parallelism.

@@ -25,7 +25,8 @@ pub use fp8::Fp8Format;
 pub use kv::{write_kv, KvCache, LayerKv};
 pub use kv_quant::{KvQuant, ScaleGranularity};
 pub use model::{
-    rank_token, LayerKind, MlaWeights, ModelConfig, ModelWeights, StepSeq, Transformer,
+    rank_token, LayerKind, MlaWeights, ModelConfig, ModelWeights, RecurrentWeights, StepSeq,
+    Transformer,
 };
 
 /// bf16 storage element, re-exported so callers need not depend on `half`.

@@ -15,9 +15,19 @@ struct Mla {
     w_uv: Vec<f64>,
 }
 
+/// A recurrent layer's weights in f64.
+struct Recurrent {
+    state_dim: usize,
+    w_a: Vec<f64>,
+    w_u: Vec<f64>,
+    w_g: Vec<f64>,
+    w_out: Vec<f64>,
+}
+
 struct Layer {
     attention: OracleAttention,
     mla: Option<Mla>,
+    recurrent: Option<Recurrent>,
     attn_norm: Vec<f64>,
     wq: Vec<f64>,
     wk: Vec<f64>,
@@ -122,8 +132,25 @@ impl Model {
                 }
                 _ => None,
             };
+            let recurrent = match (attention, &l.recurrent) {
+                (OracleAttention::Recurrent { state_dim }, Some(r)) if state_dim > 0 => {
+                    Some(Recurrent {
+                        state_dim,
+                        w_a: widen("recurrent w_a", &r.w_a, d * state_dim)?,
+                        w_u: widen("recurrent w_u", &r.w_u, d * state_dim)?,
+                        w_g: widen("recurrent w_g", &r.w_g, d * state_dim)?,
+                        w_out: widen("recurrent w_out", &r.w_out, state_dim * d)?,
+                    })
+                }
+                (OracleAttention::Recurrent { .. }, _) | (_, Some(_)) => {
+                    return Err(OracleError::Config(format!(
+                        "layer {i}: recurrent weights (and a positive state_dim) go with a recurrent layer and only with one"
+                    )))
+                }
+                _ => None,
+            };
             let attn_w = |name, v: &[f32], n| {
-                if mla.is_some() {
+                if mla.is_some() || recurrent.is_some() {
                     Ok(Vec::new())
                 } else {
                     widen(name, v, n)
@@ -135,12 +162,17 @@ impl Model {
                 wq: attn_w("wq", &l.wq, d * qd)?,
                 wk: attn_w("wk", &l.wk, d * kvd)?,
                 wv: attn_w("wv", &l.wv, d * kvd)?,
-                wo: widen("wo", &l.wo, qd * d)?,
+                wo: if recurrent.is_some() {
+                    Vec::new()
+                } else {
+                    widen("wo", &l.wo, qd * d)?
+                },
                 mlp_norm: widen("mlp_norm", &l.mlp_norm, d)?,
                 w_gate: widen("w_gate", &l.w_gate, d * f)?,
                 w_up: widen("w_up", &l.w_up, d * f)?,
                 w_down: widen("w_down", &l.w_down, f * d)?,
                 mla,
+                recurrent,
             });
         }
         Ok(Model {
@@ -207,6 +239,28 @@ impl Model {
         let (d, hd) = (c.d_model, c.head_dim);
         let (qd, kvd) = (c.q_heads * hd, c.kv_heads * hd);
         let h = rms_norm(x, &l.attn_norm, c.norm_eps);
+        if let Some(r) = &l.recurrent {
+            // The recurrence, position by position from a zero state.
+            let sd = r.state_dim;
+            let a = matmul(&h, &r.w_a, n, d, sd);
+            let u = matmul(&h, &r.w_u, n, d, sd);
+            let g = matmul(&h, &r.w_g, n, d, sd);
+            let mut s = vec![0f64; sd];
+            let mut y = vec![0f64; n * sd];
+            for t in 0..n {
+                for j in 0..sd {
+                    let gate = 1.0 / (1.0 + (-a[t * sd + j]).exp());
+                    s[j] = gate * s[j] + (1.0 - gate) * u[t * sd + j];
+                    y[t * sd + j] = s[j] * silu(g[t * sd + j]);
+                }
+            }
+            let o = matmul(&y, &r.w_out, n, sd, d);
+            for (xv, ov) in x.iter_mut().zip(&o) {
+                *xv += ov;
+            }
+            self.mlp(l, x, n);
+            return;
+        }
         if let Some(m) = &l.mla {
             let att = self.mla_attention(m, &h, n);
             self.finish_layer(l, x, &att, n);
@@ -259,6 +313,13 @@ impl Model {
         for (xv, ov) in x.iter_mut().zip(&o) {
             *xv += ov;
         }
+        self.mlp(l, x, n);
+    }
+
+    /// The MLP and its residual.
+    fn mlp(&self, l: &Layer, x: &mut [f64], n: usize) {
+        let c = &self.cfg;
+        let d = c.d_model;
 
         let h = rms_norm(x, &l.mlp_norm, c.norm_eps);
         let mut gate = matmul(&h, &l.w_gate, n, d, c.ffn_dim);

@@ -28,6 +28,20 @@ pub enum OracleAttention {
     /// Multi-head latent attention over positions `0 ..= p`, computed here in the naive form:
     /// every head's key and value expanded from the latent ([`OracleMla`]).
     Mla { latent_dim: usize, rope_dim: usize },
+    /// A gated linear recurrence of `state_dim` values, from zeros at position 0
+    /// ([`OracleRecurrent`]).
+    Recurrent { state_dim: usize },
+}
+
+/// A recurrent layer's weights, row-major `[in, out]`: `w_a`, `w_u`, `w_g` `[d, state_dim]`,
+/// `w_out` `[state_dim, d]`. Per position, on the normed input h: `a = σ(h·w_a)`,
+/// `s = a ⊙ s + (1 − a) ⊙ (h·w_u)`, the layer adds `(s ⊙ silu(h·w_g))·w_out`.
+#[derive(Debug, Clone, Default)]
+pub struct OracleRecurrent {
+    pub w_a: Vec<f32>,
+    pub w_u: Vec<f32>,
+    pub w_g: Vec<f32>,
+    pub w_out: Vec<f32>,
 }
 
 /// An MLA layer's weights, row-major `[in, out]`: `wq` `[d, q_heads × (head_dim + rope_dim)]`
@@ -75,6 +89,8 @@ pub struct OracleLayer {
     pub w_down: Vec<f32>,
     /// An MLA layer's projections (its `wq`, `wk`, `wv` above are then unused).
     pub mla: Option<OracleMla>,
+    /// A recurrent layer's projections (its attention weights above are then unused).
+    pub recurrent: Option<OracleRecurrent>,
 }
 
 #[derive(Debug, Clone, Default)]

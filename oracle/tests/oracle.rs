@@ -57,6 +57,7 @@ fn weights(c: &OracleConfig, seed: u64) -> OracleWeights {
                 w_up: next(d * f),
                 w_down: next(f * d),
                 mla: None,
+                recurrent: None,
             })
             .collect(),
         final_norm: vec![1.0; d],

@@ -43,7 +43,15 @@ impl Transformer {
         check_len("layers", cfg.layers, weights.layers.len())?;
         for l in &weights.layers {
             check_len("attn_norm", d, l.attn_norm.len())?;
-            if let Some(m) = &l.mla {
+            if let Some(r) = &l.recurrent {
+                if r.state_dim == 0 {
+                    return Err(KernelError::Config("state_dim must be positive".into()));
+                }
+                check_len("recurrent w_a", d * r.state_dim, r.w_a.len())?;
+                check_len("recurrent w_u", d * r.state_dim, r.w_u.len())?;
+                check_len("recurrent w_g", d * r.state_dim, r.w_g.len())?;
+                check_len("recurrent w_out", r.state_dim * d, r.w_out.len())?;
+            } else if let Some(m) = &l.mla {
                 let (qh, hd, r) = (cfg.q_heads, cfg.head_dim, m.rope_dim);
                 if m.latent_dim == 0 || r == 0 || !r.is_multiple_of(2) {
                     return Err(KernelError::Config(format!(
@@ -60,7 +68,9 @@ impl Transformer {
                 check_len("wk", d * cfg.kv_dim(), l.wk.len())?;
                 check_len("wv", d * cfg.kv_dim(), l.wv.len())?;
             }
-            check_len("wo", cfg.q_dim() * d, l.wo.len())?;
+            if l.recurrent.is_none() {
+                check_len("wo", cfg.q_dim() * d, l.wo.len())?;
+            }
             check_len("mlp_norm", d, l.mlp_norm.len())?;
             check_len("w_gate", d * cfg.ffn_dim, l.w_gate.len())?;
             check_len("w_up", d * cfg.ffn_dim, l.w_up.len())?;
@@ -70,12 +80,15 @@ impl Transformer {
         let kinds = weights
             .layers
             .iter()
-            .map(|l| match &l.mla {
-                Some(m) => LayerKind::Mla {
+            .map(|l| match (&l.mla, &l.recurrent) {
+                (_, Some(r)) => LayerKind::Recurrent {
+                    state_dim: r.state_dim,
+                },
+                (Some(m), None) => LayerKind::Mla {
                     latent_dim: m.latent_dim,
                     rope_dim: m.rope_dim,
                 },
-                None => LayerKind::Full,
+                (None, None) => LayerKind::Full,
             })
             .collect();
         Ok(Transformer {
@@ -105,9 +118,11 @@ impl Transformer {
                 "a sliding window holds at least one token".into(),
             ));
         }
-        // An MLA layer has its own weights: a kind may change only among full and sliding.
+        // MLA and recurrent layers have their own weights: a kind may change only among full
+        // and sliding.
         for (i, (new, old)) in kinds.iter().zip(&self.kinds).enumerate() {
-            let mla = |k: &LayerKind| matches!(k, LayerKind::Mla { .. });
+            let mla =
+                |k: &LayerKind| matches!(k, LayerKind::Mla { .. } | LayerKind::Recurrent { .. });
             if (mla(new) || mla(old)) && new != old {
                 return Err(KernelError::Config(format!(
                     "layer {i}: weights for {old:?}, not {new:?}"
@@ -121,6 +136,19 @@ impl Transformer {
     /// What each layer attends to, in layer order.
     pub fn layer_kinds(&self) -> &[LayerKind] {
         &self.kinds
+    }
+
+    /// Values of one sequence's recurrent state, all recurrent layers (0 without any): what
+    /// [`forward_with_states`](Self::forward_with_states) carries per sequence, zero at
+    /// position 0.
+    pub fn state_len(&self) -> usize {
+        self.kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Recurrent { state_dim } => *state_dim,
+                _ => 0,
+            })
+            .sum()
     }
 
     /// A seeded model (see [`ModelWeights::random`]).
@@ -155,7 +183,8 @@ impl Transformer {
             tokens,
             want_logits: false,
         };
-        self.forward(&mut kv, &[seq])?;
+        let mut states = [vec![0f32; self.state_len()]];
+        self.forward_with_states(&mut kv, &[seq], &mut states)?;
         let (kh, hd) = (self.cfg.kv_heads, self.cfg.head_dim);
         let amax_of = |buf: &[f32], h: usize| {
             buf.chunks_exact(kh * hd)
@@ -167,7 +196,7 @@ impl Transformer {
             for buf in [&l.k, &l.v] {
                 // An MLA layer takes no static scales (its latent's are per token): zeros keep
                 // the layout one entry per layer per KV head.
-                if matches!(kind, LayerKind::Mla { .. }) {
+                if matches!(kind, LayerKind::Mla { .. } | LayerKind::Recurrent { .. }) {
                     out.extend(std::iter::repeat_n(0.0, kh));
                 } else {
                     out.extend((0..kh).map(|h| amax_of(buf, h)));
@@ -208,7 +237,29 @@ impl Transformer {
         kv: &mut KvCache<E>,
         seqs: &[StepSeq<'_, A>],
     ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
+        self.forward_with_states(kv, seqs, &mut [])
+    }
+
+    /// [`forward`](Self::forward) for a model with recurrent layers: `states[i]` is sequence
+    /// `i`'s state ([`state_len`](Self::state_len) values) after its positions before
+    /// `start_pos`, advanced here through its new tokens. The caller owns where states live and
+    /// that each is at its sequence's `start_pos` (zeros at 0). Without recurrent layers
+    /// `states` may be empty.
+    pub fn forward_with_states<E: KvElem, A: TokenAddressing>(
+        &self,
+        kv: &mut KvCache<E>,
+        seqs: &[StepSeq<'_, A>],
+        states: &mut [Vec<f32>],
+    ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
         let c = &self.cfg;
+        let state_len = self.state_len();
+        if state_len > 0 {
+            check_len("recurrent states", seqs.len(), states.len())?;
+            for st in states.iter() {
+                check_len("recurrent state", state_len, st.len())?;
+            }
+        }
+        let mut state_at = 0;
         let (d, qd, kvd, f) = (c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
         if kv.layers.len() != c.layers
             || kv.kv_heads != c.kv_heads
@@ -287,6 +338,13 @@ impl Transformer {
             .enumerate()
         {
             rms_norm(&x, &lw.attn_norm, c.norm_eps, &mut h);
+            if let Some(r) = &lw.recurrent {
+                let lens: Vec<usize> = seqs.iter().map(|s| s.tokens.len()).collect();
+                recurrent_layer(r, d, &h, &lens, states, state_at, &mut x)?;
+                state_at += r.state_dim;
+                self.mlp(lw, &mut x, &mut h, &mut gate, &mut up, &mut proj, n)?;
+                continue;
+            }
             if let Some(m) = &lw.mla {
                 mla_attention(&mla_step, m, &h, lkv, &mut att)?;
                 matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
@@ -358,4 +416,47 @@ impl Transformer {
         }
         Ok(out)
     }
+}
+
+/// One recurrent layer over the step's rows (sequences' new tokens in order, `lens` each):
+/// every sequence's state at `states[i][at..at + state_dim]` advanced token by token, and
+/// `x += (s ⊙ silu(h·W_g))·W_out` for each row.
+fn recurrent_layer(
+    r: &super::RecurrentWeights,
+    d: usize,
+    h: &[f32],
+    lens: &[usize],
+    states: &mut [Vec<f32>],
+    at: usize,
+    x: &mut [f32],
+) -> Result<(), KernelError> {
+    let (n, sd) = (lens.iter().sum::<usize>(), r.state_dim);
+    let mut a = vec![0f32; n * sd];
+    let mut u = vec![0f32; n * sd];
+    let mut g = vec![0f32; n * sd];
+    matmul(h, &r.w_a, &mut a, n, d, sd)?;
+    matmul(h, &r.w_u, &mut u, n, d, sd)?;
+    matmul(h, &r.w_g, &mut g, n, d, sd)?;
+    let mut y = vec![0f32; n * sd];
+    let mut row = 0;
+    for (&len, st) in lens.iter().zip(states.iter_mut()) {
+        let s = st.get_mut(at..at + sd).ok_or(KernelError::Shape {
+            what: "recurrent state",
+            expected: at + sd,
+            got: 0,
+        })?;
+        for t in row..row + len {
+            for j in 0..sd {
+                let gate = 1.0 / (1.0 + (-a[t * sd + j]).exp());
+                s[j] = gate * s[j] + (1.0 - gate) * u[t * sd + j];
+                let gv = g[t * sd + j];
+                y[t * sd + j] = s[j] * gv / (1.0 + (-gv).exp());
+            }
+        }
+        row += len;
+    }
+    let mut out = vec![0f32; n * d];
+    matmul(&y, &r.w_out, &mut out, n, sd, d)?;
+    x.iter_mut().zip(&out).for_each(|(xv, o)| *xv += o);
+    Ok(())
 }

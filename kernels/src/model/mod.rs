@@ -28,6 +28,10 @@ pub enum LayerKind {
     /// key and value are up-projections of the latent (`head_dim` each), computed in the
     /// absorbed form (see [`crate::attention_mla`]). Its own weights ([`MlaWeights`]).
     Mla { latent_dim: usize, rope_dim: usize },
+    /// A gated linear recurrence with a `state_dim` state per sequence, no per-token cache
+    /// ([`RecurrentWeights`]): `a = σ(h·W_a)`, `s ← a ⊙ s + (1 − a) ⊙ (h·W_u)`, output
+    /// `(s ⊙ silu(h·W_g))·W_out`, token by token from a zero state at position 0.
+    Recurrent { state_dim: usize },
 }
 
 impl LayerKind {
@@ -46,12 +50,13 @@ impl LayerKind {
                 latent_dim,
                 rope_dim,
             } => (latent_dim + rope_dim, 0),
+            LayerKind::Recurrent { .. } => (0, 0),
             _ => (kv_dim, kv_dim),
         }
     }
 }
 pub use ops::{rank_token, rope_inv_freq};
-pub use weights::{LayerWeights, MlaWeights, ModelWeights};
+pub use weights::{LayerWeights, MlaWeights, ModelWeights, RecurrentWeights};
 
 use crate::error::KernelError;
 

@@ -33,6 +33,21 @@ pub struct LayerWeights {
     /// An MLA layer's projections (`wq`, `wk`, `wv` are then empty; `wo` is shared: the
     /// heads' values are `head_dim` wide as in a full layer).
     pub mla: Option<MlaWeights>,
+    /// A recurrent layer's projections (`wq`, `wk`, `wv`, `wo` are then empty).
+    pub recurrent: Option<RecurrentWeights>,
+}
+
+/// A gated linear recurrence's projections, row-major `[in, out]`
+/// ([`LayerKind::Recurrent`]).
+#[derive(Debug, Clone)]
+pub struct RecurrentWeights {
+    pub state_dim: usize,
+    /// `[d_model, state_dim]` each: the decay gate, the input, the output gate.
+    pub w_a: Vec<f32>,
+    pub w_u: Vec<f32>,
+    pub w_g: Vec<f32>,
+    /// `[state_dim, d_model]`
+    pub w_out: Vec<f32>,
 }
 
 /// Multi-head latent attention's projections, each row-major `[in, out]`.
@@ -90,6 +105,9 @@ impl ModelWeights {
                 + l.mla.as_ref().map_or(0, |m| {
                     m.wq.len() + m.w_dkv.len() + m.w_uk.len() + m.w_uv.len()
                 })
+                + l.recurrent.as_ref().map_or(0, |r| {
+                    r.w_a.len() + r.w_u.len() + r.w_g.len() + r.w_out.len()
+                })
         };
         self.embed.len()
             + self.layers.iter().map(layer).sum::<usize>()
@@ -120,6 +138,28 @@ impl ModelWeights {
             .iter()
             .map(|kind| {
                 let attn_norm = gains(&mut rng, d);
+                if let LayerKind::Recurrent { state_dim } = *kind {
+                    let r = RecurrentWeights {
+                        state_dim,
+                        w_a: uniform(&mut rng, d * state_dim, inv(d)),
+                        w_u: uniform(&mut rng, d * state_dim, inv(d)),
+                        w_g: uniform(&mut rng, d * state_dim, inv(d)),
+                        w_out: uniform(&mut rng, state_dim * d, inv(state_dim)),
+                    };
+                    return LayerWeights {
+                        attn_norm,
+                        wq: Vec::new(),
+                        wk: Vec::new(),
+                        wv: Vec::new(),
+                        wo: Vec::new(),
+                        mlp_norm: gains(&mut rng, d),
+                        w_gate: uniform(&mut rng, d * cfg.ffn_dim, inv(d)),
+                        w_up: uniform(&mut rng, d * cfg.ffn_dim, inv(d)),
+                        w_down: uniform(&mut rng, cfg.ffn_dim * d, inv(cfg.ffn_dim)),
+                        mla: None,
+                        recurrent: Some(r),
+                    };
+                }
                 let (wq, wk, wv, mla) = match *kind {
                     LayerKind::Mla {
                         latent_dim,
@@ -153,6 +193,7 @@ impl ModelWeights {
                     w_up: uniform(&mut rng, d * cfg.ffn_dim, inv(d)),
                     w_down: uniform(&mut rng, cfg.ffn_dim * d, inv(cfg.ffn_dim)),
                     mla,
+                    recurrent: None,
                 }
             })
             .collect();

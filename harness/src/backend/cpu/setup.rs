@@ -1,7 +1,9 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
 
 use kvbench_kernels::{Fp8Format, KvQuant, LayerKind, ModelConfig, ScaleGranularity, Transformer};
-use kvbench_oracle::{OracleAttention, OracleConfig, OracleLayer, OracleMla, OracleWeights};
+use kvbench_oracle::{
+    OracleAttention, OracleConfig, OracleLayer, OracleMla, OracleRecurrent, OracleWeights,
+};
 
 use crate::backend::BackendError;
 use crate::model::{Dtype, KvScale, LayerGroup, ModelShape};
@@ -42,7 +44,8 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
 /// in the order the groups are listed (a group is a count, so this is the cpu model's choice of
 /// where its layers sit). Full, sliding and MLA groups run; a full or sliding group must have
 /// the model's KV heads and head dim (the cpu model has one head layout), an MLA group an even
-/// `rope_dim` (RoPE pairs). Recurrent groups are refused, naming the group.
+/// `rope_dim` (RoPE pairs), a recurrent group `state_bytes` a whole number of f32 values (its
+/// state is kept in f32 whatever the KV dtype).
 pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
     let mut kinds = Vec::with_capacity(shape.layers as usize);
     for (i, g) in shape.layer_groups.iter().enumerate() {
@@ -67,11 +70,14 @@ pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
                     rope_dim: rope_dim as usize,
                 }
             }
-            LayerGroup::Recurrent { .. } => {
-                return Err(BackendError::Config(format!(
-                    "{key}: the cpu backend runs full, sliding and MLA attention layers only; model {} has recurrent layers (use --backend sim)",
-                    shape.name
-                )));
+            LayerGroup::Recurrent { state_bytes, .. } => {
+                let state_dim = usize::try_from(state_bytes / 4).unwrap_or(0);
+                if state_dim == 0 || !state_bytes.is_multiple_of(4) || state_dim > 1 << 20 {
+                    return Err(BackendError::Config(format!(
+                        "{key}: the cpu model keeps a recurrent state in f32: state_bytes must be a positive multiple of 4, at most 4 MiB (got {state_bytes})"
+                    )));
+                }
+                LayerKind::Recurrent { state_dim }
             }
         };
         if g.heads()
@@ -200,6 +206,7 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
                     latent_dim,
                     rope_dim,
                 },
+                LayerKind::Recurrent { state_dim } => OracleAttention::Recurrent { state_dim },
             })
             .collect(),
     };
@@ -223,6 +230,12 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
                     w_dkv: m.w_dkv.clone(),
                     w_uk: m.w_uk.clone(),
                     w_uv: m.w_uv.clone(),
+                }),
+                recurrent: l.recurrent.as_ref().map(|r| OracleRecurrent {
+                    w_a: r.w_a.clone(),
+                    w_u: r.w_u.clone(),
+                    w_g: r.w_g.clone(),
+                    w_out: r.w_out.clone(),
                 }),
             })
             .collect(),

@@ -178,10 +178,11 @@ impl KvStore {
         &mut self,
         model: &Transformer,
         seqs: &[StepSeq<'_, Addr<'_>>],
+        states: &mut [Vec<f32>],
     ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
         match self {
-            KvStore::F32(c) => model.forward(c, seqs),
-            KvStore::Bf16(c) => model.forward(c, seqs),
+            KvStore::F32(c) => model.forward_with_states(c, seqs, states),
+            KvStore::Bf16(c) => model.forward_with_states(c, seqs, states),
         }
     }
 }
