@@ -326,3 +326,46 @@ fn the_tiny_variants_are_presets_where_tiny_is() {
         );
     }
 }
+
+fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
+    let mut all = vec![
+        "traffic.requests=24".to_string(),
+        "model.preset=tiny-hybrid".to_string(),
+        "model.kv_dtype=bf16".to_string(),
+    ];
+    all.extend(sets.iter().map(|s| s.to_string()));
+    kvbench::scenario::load(&root().join("scenarios/quick-mixed.toml"), &all).expect("scenario")
+}
+
+/// Forks copy the recurrent state, preemption by recompute rebuilds it, swaps keep it: a
+/// run with all three (and cancellations) passes the oracle once the prefix cache is off.
+/// With it on, a prefix hit would skip the recurrent layers' prefill, and the run stops with
+/// the reason.
+#[test]
+fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
+    let seed = seed();
+    let opts = RunOptions {
+        backend: BackendKind::Cpu,
+        seed: Some(seed),
+        ..RunOptions::default()
+    };
+    let exp = experiment::run_scenario(&mixed(&["scheduler.prefix_cache=false"]), &opts)
+        .expect("cpu run");
+    assert!(
+        exp.failures().is_empty(),
+        "seed {seed}: {:?}",
+        exp.failures()
+    );
+    assert_eq!(exp.token_mismatch, None, "seed {seed}");
+    for r in &exp.runs {
+        let n = r.end.numerics.expect("cpu reports numerics");
+        assert!(n.ok && n.checked_steps > 0, "seed {seed}: {n:?}");
+    }
+    let err = experiment::run_scenario(&mixed(&[]), &opts)
+        .map(|e| format!("{:?}", e.failures()))
+        .unwrap_or_else(|e| e.to_string());
+    assert!(
+        err.contains("scheduler.prefix_cache = false"),
+        "seed {seed}: {err}"
+    );
+}
