@@ -135,16 +135,16 @@ fn deepseek_dense_layers_hold_no_experts_in_the_weight_read() {
     assert!(rel(load.weight_bytes, want) < 1e-9, "{load:?}");
 }
 
-const TINY_SLIDING: &str = r#"name = "tiny-sliding"
+const TINY_RECURRENT: &str = r#"name = "tiny-recurrent"
 device = "cpu"
 
 [model]
 preset = "tiny"
 
 [[model.layer_groups]]
-attention = "sliding"
+attention = "recurrent"
 layers = 1
-window = 16
+state_bytes = 4096
 
 [[model.layer_groups]]
 attention = "full"
@@ -176,10 +176,10 @@ max = 16
 "#;
 
 #[test]
-fn the_compute_backends_refuse_a_sliding_group_before_any_work_and_sim_runs_it() {
+fn the_compute_backends_refuse_a_recurrent_group_before_any_work_and_sim_runs_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("tiny-sliding.toml");
-    std::fs::write(&file, TINY_SLIDING).expect("write");
+    let file = dir.path().join("tiny-recurrent.toml");
+    std::fs::write(&file, TINY_RECURRENT).expect("write");
     let run = |backend: &str, out: &Path| {
         Command::new(env!("CARGO_BIN_EXE_kvbench"))
             .args(["run", file.to_str().expect("utf-8"), "--backend", backend])
@@ -189,12 +189,12 @@ fn the_compute_backends_refuse_a_sliding_group_before_any_work_and_sim_runs_it()
             .output()
             .expect("run kvbench")
     };
-    let out = dir.path().join("cpu");
-    let o = run("cpu", &out);
+    let out = dir.path().join("cuda-emu");
+    let o = run("cuda-emu", &out);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("model.layer_groups.0 (attention = \"sliding\")"),
+        err.contains("model.layer_groups.0 (attention = \"recurrent\")"),
         "{err}"
     );
     assert!(!out.exists(), "a results folder was written");

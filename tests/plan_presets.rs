@@ -29,6 +29,12 @@ const KV_BYTES_PER_TOKEN: &[(&str, u64)] = &[
     ("qwen3-next-80b", 2 * 12 * 2 * 256 * 2),
     // The cpu model: 2 layers, 2 KV heads, head dim 32, f32.
     ("tiny", 2 * 2 * 2 * 32 * 4),
+    // tiny with 2 sliding + 2 full layers: a sliding layer's token costs a full layer's.
+    ("tiny-sliding", 2 * 4 * 2 * 32 * 4),
+    // tiny with 2 MLA layers: a 64-value latent + 16 RoPE values per layer, f32.
+    ("tiny-mla", 2 * (64 + 16) * 4),
+    // tiny with 2 full + 2 recurrent layers: the recurrent ones store no token.
+    ("tiny-hybrid", 2 * 2 * 2 * 32 * 4),
 ];
 
 /// Parameters by hand for the dense presets: per layer q/o (d × q_heads·head_dim each), k/v

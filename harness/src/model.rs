@@ -23,6 +23,9 @@ mod presets;
 pub use groups::{LayerGroup, MLA_FP8_TILE};
 pub use presets::QWEN3_NEXT_STATE_BYTES;
 
+/// The window of `tiny-sliding`'s sliding layers, in tokens.
+pub const TINY_SLIDING_WINDOW: u32 = 12;
+
 /// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
 /// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
 /// for range).
@@ -335,6 +338,70 @@ impl ModelShape {
         }
     }
 
+    /// `tiny` with two sliding-window layers of window 12 before its two full ones: windows
+    /// shorter than a 16-token block and than the quick scenarios' prompts, so every run
+    /// attends past them, and off the block boundary, so an off-by-one shows.
+    pub fn tiny_sliding() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-sliding".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Sliding {
+                    layers: 2,
+                    window: TINY_SLIDING_WINDOW,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+            ],
+            ..t
+        }
+    }
+
+    /// `tiny` with two MLA layers (DeepSeek-V3's layout scaled down): a 64-value latent and 16
+    /// RoPE values cached per token per layer, the 8 query heads' keys and values (head dim 32)
+    /// up-projected from it; no query low-rank projection.
+    pub fn tiny_mla() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-mla".into(),
+            layer_groups: vec![LayerGroup::Mla {
+                layers: t.layers,
+                latent_dim: 64,
+                rope_dim: 16,
+                q_lora_rank: 0,
+            }],
+            ..t
+        }
+    }
+
+    /// `tiny` with two full layers and then two recurrent ones (a gated linear recurrence of
+    /// 64 f32 values per sequence per layer, Qwen3-Next's and Jamba's mix scaled down).
+    pub fn tiny_hybrid() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-hybrid".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Recurrent {
+                    layers: 2,
+                    state_bytes: 64 * 4,
+                },
+            ],
+            ..t
+        }
+    }
+
     pub fn preset(name: &str) -> Option<ModelShape> {
         match name {
             "llama3-8b" => Some(Self::llama3_8b()),
@@ -347,6 +414,9 @@ impl ModelShape {
             "gpt-oss-120b" => Some(Self::gpt_oss_120b()),
             "qwen3-next-80b" => Some(Self::qwen3_next_80b()),
             "tiny" => Some(Self::tiny()),
+            "tiny-sliding" => Some(Self::tiny_sliding()),
+            "tiny-mla" => Some(Self::tiny_mla()),
+            "tiny-hybrid" => Some(Self::tiny_hybrid()),
             _ => None,
         }
     }
@@ -362,6 +432,9 @@ impl ModelShape {
         "gpt-oss-120b",
         "qwen3-next-80b",
         "tiny",
+        "tiny-sliding",
+        "tiny-mla",
+        "tiny-hybrid",
     ];
 
     /// KV heads held by one device under tensor parallelism.

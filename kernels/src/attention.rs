@@ -80,7 +80,31 @@ pub fn attention<E: KvElem, A: TokenAddressing>(
     out: &mut [f32],
     scale: f32,
 ) -> Result<(), KernelError> {
+    attention_windowed(layer, num_slots, dims, spans, q, out, scale, None)
+}
+
+/// [`attention`] with a sliding window: with `Some(w)`, the query at position `p` attends to
+/// positions `p + 1 - w ..= p` only (the last `w` tokens, itself included), as a sliding-window
+/// layer does. Partitions start at the window's first position and then break at the same
+/// multiples of [`PARTITION_TOKENS`] as without one, so results still depend only on logical
+/// positions. `Some(0)` is refused (a window holds at least the token itself).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_windowed<E: KvElem, A: TokenAddressing>(
+    layer: &LayerKv<E>,
+    num_slots: usize,
+    dims: AttnDims,
+    spans: &[QuerySpan<'_, A>],
+    q: &[f32],
+    out: &mut [f32],
+    scale: f32,
+    window: Option<usize>,
+) -> Result<(), KernelError> {
     dims.validate()?;
+    if window == Some(0) {
+        return Err(KernelError::Config(
+            "a sliding window holds at least one token".into(),
+        ));
+    }
     check_len("k cache", num_slots * dims.kv_row(), layer.k.len())?;
     check_len("v cache", num_slots * dims.kv_row(), layer.v.len())?;
     let total_q: usize = spans.iter().map(|s| s.q_len).sum();
@@ -117,9 +141,9 @@ pub fn attention<E: KvElem, A: TokenAddressing>(
             let ctx = s.context_len - s.q_len + i + 1;
             let tok = token_parts.len();
             let first_task = tasks.len();
-            let mut p0 = 0;
+            let mut p0 = window.map_or(0, |w| ctx.saturating_sub(w));
             while p0 < ctx {
-                let p1 = (p0 + PARTITION_TOKENS).min(ctx);
+                let p1 = ((p0 / PARTITION_TOKENS + 1) * PARTITION_TOKENS).min(ctx);
                 tasks.push(PartTask {
                     tok,
                     runs: run_range,

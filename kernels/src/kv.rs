@@ -76,8 +76,37 @@ impl<E: KvElem> KvCache<E> {
         }
     }
 
+    /// A cache whose layers differ: `rows[l]` is layer `l`'s (K, V) elements per slot. A layer
+    /// of `kv_heads × head_dim` is an attention layer; an MLA layer keeps its latent and RoPE
+    /// part as its K row and no V (`(latent + rope, 0)`).
+    pub fn with_rows(
+        rows: &[(usize, usize)],
+        num_slots: usize,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        let nan = E::from_f32(f32::NAN);
+        let layers = rows
+            .iter()
+            .map(|&(k, v)| LayerKv {
+                k: kv_buffer(num_slots * k, nan),
+                v: kv_buffer(num_slots * v, nan),
+            })
+            .collect();
+        KvCache {
+            layers,
+            num_slots,
+            kv_heads,
+            head_dim,
+            quant: None,
+            scales: Vec::new(),
+        }
+    }
+
     /// Quantises every value written from now on (f32 storage only: it holds the dequantised
-    /// values exactly).
+    /// values exactly). Attention layers keep one scale per slot per KV head for K and for V; an
+    /// MLA layer none (its scales are per token, from the token's own values, so the dequantised
+    /// values are all a copy has to move).
     pub fn quantised(mut self, quant: KvQuant) -> Result<Self, KernelError> {
         if E::NAME != "f32" {
             return Err(KernelError::Config(format!(
@@ -86,20 +115,43 @@ impl<E: KvElem> KvCache<E> {
             )));
         }
         let n = self.num_slots * self.kv_heads;
+        let row = self.row_elems();
         self.scales = (0..self.layers.len())
-            .map(|_| [vec![f32::NAN; n], vec![f32::NAN; n]])
+            .map(|i| {
+                if self.rows_of(i) == (row, row) {
+                    [vec![f32::NAN; n], vec![f32::NAN; n]]
+                } else {
+                    Default::default()
+                }
+            })
             .collect();
         self.quant = Some(quant);
         Ok(self)
     }
 
-    /// Scales held per slot (per KV head), 0 when not quantised.
-    fn scale_row(&self) -> usize {
-        if self.quant.is_some() {
-            self.kv_heads
-        } else {
-            0
-        }
+    /// Layer `i`'s (K, V) elements per slot.
+    pub fn rows_of(&self, i: usize) -> (usize, usize) {
+        let n = self.num_slots.max(1);
+        self.layers
+            .get(i)
+            .map_or((0, 0), |l| (l.k.len() / n, l.v.len() / n))
+    }
+
+    /// Scales layer `i` holds per slot, for K and for V (0 when not quantised).
+    fn scale_row_of(&self, i: usize) -> usize {
+        let n = self.num_slots.max(1);
+        self.scales.get(i).map_or(0, |s| s[0].len() / n)
+    }
+
+    /// Elements one slot holds across every layer: K, V and scales (what
+    /// [`read_slots`](Self::read_slots) yields per slot).
+    pub fn elems_per_slot(&self) -> usize {
+        (0..self.layers.len())
+            .map(|i| {
+                let (k, v) = self.rows_of(i);
+                k + v + 2 * self.scale_row_of(i)
+            })
+            .sum()
     }
 
     /// Elements per slot per layer per K or V.
@@ -109,7 +161,13 @@ impl<E: KvElem> KvCache<E> {
 
     /// Bytes of K and V for one token across all layers.
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.layers.len() * self.row_elems() * std::mem::size_of::<E>()
+        let elems: usize = (0..self.layers.len())
+            .map(|i| {
+                let (k, v) = self.rows_of(i);
+                k + v
+            })
+            .sum();
+        elems * std::mem::size_of::<E>()
     }
 
     fn check_range(&self, slot: usize, len: usize) -> Result<(), KernelError> {
@@ -128,13 +186,15 @@ impl<E: KvElem> KvCache<E> {
     pub fn copy_slots(&mut self, src: usize, dst: usize, len: usize) -> Result<(), KernelError> {
         self.check_range(src, len)?;
         self.check_range(dst, len)?;
-        let row = self.row_elems();
-        let sr = self.scale_row();
+        let n = self.num_slots.max(1);
         for layer in &mut self.layers {
-            layer.k.copy_within(src * row..(src + len) * row, dst * row);
-            layer.v.copy_within(src * row..(src + len) * row, dst * row);
+            for buf in [&mut layer.k, &mut layer.v] {
+                let row = buf.len() / n;
+                buf.copy_within(src * row..(src + len) * row, dst * row);
+            }
         }
         for s in self.scales.iter_mut().flatten() {
+            let sr = s.len() / n;
             s.copy_within(src * sr..(src + len) * sr, dst * sr);
         }
         Ok(())
@@ -149,12 +209,12 @@ impl<E: KvElem> KvCache<E> {
         out: &mut Vec<E>,
     ) -> Result<(), KernelError> {
         self.check_range(first, len)?;
-        let row = self.row_elems();
-        let sr = self.scale_row();
         let none: [Vec<f32>; 2] = Default::default();
         for (i, layer) in self.layers.iter().enumerate() {
-            out.extend_from_slice(&layer.k[first * row..(first + len) * row]);
-            out.extend_from_slice(&layer.v[first * row..(first + len) * row]);
+            let (rk, rv) = self.rows_of(i);
+            let sr = self.scale_row_of(i);
+            out.extend_from_slice(&layer.k[first * rk..(first + len) * rk]);
+            out.extend_from_slice(&layer.v[first * rv..(first + len) * rv]);
             for s in self.scales.get(i).unwrap_or(&none) {
                 out.extend(
                     s[first * sr..(first + len) * sr]
@@ -175,9 +235,7 @@ impl<E: KvElem> KvCache<E> {
         data: &[E],
     ) -> Result<usize, KernelError> {
         self.check_range(first, len)?;
-        let row = self.row_elems();
-        let sr = self.scale_row();
-        let need = 2 * self.layers.len() * len * (row + sr);
+        let need = len * self.elems_per_slot();
         if data.len() < need {
             return Err(KernelError::Shape {
                 what: "swap buffer",
@@ -186,12 +244,15 @@ impl<E: KvElem> KvCache<E> {
             });
         }
         let mut at = 0;
+        let n = self.num_slots.max(1);
         for (i, layer) in self.layers.iter_mut().enumerate() {
-            layer.k[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
-            at += len * row;
-            layer.v[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
-            at += len * row;
+            for buf in [&mut layer.k, &mut layer.v] {
+                let row = buf.len() / n;
+                buf[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
+                at += len * row;
+            }
             for s in self.scales.get_mut(i).into_iter().flatten() {
+                let sr = s.len() / n;
                 for (d, x) in s[first * sr..(first + len) * sr]
                     .iter_mut()
                     .zip(&data[at..at + len * sr])

@@ -8,6 +8,7 @@
 
 pub mod addressing;
 pub mod attention;
+pub mod attention_mla;
 pub mod elem;
 pub mod error;
 pub mod fp8;
@@ -17,13 +18,16 @@ pub mod kv_quant;
 pub mod model;
 
 pub use addressing::{PagedTable, Run, TokenAddressing};
-pub use attention::{attention, AttnDims, QuerySpan};
+pub use attention::{attention, attention_windowed, AttnDims, QuerySpan};
 pub use elem::KvElem;
 pub use error::KernelError;
 pub use fp8::Fp8Format;
 pub use kv::{write_kv, KvCache, LayerKv};
 pub use kv_quant::{KvQuant, ScaleGranularity};
-pub use model::{rank_token, ModelConfig, ModelWeights, StepSeq, Transformer};
+pub use model::{
+    rank_token, LayerKind, MlaWeights, ModelConfig, ModelWeights, RecurrentWeights, StepSeq,
+    Transformer,
+};
 
 /// bf16 storage element, re-exported so callers need not depend on `half`.
 pub use half::bf16;

@@ -9,12 +9,53 @@
 //! Conventions it shares with the model by contract (not by code): matrices are row-major
 //! `[in, out]` (`y = x · W`), RoPE pairs element `i` with `i + head_dim/2` at angle
 //! `pos × theta^(-2i/head_dim)`, query head `h` reads KV head `h / (q_heads / kv_heads)`,
-//! attention scale `1/sqrt(head_dim)`, SiLU-gated MLP `down(silu(gate(x)) ⊙ up(x))`.
+//! attention scale `1/sqrt(head_dim)`, SiLU-gated MLP `down(silu(gate(x)) ⊙ up(x))`; a sliding
+//! layer of window `w` lets the query at `p` read positions `p + 1 − w ..= p` only.
 
 mod forward;
 mod math;
 
 pub use forward::Model;
+
+/// What one layer attends to (the model's contract, restated here as plain data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OracleAttention {
+    /// Positions `0 ..= p` for the query at `p`.
+    #[default]
+    Full,
+    /// Positions `p + 1 − window ..= p` (those that exist) for the query at `p`.
+    Sliding { window: usize },
+    /// Multi-head latent attention over positions `0 ..= p`, computed here in the naive form:
+    /// every head's key and value expanded from the latent ([`OracleMla`]).
+    Mla { latent_dim: usize, rope_dim: usize },
+    /// A gated linear recurrence of `state_dim` values, from zeros at position 0
+    /// ([`OracleRecurrent`]).
+    Recurrent { state_dim: usize },
+}
+
+/// A recurrent layer's weights, row-major `[in, out]`: `w_a`, `w_u`, `w_g` `[d, state_dim]`,
+/// `w_out` `[state_dim, d]`. Per position, on the normed input h: `a = σ(h·w_a)`,
+/// `s = a ⊙ s + (1 − a) ⊙ (h·w_u)`, the layer adds `(s ⊙ silu(h·w_g))·w_out`.
+#[derive(Debug, Clone, Default)]
+pub struct OracleRecurrent {
+    pub w_a: Vec<f32>,
+    pub w_u: Vec<f32>,
+    pub w_g: Vec<f32>,
+    pub w_out: Vec<f32>,
+}
+
+/// An MLA layer's weights, row-major `[in, out]`: `wq` `[d, q_heads × (head_dim + rope_dim)]`
+/// (per head its no-RoPE part, then its RoPE part), `w_dkv` `[d, latent + rope_dim]` (the
+/// latent, then the key's RoPE part shared by the heads), `w_uk` and `w_uv` `[latent, q_heads ×
+/// head_dim]` (each head's no-RoPE key and its value from the latent). Scores are scaled by
+/// `1/sqrt(head_dim + rope_dim)`; RoPE over `rope_dim` uses `theta^(-2i/rope_dim)`.
+#[derive(Debug, Clone, Default)]
+pub struct OracleMla {
+    pub wq: Vec<f32>,
+    pub w_dkv: Vec<f32>,
+    pub w_uk: Vec<f32>,
+    pub w_uv: Vec<f32>,
+}
 
 use thiserror::Error;
 
@@ -30,6 +71,8 @@ pub struct OracleConfig {
     pub vocab: usize,
     pub rope_theta: f64,
     pub norm_eps: f64,
+    /// One per layer, in order; empty means every layer is [`OracleAttention::Full`].
+    pub attention: Vec<OracleAttention>,
 }
 
 /// One layer's weights (the f32 values the backend uses; widened to f64 exactly).
@@ -44,6 +87,10 @@ pub struct OracleLayer {
     pub w_gate: Vec<f32>,
     pub w_up: Vec<f32>,
     pub w_down: Vec<f32>,
+    /// An MLA layer's projections (its `wq`, `wk`, `wv` above are then unused).
+    pub mla: Option<OracleMla>,
+    /// A recurrent layer's projections (its attention weights above are then unused).
+    pub recurrent: Option<OracleRecurrent>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -27,6 +27,7 @@ fn config(layers: usize, q_heads: usize, kv_heads: usize) -> OracleConfig {
         vocab: 20,
         rope_theta: 10_000.0,
         norm_eps: 1e-5,
+        attention: Vec::new(),
     }
 }
 
@@ -55,6 +56,8 @@ fn weights(c: &OracleConfig, seed: u64) -> OracleWeights {
                 w_gate: next(d * f),
                 w_up: next(d * f),
                 w_down: next(f * d),
+                mla: None,
+                recurrent: None,
             })
             .collect(),
         final_norm: vec![1.0; d],

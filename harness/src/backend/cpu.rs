@@ -25,8 +25,8 @@ pub use check::{
     FP8_E4M3_TOLERANCE, FP8_E5M2_TOLERANCE, SAMPLE_ONE_IN,
 };
 pub use setup::{
-    kv_storage, model_config, oracle_for, shape_config, KvStorage, FP8_CALIBRATION_TOKENS,
-    MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
+    kv_storage, layer_kinds, model_config, oracle_for, seeded_model, shape_config, KvStorage,
+    FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
 pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
@@ -53,6 +53,10 @@ pub struct CpuBackend {
     checker: Checker,
     seqs: SeqTable,
     host: BTreeMap<SeqId, HostKv>,
+    /// Each live sequence's recurrent state (models with recurrent layers only), held outside
+    /// the KV store, with the position it has reached: a step must start there, or at 0
+    /// (a new sequence, or a recompute after preemption), which starts from zeros.
+    states: BTreeMap<SeqId, (usize, Vec<f32>)>,
     /// The host and disk tiers' pools (`None`: the run has no lower tier).
     tiers: Option<Tiers>,
     done: VecDeque<StepOutput>,
@@ -75,9 +79,7 @@ fn workspace_bytes(m: &Transformer, tokens: u64) -> u64 {
 
 impl CpuBackend {
     pub fn new(setup: &RunSetup) -> Result<CpuBackend, BackendError> {
-        let cfg = model_config(&setup.model)?;
-        let model = Transformer::seeded(cfg, setup.seed)
-            .map_err(|e| BackendError::Config(e.to_string()))?;
+        let model = seeded_model(&setup.model, setup.seed)?;
         let storage = kv_storage(&setup.model, &model)?;
         let slots = usize::try_from(setup.cache_slots).map_err(|_| {
             BackendError::Config(format!(
@@ -123,6 +125,7 @@ impl CpuBackend {
             checker,
             seqs: SeqTable::default(),
             host: BTreeMap::new(),
+            states: BTreeMap::new(),
             tiers,
             done: VecDeque::new(),
             workspace_bytes,
@@ -237,7 +240,34 @@ impl CpuBackend {
                 want_logits: w.sample,
             });
         }
-        self.kv.forward(&self.model, &steps).map_err(step_err)
+        let state_len = self.model.state_len();
+        let mut states = Vec::new();
+        if state_len > 0 {
+            for (w, s) in plan.seqs.iter().zip(&steps) {
+                let held = self.states.remove(&w.seq);
+                states.push(match held {
+                    _ if s.start_pos == 0 => vec![0f32; state_len],
+                    Some((pos, st)) if pos == s.start_pos => st,
+                    held => {
+                        return Err(BackendError::Step(format!(
+                            "sequence {} starts at position {} but its recurrent state is at {}: recurrent layers keep no per-token state, so a prefix-cache hit cannot skip their prefill (run a recurrent model on cpu with scheduler.prefix_cache = false)",
+                            w.seq,
+                            s.start_pos,
+                            held.map_or(0, |(p, _)| p)
+                        )))
+                    }
+                });
+            }
+        }
+        let out = self
+            .kv
+            .forward(&self.model, &steps, &mut states)
+            .map_err(step_err)?;
+        for ((w, s), st) in plan.seqs.iter().zip(&steps).zip(states) {
+            self.states
+                .insert(w.seq, (s.start_pos + s.tokens.len(), st));
+        }
+        Ok(out)
     }
 }
 
@@ -261,6 +291,10 @@ impl Backend for CpuBackend {
     }
 
     fn fork(&mut self, parent: SeqId, child: SeqId, sample_rank: u32) -> Result<u32, BackendError> {
+        // A continuation starts where its parent's state is: copy it.
+        if let Some(st) = self.states.get(&parent).cloned() {
+            self.states.insert(child, st);
+        }
         self.seqs
             .fork(parent, child, sample_rank, |parent_checked, registered| {
                 parent_checked || is_sampled(child, registered)
@@ -270,6 +304,7 @@ impl Backend for CpuBackend {
     fn forget(&mut self, seq: SeqId) -> Result<(), BackendError> {
         let st = self.seqs.forget(seq)?;
         self.host.remove(&seq);
+        self.states.remove(&seq);
         self.checker.check_forgotten("cpu", seq, &st);
         Ok(())
     }

@@ -6,12 +6,57 @@
 //! residual] → final RMSNorm → vocabulary projection. Greedy decoding picks the top logit.
 
 mod forward;
+mod mla;
 mod ops;
 mod weights;
 
 pub use forward::{StepSeq, Transformer};
+pub use mla::MLA_FP8_TILE;
+
+/// What one layer's attention attends to. Every kind shares the layer's weights and KV layout;
+/// only the keys a query sees differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayerKind {
+    /// Every earlier position and the token itself.
+    #[default]
+    Full,
+    /// The last `window` positions, the token itself included (Gemma 3's and gpt-oss's local
+    /// layers). The cache still holds every position; the layer just never reads older ones.
+    Sliding { window: usize },
+    /// Multi-head latent attention (DeepSeek-V2/V3): the cache holds one `latent_dim` vector
+    /// and `rope_dim` RoPE'd key values per token, shared by every head; each head's no-RoPE
+    /// key and value are up-projections of the latent (`head_dim` each), computed in the
+    /// absorbed form (see [`crate::attention_mla`]). Its own weights ([`MlaWeights`]).
+    Mla { latent_dim: usize, rope_dim: usize },
+    /// A gated linear recurrence with a `state_dim` state per sequence, no per-token cache
+    /// ([`RecurrentWeights`]): `a = σ(h·W_a)`, `s ← a ⊙ s + (1 − a) ⊙ (h·W_u)`, output
+    /// `(s ⊙ silu(h·W_g))·W_out`, token by token from a zero state at position 0.
+    Recurrent { state_dim: usize },
+}
+
+impl LayerKind {
+    /// The window a query's keys are cut to (`None`: the whole context).
+    pub fn window(self) -> Option<usize> {
+        match self {
+            LayerKind::Sliding { window } => Some(window),
+            _ => None,
+        }
+    }
+
+    /// (K, V) elements one token stores in this layer, for a model of `kv_dim` K/V elements.
+    pub fn kv_rows(self, kv_dim: usize) -> (usize, usize) {
+        match self {
+            LayerKind::Mla {
+                latent_dim,
+                rope_dim,
+            } => (latent_dim + rope_dim, 0),
+            LayerKind::Recurrent { .. } => (0, 0),
+            _ => (kv_dim, kv_dim),
+        }
+    }
+}
 pub use ops::{rank_token, rope_inv_freq};
-pub use weights::{LayerWeights, ModelWeights};
+pub use weights::{LayerWeights, MlaWeights, ModelWeights, RecurrentWeights};
 
 use crate::error::KernelError;
 

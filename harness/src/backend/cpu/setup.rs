@@ -1,10 +1,12 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
 
-use kvbench_kernels::{Fp8Format, KvQuant, ModelConfig, ScaleGranularity, Transformer};
-use kvbench_oracle::{OracleConfig, OracleLayer, OracleWeights};
+use kvbench_kernels::{Fp8Format, KvQuant, LayerKind, ModelConfig, ScaleGranularity, Transformer};
+use kvbench_oracle::{
+    OracleAttention, OracleConfig, OracleLayer, OracleMla, OracleRecurrent, OracleWeights,
+};
 
 use crate::backend::BackendError;
-use crate::model::{Dtype, KvScale, ModelShape};
+use crate::model::{Dtype, KvScale, LayerGroup, ModelShape};
 
 /// RoPE base and RMSNorm epsilon of the CPU model (Llama's values).
 pub const ROPE_THETA: f64 = 10_000.0;
@@ -21,12 +23,7 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
             shape.name
         )));
     }
-    if let Some(key) = shape.non_full_group_key() {
-        return Err(BackendError::Config(format!(
-            "{key}: the cpu backend runs full-attention layers only; model {} has sliding, MLA or recurrent layer groups (use --backend sim)",
-            shape.name
-        )));
-    }
+    layer_kinds(shape)?;
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
             "cpu backend runs tp = 1 only (model {} has tp = {})",
@@ -41,6 +38,78 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
         )));
     }
     shape_config(shape)
+}
+
+/// Each layer's attention kind, in layer order: the groups' layers one group after another,
+/// in the order the groups are listed (a group is a count, so this is the cpu model's choice of
+/// where its layers sit). Full, sliding and MLA groups run; a full or sliding group must have
+/// the model's KV heads and head dim (the cpu model has one head layout), an MLA group an even
+/// `rope_dim` (RoPE pairs), a recurrent group `state_bytes` a whole number of f32 values (its
+/// state is kept in f32 whatever the KV dtype).
+pub fn layer_kinds(shape: &ModelShape) -> Result<Vec<LayerKind>, BackendError> {
+    let mut kinds = Vec::with_capacity(shape.layers as usize);
+    for (i, g) in shape.layer_groups.iter().enumerate() {
+        let key = format!("model.layer_groups.{i} (attention = \"{}\")", g.kind());
+        let kind = match *g {
+            LayerGroup::Full { .. } => LayerKind::Full,
+            LayerGroup::Sliding { window, .. } => LayerKind::Sliding {
+                window: window as usize,
+            },
+            LayerGroup::Mla {
+                latent_dim,
+                rope_dim,
+                ..
+            } => {
+                if latent_dim == 0 || rope_dim == 0 || !rope_dim.is_multiple_of(2) {
+                    return Err(BackendError::Config(format!(
+                        "{key}: the cpu model needs a positive latent_dim and an even, positive rope_dim (RoPE pairs); got {latent_dim} and {rope_dim}"
+                    )));
+                }
+                LayerKind::Mla {
+                    latent_dim: latent_dim as usize,
+                    rope_dim: rope_dim as usize,
+                }
+            }
+            LayerGroup::Recurrent { state_bytes, .. } => {
+                let state_dim = usize::try_from(state_bytes / 4).unwrap_or(0);
+                if state_dim == 0 || !state_bytes.is_multiple_of(4) || state_dim > 1 << 20 {
+                    return Err(BackendError::Config(format!(
+                        "{key}: the cpu model keeps a recurrent state in f32: state_bytes must be a positive multiple of 4, at most 4 MiB (got {state_bytes})"
+                    )));
+                }
+                LayerKind::Recurrent { state_dim }
+            }
+        };
+        if g.heads()
+            .is_some_and(|h| h != (shape.kv_heads, shape.head_dim))
+        {
+            return Err(BackendError::Config(format!(
+                "{key}: the cpu model has one KV layout ({} KV heads of dim {}); this group's differs",
+                shape.kv_heads, shape.head_dim
+            )));
+        }
+        kinds.extend(std::iter::repeat_n(kind, g.layers() as usize));
+    }
+    if shape.layer_groups.is_empty() {
+        kinds.resize(shape.layers as usize, LayerKind::Full);
+    }
+    if kinds.len() != shape.layers as usize {
+        return Err(BackendError::Config(format!(
+            "model.layer_groups: the groups hold {} layers, model {} has {}",
+            kinds.len(),
+            shape.name,
+            shape.layers
+        )));
+    }
+    Ok(kinds)
+}
+
+/// The seeded cpu model of `shape`: its config ([`model_config`]) and each layer's kind.
+pub fn seeded_model(shape: &ModelShape, seed: u64) -> Result<Transformer, BackendError> {
+    let cfg = model_config(shape)?;
+    let kinds = layer_kinds(shape)?;
+    Transformer::seeded_with_kinds(cfg, kinds, seed)
+        .map_err(|e| BackendError::Config(e.to_string()))
 }
 
 /// Tokens of the fixed prompt static FP8 scales are calibrated on (ids `i × 7919 mod vocab`:
@@ -124,6 +193,22 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
         vocab: c.vocab,
         rope_theta: c.rope_theta,
         norm_eps: c.norm_eps as f64,
+        attention: model
+            .layer_kinds()
+            .iter()
+            .map(|k| match *k {
+                LayerKind::Full => OracleAttention::Full,
+                LayerKind::Sliding { window } => OracleAttention::Sliding { window },
+                LayerKind::Mla {
+                    latent_dim,
+                    rope_dim,
+                } => OracleAttention::Mla {
+                    latent_dim,
+                    rope_dim,
+                },
+                LayerKind::Recurrent { state_dim } => OracleAttention::Recurrent { state_dim },
+            })
+            .collect(),
     };
     let weights = OracleWeights {
         embed: w.embed.clone(),
@@ -140,6 +225,18 @@ pub fn oracle_for(model: &Transformer) -> Result<kvbench_oracle::Model, BackendE
                 w_gate: l.w_gate.clone(),
                 w_up: l.w_up.clone(),
                 w_down: l.w_down.clone(),
+                mla: l.mla.as_ref().map(|m| OracleMla {
+                    wq: m.wq.clone(),
+                    w_dkv: m.w_dkv.clone(),
+                    w_uk: m.w_uk.clone(),
+                    w_uv: m.w_uv.clone(),
+                }),
+                recurrent: l.recurrent.as_ref().map(|r| OracleRecurrent {
+                    w_a: r.w_a.clone(),
+                    w_u: r.w_u.clone(),
+                    w_g: r.w_g.clone(),
+                    w_out: r.w_out.clone(),
+                }),
             })
             .collect(),
         final_norm: w.final_norm.clone(),

@@ -107,15 +107,12 @@ impl KvStore {
         }
     }
 
-    /// (layers, elements of a slot's K or V row, scales per slot per K or V).
-    pub(super) fn dims(&self) -> (usize, usize, usize) {
-        fn of<E: KvElem>(c: &KvCache<E>) -> (usize, usize, usize) {
-            let sr = if c.quant.is_some() { c.kv_heads } else { 0 };
-            (c.layers.len(), c.row_elems(), sr)
-        }
+    /// Elements one slot holds across every layer (K, V and scales; an MLA layer its latent
+    /// row alone).
+    pub(super) fn elems_per_slot(&self) -> usize {
         match self {
-            KvStore::F32(c) => of(c),
-            KvStore::Bf16(c) => of(c),
+            KvStore::F32(c) => c.elems_per_slot(),
+            KvStore::Bf16(c) => c.elems_per_slot(),
         }
     }
 
@@ -181,10 +178,11 @@ impl KvStore {
         &mut self,
         model: &Transformer,
         seqs: &[StepSeq<'_, Addr<'_>>],
+        states: &mut [Vec<f32>],
     ) -> Result<Vec<Option<Vec<f32>>>, KernelError> {
         match self {
-            KvStore::F32(c) => model.forward(c, seqs),
-            KvStore::Bf16(c) => model.forward(c, seqs),
+            KvStore::F32(c) => model.forward_with_states(c, seqs, states),
+            KvStore::Bf16(c) => model.forward_with_states(c, seqs, states),
         }
     }
 }

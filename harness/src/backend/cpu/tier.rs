@@ -233,8 +233,7 @@ pub fn late_onload_order(ops: &[TierOp]) -> Vec<usize> {
 impl KvStore {
     /// Elements of one pool slot: what `read_slots` yields for one block.
     fn block_elems(&self, block_size: usize) -> usize {
-        let (layers, row, sr) = self.dims();
-        2 * layers * block_size * (row + sr)
+        block_size * self.elems_per_slot()
     }
 
     /// Bytes of one pool slot.
