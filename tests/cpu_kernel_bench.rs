@@ -68,7 +68,14 @@ fn num(f: &str) -> f64 {
 fn repeats_give_paired_ratio_intervals() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = kvbench()
-        .args(["kernel-bench", "--backend", "cpu", "--quick", "--batch", "2"])
+        .args([
+            "kernel-bench",
+            "--backend",
+            "cpu",
+            "--quick",
+            "--batch",
+            "2",
+        ])
         .args(["--context", "64", "--block-size", "16", "--model", "tiny"])
         .args(["--repeats", "7", "--out"])
         .arg(dir.path())
@@ -85,7 +92,11 @@ fn repeats_give_paired_ratio_intervals() {
         "{stdout}"
     );
     let csv = std::fs::read_to_string(dir.path().join("kernel_bench.csv")).expect("csv written");
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
     assert_eq!(rows.len(), 3, "{csv}");
     let stated = 1.0 - 2.0 * 0.5f64.powi(7);
     for r in &rows {
@@ -101,7 +112,11 @@ fn repeats_give_paired_ratio_intervals() {
     }
     let c = &rows[2];
     assert_eq!(c[1], "contiguous");
-    assert_eq!((num(c[10]), num(c[11]), num(c[12])), (1.0, 1.0, 1.0), "{csv}");
+    assert_eq!(
+        (num(c[10]), num(c[11]), num(c[12])),
+        (1.0, 1.0, 1.0),
+        "{csv}"
+    );
 }
 
 #[test]
@@ -112,7 +127,14 @@ fn bad_input_exits_2() {
         vec!["kernel-bench", "--quick", "--block-size", "0"],
         vec!["kernel-bench", "--quick", "--model", "nope"],
         vec!["kernel-bench", "--quick", "--repeats", "0"],
-        vec!["kernel-bench", "--backend", "cuda", "--quick", "--repeats", "3"],
+        vec![
+            "kernel-bench",
+            "--backend",
+            "cuda",
+            "--quick",
+            "--repeats",
+            "3",
+        ],
     ] {
         let out = kvbench().args(&args).output().expect("run kvbench");
         assert_eq!(
