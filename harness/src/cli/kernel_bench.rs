@@ -1,5 +1,8 @@
 //! `kvbench kernel-bench`: decode attention, paged vs contiguous over the same bytes, next to a
 //! streaming-read ceiling measured in the same run. Writes `kernel_bench.csv` under `--out`.
+//! With `--repeats N` each grid point is measured N times side by side and each layout's ratio
+//! to contiguous is reported as the median of the N paired ratios with a distribution-free
+//! interval (`kernel_bench_ratio.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,7 +10,10 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 
 use super::kernel_bench_grid::{csv_target, grid_axis};
-use crate::backend::cpu::bench::{last_level_cache_bytes, run_grid, BenchConfig, BenchResult};
+use super::kernel_bench_ratio::{median_interval, paired_ratios, CONFIDENCE};
+use crate::backend::cpu::bench::{
+    last_level_cache_bytes, run_grid, BenchConfig, BenchResult, BenchRow,
+};
 use crate::model::ModelShape;
 use kvbench_kernels::AttnDims;
 
@@ -27,6 +33,8 @@ const MAX_BATCH: usize = 1 << 16;
 const MAX_CONTEXT_TOKENS: usize = 1 << 24;
 const MAX_BLOCK_SIZE: usize = 1 << 16;
 const MAX_GIB: f64 = (1u64 << 20) as f64;
+/// More repeats than anyone waits for: a typo, refused.
+const MAX_REPEATS: usize = 10_000;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -57,6 +65,11 @@ pub struct Args {
     /// Skip grid points whose K/V exceed this many GiB.
     #[arg(long, default_value_t = 2.0)]
     max_gib: f64,
+    /// Measurements of each grid point (cpu), the three layouts side by side in each, their
+    /// order rotated; ratios are reported as the median over repeats with a 95% interval
+    /// (reached from 6 repeats on).
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }
@@ -81,6 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check_flags(&args)?;
     // Auto and cpu run the cpu kernels; cuda its own benchmark.
     if args.backend == KernelBackend::Cuda {
+        if args.repeats != 1 {
+            bail!("kernel-bench: --repeats is for the cpu kernels; the cuda benchmark times its own rounds");
+        }
         return super::kernel_bench_cuda::run(&args.cuda_args());
     }
     let Some(shape) = ModelShape::preset(&args.model) else {
@@ -117,15 +133,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (2 * llc.unwrap_or(0)).max(1 << 30)
         },
         min_time_s: if args.quick { 0.1 } else { 0.6 },
+        repeats: args.repeats,
         seed: args.seed,
     };
     // The output folder is made (or refused) before minutes of measurement, not after.
     let csv_path = csv_target(args.out.as_deref())?;
+    let load_before = load_average();
     let res = run_grid(&cfg).context("kernel-bench")?;
-    print_table(&res, &cfg, llc);
+    let rows = csv_rows(&res.rows)?;
+    print_table(&res, &rows, &cfg, llc, [load_before, load_average()]);
     if let Some(path) = &csv_path {
         let mut w = csv::Writer::from_writer(Vec::new());
-        for r in &res.rows {
+        for r in &rows {
             w.serialize(r)
                 .map_err(|e| anyhow::anyhow!("kernel_bench.csv: {e}"))?;
         }
@@ -139,6 +158,83 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One line of `kernel_bench.csv`: the first eight columns are the file's original contract;
+/// the rest were added after them.
+#[derive(Debug, Clone, serde::Serialize)]
+struct CsvRow<'a> {
+    backend: &'a str,
+    cache: &'a str,
+    batch: usize,
+    context_tokens: usize,
+    block_size: usize,
+    time_us: f64,
+    gbytes_per_s: f64,
+    ceiling_fraction: f64,
+    repeats: usize,
+    /// The median over repeats of each repeat's fastest call.
+    time_us_median: f64,
+    /// This cache's time over contiguous's in the same repeat: median over the repeats, and the
+    /// distribution-free interval for it (1 for contiguous itself).
+    ratio_median: f64,
+    ratio_low: f64,
+    ratio_high: f64,
+    ratio_confidence: f64,
+}
+
+/// The CSV's rows, each with its ratio to the contiguous row of its grid point. Rows come in
+/// threes per grid point: paged, paged with extents placement, contiguous.
+fn csv_rows(rows: &[BenchRow]) -> anyhow::Result<Vec<CsvRow<'_>>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for set in rows.chunks(3) {
+        let Some(contiguous) = set.iter().find(|r| r.cache == "contiguous") else {
+            bail!("kernel-bench: a grid point without its contiguous row");
+        };
+        for r in set {
+            let ratio = paired_ratios(&r.repeat_time_us, &contiguous.repeat_time_us)
+                .as_deref()
+                .and_then(median_interval);
+            let Some(ratio) = ratio else {
+                bail!(
+                    "kernel-bench: batch {} context {} block {} {}: a time that is not a \
+                     positive number",
+                    r.batch,
+                    r.context_tokens,
+                    r.block_size,
+                    r.cache
+                );
+            };
+            let time = median_interval(&r.repeat_time_us).map_or(r.time_us, |m| m.median);
+            out.push(CsvRow {
+                backend: &r.backend,
+                cache: &r.cache,
+                batch: r.batch,
+                context_tokens: r.context_tokens,
+                block_size: r.block_size,
+                time_us: r.time_us,
+                gbytes_per_s: r.gbytes_per_s,
+                ceiling_fraction: r.ceiling_fraction,
+                repeats: r.repeat_time_us.len(),
+                time_us_median: time,
+                ratio_median: ratio.median,
+                ratio_low: ratio.low,
+                ratio_high: ratio.high,
+                ratio_confidence: ratio.confidence,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The 1-minute load average, where `/proc` says: how busy the machine was around the run.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Refuse flags the grid cannot honour, before any measurement.
 fn check_flags(args: &Args) -> anyhow::Result<()> {
     let in_range = |flag: &str, xs: &[usize], max: usize| -> anyhow::Result<()> {
@@ -150,6 +246,7 @@ fn check_flags(args: &Args) -> anyhow::Result<()> {
     in_range("batch", &args.batch, MAX_BATCH)?;
     in_range("context", &args.context, MAX_CONTEXT_TOKENS)?;
     in_range("block-size", &args.block_size, MAX_BLOCK_SIZE)?;
+    in_range("repeats", &[args.repeats], MAX_REPEATS)?;
     if let Some(b) = args.block_size.iter().find(|b| !b.is_power_of_two()) {
         bail!("kernel-bench: --block-size {b}: not a power of two (1, 2, 4, ..., 16, 32, ...)");
     }
@@ -162,7 +259,13 @@ fn check_flags(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
+fn print_table(
+    res: &BenchResult,
+    rows: &[CsvRow<'_>],
+    cfg: &BenchConfig,
+    llc: Option<u64>,
+    load: [Option<f64>; 2],
+) {
     let d = cfg.dims;
     println!(
         "decode attention, one layer: {} q heads, {} kv heads, head dim {}, KV {}; threads {}",
@@ -173,13 +276,27 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
         rayon::current_num_threads()
     );
     println!(
-        "streaming-read ceiling: {:.1} GB/s (sum over {} MiB); last-level cache {}",
+        "streaming-read ceiling: {:.1} GB/s (sum over {} MiB); last-level cache {}; load average {} before, {} after",
         res.ceiling_gbytes_per_s,
         cfg.ceiling_bytes >> 20,
-        llc.map_or("unknown".into(), |b| format!("{} MiB", b >> 20))
+        llc.map_or("unknown".into(), |b| format!("{} MiB", b >> 20)),
+        load[0].map_or("unknown".into(), |l| format!("{l:.2}")),
+        load[1].map_or("unknown".into(), |l| format!("{l:.2}")),
+    );
+    let repeats = rows.first().map_or(0, |r| r.repeats);
+    let confidence = rows.first().map_or(0.0, |r| r.ratio_confidence);
+    println!(
+        "times: fastest call; ratios /c: median of {repeats} side-by-side repeats [interval for \
+         the median, confidence {:.1}%{}]",
+        confidence * 100.0,
+        if confidence < CONFIDENCE {
+            format!(": {:.0}% needs 6 repeats or more", CONFIDENCE * 100.0)
+        } else {
+            String::new()
+        }
     );
     println!(
-        "{:>5} {:>8} {:>5} {:>9} {:>11} {:>11} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:>5} {:>8} {:>5} {:>9} {:>10} {:>10} {:>10} {:>21} {:>21} {:>6} {:>6} {:>5}",
         "batch",
         "context",
         "block",
@@ -193,11 +310,16 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
         "ceil %",
         "> LLC"
     );
-    // Rows come in threes per grid point: paged, paged with extents placement, contiguous.
-    for (set, bytes) in res.rows.chunks(3).zip(res.kv_bytes.chunks(3)) {
+    let ratio = |r: &CsvRow<'_>| {
+        format!(
+            "{:.3} [{:.3}, {:.3}]",
+            r.ratio_median, r.ratio_low, r.ratio_high
+        )
+    };
+    for (set, bytes) in rows.chunks(3).zip(res.kv_bytes.chunks(3)) {
         let [p, x, c] = set else { continue };
         println!(
-            "{:>5} {:>8} {:>5} {:>9.1} {:>11.1} {:>11.1} {:>11.1} {:>8.3} {:>8.3} {:>8.1} {:>7.1}% {:>8}",
+            "{:>5} {:>8} {:>5} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>21} {:>21} {:>6.1} {:>5.1}% {:>5}",
             p.batch,
             p.context_tokens,
             p.block_size,
@@ -205,8 +327,8 @@ fn print_table(res: &BenchResult, cfg: &BenchConfig, llc: Option<u64>) {
             p.time_us,
             x.time_us,
             c.time_us,
-            p.time_us / c.time_us,
-            x.time_us / c.time_us,
+            ratio(p),
+            ratio(x),
             p.gbytes_per_s,
             p.ceiling_fraction * 100.0,
             if llc.is_some_and(|l| bytes[0] > l) {

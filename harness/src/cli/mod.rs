@@ -30,6 +30,7 @@ mod isolation;
 mod kernel_bench;
 mod kernel_bench_cuda;
 mod kernel_bench_grid;
+mod kernel_bench_ratio;
 mod merge;
 mod plan;
 mod progress;

@@ -34,26 +34,33 @@ pub struct BenchConfig {
     pub max_kv_bytes: u64,
     /// Bytes summed by the streaming-read ceiling.
     pub ceiling_bytes: u64,
-    /// Minimum measured time per grid point and cache (at least `MIN_REPS` calls). The fastest
-    /// call is reported: on a shared machine it is the one least disturbed by other load, and
-    /// the ceiling is measured the same way.
+    /// Minimum measured time per repeat of a grid point (at least `MIN_REPS` calls of each
+    /// layout). Each repeat keeps each layout's fastest call: on a shared machine it is the one
+    /// least disturbed by other load, and the ceiling is measured the same way.
     pub min_time_s: f64,
+    /// Measurements of each grid point. Each repeat times the three layouts in turn, the order
+    /// rotated by one from repeat to repeat (ABC, BCA, CAB, …), so a repeat's times are side by
+    /// side and no layout always goes first; the ratios of one repeat are one paired sample.
+    pub repeats: usize,
     pub seed: u64,
 }
 
 const MIN_REPS: usize = 5;
 
 /// One measured grid point for one cache.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
     pub backend: String,
     pub cache: String,
     pub batch: usize,
     pub context_tokens: usize,
     pub block_size: usize,
+    /// The fastest call over every repeat.
     pub time_us: f64,
     pub gbytes_per_s: f64,
     pub ceiling_fraction: f64,
+    /// Each repeat's fastest call, in repeat order (the same repeats as the point's other rows).
+    pub repeat_time_us: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -140,24 +147,38 @@ pub fn streaming_ceiling(bytes: u64) -> f64 {
 
 type Call<'a> = &'a mut dyn FnMut() -> Result<(), KernelError>;
 
-/// Fastest call of each of `calls`, in turn A, B, C, A, B, C… so all see the same drift and the
-/// same interference from other load; at least `MIN_REPS` rounds and `min_time_s` in all.
-fn time_interleaved(min_time_s: f64, calls: &mut [Call<'_>]) -> Result<Vec<f64>, KernelError> {
+/// Per call, the fastest time of each of `repeats` repeats. A repeat calls each of `calls` in
+/// turn — A, B, C, A, B, C… in repeat 0, B, C, A… in repeat 1, C, A, B… in repeat 2 — for at
+/// least `MIN_REPS` rounds and `min_time_s` in all, so the calls of one repeat see the same drift
+/// and the same interference from other load, and no call always runs first.
+fn time_repeats(
+    min_time_s: f64,
+    repeats: usize,
+    calls: &mut [Call<'_>],
+) -> Result<Vec<Vec<f64>>, KernelError> {
     for c in calls.iter_mut() {
         c()?; // warm-up: page faults, thread pool
     }
-    let mut best = vec![f64::INFINITY; calls.len()];
-    let mut reps = 0;
-    let start = Instant::now();
-    while reps < MIN_REPS || start.elapsed().as_secs_f64() < min_time_s {
-        for (c, b) in calls.iter_mut().zip(&mut best) {
-            let t = Instant::now();
-            c()?;
-            *b = b.min(t.elapsed().as_secs_f64());
+    let n = calls.len();
+    let mut times = vec![Vec::with_capacity(repeats); n];
+    for r in 0..repeats {
+        let mut best = vec![f64::INFINITY; n];
+        let mut reps = 0;
+        let start = Instant::now();
+        while reps < MIN_REPS || start.elapsed().as_secs_f64() < min_time_s {
+            for k in 0..n {
+                let i = (r + k) % n;
+                let t = Instant::now();
+                calls[i]()?;
+                best[i] = best[i].min(t.elapsed().as_secs_f64());
+            }
+            reps += 1;
         }
-        reps += 1;
+        for (t, b) in times.iter_mut().zip(best) {
+            t.push(b);
+        }
     }
-    Ok(best)
+    Ok(times)
 }
 
 /// Share of the placed pool that other sequences hold: one block in five.
@@ -302,8 +323,9 @@ fn grid_point<E: KvElem>(
             })
             .collect();
         let s = storage_slots;
-        let times = time_interleaved(
+        let times = time_repeats(
             cfg.min_time_s,
+            cfg.repeats.max(1),
             &mut [
                 &mut || run(&layer, s, dims, &tables, context, &q, &mut out_p, scale),
                 &mut || {
@@ -321,7 +343,8 @@ fn grid_point<E: KvElem>(
                 &mut || run(&layer, s, dims, &regions, context, &q, &mut out_c, scale),
             ],
         )?;
-        for (cache, &t) in ["paged", "paged-extents", "contiguous"].iter().zip(&times) {
+        for (cache, reps) in ["paged", "paged-extents", "contiguous"].iter().zip(times) {
+            let t = reps.iter().copied().fold(f64::INFINITY, f64::min);
             let gbs = bytes as f64 / t / 1e9;
             res.rows.push(BenchRow {
                 backend: "cpu".into(),
@@ -332,6 +355,7 @@ fn grid_point<E: KvElem>(
                 time_us: t * 1e6,
                 gbytes_per_s: gbs,
                 ceiling_fraction: gbs / res.ceiling_gbytes_per_s,
+                repeat_time_us: reps.iter().map(|t| t * 1e6).collect(),
             });
             res.kv_bytes.push(bytes);
         }
