@@ -14,8 +14,10 @@ use serde_json::Value;
 
 use super::super::plot::data::file_error;
 use super::super::plot::ticks::{fmt_sig, time_unit};
-use super::super::plot::{byte_unit, color, draw_legend, msg, render, Axis, HEIGHT_PX, WIDTH_PX};
-use super::super::plot::{PlotError, FONT};
+use super::super::plot::PlotError;
+use super::super::plot::{
+    byte_unit, color, draw_legend, msg, render, xy_chart, Axis, HEIGHT_PX, WIDTH_PX,
+};
 use super::super::suite::Cell;
 use super::{esc, figure, note, ReportError};
 
@@ -154,24 +156,7 @@ fn lines_svg(
     );
     let x_label = format!("host-tier capacity ({unit}, log scale)");
     render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x.coord(), y.coord())
-            .map_err(msg)?;
-        let xf = |c: &f64| x.label(*c);
-        let yf = |c: &f64| y.label(*c);
-        chart
-            .configure_mesh()
-            .x_desc(x_label.as_str())
-            .y_desc(y_label)
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style((FONT, 14))
-            .draw()
-            .map_err(msg)?;
+        let mut chart = xy_chart(root, title, (&x, x_label.as_str()), (&y, y_label), 64)?;
         for (i, l) in lines.iter().enumerate() {
             let c = color(&l.label, i);
             let pts: Vec<(f64, f64)> = l

@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{color, msg, render, Axis, PlotError, FONT, HEIGHT_PX, WIDTH_PX};
+use super::{color, msg, render, xy_chart, Axis, PlotError, FONT, HEIGHT_PX, WIDTH_PX};
 
 /// One cache mode's points: `(block size, x, y)`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,24 +28,7 @@ pub fn svg(
         true,
     );
     render(title, (WIDTH_PX, HEIGHT_PX), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x.coord(), y.coord())
-            .map_err(msg)?;
-        let xf = |c: &f64| x.label(*c);
-        let yf = |c: &f64| y.label(*c);
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc(y_label)
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style((FONT, 14))
-            .draw()
-            .map_err(msg)?;
+        let mut chart = xy_chart(root, title, (&x, x_label), (&y, y_label), 64)?;
         for (i, s) in series.iter().enumerate() {
             let c = color(&s.label, i);
             let mut pts: Vec<(u32, f64, f64)> = s

@@ -4,7 +4,7 @@
 use plotters::prelude::*;
 
 use super::{
-    color, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX, LEGEND_PX,
+    color, msg, render, time_unit, xy_chart, Axis, PlotError, Series, Swatch, HEIGHT_PX, LEGEND_PX,
     WIDE_PX,
 };
 
@@ -53,24 +53,13 @@ pub fn svg(title: &str, what: &str, series: &[Series], log: bool) -> Result<Stri
     render(title, (WIDE_PX, HEIGHT_PX), |root| {
         let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
         let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x.coord(), y.coord())
-            .map_err(msg)?;
-        let xf = |c: &f64| x.label(*c);
-        let yf = |c: &f64| y.label(*c);
-        chart
-            .configure_mesh()
-            .x_desc(x_label.as_str())
-            .y_desc("fraction of samples ≤ x")
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style((FONT, 14))
-            .draw()
-            .map_err(msg)?;
+        let mut chart = xy_chart(
+            &plot,
+            title,
+            (&x, x_label.as_str()),
+            (&y, "fraction of samples ≤ x"),
+            56,
+        )?;
         for (i, s) in series.iter().enumerate() {
             let c = color(&s.label, i);
             let mut steps = Vec::with_capacity(2 * s.points.len());

@@ -5,7 +5,7 @@
 use plotters::prelude::*;
 
 use super::{
-    color, fmt_tick, msg, render, time_unit, Axis, PlotError, Series, Swatch, FONT, HEIGHT_PX,
+    color, fmt_tick, msg, render, time_unit, xy_chart, Axis, PlotError, Series, Swatch, HEIGHT_PX,
     LEGEND_PX, WIDE_PX,
 };
 
@@ -73,24 +73,7 @@ pub fn svg(p: &LatencyPlot<'_>) -> Result<String, PlotError> {
     render(p.title, (WIDE_PX, HEIGHT_PX), |root| {
         let (plot, key) = root.split_horizontally(WIDE_PX - LEGEND_PX);
         let mut entries: Vec<(String, RGBColor, Swatch)> = Vec::new();
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(p.title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x.coord(), y.coord())
-            .map_err(msg)?;
-        let xf = |c: &f64| x.label(*c);
-        let yf = |c: &f64| y.label(*c);
-        chart
-            .configure_mesh()
-            .x_desc(p.x_label)
-            .y_desc(y_label.as_str())
-            .x_label_formatter(&xf)
-            .y_label_formatter(&yf)
-            .label_style((FONT, 14))
-            .draw()
-            .map_err(msg)?;
+        let mut chart = xy_chart(&plot, p.title, (&x, p.x_label), (&y, y_label.as_str()), 64)?;
         // Error-bar caps a few pixels wide: wide enough to see, narrow enough to stay apart.
         let cap = (x.range.end - x.range.start) * 0.008;
         for (i, s) in p.series.iter().enumerate() {

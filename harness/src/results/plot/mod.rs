@@ -147,6 +147,37 @@ where
         .map_err(msg)
 }
 
+/// A chart of `y` against `x` in the house layout (caption, margins, label areas, tick labels
+/// and axis descriptions), its mesh already drawn: what every x-y plot of the reports starts
+/// from, so they keep one look. `y_label_px` is the room for the y tick labels.
+pub fn xy_chart<'a, 'b>(
+    area: &'a Area<'b>,
+    title: &str,
+    (x, x_desc): (&Axis, &str),
+    (y, y_desc): (&Axis, &str),
+    y_label_px: u32,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Cartesian2d<ticks::Coord, ticks::Coord>>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(y_label_px)
+        .build_cartesian_2d(x.coord(), y.coord())
+        .map_err(msg)?;
+    let xf = |c: &f64| x.label(*c);
+    let yf = |c: &f64| y.label(*c);
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&xf)
+        .y_label_formatter(&yf)
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(msg)?;
+    Ok(chart)
+}
+
 pub fn msg<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
