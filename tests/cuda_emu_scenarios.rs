@@ -178,3 +178,22 @@ fn a_sequence_swapped_out_and_in_through_different_runs_keeps_its_kv() {
     }
     assert!(take_teardowns().iter().all(|t| t.ok()));
 }
+
+/// `prefill_first` runs a prompt whole, alone when it exceeds `max_tokens_per_step`: the cuda
+/// backend's per-step workspace must hold such a step. This fuzz case (a 40-token budget, prompts
+/// up to 149 tokens) once failed with "step of 128 tokens; the workspace holds 64".
+#[test]
+fn a_prefill_first_prompt_beyond_the_token_budget_fits_the_workspace() {
+    let (code, text) = kvbench(&[
+        "fuzz",
+        "--backend",
+        "cuda-emu",
+        "--seed",
+        "1796191032084981358",
+        "--emu-seed",
+        "2317918318774540858",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("policy = \"prefill_first\""), "{text}");
+    assert!(text.contains(": ok"), "{text}");
+}

@@ -213,6 +213,7 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
         block_size: bs,
         seed: s.seed,
         max_tokens_per_step: s.scheduler.max_tokens_per_step,
+        max_step_tokens: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
         profile: None,

@@ -79,6 +79,7 @@ impl Rig {
             block_size: BS,
             seed: 1,
             max_tokens_per_step: 256,
+            max_step_tokens: 256,
             swap_gbytes_per_s: None,
             workspace_bytes: None,
             profile: Some(engine_support::engine_test_device()),

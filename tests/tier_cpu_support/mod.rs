@@ -36,6 +36,7 @@ pub fn setup(kv: Dtype) -> RunSetup {
         block_size: BLOCK,
         seed: 7,
         max_tokens_per_step: 256,
+        max_step_tokens: 256,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
         profile: None,

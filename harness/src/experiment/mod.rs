@@ -195,6 +195,7 @@ fn run_mode_with(
         block_size,
         seed: setup.seed,
         max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
+        max_step_tokens: scenario.max_step_tokens(),
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
         profile: opts.profile.clone(),

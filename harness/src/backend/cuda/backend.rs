@@ -188,7 +188,7 @@ impl CudaBackend {
             cc.dims,
             cc.weights,
             &setup::host_weights(&host),
-            setup.max_tokens_per_step.max(1) as usize,
+            setup.max_step_tokens.max(1) as usize,
             num_blocks,
         )
         .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
