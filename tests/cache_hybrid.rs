@@ -8,6 +8,8 @@
 //! `PROPTEST_CASES` raises the proptest case count; `KVBENCH_SEED` replays one seeded run and
 //! `KVBENCH_HYBRID_SEEDS` widens the seeded sweep.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use kvbench::cache::hybrid::{
@@ -402,19 +404,8 @@ proptest! {
     }
 }
 
-/// The seeds a sweep runs: `KVBENCH_SEED` alone, or 0 .. `KVBENCH_HYBRID_SEEDS` (32).
 fn seeds() -> Vec<u64> {
-    if let Some(s) = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("KVBENCH_HYBRID_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
-    (0..n).collect()
+    support::seeds("KVBENCH_HYBRID_SEEDS", 32, 0)
 }
 
 #[test]

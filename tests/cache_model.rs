@@ -5,6 +5,8 @@
 //! `PROPTEST_CASES` raises the proptest case count; `KVBENCH_SEED` replays one seeded run and
 //! `KVBENCH_FUZZ_SEEDS` widens the seeded sweep.
 
+mod support;
+
 use kvbench::cache::fuzz::{self, FuzzConfig, FuzzFailure, Op};
 use kvbench::cache::PlantedBug;
 use kvbench_cache_api::{CacheMode, Fault};
@@ -76,19 +78,8 @@ proptest! {
     }
 }
 
-/// Seeds for the seeded sweep: `KVBENCH_SEED` alone, or `0..KVBENCH_FUZZ_SEEDS` (default 40).
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n = std::env::var("KVBENCH_FUZZ_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
-    (0..n).collect()
+    support::seeds("KVBENCH_FUZZ_SEEDS", 40, 0)
 }
 
 #[test]

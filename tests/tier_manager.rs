@@ -18,6 +18,8 @@
 //!
 //! `KVBENCH_SEED` replays one seed; `KVBENCH_TIER_SEEDS` widens the sweep.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 
 use kvbench::cache::{EvictionPolicy, PagedCache, PagedConfig, Placement, TierConfig};
@@ -63,17 +65,7 @@ struct Run {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Some(s) = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![s];
-    }
-    let n: u64 = std::env::var("KVBENCH_TIER_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    (0..n).map(|i| 0x71e5_0000 + i).collect()
+    support::seeds("KVBENCH_TIER_SEEDS", 200, 0x71e5_0000)
 }
 
 impl Run {

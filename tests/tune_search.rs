@@ -5,6 +5,8 @@
 //! Randomized cases are seeded: `KVBENCH_SEED` replays one, `KVBENCH_FUZZ_SEEDS` widens them
 //! (default 200); each prints its seed.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -167,17 +169,7 @@ fn cfg() -> SearchConfig {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n = std::env::var("KVBENCH_FUZZ_SEEDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    (0..n).collect()
+    support::seeds("KVBENCH_FUZZ_SEEDS", 200, 0)
 }
 
 /// Capacity falls by a fifth for every step away from a chosen optimum on every knob: a

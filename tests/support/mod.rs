@@ -84,3 +84,19 @@ pub fn pairwise_auc(hits: &[f64], misses: &[f64]) -> f64 {
     }
     score / (hits.len() * misses.len()) as f64
 }
+
+/// The seeds a seeded test sweeps: `KVBENCH_SEED` alone (to replay a printed failure), or
+/// `count_var` seeds (`default` when unset) from `first` on.
+pub fn seeds(count_var: &str, default: u64, first: u64) -> Vec<u64> {
+    if let Some(seed) = std::env::var("KVBENCH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return vec![seed];
+    }
+    let n: u64 = std::env::var(count_var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    (0..n).map(|i| first + i).collect()
+}

@@ -70,17 +70,9 @@ fn capacity_table(j: &SweepJson) -> String {
         let r = &c.paged;
         let _ = writeln!(
             md,
-            "| {} | {}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1} | {} | [{:.3}, {:.3}] |",
+            "| {} | {} | {} | [{:.3}, {:.3}] |",
             c.host_tier,
-            opt(r.rate_at_target_rps, 3),
-            if r.capped { " (search limit)" } else { "" },
-            r.rate_at_target_rps_ci[0],
-            r.rate_at_target_rps_ci[1],
-            opt(r.achieved_at_target_rps, 3),
-            opt(r.throughput_at_target_tokens_per_s, 1),
-            r.throughput_at_target_tokens_per_s_ci[0],
-            r.throughput_at_target_tokens_per_s_ci[1],
-            r.ttft_ms.p99,
+            at_target_cells(r),
             opt(c.ratio_paged_over_contiguous, 3),
             c.ratio_paged_over_contiguous_ci[0],
             c.ratio_paged_over_contiguous_ci[1],
@@ -99,6 +91,23 @@ The {} cache has no host tier: one search serves every capacity, rate at target 
         );
     }
     md
+}
+
+/// The cells every rate-at-target row shares: rate (with its interval), achieved rate,
+/// throughput (with its interval) and p99 TTFT at target.
+fn at_target_cells(r: &RunJson) -> String {
+    format!(
+        "{}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1}",
+        opt(r.rate_at_target_rps, 3),
+        if r.capped { " (search limit)" } else { "" },
+        r.rate_at_target_rps_ci[0],
+        r.rate_at_target_rps_ci[1],
+        opt(r.achieved_at_target_rps, 3),
+        opt(r.throughput_at_target_tokens_per_s, 1),
+        r.throughput_at_target_tokens_per_s_ci[0],
+        r.throughput_at_target_tokens_per_s_ci[1],
+        r.ttft_ms.p99,
+    )
 }
 
 /// The markdown table of a sweep: one row per cache mode, then every probe.
@@ -133,17 +142,9 @@ pub fn markdown(j: &SweepJson) -> String {
     for r in &j.runs {
         let _ = writeln!(
             md,
-            "| {} | {}{} | [{:.3}, {:.3}] | {} | {} | [{:.1}, {:.1}] | {:.1} | {:.1} |",
+            "| {} | {} | {:.1} |",
             run_cell(r),
-            opt(r.rate_at_target_rps, 3),
-            if r.capped { " (search limit)" } else { "" },
-            r.rate_at_target_rps_ci[0],
-            r.rate_at_target_rps_ci[1],
-            opt(r.achieved_at_target_rps, 3),
-            opt(r.throughput_at_target_tokens_per_s, 1),
-            r.throughput_at_target_tokens_per_s_ci[0],
-            r.throughput_at_target_tokens_per_s_ci[1],
-            r.ttft_ms.p99,
+            at_target_cells(r),
             r.itl_ms.p99,
         );
     }
