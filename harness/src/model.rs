@@ -21,10 +21,7 @@ use serde::{Deserialize, Serialize};
 mod groups;
 mod presets;
 pub use groups::{LayerGroup, MLA_FP8_TILE};
-pub use presets::QWEN3_NEXT_STATE_BYTES;
-
-/// The window of `tiny-sliding`'s sliding layers, in tokens.
-pub const TINY_SLIDING_WINDOW: u32 = 12;
+pub use presets::{QWEN3_NEXT_STATE_BYTES, TINY_SLIDING_WINDOW};
 
 /// Element type of a tensor (weights or KV cache). `fp8` is an alias of `fp8_e4m3`, the
 /// format serving engines store KV in by default (more precision; e5m2 trades a mantissa bit
@@ -335,70 +332,6 @@ impl ModelShape {
             kv_scale: None,
             layer_groups: Vec::new(),
             dense_layers: 0,
-        }
-    }
-
-    /// `tiny` with two sliding-window layers of window 12 before its two full ones: windows
-    /// shorter than a 16-token block and than the quick scenarios' prompts, so every run
-    /// attends past them, and off the block boundary, so an off-by-one shows.
-    pub fn tiny_sliding() -> ModelShape {
-        let t = ModelShape::tiny();
-        ModelShape {
-            name: "tiny-sliding".into(),
-            layers: 4,
-            layer_groups: vec![
-                LayerGroup::Sliding {
-                    layers: 2,
-                    window: TINY_SLIDING_WINDOW,
-                    kv_heads: t.kv_heads,
-                    head_dim: t.head_dim,
-                },
-                LayerGroup::Full {
-                    layers: 2,
-                    kv_heads: t.kv_heads,
-                    head_dim: t.head_dim,
-                },
-            ],
-            ..t
-        }
-    }
-
-    /// `tiny` with two MLA layers (DeepSeek-V3's layout scaled down): a 64-value latent and 16
-    /// RoPE values cached per token per layer, the 8 query heads' keys and values (head dim 32)
-    /// up-projected from it; no query low-rank projection.
-    pub fn tiny_mla() -> ModelShape {
-        let t = ModelShape::tiny();
-        ModelShape {
-            name: "tiny-mla".into(),
-            layer_groups: vec![LayerGroup::Mla {
-                layers: t.layers,
-                latent_dim: 64,
-                rope_dim: 16,
-                q_lora_rank: 0,
-            }],
-            ..t
-        }
-    }
-
-    /// `tiny` with two full layers and then two recurrent ones (a gated linear recurrence of
-    /// 64 f32 values per sequence per layer, Qwen3-Next's and Jamba's mix scaled down).
-    pub fn tiny_hybrid() -> ModelShape {
-        let t = ModelShape::tiny();
-        ModelShape {
-            name: "tiny-hybrid".into(),
-            layers: 4,
-            layer_groups: vec![
-                LayerGroup::Full {
-                    layers: 2,
-                    kv_heads: t.kv_heads,
-                    head_dim: t.head_dim,
-                },
-                LayerGroup::Recurrent {
-                    layers: 2,
-                    state_bytes: 64 * 4,
-                },
-            ],
-            ..t
         }
     }
 

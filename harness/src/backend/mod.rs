@@ -230,10 +230,8 @@ pub struct RunSetup {
     /// Seed of model weights on compute backends.
     pub seed: u64,
     pub max_tokens_per_step: u32,
-    /// The most tokens one step can hold: `max_tokens_per_step`, except under `prefill_first`,
-    /// which runs a prompt whole — alone when it exceeds the budget — so a step reaches
-    /// `max_seq_len` (a recompute re-prefills prompt and generated tokens, at most that). What a
-    /// backend with a fixed per-step workspace (`cuda`) must size it for.
+    /// The most tokens one step can hold (`engine::policy::max_step_tokens`): what a backend
+    /// with a fixed per-step workspace (`cuda`) must size it for.
     pub max_step_tokens: u32,
     /// Host-link bandwidth override for swaps, GB/s.
     pub swap_gbytes_per_s: Option<f64>,

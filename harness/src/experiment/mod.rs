@@ -195,7 +195,11 @@ fn run_mode_with(
         block_size,
         seed: setup.seed,
         max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
-        max_step_tokens: scenario.max_step_tokens(),
+        max_step_tokens: crate::engine::policy::max_step_tokens(
+            scenario.scheduler.policy,
+            scenario.scheduler.max_tokens_per_step,
+            scenario.cache.max_seq_len,
+        ),
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
         profile: opts.profile.clone(),

@@ -2,7 +2,8 @@
 //! (`deepseek-v3`), sliding windows (`gemma3-27b`, `gpt-oss-120b`) and recurrent layers
 //! (`qwen3-next-80b`). Every figure is from the model's published `config.json` on Hugging
 //! Face, named beside it; where kvbench's shape cannot say what the checkpoint does, the
-//! comment says what it does instead.
+//! comment says what it does instead. Beside them, the cpu model's tiny variants with one group
+//! of each kind (`tiny-sliding`, `tiny-mla`, `tiny-hybrid`), which the oracle checks.
 
 use super::{Dtype, LayerGroup, ModelShape, Moe};
 
@@ -186,3 +187,74 @@ impl ModelShape {
 /// One Qwen3-Next gated-DeltaNet layer's state per sequence (doc of
 /// [`ModelShape::qwen3_next_80b`]): (32 × 128 × 128 + 3 × 8192) bf16 values.
 pub const QWEN3_NEXT_STATE_BYTES: u64 = (32 * 128 * 128 + 3 * 8192) * 2;
+
+/// The window of `tiny-sliding`'s sliding layers, in tokens.
+pub const TINY_SLIDING_WINDOW: u32 = 12;
+
+/// The cpu model with one layer group of each kind beside full attention, so the oracle checks
+/// every group type.
+impl ModelShape {
+    /// `tiny` with two sliding-window layers of window 12 before its two full ones: windows
+    /// shorter than a 16-token block and than the quick scenarios' prompts, so every run
+    /// attends past them, and off the block boundary, so an off-by-one shows.
+    pub fn tiny_sliding() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-sliding".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Sliding {
+                    layers: 2,
+                    window: TINY_SLIDING_WINDOW,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+            ],
+            ..t
+        }
+    }
+
+    /// `tiny` with two MLA layers (DeepSeek-V3's layout scaled down): a 64-value latent and 16
+    /// RoPE values cached per token per layer, the 8 query heads' keys and values (head dim 32)
+    /// up-projected from it; no query low-rank projection.
+    pub fn tiny_mla() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-mla".into(),
+            layer_groups: vec![LayerGroup::Mla {
+                layers: t.layers,
+                latent_dim: 64,
+                rope_dim: 16,
+                q_lora_rank: 0,
+            }],
+            ..t
+        }
+    }
+
+    /// `tiny` with two full layers and then two recurrent ones (a gated linear recurrence of
+    /// 64 f32 values per sequence per layer, Qwen3-Next's and Jamba's mix scaled down).
+    pub fn tiny_hybrid() -> ModelShape {
+        let t = ModelShape::tiny();
+        ModelShape {
+            name: "tiny-hybrid".into(),
+            layers: 4,
+            layer_groups: vec![
+                LayerGroup::Full {
+                    layers: 2,
+                    kv_heads: t.kv_heads,
+                    head_dim: t.head_dim,
+                },
+                LayerGroup::Recurrent {
+                    layers: 2,
+                    state_bytes: 64 * 4,
+                },
+            ],
+            ..t
+        }
+    }
+}

@@ -421,16 +421,6 @@ impl Default for SloSpec {
 }
 
 impl Scenario {
-    /// The most tokens one engine step can hold: the chunk budget, or under `prefill_first`
-    /// (whole prompts, alone when one exceeds the budget) up to `max_seq_len`.
-    pub fn max_step_tokens(&self) -> u32 {
-        let budget = self.scheduler.max_tokens_per_step;
-        match self.scheduler.policy {
-            PolicyName::PrefillFirst => budget.max(self.cache.max_seq_len),
-            PolicyName::DecodeFirst => budget,
-        }
-    }
-
     /// The model shape after applying the preset and explicit field overrides.
     /// `None` when neither a known preset nor all fields are given (validation reports which).
     pub fn model_shape(&self) -> Option<ModelShape> {

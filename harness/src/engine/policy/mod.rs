@@ -48,6 +48,17 @@ pub fn create(name: PolicyName) -> Box<dyn Policy> {
     }
 }
 
+/// The most tokens one step of policy `name` can hold, which a backend with a fixed per-step
+/// workspace (`cuda`) must size it for: the chunk budget, except that `prefill_first` runs a
+/// prompt whole — alone when it exceeds the budget — so its steps reach `max_seq_len` (a
+/// recompute re-prefills prompt and generated tokens, at most that).
+pub fn max_step_tokens(name: PolicyName, budget_tokens: u32, max_seq_len: u32) -> u32 {
+    match name {
+        PolicyName::DecodeFirst => budget_tokens,
+        PolicyName::PrefillFirst => budget_tokens.max(max_seq_len),
+    }
+}
+
 /// A recording fake shared by the policy tests.
 #[cfg(test)]
 pub(crate) mod fake {
