@@ -9,11 +9,13 @@
 //! Steps are opaque, increasing [`StepId`]s; see [`fence`] for the deferred-release rule.
 
 pub mod fence;
+pub mod grouped;
 pub mod sync;
 pub mod tier;
 
 use serde::{Deserialize, Serialize};
 
+pub use grouped::{GroupTable, GroupedPool, TableShape};
 pub use tier::{BlockLoc, OffloadMode, OnloadMode, Tier, TierHits, TierOp, TierStats};
 
 /// Engine-assigned sequence id (a request's continuations each get their own).
@@ -73,6 +75,13 @@ pub enum SeqLayout<'a> {
     Contiguous {
         base_slot: u64,
         capacity_tokens: u32,
+    },
+    /// One block table per table of a grouped layout (see [`grouped`]): table `t`'s position
+    /// `p` lives in `tables[t]` as [`grouped::cell`] finds it. A page is `page_slots` slots.
+    Grouped {
+        page_slots: u32,
+        shapes: &'a [TableShape],
+        tables: &'a [GroupTable],
     },
 }
 
@@ -186,7 +195,8 @@ pub struct Started {
 }
 
 /// Slot accounting at one moment, in token slots. For a paged cache a whole block counts as
-/// allocated once mapped; `live` counts only written token slots.
+/// allocated once mapped; `live` counts only written token slots. A grouped manager's slot is a
+/// page's share (see [`grouped`]); the run states the bytes one slot stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Accounting {
     pub total_slots: u64,
@@ -313,6 +323,19 @@ pub trait KvCacheManager: Send {
     /// (a new block, or a copy-on-write of a shared partial block); contiguous, 0 inside the
     /// reservation and 1 past it (where `append` fails with `NoSpace`: the reservation is the cap).
     fn append_cost(&self, seq: SeqId) -> u64;
+    /// Slots one unshared sequence holds at most when it reaches `tokens` tokens, having started
+    /// with a reservation of `reserve_tokens` (what the engine compares with `total_slots` to
+    /// reject a request that could never fit). Paged: whole blocks of `tokens`; contiguous: the
+    /// reservation. Grouped managers count every table and the recurrent state.
+    fn sequence_slots(&self, tokens: u64, reserve_tokens: u32) -> u64 {
+        match self.mode() {
+            CacheMode::Contiguous => u64::from(reserve_tokens),
+            CacheMode::Paged => {
+                let bs = u64::from(self.block_size().max(1));
+                tokens.div_ceil(bs).saturating_mul(bs)
+            }
+        }
+    }
     /// A new sequence `child` that starts as a copy of `parent` (shares blocks when paged). The
     /// parent's prompt must be filled (`InvalidOp` otherwise).
     fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError>;

@@ -136,15 +136,9 @@ impl Engine<'_> {
 
     /// Slots one stream of `prompt + output` tokens needs at most in this cache mode.
     fn slots_needed(&self, prompt: u32, output: u32) -> u64 {
-        let bs = self.cache.block_size().max(1) as u64;
-        match self.cache.mode() {
-            kvbench_cache_api::CacheMode::Contiguous => {
-                super::reservation_tokens(self.cfg, prompt, output) as u64
-            }
-            kvbench_cache_api::CacheMode::Paged => {
-                (prompt as u64 + output as u64).div_ceil(bs) * bs
-            }
-        }
+        let reserve = super::reservation_tokens(self.cfg, prompt, output);
+        self.cache
+            .sequence_slots(u64::from(prompt) + u64::from(output), reserve)
     }
 
     fn fire_timer(&mut self, r: u32) {

@@ -24,6 +24,12 @@ impl<'a> Addr<'a> {
                 base_slot: base_slot as usize,
                 capacity_tokens: capacity_tokens as usize,
             }),
+            // The cpu backend refuses grouped managers at set-up; were one to reach it, its
+            // layout maps nothing here, so every read fails instead of reading a wrong slot.
+            SeqLayout::Grouped { .. } => Addr::Contiguous(ContiguousRegion {
+                base_slot: 0,
+                capacity_tokens: 0,
+            }),
         }
     }
 }

@@ -146,6 +146,12 @@ fn seq_addr(layout: SeqLayout<'_>) -> SeqAddr<'_> {
             base_slot,
             capacity_tokens: capacity_tokens as u64,
         },
+        // The cuda backend refuses models with non-full groups before any work, so no grouped
+        // manager reaches it; a grouped layout maps nothing, so every read fails.
+        SeqLayout::Grouped { .. } => SeqAddr::Contiguous {
+            base_slot: 0,
+            capacity_tokens: 0,
+        },
     }
 }
 

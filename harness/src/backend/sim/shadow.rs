@@ -186,6 +186,7 @@ fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
             base_slot,
             capacity_tokens,
         } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
+        SeqLayout::Grouped { .. } => None,
     }
 }
 
@@ -473,7 +474,7 @@ impl Shadow {
                         base_slot,
                         capacity_tokens,
                     }) => self.decode_contiguous(idx, base_slot, capacity_tokens, w, step),
-                    None => false,
+                    Some(SeqLayout::Grouped { .. }) | None => false,
                 };
             if fast {
                 if let Some(sm) = sm {

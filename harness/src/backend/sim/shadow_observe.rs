@@ -34,6 +34,7 @@ impl Shadow {
             } => {
                 self.observe_contiguous_grown(idx, base_slot, capacity_tokens, n_read, written_from)
             }
+            SeqLayout::Grouped { .. } => false,
         };
         if !unchanged {
             self.observe_changed(idx, layout, n_read, written_from, step);
@@ -82,6 +83,12 @@ impl Shadow {
                 &mut changed,
                 step,
             ),
+            SeqLayout::Grouped { .. } => {
+                self.violation(format!(
+                    "step {step}: grouped layouts are not shadowed (stream index {idx})"
+                ));
+                Table::None
+            }
         };
         self.seqs[idx as usize].table = new_table;
         changed.clear();

@@ -163,6 +163,8 @@ impl Harness {
                 base_slot,
                 capacity_tokens,
             } => (pos < capacity_tokens as usize).then_some(base_slot + pos as u64),
+            // The fuzzer drives the paged and contiguous managers only.
+            SeqLayout::Grouped { .. } => None,
         }
     }
 
@@ -180,7 +182,7 @@ impl Harness {
                 base_slot,
                 capacity_tokens,
             }) => (base_slot..base_slot + u64::from(capacity_tokens)).collect(),
-            None => Vec::new(),
+            Some(SeqLayout::Grouped { .. }) | None => Vec::new(),
         }
     }
 

@@ -259,3 +259,33 @@ impl HybridLayout {
             .checked_add(self.state_bytes_per_sequence)
     }
 }
+
+impl HybridLayout {
+    /// Bytes one accounting slot stands for: a page is `block_size` slots.
+    pub fn slot_bytes(&self) -> u64 {
+        self.page_bytes / u64::from(self.block_size.max(1))
+    }
+
+    /// The layout as the plain data both cache modes of a grouped run are built from.
+    pub fn grouped_pool(&self) -> kvbench_cache_api::GroupedPool {
+        let slot_bytes = self.slot_bytes().max(1);
+        kvbench_cache_api::GroupedPool {
+            shapes: self
+                .tables
+                .iter()
+                .map(|t| kvbench_cache_api::TableShape {
+                    block_tokens: t.block_tokens,
+                    window: match t.kind {
+                        TableKind::Sliding { window } => Some(window),
+                        TableKind::Full | TableKind::Mla => None,
+                    },
+                })
+                .collect(),
+            page_slots: self.block_size,
+            slot_bytes,
+            pages: self.pages,
+            state_slots_per_sequence: self.state_bytes_per_sequence.div_ceil(slot_bytes),
+            state_sequences: self.state_sequences,
+        }
+    }
+}
