@@ -25,8 +25,8 @@ pub use check::{
     FP8_E4M3_TOLERANCE, FP8_E5M2_TOLERANCE, SAMPLE_ONE_IN,
 };
 pub use setup::{
-    kv_storage, layer_kinds, model_config, oracle_for, seeded_model, shape_config, KvStorage,
-    FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
+    kv_storage, layer_kinds, model_config, oracle_for, prefix_cache_refusal, seeded_model,
+    shape_config, KvStorage, FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
 pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
