@@ -8,10 +8,12 @@ use std::process::Command;
 
 use kvbench::backend::cpu::{
     kv_tolerance, layer_kinds, oracle_for, seeded_model, BF16_TOLERANCE, F32_TOLERANCE,
+    FP8_E5M2_TOLERANCE,
 };
 use kvbench::backend::BackendKind;
 use kvbench::experiment::{self, RunOptions};
 use kvbench::model::{Dtype, ModelShape, TINY_SLIDING_WINDOW};
+use kvbench_cache_api::{CacheMode, Fault};
 use kvbench_kernels::{KvCache, LayerKind, PagedTable, StepSeq, Transformer};
 
 fn root() -> PathBuf {
@@ -28,12 +30,17 @@ fn seed() -> u64 {
     seed
 }
 
+/// `quick-basic` with `preset` and `dtype` KV; a recurrent model's with the prefix cache off,
+/// which `cpu` refuses it with.
 fn quick(preset: &str, dtype: &str) -> kvbench::scenario::Scenario {
-    let sets = [
+    let mut sets = vec![
         "traffic.requests=10".to_string(),
         format!("model.preset={preset}"),
         format!("model.kv_dtype={dtype}"),
     ];
+    if preset == "tiny-hybrid" {
+        sets.push("scheduler.prefix_cache=false".to_string());
+    }
     kvbench::scenario::load(&root().join("scenarios/quick-basic.toml"), &sets).expect("scenario")
 }
 
@@ -69,22 +76,80 @@ fn passes_the_oracle(preset: &str, dtype: &str, seed: u64) -> f64 {
     worst
 }
 
-#[test]
-fn tiny_sliding_passes_the_oracle_in_bf16_and_fp8() {
-    let seed = seed();
-    let bf16 = passes_the_oracle("tiny-sliding", "bf16", seed);
-    let fp8 = passes_the_oracle("tiny-sliding", "fp8_e4m3", seed);
-    // The FP8 values are really quantised: its error is beyond what bf16 storage gives.
-    assert!(fp8 > bf16, "fp8 {fp8:e} vs bf16 {bf16:e}");
-    assert!(fp8 > BF16_TOLERANCE, "fp8 {fp8:e}");
+/// `preset` in bf16, FP8 e4m3 and FP8 e5m2, each within its tolerance. Each FP8 format is
+/// really quantised: e4m3's error is beyond what bf16 storage gives, and e5m2 (one mantissa
+/// bit fewer, so twice e4m3's step) beyond e4m3's — equal errors would mean e5m2 fell back
+/// to the other format. Returns the three errors.
+fn passes_in_every_kv_format(preset: &str, seed: u64) -> [f64; 3] {
+    let bf16 = passes_the_oracle(preset, "bf16", seed);
+    let e4m3 = passes_the_oracle(preset, "fp8_e4m3", seed);
+    let e5m2 = passes_the_oracle(preset, "fp8_e5m2", seed);
+    assert!(e4m3 > bf16, "{preset}: e4m3 {e4m3:e} vs bf16 {bf16:e}");
+    assert!(e5m2 > e4m3, "{preset}: e5m2 {e5m2:e} vs e4m3 {e4m3:e}");
+    [bf16, e4m3, e5m2]
 }
 
 #[test]
-fn tiny_mla_passes_the_oracle_in_bf16_and_fp8() {
+fn tiny_sliding_passes_the_oracle_in_bf16_and_both_fp8_formats() {
     let seed = seed();
-    let bf16 = passes_the_oracle("tiny-mla", "bf16", seed);
-    let fp8 = passes_the_oracle("tiny-mla", "fp8_e4m3", seed);
-    assert!(fp8 > bf16, "fp8 {fp8:e} vs bf16 {bf16:e}");
+    let [_, e4m3, e5m2] = passes_in_every_kv_format("tiny-sliding", seed);
+    assert!(e4m3 > BF16_TOLERANCE, "e4m3 {e4m3:e}");
+    assert!(e5m2 > BF16_TOLERANCE, "e5m2 {e5m2:e}");
+}
+
+#[test]
+fn tiny_mla_passes_the_oracle_in_bf16_and_both_fp8_formats() {
+    passes_in_every_kv_format("tiny-mla", seed());
+}
+
+/// Under e5m2's tolerance — the loosest the oracle check has — a planted fault still fails
+/// each tiny variant: `skip-cow` on `quick-mixed` (forks write into the blocks they share)
+/// with invariant checks off, so only the oracle can see it.
+#[test]
+fn a_planted_fault_fails_each_tiny_variant_under_fp8_e5m2() {
+    let seed = seed();
+    for preset in ["tiny-sliding", "tiny-mla", "tiny-hybrid"] {
+        let mut sets = vec![
+            "traffic.requests=24".to_string(),
+            format!("model.preset={preset}"),
+            "model.kv_dtype=fp8_e5m2".to_string(),
+        ];
+        if preset == "tiny-hybrid" {
+            sets.push("scheduler.prefix_cache=false".to_string());
+        }
+        let s = kvbench::scenario::load(&root().join("scenarios/quick-mixed.toml"), &sets)
+            .expect("scenario");
+        let opts = RunOptions {
+            backend: BackendKind::Cpu,
+            seed: Some(seed),
+            fault: Some(Fault::SkipCow),
+            invariant_check_every: 0,
+            ..RunOptions::default()
+        };
+        let exp = experiment::run_scenario(&s, &opts).expect("cpu run");
+        assert!(exp.fault_fired() > 0, "{preset} seed {seed}: never fired");
+        let numerics = |mode| {
+            exp.run(mode)
+                .and_then(|r| r.end.numerics)
+                .expect("cpu reports numerics")
+        };
+        let (paged, contiguous) = (numerics(CacheMode::Paged), numerics(CacheMode::Contiguous));
+        println!("{preset} e5m2 skip-cow: paged {paged:?}");
+        assert_eq!(paged.tolerance, FP8_E5M2_TOLERANCE);
+        assert!(
+            !paged.ok && paged.max_rel_err > FP8_E5M2_TOLERANCE,
+            "{preset} seed {seed}: the oracle did not notice under e5m2: {paged:?}"
+        );
+        assert!(
+            contiguous.ok,
+            "{preset} seed {seed}: armed on the paged manager only: {contiguous:?}"
+        );
+        assert!(
+            exp.failures().iter().any(|f| f.contains("numerics")),
+            "{preset} seed {seed}: {:?}",
+            exp.failures()
+        );
+    }
 }
 
 #[test]
@@ -247,11 +312,8 @@ fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_runs_them() {
 }
 
 #[test]
-fn tiny_hybrid_passes_the_oracle_in_bf16_and_fp8() {
-    let seed = seed();
-    let bf16 = passes_the_oracle("tiny-hybrid", "bf16", seed);
-    let fp8 = passes_the_oracle("tiny-hybrid", "fp8_e4m3", seed);
-    assert!(fp8 > bf16, "fp8 {fp8:e} vs bf16 {bf16:e}");
+fn tiny_hybrid_passes_the_oracle_in_bf16_and_both_fp8_formats() {
+    passes_in_every_kv_format("tiny-hybrid", seed());
 }
 
 #[test]
@@ -339,8 +401,8 @@ fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
 
 /// Forks copy the recurrent state, preemption by recompute rebuilds it, swaps keep it: a
 /// run with all three (and cancellations) passes the oracle once the prefix cache is off.
-/// With it on, a prefix hit would skip the recurrent layers' prefill, and the run stops with
-/// the reason.
+/// With it on, a prefix hit would skip the recurrent layers' prefill, so the run is refused
+/// at set-up with the reason (the CLI's side: `tests/cpu_recurrent_prefix_cache.rs`).
 #[test]
 fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
     let seed = seed();
@@ -361,11 +423,14 @@ fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
         let n = r.end.numerics.expect("cpu reports numerics");
         assert!(n.ok && n.checked_steps > 0, "seed {seed}: {n:?}");
     }
-    let err = experiment::run_scenario(&mixed(&[]), &opts)
-        .map(|e| format!("{:?}", e.failures()))
-        .unwrap_or_else(|e| e.to_string());
+    let err = match experiment::run_scenario(&mixed(&[]), &opts) {
+        Ok(e) => panic!("seed {seed}: ran, failures {:?}", e.failures()),
+        Err(e) => e.to_string(),
+    };
     assert!(
-        err.contains("scheduler.prefix_cache = false"),
+        err.contains("scheduler.prefix_cache: ")
+            && err.contains("model.layer_groups.1 (attention = \"recurrent\")")
+            && err.contains("scheduler.prefix_cache = false"),
         "seed {seed}: {err}"
     );
 }

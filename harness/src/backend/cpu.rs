@@ -25,8 +25,8 @@ pub use check::{
     FP8_E4M3_TOLERANCE, FP8_E5M2_TOLERANCE, SAMPLE_ONE_IN,
 };
 pub use setup::{
-    kv_storage, layer_kinds, model_config, oracle_for, seeded_model, shape_config, KvStorage,
-    FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
+    kv_storage, layer_kinds, model_config, oracle_for, prefix_cache_refusal, seeded_model,
+    shape_config, KvStorage, FP8_CALIBRATION_TOKENS, MAX_PARAMETERS, NORM_EPS, ROPE_THETA,
 };
 pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 
@@ -70,11 +70,14 @@ fn step_err(e: KernelError) -> BackendError {
     BackendError::Step(e.to_string())
 }
 
-/// Activation buffers of one step of `tokens` tokens, in bytes (f32).
+/// Activation buffers of one step of `tokens` tokens, in bytes (f32); saturating.
 fn workspace_bytes(m: &Transformer, tokens: u64) -> u64 {
     let c = &m.cfg;
     let per_token = 3 * c.d_model + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.ffn_dim;
-    tokens * per_token as u64 * 4 + c.vocab as u64 * 4 * tokens
+    (per_token as u64)
+        .saturating_add(c.vocab as u64)
+        .saturating_mul(4)
+        .saturating_mul(tokens)
 }
 
 impl CpuBackend {
@@ -110,7 +113,9 @@ impl CpuBackend {
         };
         let tolerance = kv_tolerance(setup.model.kv_dtype);
         let checker = Checker::new(oracle_for(&model)?, tolerance);
-        let workspace_bytes = workspace_bytes(&model, setup.max_tokens_per_step.max(1) as u64);
+        // Sized for the largest step the policy can schedule (`prefill_first` runs a prompt
+        // whole), as `cuda` sizes its own.
+        let workspace_bytes = workspace_bytes(&model, setup.max_step_tokens.max(1) as u64);
         let clock_model = match setup.clock {
             Clock::Measured => None,
             Clock::Model => Some(CostModel::new(

@@ -101,6 +101,15 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
     let model = scenario.model_shape().ok_or_else(|| {
         ExperimentError::Scenario("model: unknown preset or incomplete shape".into())
     })?;
+    if kind == BackendKind::Cpu {
+        if let Some(why) =
+            crate::backend::cpu::prefix_cache_refusal(&model, scenario.scheduler.prefix_cache)
+        {
+            let key = "scheduler.prefix_cache";
+            let at = crate::scenario::locate_in_source(scenario.source.as_deref(), key, why);
+            return Err(ExperimentError::Scenario(at.to_string()));
+        }
+    }
     let seed = opts.seed.unwrap_or(scenario.seed);
     let scenario_dir = scenario
         .source

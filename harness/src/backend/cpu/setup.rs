@@ -40,6 +40,27 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
     shape_config(shape)
 }
 
+/// Why `cpu` cannot run `shape` with the prefix cache on, naming the first recurrent group:
+/// its layers keep one state per sequence and nothing per token, so a prefix hit would skip a
+/// prefill those layers need and the step would fail at the first hit. Refused at set-up, once
+/// the backend is known, so no request runs. `sim` holds no state and prices the hit as taken;
+/// `cuda` refuses the recurrent group itself.
+pub fn prefix_cache_refusal(shape: &ModelShape, prefix_cache: bool) -> Option<String> {
+    if !prefix_cache {
+        return None;
+    }
+    let (i, g) = shape
+        .layer_groups
+        .iter()
+        .enumerate()
+        .find(|(_, g)| matches!(g, LayerGroup::Recurrent { .. }))?;
+    Some(format!(
+        "model.layer_groups.{i} (attention = \"{}\") keeps one state per sequence and nothing per token, so a prefix-cache hit cannot skip its prefill on cpu: run model {} with scheduler.prefix_cache = false (or on --backend sim)",
+        g.kind(),
+        shape.name
+    ))
+}
+
 /// Each layer's attention kind, in layer order: the groups' layers one group after another,
 /// in the order the groups are listed (a group is a count, so this is the cpu model's choice of
 /// where its layers sit). Full, sliding and MLA groups run; a full or sliding group must have
