@@ -229,9 +229,10 @@ pub struct RunSetup {
     pub block_size: u32,
     /// Seed of model weights on compute backends.
     pub seed: u64,
+    /// The scheduler's chunk budget; sizes nothing on a backend (see `max_step_tokens`).
     pub max_tokens_per_step: u32,
-    /// The most tokens one step can hold (`engine::policy::max_step_tokens`): what a backend
-    /// with a fixed per-step workspace (`cuda`) must size it for.
+    /// The most tokens one step can hold (`engine::policy::max_step_tokens`): what every
+    /// backend sizes its per-step workspace for (`cuda` allocates it, `cpu` and `sim` count it).
     pub max_step_tokens: u32,
     /// Host-link bandwidth override for swaps, GB/s.
     pub swap_gbytes_per_s: Option<f64>,

@@ -48,8 +48,8 @@ pub fn create(name: PolicyName) -> Box<dyn Policy> {
     }
 }
 
-/// The most tokens one step of policy `name` can hold, which a backend with a fixed per-step
-/// workspace (`cuda`) must size it for: the chunk budget, except that `prefill_first` runs a
+/// The most tokens one step of policy `name` can hold, which every backend's per-step workspace
+/// is sized for (`cuda` allocates it, `cpu` and `sim` count it in the ledger): the chunk budget, except that `prefill_first` runs a
 /// prompt whole — alone when it exceeds the budget — so its steps reach `max_seq_len` (a
 /// recompute re-prefills prompt and generated tokens, at most that).
 pub fn max_step_tokens(name: PolicyName, budget_tokens: u32, max_seq_len: u32) -> u32 {
