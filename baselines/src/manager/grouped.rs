@@ -326,10 +326,10 @@ impl KvCacheManager for GroupedContiguous {
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
         let max_step = self.max_step_tokens;
         let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
-        if n_tokens > max_step {
+        if n_tokens > max_step && r.has_turning_ring(&self.pool.shapes) {
             return Err(AllocError::InvalidOp {
                 seq,
-                reason: "fill of more tokens than the largest step the rings are sized for",
+                reason: "fill of more tokens than the largest step its sliding rings hold",
             });
         }
         r.written_tokens = r
@@ -371,9 +371,10 @@ impl KvCacheManager for GroupedContiguous {
         }
     }
 
-    fn sequence_slots(&self, tokens: u64, reserve_tokens: u32) -> u64 {
-        let reserve = u32::try_from(tokens).map_or(u32::MAX, |t| t.max(reserve_tokens));
-        match cut_tables(&self.pool.shapes, reserve, self.max_step_tokens) {
+    /// The reservation's pages and state: what a sequence holds from its start, whatever it
+    /// writes (`tokens` past the reservation are refused by `append`, as in the plain baseline).
+    fn sequence_slots(&self, _tokens: u64, reserve_tokens: u32) -> u64 {
+        match cut_tables(&self.pool.shapes, reserve_tokens, self.max_step_tokens) {
             Some(cuts) => self.slots_of(u64::from(reservation_pages(&cuts))),
             None => u64::MAX,
         }

@@ -118,6 +118,16 @@ impl Reservation {
         debug_assert_eq!(table.pages.len() as u64, new_len);
     }
 
+    /// Whether a sliding table's ring is shorter than the reservation, so that it turns and a
+    /// step larger than the one it was sized for would overwrite what that step reads.
+    pub fn has_turning_ring(&self, shapes: &[TableShape]) -> bool {
+        shapes.iter().zip(&self.cuts).any(|(shape, cut)| {
+            let full =
+                u64::from(self.reserve_tokens).div_ceil(u64::from(shape.block_tokens.max(1)));
+            shape.window.is_some() && u64::from(cut.pages) < full
+        })
+    }
+
     /// Refresh every table.
     pub fn refresh(&mut self, shapes: &[TableShape]) {
         for (t, shape) in shapes.iter().enumerate() {
