@@ -283,6 +283,7 @@ impl KvCacheManager for GroupedContiguous {
                 let fits = !self.seqs.contains_key(&req.seq) && self.no_space(pages).is_none();
                 (self.slots_of(u64::from(pages)), fits)
             }
+            Err(AllocError::TooLarge { needed_slots, .. }) => (needed_slots, false),
             Err(_) => (u64::MAX, false),
         };
         Probe {

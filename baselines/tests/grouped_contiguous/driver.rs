@@ -248,9 +248,7 @@ fn one_op(
                 probe.fits
             ));
         }
-        if want != Err(Refusal::TooLarge)
-            && probe.new_slots != model.reservation_slots(reserve.max(prompt))
-        {
+        if probe.new_slots != model.reservation_slots(reserve.max(prompt)) {
             return Err(format!("start {id}: probe takes {} slots", probe.new_slots));
         }
         let got = m.start(&req);

@@ -250,7 +250,11 @@ impl Model {
     pub fn copy(&mut self, op: &CopyOp) -> Result<(), String> {
         let ps = u64::from(self.pool.page_slots);
         let len = u64::from(op.len_tokens);
-        if op.src_slot % ps != 0 || op.dst_slot % ps != 0 || len % ps != 0 || len == 0 {
+        if !op.src_slot.is_multiple_of(ps)
+            || !op.dst_slot.is_multiple_of(ps)
+            || !len.is_multiple_of(ps)
+            || len == 0
+        {
             return Err(format!("copy {op:?} is not whole pages of {ps} slots"));
         }
         for i in 0..len / ps {
