@@ -228,7 +228,7 @@ fn one_op(
         .filter(|id| model.seqs[id].written < model.seqs[id].mapped)
         .collect();
     let roll = rng.between(0, 99);
-    if roll < 22 {
+    if roll < 16 {
         let id = *next_id;
         *next_id += 1;
         let prompt = rng.between(1, 30);
@@ -260,13 +260,18 @@ fn one_op(
         }
         return Ok(format!("start {id} p{prompt} r{reserve}"));
     }
-    if roll < 42 {
+    if roll < 36 {
         let Some(id) = pick(rng, &unfilled) else {
             return Ok("-".into());
         };
+        let budget = model.write_budget(id);
+        if budget == 0 {
+            return Ok("-".into());
+        }
         let s = &model.seqs[&id];
-        let n = rng.between(1, (s.mapped - s.written).min(model.max_step));
+        let n = rng.between(1, (s.mapped - s.written).min(budget));
         let from = s.written;
+        model.note_write(id);
         m.fill(id, n).map_err(|e| format!("fill {id} {n}: {e}"))?;
         let s = model.seqs.get_mut(&id).expect("picked live");
         s.written += n;
@@ -275,10 +280,13 @@ fn one_op(
         write(m, model, id, from, from + n)?;
         return Ok(format!("fill {id} {n}"));
     }
-    if roll < 64 {
+    if roll < 58 {
         let Some(id) = pick(rng, &filled) else {
             return Ok("-".into());
         };
+        if model.write_budget(id) == 0 {
+            return Ok("-".into());
+        }
         let s = &model.seqs[&id];
         let got = m.append(id);
         if s.mapped >= s.reserve {
@@ -294,6 +302,7 @@ fn one_op(
         if !copies.is_empty() {
             return Err(format!("append {id} copied {copies:?}"));
         }
+        model.note_write(id);
         let s = model.seqs.get_mut(&id).expect("picked live");
         let pos = s.written;
         s.mapped += 1;
@@ -303,7 +312,7 @@ fn one_op(
         write(m, model, id, pos, pos + 1)?;
         return Ok(format!("append {id}"));
     }
-    if roll < 72 {
+    if roll < 64 {
         let Some(parent) = pick(rng, &filled) else {
             return Ok("-".into());
         };
@@ -327,7 +336,7 @@ fn one_op(
         }
         return Ok(format!("fork {parent}->{child}"));
     }
-    if roll < 86 {
+    if roll < 70 {
         let Some(id) = pick(rng, &ids) else {
             return Ok("-".into());
         };
@@ -339,7 +348,7 @@ fn one_op(
         model.release(id);
         return Ok(format!("release {id}"));
     }
-    if roll < 93 {
+    if roll < 85 {
         if model.in_flight.len() >= 3 {
             return Ok("-".into());
         }

@@ -27,6 +27,9 @@ pub struct MSeq {
     /// The tag each written position must hold in every table.
     pub content: Vec<u64>,
     pub state: bool,
+    /// Each step not yet retired that writes this sequence (the next one included), with the
+    /// written tokens before its writes.
+    pub writes: Vec<(u64, u32)>,
 }
 
 /// Why the model expects a start or fork to fail.
@@ -173,6 +176,7 @@ impl Model {
                 written: 0,
                 content: Vec::new(),
                 state: self.pool.state_sequences.is_some(),
+                writes: Vec::new(),
             },
         );
         Ok(base)
@@ -194,7 +198,14 @@ impl Model {
         }
         let base = self.first_fit(p.pages).ok_or(Refusal::NoSpace)?;
         self.take(child, base, p.pages);
-        self.seqs.insert(child, MSeq { base, ..p });
+        self.seqs.insert(
+            child,
+            MSeq {
+                base,
+                writes: Vec::new(),
+                ..p
+            },
+        );
         Ok(base)
     }
 
@@ -237,6 +248,28 @@ impl Model {
             for p in base..base + pages {
                 self.owner[p as usize] = Owner::Free;
             }
+        }
+    }
+
+    /// Tokens `id` may still write: `max_step` beyond the written tokens before the oldest
+    /// step not yet retired that writes it (that step reads a window before them, and steps
+    /// may retire out of order).
+    pub fn write_budget(&mut self, id: u64) -> u32 {
+        let next = self.next_step;
+        let in_flight = &self.in_flight;
+        let s = self.seqs.get_mut(&id).expect("model: a live sequence");
+        s.writes
+            .retain(|&(step, _)| step >= next || in_flight.contains(&step));
+        let from = s.writes.iter().map(|w| w.1).min().unwrap_or(s.written);
+        self.max_step - (s.written - from)
+    }
+
+    /// `id` writes in the next step (call before the write).
+    pub fn note_write(&mut self, id: u64) {
+        let next = self.next_step;
+        let s = self.seqs.get_mut(&id).expect("model: a live sequence");
+        if s.writes.last().map(|w| w.0) != Some(next) {
+            s.writes.push((next, s.written));
         }
     }
 
