@@ -361,3 +361,47 @@ fn a_ring_sized_for_one_step_is_reported_when_two_are_in_flight() {
     // Sized for both steps' 16 tokens: ⌈24 / 4⌉ + 1 = 7 pages, and nothing is reported.
     pipelined_prefill(16).unwrap();
 }
+
+/// Gemma 3 27B as the hybrid layout cuts it (block size 16): 26 sliding tables (window 1024)
+/// and 5 full ones of 2 layers each, one page = 2 layers × 16 tokens × 8 KiB = 256 KiB, and a
+/// 16 GiB budget of 65,536 pages (`scenarios/gemma3-27b-h100.toml`).
+fn gemma3_27b_pool() -> GroupedPool {
+    let mut shapes = vec![sliding(16, 1024); 26];
+    shapes.extend([full(16); 5]);
+    GroupedPool {
+        shapes,
+        page_slots: 16,
+        slot_bytes: 16 * 1024,
+        pages: 65_536,
+        state_slots_per_sequence: 0,
+        state_sequences: None,
+    }
+}
+
+#[test]
+fn gemma3_27b_reservations_by_hand() {
+    // (reservation, largest step) → (pages a sequence, sequences that start before NoSpace).
+    // Rings: ⌈(1024 + 4096) / 16⌉ + 1 = 321 pages, capped at 256 for a 4,096-token
+    // reservation; ⌈(1024 + 512) / 16⌉ + 1 = 97. Full tables 256 or 2,048 pages.
+    let cases = [
+        ((4096u32, 4096u32), (31 * 256u64, 8u64)),
+        ((4096, 512), (26 * 97 + 5 * 256, 17)),
+        ((32768, 4096), (26 * 321 + 5 * 2048, 3)),
+        ((32768, 512), (26 * 97 + 5 * 2048, 5)),
+    ];
+    for ((reserve, step), (pages, fit)) in cases {
+        let mut m = GroupedContiguous::new(gemma3_27b_pool(), step);
+        assert_eq!(
+            m.sequence_slots(u64::from(reserve), reserve),
+            pages * 16,
+            "{reserve} tokens, step {step}"
+        );
+        let mut started = 0u64;
+        while start(&mut m, started, 1, reserve).is_ok() {
+            started += 1;
+        }
+        assert_eq!(started, fit, "{reserve} tokens, step {step}");
+        assert_eq!(fit, 65_536 / pages);
+        m.check_invariants().unwrap();
+    }
+}
