@@ -522,14 +522,14 @@ impl KvCacheManager for GroupedContiguous {
         let states_total = self
             .pool
             .state_sequences
-            .map_or(0, |n| u64::from(n) * state);
+            .map_or(0, |n| u64::from(n).saturating_mul(state));
         Accounting {
             total_slots: u64::from(self.pool.pages) * ps + states_total,
-            live_slots: live + held_states * state,
+            live_slots: live + held_states.saturating_mul(state),
             allocated_unfilled_slots: reserved.saturating_sub(live),
             cached_free_slots: 0,
-            pending_free_slots: self.pending_pages * ps + self.pending_states * state,
-            free_slots: self.arena.free_slots() * ps + self.states_free() * state,
+            pending_free_slots: self.pending_pages * ps + self.pending_states.saturating_mul(state),
+            free_slots: self.arena.free_slots() * ps + self.states_free().saturating_mul(state),
         }
     }
 
