@@ -154,7 +154,8 @@ impl HybridCache {
             .last_page()
             .and_then(|p| self.pool.refs(p))
             .is_some_and(|r| r > 1);
-        partial && shared && !self.skip_cow
+        // Counted even with `skip_cow` armed: the planted bug is the write, not the estimate.
+        partial && shared
     }
 
     /// Map `n` more positions of `seq`: a copy of each shared partial last block (the copies
