@@ -359,7 +359,7 @@ impl Model {
         let l = s.mapped;
         let mut out = Vec::new();
         for (t, &(bt, _)) in self.specs.iter().enumerate() {
-            if l % bt == 0 {
+            if l.is_multiple_of(bt) {
                 out.push((t, None));
             } else {
                 let v = s.tables[t][&(l / bt)];

@@ -149,7 +149,7 @@ impl HybridCache {
     /// Whether writing position `tokens` of a table with `bt`-token blocks copies its last page
     /// first: a partial last block that another sequence shares.
     pub(crate) fn needs_cow(&self, tokens: u64, bt: u64, table: &GroupTable) -> bool {
-        let partial = tokens % bt != 0;
+        let partial = !tokens.is_multiple_of(bt);
         let shared = table
             .last_page()
             .and_then(|p| self.pool.refs(p))
