@@ -19,7 +19,9 @@ use std::collections::BTreeSet;
 use hybrid_kv_support::checker::{run_blind, run_faulted, run_ops};
 use hybrid_kv_support::{build, mixes, start, Op};
 use kvbench::cache::hybrid::HybridKv;
-use kvbench_cache_api::{AllocError, Fault, KvCacheManager, ReleaseReason, SeqLayout};
+use kvbench_cache_api::{
+    AllocError, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
+};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -269,4 +271,39 @@ fn sequence_slots_count_every_table_whole_and_the_state() {
         30 * 4 + 3 * state_slots,
         "the reserved states count in the total"
     );
+}
+
+#[test]
+fn a_released_state_waits_for_the_fence_too() {
+    let mix = &mixes()[1]; // full + recurrent: 3 states reserved
+    let mut kv = build(mix);
+    for seq in 0..3 {
+        start(&mut kv, seq, 4).unwrap();
+    }
+    assert!(matches!(
+        start(&mut kv, 3, 4),
+        Err(AllocError::NoSpace { .. })
+    ));
+    let step = kv.begin_step();
+    kv.release(0, ReleaseReason::Preempt).unwrap();
+    let state_slots = kv.sequence_slots(0, 0);
+    assert!(state_slots > 0);
+    // The state and the one page of seq 0 wait behind the step.
+    assert_eq!(kv.accounting().pending_free_slots, 4 + state_slots);
+    assert!(
+        !kv.probe_start(&StartRequest {
+            seq: 3,
+            tokens: &[1, 2],
+            scope: None,
+            reserve_tokens: 2,
+        })
+        .fits
+    );
+    kv.fill(1, 4).unwrap();
+    assert!(matches!(kv.fork(1, 3), Err(AllocError::NoSpace { .. })));
+    kv.check_invariants().unwrap();
+    kv.retire_step(step);
+    assert_eq!(kv.accounting().pending_free_slots, 0);
+    assert_eq!(kv.fork(1, 3), Ok(Vec::new()));
+    kv.check_invariants().unwrap();
 }
