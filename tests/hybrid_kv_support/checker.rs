@@ -298,6 +298,25 @@ impl Checker {
                     model.holders(v)
                 ));
             }
+            // The backend's tables name what the pool holds: a page handed out in a layout has
+            // exactly as many references as layouts naming it.
+            let refs = kv.cache().page_refs(*page);
+            if refs != Some(h.len() as u32) {
+                return Err(format!(
+                    "page {page} is in {} layouts, the pool counts {refs:?} references",
+                    h.len()
+                ));
+            }
+        }
+        // A version's content stays in the page it was written to for as long as it is held.
+        for (v, page) in &page_of {
+            if let Some(before) = self.page_of.get(v) {
+                if before != page {
+                    return Err(format!(
+                        "version {v} moved from page {before} to page {page}"
+                    ));
+                }
+            }
         }
         self.page_of = page_of;
         Ok(())
