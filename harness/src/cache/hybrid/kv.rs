@@ -75,6 +75,11 @@ impl HybridKv {
         self.cache.layout()
     }
 
+    /// The plain data the grouped contiguous baseline of the same run is built from.
+    pub fn grouped_pool(&self) -> kvbench_cache_api::GroupedPool {
+        self.cache.layout().grouped_pool()
+    }
+
     /// The table shapes every sequence's layout names, in the layout's order.
     pub fn shapes(&self) -> &[TableShape] {
         &self.shapes
