@@ -6,11 +6,14 @@
 //! recomputed from the model, no released page in another table before its fence retired,
 //! every written position inside its table's window in a cell no other sequence holds unless a
 //! fork shares it; each planted fault fires and is caught; a proptest over the same strings;
-//! a few cases by hand.
+//! a few cases by hand; and whole engine runs on `sim` (chunked prefill, forks, preemption,
+//! steps in flight) with the invariants checked after every step and each fault reported.
 //!
 //! `KVBENCH_SEED` replays one seeded run, `KVBENCH_HYBRID_KV_SEEDS` widens the sweep,
 //! `PROPTEST_CASES` raises the proptest case count.
 
+#[allow(dead_code)]
+mod engine_support;
 mod hybrid_kv_support;
 mod support;
 
@@ -18,7 +21,7 @@ use std::collections::BTreeSet;
 
 use hybrid_kv_support::checker::{run_blind, run_faulted, run_ops};
 use hybrid_kv_support::{build, mixes, start, Op};
-use kvbench::cache::hybrid::HybridKv;
+use kvbench::cache::hybrid::{HybridKv, HybridLayout};
 use kvbench_cache_api::{
     AllocError, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
 };
@@ -306,4 +309,115 @@ fn a_released_state_waits_for_the_fence_too() {
     assert_eq!(kv.accounting().pending_free_slots, 0);
     assert_eq!(kv.fork(1, 3), Ok(Vec::new()));
     kv.check_invariants().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driven by the engine (on `sim`, without the shadow payload, which does not read grouped
+// layouts): the engine's own protocol — chunked prefill, decode, forks of every sample,
+// preemption, fences of steps in flight — with the invariants checked after every step.
+
+fn engine_run(
+    shape: &kvbench::model::ModelShape,
+    pages: u64,
+    async_steps: bool,
+    fault: Option<Fault>,
+) -> (kvbench::engine::RunRecord, u64) {
+    use kvbench::backend::sim::SimBackend;
+    use kvbench::backend::RunSetup;
+    use kvbench_cache_api::CacheMode;
+
+    let states = 8; // sequences whose recurrent state is reserved (where there is one)
+    let probe = HybridLayout::new(shape, 16, 1 << 30, 0).unwrap();
+    let budget = probe.page_bytes * pages + probe.state_bytes_per_sequence * states;
+    let layout = HybridLayout::new(shape, 16, budget, states as u32).unwrap();
+    assert_eq!(u64::from(layout.pages), pages);
+    let mut kv = HybridKv::new(layout);
+    let total = kv.accounting().total_slots;
+    let mut sched = engine_support::sched();
+    sched.max_tokens_per_step = 64; // chunked prefill of the longer prompts
+    sched.async_steps = async_steps; // releases while the next step is in flight
+    let mut cfg = engine_support::config(CacheMode::Paged, sched);
+    cfg.fault = fault;
+    let requests = (0..24u64)
+        .map(|i| {
+            let mut r = engine_support::req(i, i as f64 * 2.0, 20 + (i as u32 * 37) % 150, 30);
+            r.samples = 1 + (i % 3) as u32;
+            r
+        })
+        .collect();
+    let w = engine_support::workload(requests);
+    let setup = RunSetup {
+        model: shape.clone(),
+        device: "cpu".into(),
+        scenario_dir: None,
+        cache_slots: total,
+        block_size: 16,
+        seed: 1,
+        max_tokens_per_step: 64,
+        max_step_tokens: 64,
+        swap_gbytes_per_s: None,
+        workspace_bytes: None,
+        profile: Some(engine_support::engine_test_device()),
+        clock: Default::default(),
+        tiers: Default::default(),
+    };
+    let mut backend = SimBackend::new(&setup).expect("sim backend");
+    let r = kvbench::engine::run(&cfg, &w, &mut kv, &mut backend).expect("engine run");
+    (r, kv.fault_fired())
+}
+
+#[test]
+fn the_engine_drives_it_through_a_run_and_it_ends_quiescent() {
+    // Pools tight enough that admission waits and sequences are preempted.
+    for (shape, pages) in [
+        (kvbench::model::ModelShape::tiny_sliding(), 60),
+        (kvbench::model::ModelShape::tiny_mla(), 20),
+        (kvbench::model::ModelShape::tiny_hybrid(), 20),
+    ] {
+        for async_steps in [false, true] {
+            let (r, fired) = engine_run(&shape, pages, async_steps, None);
+            assert_eq!(r.end.violation, None, "{}", shape.name);
+            assert!(
+                r.end.reclamation.ok,
+                "{}: {}",
+                shape.name, r.end.reclamation.detail
+            );
+            assert_eq!(fired, 0);
+            let completed = engine_support::count(&r, kvbench::engine::StreamStatus::Completed);
+            assert_eq!(
+                completed,
+                r.streams.len(),
+                "{}: every stream completes",
+                shape.name
+            );
+            assert!(r.end.peak_running > 1, "{}", shape.name);
+            eprintln!(
+            "{} (async steps {async_steps}): {} streams, peak running {}, {} prefill chunks, {} preemptions",
+            shape.name,
+            r.streams.len(),
+            r.end.peak_running,
+            engine_support::events(&r, "prefill_chunk"),
+            engine_support::events(&r, "preempt")
+        );
+            assert!(
+                engine_support::events(&r, "preempt") > 0,
+                "{}: the pool is tight enough to preempt",
+                shape.name
+            );
+        }
+    }
+}
+
+#[test]
+fn each_planted_fault_fires_in_an_engine_run_and_is_reported() {
+    let shape = kvbench::model::ModelShape::tiny_sliding();
+    for fault in Fault::ALL {
+        let (r, fired) = engine_run(&shape, 60, true, Some(fault));
+        assert!(fired > 0, "{} never fired", fault.name());
+        assert!(
+            r.end.violation.is_some() || !r.end.reclamation.ok,
+            "{} fired {fired} times and the run reported nothing",
+            fault.name()
+        );
+    }
 }
