@@ -12,7 +12,6 @@
 //! `KVBENCH_SEED` replays one seeded run, `KVBENCH_HYBRID_KV_SEEDS` widens the sweep,
 //! `PROPTEST_CASES` raises the proptest case count.
 
-#[allow(dead_code)]
 mod engine_support;
 mod hybrid_kv_support;
 mod support;
