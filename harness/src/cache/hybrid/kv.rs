@@ -241,8 +241,11 @@ impl KvCacheManager for HybridKv {
         self.cache
             .start(req.seq)
             .map_err(|e| self.alloc_error(req.seq, e))?;
-        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse.
+        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse;
+        // if it did, the start is undone whole (a failed call changes nothing).
         if let Err(e) = self.cache.map(req.seq, prompt) {
+            self.cache.seqs.remove(&req.seq);
+            self.cache.pool.untake_state();
             return Err(self.alloc_error(req.seq, e));
         }
         self.refresh_bad_layout(req.seq);
