@@ -3,8 +3,8 @@
 //! It drives a [`HybridCache`] through the trait's protocol: `start` maps every prompt token's
 //! pages in every table and takes a recurrent state; `fill` writes a prefill chunk and trims
 //! the sliding tables by the tokens written *before* the chunk (its first queries still read
-//! that window); `append` maps, writes and trims one decoded token, copying a shared partial
-//! last page first; `fork` shares every page of a filled parent and takes a state of its own;
+//! that window); `append` maps and writes one decoded token, copying a shared partial last
+//! page first, and trims by the tokens written before it (the step writing it reads them); `fork` shares every page of a filled parent and takes a state of its own;
 //! `release` drops everything. A page or state whose last holder lets go while a step is in
 //! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
 //! out again.
