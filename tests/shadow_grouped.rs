@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, TierSetup};
-use kvbench::cache::hybrid::HybridLayout;
+use kvbench::cache::hybrid::{HybridKv, HybridLayout};
 use kvbench::model::{Dtype, LayerGroup, ModelShape};
 use kvbench_baselines::manager::GroupedContiguous;
 use kvbench_cache_api::grouped::readable_from;
@@ -128,13 +128,15 @@ fn layout(mix: &Mix) -> HybridLayout {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Which {
+    Hybrid,
     Contiguous,
 }
 
-const MANAGERS: [Which; 1] = [Which::Contiguous];
+const MANAGERS: [Which; 2] = [Which::Hybrid, Which::Contiguous];
 
 fn manager(which: Which, mix: &Mix) -> Box<dyn KvCacheManager> {
     match which {
+        Which::Hybrid => Box::new(HybridKv::new(layout(mix))),
         Which::Contiguous => Box::new(GroupedContiguous::new(
             layout(mix).grouped_pool(),
             CHUNK_TOKENS,
@@ -305,6 +307,7 @@ struct Tally {
     starts: u64,
     forks: u64,
     cancels: u64,
+    preempted: u64,
     finished: u64,
     invariant_errors: Vec<String>,
 }
@@ -411,8 +414,13 @@ impl Driver {
             } else {
                 match self.cache.append(seq) {
                     Ok(c) => plan.copies.extend(c),
-                    // No room for the block: the stream waits.
-                    Err(AllocError::NoSpace { .. }) => continue,
+                    // No room for the block (the paged manager admits on the prompt alone): the
+                    // stream is preempted, as the engine's recompute preemption does.
+                    Err(AllocError::NoSpace { .. }) => {
+                        self.drop_stream(seq, ReleaseReason::Preempt);
+                        self.tally.preempted += 1;
+                        continue;
+                    }
                     Err(e) => panic!("append of {seq}: {e:?}"),
                 }
                 1
@@ -545,6 +553,10 @@ fn clean_grouped_runs_report_no_violation_and_check_every_table() {
                 let mut d = Driver::new(manager(which, &mix), seed, 7);
                 let r = d.run(STEPS);
                 let t = &d.tally;
+                println!(
+                    "  checked {} of {} grouped reads, wrote {}; {t:?}",
+                    r.checked_slots, r.read_slots, r.written_slots
+                );
                 assert_eq!(r.violations, 0, "{name}: {:?} {t:?}", r.messages);
                 assert!(t.invariant_errors.is_empty(), "{name}: {t:?}");
                 assert!(
@@ -567,6 +579,12 @@ fn faulty(cache: Box<dyn KvCacheManager>, seed: u64) -> (ShadowReport, u64, Tall
     let mut d = Driver::new(cache, seed, 5);
     let r = d.run(STEPS);
     let fired = d.cache.fault_fired();
+    println!(
+        "  fired {fired}, {} violations, first: {:?}; {:?}",
+        r.violations,
+        r.messages.first(),
+        d.tally
+    );
     (r, fired, d.tally)
 }
 
@@ -625,6 +643,27 @@ fn a_sliding_table_released_one_block_too_early_is_caught_by_the_shadow() {
                 r.messages
                     .iter()
                     .any(|m| m.contains("of table 0, which the table no longer holds")),
+                "{name}: {:?}",
+                r.messages
+            );
+        }
+    }
+}
+
+#[test]
+fn a_write_into_a_shared_page_without_its_copy_is_caught_by_the_shadow() {
+    // Only the hybrid manager shares pages (a fork's partial last page); the baseline copies.
+    for mix in mixes() {
+        for seed in seeds() {
+            let name = format!("{} / Hybrid / seed {seed}", mix.shape.name);
+            println!("{name} (replay: KVBENCH_SEED={seed})");
+            let mut cache = manager(Which::Hybrid, &mix);
+            cache.inject_fault(Fault::SkipCow);
+            let (r, _, t) = faulty(cache, seed);
+            assert!(t.forks > 0, "{name}: no fork, nothing shared: {t:?}");
+            assert!(r.violations > 0, "{name}: skipped copy not caught: {r:?} {t:?}");
+            assert!(
+                r.messages.iter().any(|m| m.contains("read position")),
                 "{name}: {:?}",
                 r.messages
             );
