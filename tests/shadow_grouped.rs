@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
-use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, TierSetup};
+use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, SwapDirection, SwapOp, TierSetup};
 use kvbench::cache::hybrid::{HybridKv, HybridLayout};
 use kvbench::model::{Dtype, LayerGroup, ModelShape};
 use kvbench_baselines::manager::GroupedContiguous;
@@ -308,6 +308,7 @@ struct Tally {
     forks: u64,
     cancels: u64,
     preempted: u64,
+    swaps: u64,
     finished: u64,
     invariant_errors: Vec<String>,
 }
@@ -319,6 +320,10 @@ struct Driver {
     streams: BTreeMap<SeqId, Stream>,
     /// Steps in flight: the manager's fence and the streams each wrote (`seq`, new tokens).
     in_flight: VecDeque<(StepId, Vec<(SeqId, u32)>)>,
+    /// Streams swapped out (their pages released), oldest first.
+    swapped: VecDeque<(SeqId, Stream)>,
+    /// Swap a stream out once in this many steps, and one back in (0: never).
+    swap_every: u32,
     /// Copies a fork asked for, carried by the next step.
     copies: Vec<CopyOp>,
     next_seq: SeqId,
@@ -355,6 +360,8 @@ impl Driver {
             streams: BTreeMap::new(),
             in_flight: VecDeque::new(),
             copies: Vec::new(),
+            swapped: VecDeque::new(),
+            swap_every: 6,
             next_seq: 1,
             cancel_every,
             tally: Tally::default(),
@@ -400,6 +407,8 @@ impl Driver {
             ..StepPlan::default()
         };
         let mut wrote = Vec::new();
+        let swapped_out = self.swap_out(&mut plan);
+        self.swap_in(&mut plan, &mut wrote);
         let ids: Vec<SeqId> = self.streams.keys().copied().collect();
         for seq in ids {
             let s = &self.streams[&seq];
@@ -438,6 +447,12 @@ impl Driver {
         }
         self.be.submit(&plan, &*self.cache).expect("submit");
         let fence = self.cache.begin_step();
+        if let Some(seq) = swapped_out {
+            // Its pages go once the swap-out has read them: fenced on this step.
+            self.cache
+                .release(seq, ReleaseReason::Preempt)
+                .expect("release");
+        }
         self.tally.steps += 1;
         for &(seq, new) in &wrote {
             if let Some(s) = self.streams.get_mut(&seq) {
@@ -446,9 +461,14 @@ impl Driver {
             }
         }
         self.fork_some(&wrote);
-        if self.cancel_every > 0 && self.tally.steps.is_multiple_of(u64::from(self.cancel_every)) {
+        if self.cancel_every > 0
+            && self
+                .tally
+                .steps
+                .is_multiple_of(u64::from(self.cancel_every))
+        {
             // Released while its step still reads its pages, as a cancelled request is.
-            if let Some(&(seq, _)) = wrote.first() {
+            if let Some(&(seq, _)) = wrote.iter().find(|(q, _)| self.streams.contains_key(q)) {
                 self.drop_stream(seq, ReleaseReason::Cancel);
                 self.tally.cancels += 1;
             }
@@ -460,6 +480,69 @@ impl Driver {
             }
         }
         true
+    }
+
+    /// Once in `swap_every` steps, swap out the first idle decoding stream: its tags go to the
+    /// host and its pages are released after the step is submitted.
+    fn swap_out(&mut self, plan: &mut StepPlan) -> Option<SeqId> {
+        if self.swap_every == 0 || self.tally.steps % u64::from(self.swap_every) != 1 {
+            return None;
+        }
+        let seq = self
+            .streams
+            .iter()
+            .find(|(_, s)| !s.busy && s.written > s.prompt_tokens && s.written < s.target_tokens)
+            .map(|(&seq, _)| seq)?;
+        let s = self.streams.remove(&seq)?;
+        plan.swaps.push(SwapOp {
+            seq,
+            direction: SwapDirection::Out,
+            tokens: s.written,
+        });
+        self.swapped.push_back((seq, s));
+        self.tally.swaps += 1;
+        Some(seq)
+    }
+
+    /// Once in `swap_every` steps, bring the oldest swapped stream back if it fits: a fresh
+    /// start and fill of its tokens, then the swap-in writes its tags; it decodes from the next
+    /// step on.
+    fn swap_in(&mut self, plan: &mut StepPlan, wrote: &mut Vec<(SeqId, u32)>) {
+        if self.swap_every == 0 || self.tally.steps % u64::from(self.swap_every) != 0 {
+            return;
+        }
+        let Some(&(seq, ref s)) = self.swapped.front() else {
+            return;
+        };
+        let tokens = vec![0u32; s.written as usize];
+        let req = StartRequest {
+            seq,
+            tokens: &tokens,
+            scope: None,
+            reserve_tokens: s.target_tokens,
+        };
+        if !self.cache.probe_start(&req).fits || self.cache.start(&req).is_err() {
+            return;
+        }
+        let mut filled = 0;
+        while filled < s.written {
+            let n = (s.written - filled).min(CHUNK_TOKENS);
+            self.cache
+                .fill(seq, n)
+                .expect("fill of a swapped-in stream");
+            filled += n;
+        }
+        plan.swaps.push(SwapOp {
+            seq,
+            direction: SwapDirection::In,
+            tokens: s.written,
+        });
+        if let Some((seq, mut s)) = self.swapped.pop_front() {
+            // Not scheduled in the step that swaps it in.
+            s.busy = true;
+            self.streams.insert(seq, s);
+            wrote.push((seq, 0));
+        }
     }
 
     /// Streams that just sampled their first token may fork; the copies go with the next step.
@@ -532,6 +615,9 @@ impl Driver {
         for seq in ids {
             self.drop_stream(seq, ReleaseReason::Finish);
         }
+        for (seq, _) in std::mem::take(&mut self.swapped) {
+            self.be.forget(seq).expect("forget");
+        }
         self.be.shadow_report().expect("shadow carried")
     }
 }
@@ -563,8 +649,11 @@ fn clean_grouped_runs_report_no_violation_and_check_every_table() {
                     t.starts > 5 && t.finished > 3 && t.cancels > 3,
                     "{name}: the run exercised too little: {t:?}"
                 );
-                assert!(t.forks > 0, "{name}: no fork: {t:?}");
-                assert!(r.checked_slots > 0 && r.read_slots >= r.checked_slots, "{name}: {r:?}");
+                assert!(t.forks > 0 && t.swaps > 0, "{name}: no fork or swap: {t:?}");
+                assert!(
+                    r.checked_slots > 0 && r.read_slots >= r.checked_slots,
+                    "{name}: {r:?}"
+                );
                 assert!(r.written_slots > 0, "{name}: {r:?}");
                 assert!(r.allocated_bytes > 0, "{name}: {r:?}");
                 d.cache.assert_quiescent().expect("quiescent");
@@ -599,7 +688,10 @@ fn pages_reused_before_the_fence_are_caught_by_the_shadow() {
                 cache.inject_fault(Fault::EarlyReuse);
                 let (r, fired, t) = faulty(cache, seed);
                 assert!(fired > 0, "{name}: the fault never fired: {t:?}");
-                assert!(r.violations > 0, "{name}: early reuse not caught: {r:?} {t:?}");
+                assert!(
+                    r.violations > 0,
+                    "{name}: early reuse not caught: {r:?} {t:?}"
+                );
                 assert!(
                     r.messages.iter().any(|m| m.contains("read position")),
                     "{name}: {:?}",
@@ -621,7 +713,10 @@ fn a_wrong_block_table_is_caught_by_the_shadow() {
                 cache.inject_fault(Fault::BadBlockTable);
                 let (r, fired, t) = faulty(cache, seed);
                 assert!(fired > 0, "{name}: the fault never fired: {t:?}");
-                assert!(r.violations > 0, "{name}: bad table not caught: {r:?} {t:?}");
+                assert!(
+                    r.violations > 0,
+                    "{name}: bad table not caught: {r:?} {t:?}"
+                );
             }
         }
     }
@@ -661,7 +756,10 @@ fn a_write_into_a_shared_page_without_its_copy_is_caught_by_the_shadow() {
             cache.inject_fault(Fault::SkipCow);
             let (r, _, t) = faulty(cache, seed);
             assert!(t.forks > 0, "{name}: no fork, nothing shared: {t:?}");
-            assert!(r.violations > 0, "{name}: skipped copy not caught: {r:?} {t:?}");
+            assert!(
+                r.violations > 0,
+                "{name}: skipped copy not caught: {r:?} {t:?}"
+            );
             assert!(
                 r.messages.iter().any(|m| m.contains("read position")),
                 "{name}: {:?}",

@@ -253,7 +253,8 @@ impl Shadow {
             let known = b
                 .checked_sub(old.first_block)
                 .and_then(|k| old.blocks.get(usize::try_from(k).ok()?));
-            let forced = !matches!(known, Some(k) if k.page == page && k.ver == ver && k.checked_to >= phi);
+            let forced =
+                !matches!(known, Some(k) if k.page == page && k.ver == ver && k.checked_to >= phi);
             checks.push(GCheck {
                 seq: idx,
                 table: t as u32,

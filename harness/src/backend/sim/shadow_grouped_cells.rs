@@ -29,9 +29,11 @@ impl Cells {
         }
         let stride = shapes.iter().map(|s| s.block_tokens).max().unwrap_or(0);
         if stride == 0 {
-            return Err("the grouped layout has no table of at least 1 token a block; nothing is \
+            return Err(
+                "the grouped layout has no table of at least 1 token a block; nothing is \
                         shadowed"
-                .into());
+                    .into(),
+            );
         }
         let pages = total_slots / u64::from(page_slots);
         let cells = pages
@@ -60,7 +62,9 @@ impl Cells {
     }
 
     pub fn block_tokens(&self, table: u32) -> Option<u32> {
-        self.shapes.get(table as usize).map(|s| s.block_tokens.max(1))
+        self.shapes
+            .get(table as usize)
+            .map(|s| s.block_tokens.max(1))
     }
 
     /// Why a layout does not fit this run's store, if it does not.
@@ -179,7 +183,10 @@ mod tests {
         let mut c = Cells::new(4, &shapes(), 4 * 10 + 3).expect("fits");
         assert_eq!(c.ver(9), Some(0));
         assert_eq!(c.ver(10), None, "10 pages: 43 slots hold 10 pages of 4");
-        assert!(c.write(2, 7, tag(7)), "a page holds the largest block: 8 cells");
+        assert!(
+            c.write(2, 7, tag(7)),
+            "a page holds the largest block: 8 cells"
+        );
         assert!(!c.write(2, 8, tag(8)), "offset past the largest block");
         assert!(!c.write(10, 0, tag(0)), "page past the pool");
         assert_eq!(c.ver(2), Some(1));
@@ -190,16 +197,28 @@ mod tests {
         assert_eq!(c.get(5, 0), Some(Tag::EMPTY));
         assert_eq!(c.ver(5), Some(1));
         assert_eq!(c.copy_page(2, 5), Some(8));
-        assert_eq!(c.ver(5), Some(1), "a copy of the same cells changes nothing");
+        assert_eq!(
+            c.ver(5),
+            Some(1),
+            "a copy of the same cells changes nothing"
+        );
         assert_eq!(c.copy_page(2, 10), None);
     }
 
     #[test]
     fn a_layout_of_another_shape_is_refused_and_a_huge_pool_too() {
         let c = Cells::new(4, &shapes(), 64).expect("fits");
-        assert!(c.refuses(4, &shapes(), &[GroupTable::default(), GroupTable::default()]).is_none());
+        assert!(c
+            .refuses(
+                4,
+                &shapes(),
+                &[GroupTable::default(), GroupTable::default()]
+            )
+            .is_none());
         assert!(c.refuses(8, &shapes(), &[]).is_some());
-        assert!(c.refuses(4, &shapes()[..1], &[GroupTable::default()]).is_some());
+        assert!(c
+            .refuses(4, &shapes()[..1], &[GroupTable::default()])
+            .is_some());
         assert!(c.refuses(4, &shapes(), &[GroupTable::default()]).is_some());
         assert!(Cells::new(0, &shapes(), 64).is_err());
         assert!(Cells::new(1, &shapes(), MAX_ENTRIES).is_err());
