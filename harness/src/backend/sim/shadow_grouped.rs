@@ -351,7 +351,10 @@ impl Shadow {
         };
         let ps = u64::from(cells.page_slots());
         let len = u64::from(c.len_tokens);
-        if c.src_slot % ps != 0 || c.dst_slot % ps != 0 || len % ps != 0 {
+        if !c.src_slot.is_multiple_of(ps)
+            || !c.dst_slot.is_multiple_of(ps)
+            || !len.is_multiple_of(ps)
+        {
             self.violation(format!(
                 "step {step}: copy of {len} slots from slot {} to slot {} is not whole pages of \
                  {ps} slots",
