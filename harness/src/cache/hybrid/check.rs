@@ -1,6 +1,6 @@
 //! The hybrid manager's invariants, recomputed from its state: every page in exactly one place
 //! (the free list once, the fence queue once, or block tables as many times as its reference
-//! count says), each table holding exactly the logical blocks its kind keeps (every mapped
+//! count says; no page free while a step in flight at its release is still running), each table holding exactly the logical blocks its kind keeps (every mapped
 //! block for full and MLA; for sliding, from the block the window of the trimmed-to tokens
 //! reaches, so no sliding table holds a block wholly out of the window of what is written), and
 //! one recurrent state per live sequence.
@@ -57,6 +57,12 @@ impl HybridCache {
                 Some(true) => bad.push(format!("page {page} is on the free list twice")),
                 Some(seen) => *seen = true,
                 None => bad.push(format!("free page {page} out of range")),
+            }
+            let fence = self.pool.release_fence(page);
+            if fence != 0 && !self.pool.fence.is_retired(fence) {
+                bad.push(format!(
+                    "page {page} is free while step {fence}, in flight at its release, has not retired"
+                ));
             }
         }
         let mut pending_seen = vec![false; pages];

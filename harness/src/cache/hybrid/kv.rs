@@ -352,8 +352,15 @@ impl KvCacheManager for HybridKv {
             return Err(AllocError::UnknownSeq(seq));
         }
         self.bad_layouts.remove(&seq);
-        if self.faults.leak && !self.faults.leaked_once {
-            // Fires once: the sequence goes, its pages and state stay referenced.
+        let holds_any = self.cache.layout.state_sequences.is_some()
+            || self
+                .cache
+                .seqs
+                .get(&seq)
+                .is_some_and(|e| e.tables.iter().any(|t| !t.pages.is_empty()));
+        if self.faults.leak && !self.faults.leaked_once && holds_any {
+            // Fires once, on a sequence that holds something: it goes, its pages and state
+            // stay referenced.
             self.faults.leaked_once = true;
             self.cache.seqs.remove(&seq);
             return Ok(());

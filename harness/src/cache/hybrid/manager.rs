@@ -149,12 +149,13 @@ impl HybridCache {
     /// Whether writing position `tokens` of a table with `bt`-token blocks copies its last page
     /// first: a partial last block that another sequence shares.
     pub(crate) fn needs_cow(&self, tokens: u64, bt: u64, table: &GroupTable) -> bool {
-        let partial = tokens % bt != 0;
+        let partial = !tokens.is_multiple_of(bt);
         let shared = table
             .last_page()
             .and_then(|p| self.pool.refs(p))
             .is_some_and(|r| r > 1);
-        partial && shared && !self.skip_cow
+        // Counted even with `skip_cow` armed: the planted bug is the write, not the estimate.
+        partial && shared
     }
 
     /// Map `n` more positions of `seq`: a copy of each shared partial last block (the copies

@@ -108,6 +108,11 @@ impl PagePool {
         self.written.get(page as usize).copied()
     }
 
+    /// The newest step in flight when `page` was last released (0: none was).
+    pub(crate) fn release_fence(&self, page: PageId) -> StepId {
+        self.release_fence.get(page as usize).copied().unwrap_or(0)
+    }
+
     pub(crate) fn live_slots(&self) -> u64 {
         self.live_slots
     }

@@ -1,0 +1,309 @@
+//! The hybrid paged manager behind the engine's trait (`kvbench::cache::hybrid::HybridKv`):
+//! random operation strings through `KvCacheManager` (start, fill, append, fork, release,
+//! begin_step, retire_step) over several layer-group mixes, checked after every operation
+//! against a plain reference model of the logical blocks, page versions, fences and states
+//! each sequence holds: the manager's invariants and conservation, accounting totals
+//! recomputed from the model, no released page in another table before its fence retired,
+//! every written position inside its table's window in a cell no other sequence holds unless a
+//! fork shares it; each planted fault fires and is caught; a proptest over the same strings;
+//! a few cases by hand.
+//!
+//! `KVBENCH_SEED` replays one seeded run, `KVBENCH_HYBRID_KV_SEEDS` widens the sweep,
+//! `PROPTEST_CASES` raises the proptest case count.
+
+mod hybrid_kv_support;
+mod support;
+
+use std::collections::BTreeSet;
+
+use hybrid_kv_support::checker::{run_blind, run_faulted, run_ops};
+use hybrid_kv_support::{build, mixes, start, Op};
+use kvbench::cache::hybrid::HybridKv;
+use kvbench_cache_api::{
+    AllocError, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
+};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn random_ops(rng: &mut ChaCha8Rng, len: usize) -> Vec<Op> {
+    (0..len)
+        .map(|_| match rng.gen_range(0..20) {
+            0..=2 => Op::Start {
+                len: rng.gen_range(0..30),
+            },
+            3..=6 => Op::Fill {
+                pick: rng.gen(),
+                n: rng.gen_range(0..24),
+            },
+            7..=11 => Op::Append { pick: rng.gen() },
+            12 | 13 => Op::Fork { pick: rng.gen() },
+            14 | 15 => Op::Release { pick: rng.gen() },
+            16 | 17 => Op::Begin,
+            _ => Op::Retire { pick: rng.gen() },
+        })
+        .collect()
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..30u8).prop_map(|len| Op::Start { len }),
+        4 => (any::<u8>(), 0..24u8).prop_map(|(pick, n)| Op::Fill { pick, n }),
+        5 => any::<u8>().prop_map(|pick| Op::Append { pick }),
+        2 => any::<u8>().prop_map(|pick| Op::Fork { pick }),
+        2 => any::<u8>().prop_map(|pick| Op::Release { pick }),
+        2 => Just(Op::Begin),
+        2 => any::<u8>().prop_map(|pick| Op::Retire { pick }),
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_trait_manager_matches_the_model(mix in 0..4usize, ops in prop::collection::vec(op(), 1..150)) {
+        if let Err(e) = run_ops(&mixes()[mix], &ops, None, true) {
+            prop_assert!(false, "{e}");
+        }
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    support::seeds("KVBENCH_HYBRID_KV_SEEDS", 24, 0)
+}
+
+#[test]
+fn seeded_operation_strings_through_the_trait_match_the_model() {
+    let seeds = seeds();
+    eprintln!("seeds {seeds:?} (replay one: KVBENCH_SEED=N)");
+    for seed in seeds {
+        for mix in mixes() {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let ops = random_ops(&mut rng, 400);
+            match run_ops(&mix, &ops, None, true) {
+                Ok(0) => {}
+                Ok(n) => panic!("seed {seed}: no fault armed, yet {n} fired"),
+                Err(e) => panic!("seed {seed} (replay: KVBENCH_SEED={seed}): {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn each_planted_fault_fires_and_is_caught() {
+    let seeds = seeds();
+    eprintln!("seeds {seeds:?} (replay one: KVBENCH_SEED=N)");
+    for fault in Fault::ALL {
+        let (mut fired, mut caught_by_model, mut caught_by_invariants) = (0, 0, 0);
+        for &seed in &seeds {
+            for mix in mixes() {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                let ops = random_ops(&mut rng, 400);
+                let (n, by_model) = run_faulted(&mix, &ops, fault, false);
+                let (blind_fired, by_invariants) = run_blind(&mix, &ops, fault);
+                if blind_fired > 0 {
+                    assert!(
+                        by_invariants.is_some(),
+                        "seed {seed} (replay: KVBENCH_SEED={seed}) {}: {} fired {blind_fired} times, the manager's checks caught nothing",
+                        mix.name,
+                        fault.name()
+                    );
+                    caught_by_invariants += 1;
+                }
+                if n > 0 {
+                    fired += 1;
+                    assert!(
+                        by_model.is_some(),
+                        "seed {seed} (replay: KVBENCH_SEED={seed}) {}: {} fired {n} times, the model caught nothing",
+                        mix.name,
+                        fault.name()
+                    );
+                    caught_by_model += 1;
+                }
+            }
+        }
+        eprintln!(
+            "{}: fired in {fired} runs, caught by the model in {caught_by_model}, by the manager's own checks in {caught_by_invariants}",
+            fault.name()
+        );
+        assert!(
+            fired >= seeds.len() as u64,
+            "{} fired in only {fired} runs over {} seeds",
+            fault.name(),
+            seeds.len()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// By hand
+
+fn tables(kv: &HybridKv, seq: u64) -> Vec<(u64, Vec<u32>)> {
+    match kv.layout(seq) {
+        Some(SeqLayout::Grouped { tables, .. }) => tables
+            .iter()
+            .map(|t| (t.first_block, t.pages.clone()))
+            .collect(),
+        other => panic!("seq {seq}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_prompt_is_mapped_whole_and_trimmed_as_it_is_written() {
+    let mix = &mixes()[3]; // sliding only: 1 table of 2 layers, window 6, blocks of 4
+    let mut kv = build(mix);
+    start(&mut kv, 1, 20).unwrap();
+    let t = tables(&kv, 1);
+    assert_eq!(t[0], (0, t[0].1.clone()));
+    assert_eq!(
+        t[0].1.len(),
+        5,
+        "every prompt token mapped before it is written"
+    );
+    assert_eq!(kv.accounting().allocated_unfilled_slots, 5 * 4);
+    kv.fill(1, 8).unwrap();
+    assert_eq!(
+        tables(&kv, 1)[0].0,
+        0,
+        "the chunk's first queries read from token 0"
+    );
+    assert_eq!(kv.accounting().live_slots, 8);
+    kv.fill(1, 12).unwrap();
+    // Trimmed by the 8 tokens before the chunk: window 2..8, block 0 still reached.
+    assert_eq!(tables(&kv, 1)[0].0, 0);
+    assert_eq!(kv.append(1).unwrap(), Vec::new());
+    // Trimmed by the 20 written before it: window 14..20, from block 3.
+    assert_eq!(tables(&kv, 1)[0].0, 3);
+    assert_eq!(tables(&kv, 1)[0].1.len(), 3);
+    kv.check_invariants().unwrap();
+    assert_eq!(
+        kv.fill(1, 1),
+        Err(AllocError::InvalidOp {
+            seq: 1,
+            reason: "fill past the started tokens"
+        })
+    );
+}
+
+#[test]
+fn released_pages_wait_for_the_fence_of_every_step_in_flight() {
+    let mix = &mixes()[0]; // 3 tables, blocks of 4; 48 pages
+    let mut kv = build(mix);
+    start(&mut kv, 1, 8).unwrap();
+    kv.fill(1, 8).unwrap();
+    let s1 = kv.begin_step();
+    let s2 = kv.begin_step();
+    let pages: BTreeSet<u32> = tables(&kv, 1).into_iter().flat_map(|t| t.1).collect();
+    assert_eq!(pages.len(), 6);
+    kv.release(1, ReleaseReason::Finish).unwrap();
+    let a = kv.accounting();
+    assert_eq!(a.pending_free_slots, 6 * 4);
+    assert!(a.is_conserved());
+    // The pool cannot hand them out: a start that needs all 48 pages does not fit.
+    let whole = 16 * 4; // 16 blocks × 3 tables
+    assert!(matches!(
+        start(&mut kv, 2, whole),
+        Err(AllocError::NoSpace { .. })
+    ));
+    kv.retire_step(s2);
+    assert_eq!(
+        kv.accounting().pending_free_slots,
+        6 * 4,
+        "s1 still in flight"
+    );
+    kv.retire_step(s1);
+    assert_eq!(kv.accounting().pending_free_slots, 0);
+    start(&mut kv, 2, whole).unwrap();
+    kv.check_invariants().unwrap();
+    // Retiring a step that is not in flight is reported.
+    kv.retire_step(s1);
+    assert!(kv.check_invariants().unwrap_err().contains("not in flight"));
+}
+
+#[test]
+fn a_fork_shares_pages_and_an_append_copies_a_shared_partial_page() {
+    let mix = &mixes()[2]; // full (4-token blocks) + MLA (7-token blocks)
+    let mut kv = build(mix);
+    start(&mut kv, 1, 6).unwrap();
+    assert!(matches!(kv.fork(1, 2), Err(AllocError::InvalidOp { .. })));
+    kv.fill(1, 6).unwrap();
+    kv.fork(1, 2).unwrap();
+    assert_eq!(tables(&kv, 1), tables(&kv, 2));
+    // Full tables: position 6 is in block 1 (partial, shared) → copy; MLA: block 0 partial → copy.
+    let n_tables = kv.shapes().len() as u64;
+    assert_eq!(kv.append_cost(2), n_tables * 4);
+    let copies = kv.append(2).unwrap();
+    assert_eq!(copies.len() as u64, n_tables);
+    for c in &copies {
+        assert_eq!(c.len_tokens, 4, "a whole page");
+        assert_eq!(c.src_slot % 4, 0);
+        assert_eq!(c.dst_slot % 4, 0);
+        assert_ne!(c.src_slot, c.dst_slot);
+    }
+    assert_eq!(kv.append_cost(1), 0, "the parent's pages are its own again");
+    kv.check_invariants().unwrap();
+    assert_eq!(kv.prefix_stats(), Default::default());
+}
+
+#[test]
+fn sequence_slots_count_every_table_whole_and_the_state() {
+    let kv = build(&mixes()[0]); // 2 sliding + 1 full table, 4-token blocks
+    assert_eq!(kv.sequence_slots(100, 0), 3 * 25 * 4);
+    let kv = build(&mixes()[1]); // 2 full layers in one table + 2 recurrent layers
+    let layout = kv.hybrid_layout().clone();
+    let slot_bytes = layout.page_bytes / 4;
+    let state_slots = (2 * 1000u64).div_ceil(slot_bytes);
+    assert_eq!(layout.state_bytes_per_sequence, 2000);
+    assert_eq!(kv.sequence_slots(9, 0), 3 * 4 + state_slots);
+    assert_eq!(
+        kv.accounting().total_slots,
+        30 * 4 + 3 * state_slots,
+        "the reserved states count in the total"
+    );
+}
+
+#[test]
+fn a_released_state_waits_for_the_fence_too() {
+    let mix = &mixes()[1]; // full + recurrent: 3 states reserved
+    let mut kv = build(mix);
+    for seq in 0..3 {
+        start(&mut kv, seq, 4).unwrap();
+    }
+    assert!(matches!(
+        start(&mut kv, 3, 4),
+        Err(AllocError::NoSpace { .. })
+    ));
+    let step = kv.begin_step();
+    kv.release(0, ReleaseReason::Preempt).unwrap();
+    let state_slots = kv.sequence_slots(0, 0);
+    assert!(state_slots > 0);
+    // The state and the one page of seq 0 wait behind the step.
+    assert_eq!(kv.accounting().pending_free_slots, 4 + state_slots);
+    assert!(
+        !kv.probe_start(&StartRequest {
+            seq: 3,
+            tokens: &[1, 2],
+            scope: None,
+            reserve_tokens: 2,
+        })
+        .fits
+    );
+    kv.fill(1, 4).unwrap();
+    assert!(matches!(kv.fork(1, 3), Err(AllocError::NoSpace { .. })));
+    kv.check_invariants().unwrap();
+    kv.retire_step(step);
+    assert_eq!(kv.accounting().pending_free_slots, 0);
+    assert_eq!(kv.fork(1, 3), Ok(Vec::new()));
+    kv.check_invariants().unwrap();
+}
