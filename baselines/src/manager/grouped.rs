@@ -43,7 +43,8 @@ pub(crate) struct GroupedFaults {
 #[derive(Debug)]
 pub struct GroupedContiguous {
     pub(crate) pool: GroupedPool,
-    /// The largest step the policy schedules: a ring holds the window plus this many tokens.
+    /// Tokens a sequence may write while a step reading its window is in flight: a ring holds
+    /// the window plus this many.
     pub(crate) max_step_tokens: u32,
     /// Free pages, first fit, coalescing on free.
     pub(crate) arena: Arena,
@@ -52,6 +53,8 @@ pub struct GroupedContiguous {
     pub(crate) fence: FenceQueue<Freed>,
     pub(crate) pending_pages: u64,
     pub(crate) pending_states: u64,
+    /// Steps begun so far: the next one submitted carries the writes made now.
+    pub(crate) steps_begun: u64,
     /// Recurrent states held by live sequences.
     pub(crate) states_held: u64,
     pub(crate) faults: GroupedFaults,
@@ -65,6 +68,11 @@ pub struct GroupedContiguous {
 
 impl GroupedContiguous {
     /// A baseline over `pool`, whose sliding rings hold `max_step_tokens` beyond their window.
+    ///
+    /// `max_step_tokens` must cover what one sequence can write while a step that reads its
+    /// window has not retired: the largest step, times the steps the engine keeps in flight
+    /// when it plans one while another runs. A ring that turns onto positions a step not yet
+    /// retired reads is reported by `check_invariants`.
     pub fn new(pool: GroupedPool, max_step_tokens: u32) -> GroupedContiguous {
         GroupedContiguous {
             arena: Arena::new(u64::from(pool.pages)),
@@ -74,6 +82,7 @@ impl GroupedContiguous {
             fence: FenceQueue::new(),
             pending_pages: 0,
             pending_states: 0,
+            steps_begun: 0,
             states_held: 0,
             faults: GroupedFaults::default(),
             early_freed: Vec::new(),
@@ -253,6 +262,34 @@ impl GroupedContiguous {
         }
     }
 
+    /// Note that the next step writes `seq` (call before the write).
+    fn note_writer(&mut self, seq: SeqId) {
+        let carrying = self.steps_begun + 1;
+        let fence = &self.fence;
+        if let Some(r) = self.seqs.get_mut(&seq) {
+            r.note_writer(carrying, |s| fence.in_flight().any(|f| f == s));
+        }
+    }
+
+    /// After a write: a ring that turned onto what a step not yet retired reads is a violation
+    /// (its `max_step_tokens` was less than the steps in flight write).
+    fn check_ring_reach(&mut self, seq: SeqId) {
+        let Some(r) = self.seqs.get(&seq) else {
+            return;
+        };
+        if let Some((t, step, from, first)) = r.ring_overreach(&self.pool.shapes) {
+            let msg = format!(
+                "seq {seq} table {t}: the ring holds blocks from {first} while step {step} \
+                     reads from position {from}: its {} tokens beyond the window are fewer than \
+                     the steps in flight write",
+                self.max_step_tokens
+            );
+            if self.violations.len() < 64 && !self.violations.contains(&msg) {
+                self.violations.push(msg);
+            }
+        }
+    }
+
     fn refresh(&mut self, seq: SeqId) {
         if let Some(r) = self.seqs.get_mut(&seq) {
             r.refresh(&self.pool.shapes);
@@ -283,6 +320,7 @@ impl KvCacheManager for GroupedContiguous {
                 let fits = !self.seqs.contains_key(&req.seq) && self.no_space(pages).is_none();
                 (self.slots_of(u64::from(pages)), fits)
             }
+            Err(AllocError::TooLarge { needed_slots, .. }) => (needed_slots, false),
             Err(_) => (u64::MAX, false),
         };
         Probe {
@@ -317,6 +355,7 @@ impl KvCacheManager for GroupedContiguous {
             state: self.needs_state(),
             tables,
             bad_tables: None,
+            readers: Vec::new(),
         };
         self.seqs.insert(req.seq, reservation);
         self.refresh(req.seq);
@@ -326,13 +365,13 @@ impl KvCacheManager for GroupedContiguous {
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
         let max_step = self.max_step_tokens;
         let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
-        if n_tokens > max_step {
+        if n_tokens > max_step && r.has_turning_ring(&self.pool.shapes) {
             return Err(AllocError::InvalidOp {
                 seq,
-                reason: "fill of more tokens than the largest step the rings are sized for",
+                reason: "fill of more tokens than the largest step its sliding rings hold",
             });
         }
-        r.written_tokens = r
+        let written = r
             .written_tokens
             .checked_add(n_tokens)
             .filter(|&w| w <= r.mapped_tokens)
@@ -340,7 +379,12 @@ impl KvCacheManager for GroupedContiguous {
                 seq,
                 reason: "fill past the started tokens",
             })?;
+        self.note_writer(seq);
+        if let Some(r) = self.seqs.get_mut(&seq) {
+            r.written_tokens = written;
+        }
         self.refresh(seq);
+        self.check_ring_reach(seq);
         Ok(())
     }
 
@@ -358,9 +402,12 @@ impl KvCacheManager for GroupedContiguous {
                 available_slots: 0,
             });
         }
+        self.note_writer(seq);
+        let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
         r.mapped_tokens += 1;
         r.written_tokens += 1;
         self.refresh(seq);
+        self.check_ring_reach(seq);
         Ok(Vec::new())
     }
 
@@ -371,9 +418,10 @@ impl KvCacheManager for GroupedContiguous {
         }
     }
 
-    fn sequence_slots(&self, tokens: u64, reserve_tokens: u32) -> u64 {
-        let reserve = u32::try_from(tokens).map_or(u32::MAX, |t| t.max(reserve_tokens));
-        match cut_tables(&self.pool.shapes, reserve, self.max_step_tokens) {
+    /// The reservation's pages and state: what a sequence holds from its start, whatever it
+    /// writes (`tokens` past the reservation are refused by `append`, as in the plain baseline).
+    fn sequence_slots(&self, _tokens: u64, reserve_tokens: u32) -> u64 {
+        match cut_tables(&self.pool.shapes, reserve_tokens, self.max_step_tokens) {
             Some(cuts) => self.slots_of(u64::from(reservation_pages(&cuts))),
             None => u64::MAX,
         }
@@ -403,6 +451,7 @@ impl KvCacheManager for GroupedContiguous {
         let mut c = p.clone();
         c.base_page = base_page;
         c.bad_tables = None;
+        c.readers.clear();
         for t in &mut c.tables {
             *t = GroupTable::default();
         }
@@ -427,6 +476,7 @@ impl KvCacheManager for GroupedContiguous {
     }
 
     fn begin_step(&mut self) -> StepId {
+        self.steps_begun += 1;
         self.fence.begin_step()
     }
 
@@ -472,14 +522,14 @@ impl KvCacheManager for GroupedContiguous {
         let states_total = self
             .pool
             .state_sequences
-            .map_or(0, |n| u64::from(n) * state);
+            .map_or(0, |n| u64::from(n).saturating_mul(state));
         Accounting {
             total_slots: u64::from(self.pool.pages) * ps + states_total,
-            live_slots: live + held_states * state,
+            live_slots: live + held_states.saturating_mul(state),
             allocated_unfilled_slots: reserved.saturating_sub(live),
             cached_free_slots: 0,
-            pending_free_slots: self.pending_pages * ps + self.pending_states * state,
-            free_slots: self.arena.free_slots() * ps + self.states_free() * state,
+            pending_free_slots: self.pending_pages * ps + self.pending_states.saturating_mul(state),
+            free_slots: self.arena.free_slots() * ps + self.states_free().saturating_mul(state),
         }
     }
 

@@ -8,7 +8,7 @@
 //! touch at most that many blocks whatever their alignment, so a write never lands on a page the
 //! same step still reads.
 
-use kvbench_cache_api::{CopyOp, GroupTable, TableShape};
+use kvbench_cache_api::{CopyOp, GroupTable, StepId, TableShape};
 
 /// Where one table's pages lie inside a reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +80,10 @@ pub(crate) struct Reservation {
     pub tables: Vec<GroupTable>,
     /// With the bad-block-table fault armed: the corrupted tables handed out instead.
     pub bad_tables: Option<Vec<GroupTable>>,
+    /// For each step not yet retired that writes this sequence (the next one to be submitted
+    /// included): the step and the written tokens before its writes. Its reads start a window
+    /// before those, so a ring may not turn past them (see [`Reservation::ring_overreach`]).
+    pub readers: Vec<(StepId, u32)>,
 }
 
 impl Reservation {
@@ -116,6 +120,42 @@ impl Reservation {
         }
         table.first_block = first;
         debug_assert_eq!(table.pages.len() as u64, new_len);
+    }
+
+    /// Whether a sliding table's ring is shorter than the reservation, so that it turns and a
+    /// step larger than the one it was sized for would overwrite what that step reads.
+    pub fn has_turning_ring(&self, shapes: &[TableShape]) -> bool {
+        shapes.iter().zip(&self.cuts).any(|(shape, cut)| {
+            let full =
+                u64::from(self.reserve_tokens).div_ceil(u64::from(shape.block_tokens.max(1)));
+            shape.window.is_some() && u64::from(cut.pages) < full
+        })
+    }
+
+    /// Before a write carried by step `carrying`: forget the readers that retired (`live` says
+    /// whether a begun step is still in flight) and note this one.
+    pub fn note_writer(&mut self, carrying: StepId, live: impl Fn(StepId) -> bool) {
+        self.readers
+            .retain(|&(step, _)| step >= carrying || live(step));
+        if self.readers.last().map(|r| r.0) != Some(carrying) {
+            self.readers.push((carrying, self.written_tokens));
+        }
+    }
+
+    /// A ring whose dropped blocks reach a position a step not yet retired still reads — a
+    /// ring sized for fewer tokens than the steps in flight write — as (table, the step, the
+    /// first position it reads, the first block still held).
+    pub fn ring_overreach(&self, shapes: &[TableShape]) -> Option<(usize, StepId, u64, u64)> {
+        let &(step, before) = self.readers.iter().min_by_key(|r| r.1)?;
+        for (t, (shape, table)) in shapes.iter().zip(&self.tables).enumerate() {
+            let Some(w) = shape.window else { continue };
+            let reads_from = u64::from(before).saturating_sub(u64::from(w));
+            let bt = u64::from(shape.block_tokens.max(1));
+            if table.first_block * bt > reads_from {
+                return Some((t, step, reads_from, table.first_block));
+            }
+        }
+        None
     }
 
     /// Refresh every table.
@@ -241,6 +281,7 @@ mod tests {
             state: false,
             tables: vec![GroupTable::default()],
             bad_tables: None,
+            readers: Vec::new(),
         };
         for written in 1..=40u32 {
             r.mapped_tokens = written;
