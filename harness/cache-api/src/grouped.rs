@@ -13,6 +13,11 @@
 //! table. A page's tokens count as live by their share of the page (rounded down), the rest of
 //! the page as allocated-unfilled. Recurrent state, held per sequence outside the pool, counts
 //! in whole slots rounded up.
+//!
+//! **Copies.** A grouped manager's [`crate::CopyOp`] copies whole pages: `src_slot = src_page ×
+//! page_slots`, `dst_slot = dst_page × page_slots`, `len_tokens = page_slots` — a page copy,
+//! every cell of the page whatever its table's `block_tokens` (several consecutive pages may be
+//! one op with `len_tokens = k × page_slots`). A backend performs them as page copies.
 
 use serde::{Deserialize, Serialize};
 

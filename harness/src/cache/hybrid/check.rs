@@ -1,9 +1,12 @@
 //! The hybrid manager's invariants, recomputed from its state: every page in exactly one place
-//! (the free list once, or block tables as many times as its reference count says), each table
-//! holding exactly the logical blocks its kind keeps at the sequence's length (so no sliding
-//! table holds a block wholly out of its window), and one recurrent state per live sequence.
+//! (the free list once, the fence queue once, or block tables as many times as its reference
+//! count says; no page free while a step in flight at its release is still running), each table holding exactly the logical blocks its kind keeps (every mapped
+//! block for full and MLA; for sliding, from the block the window of the trimmed-to tokens
+//! reaches, so no sliding table holds a block wholly out of the window of what is written), and
+//! one recurrent state per live sequence.
 
 use super::manager::HybridCache;
+use super::pool::Freed;
 
 impl HybridCache {
     /// Every violation found, described; empty when the state is consistent.
@@ -20,15 +23,24 @@ impl HybridCache {
                 ));
                 continue;
             }
+            if !(entry.trimmed <= entry.written && entry.written <= entry.tokens) {
+                bad.push(format!(
+                    "seq {seq}: trimmed {} written {} mapped {} out of order",
+                    entry.trimmed, entry.written, entry.tokens
+                ));
+            }
             for (t, (spec, table)) in self.layout.tables.iter().zip(&entry.tables).enumerate() {
-                let (first, end) = spec.held_blocks(entry.tokens);
+                let end = entry.tokens.div_ceil(u64::from(spec.block_tokens.max(1)));
+                let first = spec.held_blocks(entry.trimmed).0.min(end);
                 if (table.first_block, table.end_block()) != (first, end) {
                     bad.push(format!(
-                        "seq {seq} table {t} ({:?}) holds blocks {}..{} at {} tokens, should hold {first}..{end}",
+                        "seq {seq} table {t} ({:?}) holds blocks {}..{} at {} tokens ({} written, trimmed at {}), should hold {first}..{end}",
                         spec.kind,
                         table.first_block,
                         table.end_block(),
-                        entry.tokens
+                        entry.tokens,
+                        entry.written,
+                        entry.trimmed
                     ));
                 }
                 for &page in &table.pages {
@@ -46,13 +58,49 @@ impl HybridCache {
                 Some(seen) => *seen = true,
                 None => bad.push(format!("free page {page} out of range")),
             }
-        }
-        for (page, (&count, &free)) in counted.iter().zip(&free_seen).enumerate() {
-            let refs = self.pool.refs(page as u32).unwrap_or(0) as u64;
-            if free && count > 0 {
-                bad.push(format!("page {page} is free and in {count} tables"));
+            let fence = self.pool.release_fence(page);
+            if fence != 0 && !self.pool.fence.is_retired(fence) {
+                bad.push(format!(
+                    "page {page} is free while step {fence}, in flight at its release, has not retired"
+                ));
             }
-            if !free && count == 0 {
+        }
+        let mut pending_seen = vec![false; pages];
+        let (mut fenced_pages, mut fenced_states) = (0u32, 0u32);
+        for (_, item) in self.pool.fence.pending() {
+            match *item {
+                Freed::State => fenced_states += 1,
+                Freed::Page(page) => {
+                    fenced_pages += 1;
+                    match pending_seen.get_mut(page as usize) {
+                        Some(true) => bad.push(format!("page {page} is fenced twice")),
+                        Some(seen) => *seen = true,
+                        None => bad.push(format!("fenced page {page} out of range")),
+                    }
+                }
+            }
+        }
+        if fenced_pages != self.pool.pending_pages() || fenced_states != self.pool.states_pending()
+        {
+            bad.push(format!(
+                "{fenced_pages} pages and {fenced_states} states fenced, counters say {} and {}",
+                self.pool.pending_pages(),
+                self.pool.states_pending()
+            ));
+        }
+        for page in 0..pages {
+            let (count, free, pending) = (counted[page], free_seen[page], pending_seen[page]);
+            let refs = self.pool.refs(page as u32).unwrap_or(0) as u64;
+            if free && pending {
+                bad.push(format!("page {page} is both free and fenced"));
+            }
+            if (free || pending) && count > 0 {
+                bad.push(format!(
+                    "page {page} is {} and in {count} tables",
+                    if free { "free" } else { "fenced" }
+                ));
+            }
+            if !free && !pending && count == 0 {
                 bad.push(format!(
                     "page {page} is neither free nor in any table (leaked)"
                 ));
@@ -64,12 +112,15 @@ impl HybridCache {
             }
         }
         let live = self.seqs.len() as u64;
-        let held = self.states_held as u64;
-        match self.layout.state_sequences {
-            Some(cap) if held != live || held > cap as u64 => bad.push(format!(
-                "{held} recurrent states held for {live} sequences (of {cap} reserved)"
+        let held = self.pool.states_held() as u64;
+        let pending = self.pool.states_pending() as u64;
+        match self.pool.state_cap() {
+            Some(cap) if held != live || held + pending > cap as u64 => bad.push(format!(
+                "{held} recurrent states held ({pending} fenced) for {live} sequences (of {cap} reserved)"
             )),
-            None if held != 0 => bad.push(format!("{held} states held without a recurrent group")),
+            None if held + pending != 0 => {
+                bad.push(format!("{held} states held without a recurrent group"))
+            }
             _ => {}
         }
         bad
@@ -83,13 +134,22 @@ impl HybridCache {
         }
         if self.pool.free_count() != self.pool.pages() {
             bad.push(format!(
-                "{} of {} pages not free",
+                "{} of {} pages not free ({} fenced)",
                 self.pool.pages() - self.pool.free_count(),
-                self.pool.pages()
+                self.pool.pages(),
+                self.pool.pending_pages()
             ));
         }
-        if self.states_held != 0 {
-            bad.push(format!("{} recurrent states still held", self.states_held));
+        if self.pool.states_held() + self.pool.states_pending() != 0 {
+            bad.push(format!(
+                "{} recurrent states still held ({} fenced)",
+                self.pool.states_held(),
+                self.pool.states_pending()
+            ));
+        }
+        if self.pool.fence.in_flight_len() > 0 {
+            let steps: Vec<_> = self.pool.fence.in_flight().collect();
+            bad.push(format!("steps still in flight: {steps:?}"));
         }
         bad
     }

@@ -1,8 +1,13 @@
 //! `HybridCache`: one shared page pool, one block table per layout table per sequence, and the
-//! lifecycle of a sequence's pages — appended, shared by a fork (copy-on-write of a partial last
-//! block when either side appends), released wholly out of a sliding window, released at the end.
-//! Recurrent state is a count of reserved states, taken at start or fork and given back at
-//! release. An operation either succeeds whole or is refused with nothing changed.
+//! lifecycle of a sequence's pages — mapped, written, shared by a fork (copy-on-write of a
+//! partial last block when either side appends), released wholly out of a sliding window once
+//! written past it, released at the end. Recurrent state is a count of reserved states, taken
+//! at start or fork and given back at release. An operation either succeeds whole or is refused
+//! with nothing changed.
+//!
+//! Mapping (`map`), writing (`write`) and trimming (`trim`) are separate steps so the trait
+//! manager ([`super::HybridKv`]) can map a prompt whole at start and trim its sliding tables
+//! only as chunks are written; `append` is the three at once.
 
 use std::collections::BTreeMap;
 
@@ -33,21 +38,24 @@ pub struct HybridCache {
     pub(crate) layout: HybridLayout,
     pub(crate) pool: PagePool,
     pub(crate) seqs: BTreeMap<SeqId, SeqEntry>,
-    /// Recurrent states held (one per live sequence when the layout has any).
-    pub(crate) states_held: u32,
     pub(crate) copies: Vec<PageCopy>,
     pub(crate) fault: Option<HybridFault>,
+    /// Test fault (the trait's `SkipCow`): write into a shared partial block in place.
+    pub(crate) skip_cow: bool,
+    /// Writes `skip_cow` let into a shared block.
+    pub(crate) skipped_copies: u64,
 }
 
 impl HybridCache {
     pub fn new(layout: HybridLayout) -> HybridCache {
         HybridCache {
-            pool: PagePool::new(layout.pages),
+            pool: PagePool::new(layout.pages, layout.block_size, layout.state_sequences),
             layout,
             seqs: BTreeMap::new(),
-            states_held: 0,
             copies: Vec::new(),
             fault: None,
+            skip_cow: false,
+            skipped_copies: 0,
         }
     }
 
@@ -64,8 +72,9 @@ impl HybridCache {
         self.pool.free_count()
     }
 
+    /// Pages neither free nor pending behind a fence.
     pub fn used_pages(&self) -> u32 {
-        self.pool.pages() - self.pool.free_count()
+        self.pool.held_pages()
     }
 
     /// References to `page` from block tables (`None` out of range).
@@ -77,11 +86,11 @@ impl HybridCache {
     pub fn state_bytes_held(&self) -> u64 {
         self.layout
             .state_bytes_per_sequence
-            .saturating_mul(self.states_held as u64)
+            .saturating_mul(self.pool.states_held() as u64)
     }
 
     pub fn states_held(&self) -> u32 {
-        self.states_held
+        self.pool.states_held()
     }
 
     pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
@@ -102,33 +111,23 @@ impl HybridCache {
         std::mem::take(&mut self.copies)
     }
 
-    fn take_state(&mut self) -> Result<(), HybridError> {
-        if let Some(cap) = self.layout.state_sequences {
-            if self.states_held >= cap {
-                return Err(HybridError::OutOfStates(cap));
-            }
-            self.states_held += 1;
-        }
-        Ok(())
-    }
-
     /// A new sequence of no tokens (its recurrent state reserved).
     pub fn start(&mut self, seq: SeqId) -> Result<(), HybridError> {
         if self.seqs.contains_key(&seq) {
             return Err(HybridError::DuplicateSeq(seq));
         }
-        self.take_state()?;
+        self.pool.take_state()?;
         let entry = SeqEntry {
-            tokens: 0,
             tables: vec![GroupTable::default(); self.layout.tables.len()],
+            ..SeqEntry::default()
         };
         self.seqs.insert(seq, entry);
         Ok(())
     }
 
-    /// Pages `append(seq, n)` would take: a copy of each shared partial last block it writes
-    /// into, and every new logical block (a prefill chunk's blocks live until it is written,
-    /// even those the window leaves behind at its end).
+    /// Pages `append(seq, n)` (or `map(seq, n)`) would take: a copy of each shared partial
+    /// last block it writes into, and every new logical block (a prefill chunk's blocks live
+    /// until it is written, even those the window leaves behind at its end).
     pub fn pages_needed(&self, seq: SeqId, n: u64) -> Result<u64, HybridError> {
         let entry = self.seqs.get(&seq).ok_or(HybridError::UnknownSeq(seq))?;
         let new_tokens = entry
@@ -138,12 +137,7 @@ impl HybridCache {
         let mut needed = 0u64;
         for (spec, table) in self.layout.tables.iter().zip(&entry.tables) {
             let bt = spec.block_tokens as u64;
-            let partial = n > 0 && entry.tokens % bt != 0;
-            let shared = table
-                .last_page()
-                .and_then(|p| self.pool.refs(p))
-                .is_some_and(|r| r > 1);
-            let cow = u64::from(partial && shared);
+            let cow = u64::from(n > 0 && self.needs_cow(entry.tokens, bt, table));
             let fresh = new_tokens.div_ceil(bt) - entry.tokens.div_ceil(bt);
             needed = needed
                 .checked_add(cow + fresh)
@@ -152,9 +146,21 @@ impl HybridCache {
         Ok(needed)
     }
 
-    /// `n` more tokens of `seq`: copy-on-write of shared partial last blocks, fresh pages for
-    /// new blocks, then the sliding tables' blocks that left the window go back.
-    pub fn append(&mut self, seq: SeqId, n: u64) -> Result<(), HybridError> {
+    /// Whether writing position `tokens` of a table with `bt`-token blocks copies its last page
+    /// first: a partial last block that another sequence shares.
+    pub(crate) fn needs_cow(&self, tokens: u64, bt: u64, table: &GroupTable) -> bool {
+        let partial = !tokens.is_multiple_of(bt);
+        let shared = table
+            .last_page()
+            .and_then(|p| self.pool.refs(p))
+            .is_some_and(|r| r > 1);
+        // Counted even with `skip_cow` armed: the planted bug is the write, not the estimate.
+        partial && shared
+    }
+
+    /// Map `n` more positions of `seq`: a copy of each shared partial last block (the copies
+    /// returned), fresh pages for new blocks. Nothing is trimmed or written.
+    pub(crate) fn map(&mut self, seq: SeqId, n: u64) -> Result<Vec<PageCopy>, HybridError> {
         let needed = self.pages_needed(seq, n)?;
         let free = self.pool.free_count();
         if needed > free as u64 {
@@ -165,27 +171,86 @@ impl HybridCache {
         };
         let old = entry.tokens;
         let new_tokens = old + n; // checked by pages_needed
+        let mut copies = Vec::new();
         for (t, (spec, table)) in self.layout.tables.iter().zip(&mut entry.tables).enumerate() {
             let bt = spec.block_tokens as u64;
             if n > 0 && old % bt != 0 {
                 if let Some(last) = table.pages.last_mut() {
                     if self.pool.refs(*last).is_some_and(|r| r > 1) {
-                        let dst = self.pool.take()?;
-                        self.copies.push(PageCopy {
-                            table: t,
-                            src: *last,
-                            dst,
-                        });
-                        self.pool.drop_ref(*last)?;
-                        *last = dst;
+                        if self.skip_cow {
+                            self.skipped_copies += 1;
+                        } else {
+                            let dst = self.pool.take(spec.block_tokens)?;
+                            let carried = self.pool.written(*last).unwrap_or(0);
+                            self.pool.note_written(dst, carried)?;
+                            copies.push(PageCopy {
+                                table: t,
+                                src: *last,
+                                dst,
+                            });
+                            self.pool.drop_ref(*last)?;
+                            *last = dst;
+                        }
                     }
                 }
             }
             for _ in old.div_ceil(bt)..new_tokens.div_ceil(bt) {
-                table.pages.push(self.pool.take()?);
+                table.pages.push(self.pool.take(spec.block_tokens)?);
             }
-            if let (TableKind::Sliding { .. }, None) = (spec.kind, self.fault) {
-                let (first, _) = spec.held_blocks(new_tokens);
+        }
+        entry.tokens = new_tokens;
+        Ok(copies)
+    }
+
+    /// The first `upto` mapped positions of `seq` are written (at least those written before).
+    pub(crate) fn write(&mut self, seq: SeqId, upto: u64) -> Result<(), HybridError> {
+        let entry = self
+            .seqs
+            .get_mut(&seq)
+            .ok_or(HybridError::UnknownSeq(seq))?;
+        if upto > entry.tokens || upto < entry.written {
+            return Err(HybridError::Corrupt(
+                "write outside the mapped, unwritten tokens",
+            ));
+        }
+        let from = entry.written;
+        for (spec, table) in self.layout.tables.iter().zip(&entry.tables) {
+            let bt = spec.block_tokens as u64;
+            for block in from / bt..upto.div_ceil(bt) {
+                let Some(i) = block
+                    .checked_sub(table.first_block)
+                    .and_then(|i| usize::try_from(i).ok())
+                else {
+                    continue; // trimmed: only ever behind `trimmed ≤ from`
+                };
+                let Some(&page) = table.pages.get(i) else {
+                    return Err(HybridError::Corrupt("write past the mapped blocks"));
+                };
+                let in_page = (upto - block * bt).min(bt) as u32;
+                self.pool.note_written(page, in_page)?;
+            }
+        }
+        entry.written = upto;
+        Ok(())
+    }
+
+    /// Sliding tables let go of the blocks wholly before the window of the first `upto`
+    /// written tokens (`upto ≤ written`; a smaller `upto` than before changes nothing).
+    pub(crate) fn trim(&mut self, seq: SeqId, upto: u64) -> Result<(), HybridError> {
+        let entry = self
+            .seqs
+            .get_mut(&seq)
+            .ok_or(HybridError::UnknownSeq(seq))?;
+        if upto > entry.written {
+            return Err(HybridError::Corrupt("trim past the written tokens"));
+        }
+        let upto = upto.max(entry.trimmed);
+        if self.fault.is_none() {
+            for (spec, table) in self.layout.tables.iter().zip(&mut entry.tables) {
+                if !matches!(spec.kind, TableKind::Sliding { .. }) {
+                    continue;
+                }
+                let (first, _) = spec.held_blocks(upto);
                 let gone = first.saturating_sub(table.first_block);
                 let gone = usize::try_from(gone).map_err(|_| HybridError::Overflow("blocks"))?;
                 for page in table.pages.drain(..gone.min(table.pages.len())) {
@@ -194,8 +259,19 @@ impl HybridCache {
                 table.first_block = table.first_block.max(first);
             }
         }
-        entry.tokens = new_tokens;
+        entry.trimmed = upto;
         Ok(())
+    }
+
+    /// `n` more tokens of `seq`, mapped and written: copy-on-write of shared partial last
+    /// blocks, fresh pages for new blocks, then the sliding tables' blocks that left the window
+    /// go back.
+    pub fn append(&mut self, seq: SeqId, n: u64) -> Result<(), HybridError> {
+        let copies = self.map(seq, n)?;
+        self.copies.extend(copies);
+        let tokens = self.seqs.get(&seq).map_or(0, |e| e.tokens);
+        self.write(seq, tokens)?;
+        self.trim(seq, tokens)
     }
 
     /// `child` shares every page `parent` holds (and gets a recurrent state of its own, a copy
@@ -209,7 +285,7 @@ impl HybridCache {
             .get(&parent)
             .ok_or(HybridError::UnknownSeq(parent))?
             .clone();
-        self.take_state()?;
+        self.pool.take_state()?;
         for table in &entry.tables {
             for &page in &table.pages {
                 self.pool.share(page)?;
@@ -219,7 +295,7 @@ impl HybridCache {
         Ok(())
     }
 
-    /// Every page and the state of `seq` go back.
+    /// Every page and the state of `seq` go back (behind the fence of the steps in flight).
     pub fn release(&mut self, seq: SeqId) -> Result<(), HybridError> {
         let entry = self.seqs.remove(&seq).ok_or(HybridError::UnknownSeq(seq))?;
         for table in entry.tables {
@@ -227,12 +303,6 @@ impl HybridCache {
                 self.pool.drop_ref(page)?;
             }
         }
-        if self.layout.state_sequences.is_some() {
-            self.states_held = self
-                .states_held
-                .checked_sub(1)
-                .ok_or(HybridError::Corrupt("released a state never taken"))?;
-        }
-        Ok(())
+        self.pool.drop_state()
     }
 }

@@ -9,12 +9,18 @@
 //! outside the pool. `prefix.rs` states what a prefix hit may reuse per kind; `fit.rs` counts
 //! what fits against the summed-bytes slots and vLLM's grouping.
 //!
-//! Not wired into the engine, the backends or `sim` yet: a self-contained piece with its own
-//! invariants (`check.rs`) and tests (`tests/cache_hybrid.rs`).
+//! `HybridCache` (`manager.rs`) is the self-contained manager with its own invariants
+//! (`check.rs`) and tests (`tests/cache_hybrid.rs`). `HybridKv` (`kv.rs`, invariants in
+//! `kv_check.rs`, tests in `tests/cache_hybrid_kv.rs`) puts it behind the engine's
+//! `KvCacheManager` trait — prompts mapped whole at start and trimmed as they are written,
+//! fences on every released page and state, grouped accounting in slots, planted faults — and
+//! is driven through the trait by the engine where the run selects it.
 
 mod check;
 mod error;
 mod fit;
+mod kv;
+mod kv_check;
 mod layout;
 mod manager;
 mod pool;
@@ -23,6 +29,7 @@ mod table;
 
 pub use error::HybridError;
 pub use fit::{compare_fit, vllm_layers_per_table, FitComparison};
+pub use kv::HybridKv;
 pub use layout::{HybridLayout, LayoutError, TableKind, TableSpec};
 pub use manager::{HybridCache, HybridFault, PageCopy};
 pub use pool::PageId;

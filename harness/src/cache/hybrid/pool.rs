@@ -1,25 +1,81 @@
 //! The one pool of pages every table of every sequence draws from, with a reference count per
-//! page: **every page state transition lives here** (free → held by one reference → shared →
-//! back to free when the last reference goes).
+//! page, and the reserved recurrent states: **every page and state transition lives here**
+//! (free → held by one reference → shared → pending behind a fence when the last reference goes
+//! while a step is in flight → free again once that step retired).
+//!
+//! A step may read or write any page mapped when it began, so a page (or a state) whose last
+//! holder lets go while steps are in flight is withheld on the [`FenceQueue`] until they
+//! retired; only free pages are handed out. With nothing in flight (the standalone
+//! [`super::HybridCache`], which never begins a step) a release frees at once.
+//!
+//! The pool also keeps how many tokens each held page has written, so the live slots of the
+//! accounting are a counter: a page of a table with `block_tokens` tokens counts
+//! `⌊written × page_slots / block_tokens⌋` slots live.
+
+use kvbench_cache_api::fence::FenceQueue;
+use kvbench_cache_api::StepId;
 
 use super::error::HybridError;
 
 /// A page's index in the pool.
 pub type PageId = u32;
 
+/// What a fence withholds: a page, or one recurrent state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freed {
+    Page(PageId),
+    State,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct PagePool {
     /// Free pages, taken from the end (last freed, first reused).
     free: Vec<PageId>,
-    /// References to each page from block tables; 0 exactly when the page is free.
+    /// References to each page from block tables; 0 when the page is free or pending.
     refs: Vec<u32>,
+    /// Tokens written into each held page (0 when free or pending).
+    written: Vec<u32>,
+    /// Tokens a page of the table holding it holds (0 when free or pending).
+    block_tokens: Vec<u32>,
+    /// The newest step in flight when the page was last released (0: nothing was).
+    release_fence: Vec<StepId>,
+    /// Slots one page counts for.
+    page_slots: u32,
+    /// `Σ ⌊written × page_slots / block_tokens⌋` over held pages.
+    live_slots: u64,
+    pending_pages: u32,
+    /// Reserved recurrent states (`None`: no recurrent group, no limit, nothing counted).
+    state_cap: Option<u32>,
+    states_held: u32,
+    states_pending: u32,
+    pub(crate) fence: FenceQueue<Freed>,
+    /// Test fault: a last reference frees at once even while a step is in flight.
+    pub(crate) ignore_fence: bool,
+    /// Releases whose fence `ignore_fence` skipped (early reuse fired).
+    pub(crate) fences_ignored: u64,
+    /// Pages handed out while the step they were released under was in flight.
+    pub(crate) early_reuse: Vec<(PageId, StepId)>,
 }
 
 impl PagePool {
-    pub(crate) fn new(pages: u32) -> PagePool {
+    pub(crate) fn new(pages: u32, page_slots: u32, state_cap: Option<u32>) -> PagePool {
+        let n = pages as usize;
         PagePool {
             free: (0..pages).rev().collect(),
-            refs: vec![0; pages as usize],
+            refs: vec![0; n],
+            written: vec![0; n],
+            block_tokens: vec![0; n],
+            release_fence: vec![0; n],
+            page_slots,
+            live_slots: 0,
+            pending_pages: 0,
+            state_cap,
+            states_held: 0,
+            states_pending: 0,
+            fence: FenceQueue::new(),
+            ignore_fence: false,
+            fences_ignored: 0,
+            early_reuse: Vec::new(),
         }
     }
 
@@ -35,17 +91,52 @@ impl PagePool {
         &self.free
     }
 
+    pub(crate) fn pending_pages(&self) -> u32 {
+        self.pending_pages
+    }
+
+    /// Pages in block tables (or leaked from them): neither free nor pending.
+    pub(crate) fn held_pages(&self) -> u32 {
+        self.pages() - self.free_count() - self.pending_pages
+    }
+
     pub(crate) fn refs(&self, page: PageId) -> Option<u32> {
         self.refs.get(page as usize).copied()
     }
 
-    /// A free page, now held by one reference.
-    pub(crate) fn take(&mut self) -> Result<PageId, HybridError> {
+    pub(crate) fn written(&self, page: PageId) -> Option<u32> {
+        self.written.get(page as usize).copied()
+    }
+
+    /// The newest step in flight when `page` was last released (0: none was).
+    pub(crate) fn release_fence(&self, page: PageId) -> StepId {
+        self.release_fence.get(page as usize).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn live_slots(&self) -> u64 {
+        self.live_slots
+    }
+
+    fn live_of(&self, page: usize) -> u64 {
+        let bt = u64::from(self.block_tokens[page].max(1));
+        u64::from(self.written[page]) * u64::from(self.page_slots) / bt
+    }
+
+    /// A free page for a table whose pages hold `block_tokens` tokens, now held by one
+    /// reference with nothing written.
+    pub(crate) fn take(&mut self, block_tokens: u32) -> Result<PageId, HybridError> {
         let page = self
             .free
             .pop()
             .ok_or(HybridError::OutOfPages { needed: 1, free: 0 })?;
-        self.refs[page as usize] = 1;
+        let i = page as usize;
+        let fence = self.release_fence[i];
+        if fence != 0 && !self.fence.is_retired(fence) {
+            self.early_reuse.push((page, fence));
+        }
+        self.refs[i] = 1;
+        self.written[i] = 0;
+        self.block_tokens[i] = block_tokens;
         Ok(page)
     }
 
@@ -62,17 +153,122 @@ impl PagePool {
         Ok(())
     }
 
-    /// One reference fewer; the page is free again when it was the last.
+    /// `page` now holds `tokens` written tokens (at most its block tokens).
+    pub(crate) fn note_written(&mut self, page: PageId, tokens: u32) -> Result<(), HybridError> {
+        let i = page as usize;
+        if self.refs.get(i).copied().unwrap_or(0) == 0 {
+            return Err(HybridError::Corrupt("wrote a page nobody holds"));
+        }
+        let before = self.live_of(i);
+        self.written[i] = tokens.min(self.block_tokens[i]);
+        self.live_slots = self.live_slots - before + self.live_of(i);
+        Ok(())
+    }
+
+    /// One reference fewer; when it was the last the page is pending behind the newest step in
+    /// flight, or free when none is.
     pub(crate) fn drop_ref(&mut self, page: PageId) -> Result<(), HybridError> {
+        let i = page as usize;
         let r = self
             .refs
-            .get_mut(page as usize)
+            .get_mut(i)
             .ok_or(HybridError::Corrupt("dropped page out of range"))?;
         *r = r
             .checked_sub(1)
             .ok_or(HybridError::Corrupt("dropped a free page"))?;
         if *r == 0 {
-            self.free.push(page);
+            self.live_slots -= self.live_of(i);
+            self.written[i] = 0;
+            self.block_tokens[i] = 0;
+            self.release_fence[i] = self.fence.newest_in_flight().unwrap_or(0);
+            self.withhold(Freed::Page(page));
+        }
+        Ok(())
+    }
+
+    fn withhold(&mut self, item: Freed) {
+        if self.ignore_fence {
+            if self.fence.newest_in_flight().is_some() {
+                self.fences_ignored += 1;
+            }
+            self.settle(item);
+            return;
+        }
+        match self.fence.defer(item) {
+            Some(item) => self.settle(item),
+            None => match item {
+                Freed::Page(_) => self.pending_pages += 1,
+                Freed::State => self.states_pending += 1,
+            },
+        }
+    }
+
+    fn settle(&mut self, item: Freed) {
+        match item {
+            Freed::Page(page) => self.free.push(page),
+            Freed::State => {}
+        }
+    }
+
+    /// A step was submitted; it may touch every page mapped now.
+    pub(crate) fn begin_step(&mut self) -> StepId {
+        self.fence.begin_step()
+    }
+
+    /// `step` completed: what no step in flight may touch any more is free. `false` (nothing
+    /// changed) when `step` was not in flight.
+    pub(crate) fn retire_step(&mut self, step: StepId) -> bool {
+        let mut ready = Vec::new();
+        if !self.fence.try_retire(step, &mut ready) {
+            return false;
+        }
+        for item in ready {
+            match item {
+                Freed::Page(_) => self.pending_pages -= 1,
+                Freed::State => self.states_pending -= 1,
+            }
+            self.settle(item);
+        }
+        true
+    }
+
+    pub(crate) fn state_cap(&self) -> Option<u32> {
+        self.state_cap
+    }
+
+    pub(crate) fn states_held(&self) -> u32 {
+        self.states_held
+    }
+
+    pub(crate) fn states_pending(&self) -> u32 {
+        self.states_pending
+    }
+
+    /// States that can be taken now (`None`: unlimited, no recurrent group).
+    pub(crate) fn states_free(&self) -> Option<u32> {
+        self.state_cap
+            .map(|cap| cap.saturating_sub(self.states_held + self.states_pending))
+    }
+
+    /// Take a reserved state (nothing to take without a recurrent group).
+    pub(crate) fn take_state(&mut self) -> Result<(), HybridError> {
+        if let Some(cap) = self.state_cap {
+            if self.states_free() == Some(0) {
+                return Err(HybridError::OutOfStates(cap));
+            }
+            self.states_held += 1;
+        }
+        Ok(())
+    }
+
+    /// Give a state back; it is free once the steps in flight retired.
+    pub(crate) fn drop_state(&mut self) -> Result<(), HybridError> {
+        if self.state_cap.is_some() {
+            self.states_held = self
+                .states_held
+                .checked_sub(1)
+                .ok_or(HybridError::Corrupt("released a state never taken"))?;
+            self.withhold(Freed::State);
         }
         Ok(())
     }

@@ -1,0 +1,464 @@
+//! `HybridKv`: the hybrid manager behind the engine's [`KvCacheManager`] trait.
+//!
+//! It drives a [`HybridCache`] through the trait's protocol: `start` maps every prompt token's
+//! pages in every table and takes a recurrent state; `fill` writes a prefill chunk and trims
+//! the sliding tables by the tokens written *before* the chunk (its first queries still read
+//! that window); `append` maps, writes and trims one decoded token, copying a shared partial
+//! last page first; `fork` shares every page of a filled parent and takes a state of its own;
+//! `release` drops everything. A page or state whose last holder lets go while a step is in
+//! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
+//! out again.
+//!
+//! There is no prefix cache: a probe reports 0 cached tokens and `prefix_stats` stays zero.
+//!
+//! **Accounting** is in slots of `page_bytes / page_slots` bytes (the grouped unit of
+//! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
+//! block_tokens⌋` of them live (a shared page counted once), the rest allocated-unfilled; a
+//! held state is `state_slots` live, a fenced one pending, an unheld reserved one free.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use kvbench_cache_api::{
+    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, KvCacheManager, PrefixStats,
+    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
+};
+
+use super::error::HybridError;
+use super::layout::HybridLayout;
+use super::manager::{HybridCache, PageCopy};
+
+/// The planted bugs of [`Fault`] this manager honours, and how often they took effect.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KvFaults {
+    pub(crate) leak: bool,
+    /// `Leak` fires once: the first release keeps its pages and state.
+    pub(crate) leaked_once: bool,
+    pub(crate) bad_block_table: bool,
+}
+
+/// The hybrid paged manager as the engine drives it (see the module doc).
+#[derive(Debug)]
+pub struct HybridKv {
+    pub(crate) cache: HybridCache,
+    pub(crate) shapes: Vec<TableShape>,
+    /// Slots one sequence's recurrent state counts for (0 without a recurrent group).
+    pub(crate) state_slots: u64,
+    pub(crate) faults: KvFaults,
+    /// With `BadBlockTable` armed: the corrupted tables `layout` hands out instead.
+    pub(crate) bad_layouts: BTreeMap<SeqId, Vec<GroupTable>>,
+    pub(crate) bad_layouts_read: Cell<u64>,
+    /// Protocol errors and planted bugs seen as they happened, reported by `check_invariants`.
+    pub(crate) violations: Vec<String>,
+}
+
+impl HybridKv {
+    pub fn new(layout: HybridLayout) -> HybridKv {
+        let pool = layout.grouped_pool();
+        HybridKv {
+            shapes: pool.shapes,
+            state_slots: if layout.state_sequences.is_some() {
+                pool.state_slots_per_sequence
+            } else {
+                0
+            },
+            cache: HybridCache::new(layout),
+            faults: KvFaults::default(),
+            bad_layouts: BTreeMap::new(),
+            bad_layouts_read: Cell::new(0),
+            violations: Vec::new(),
+        }
+    }
+
+    /// The layout the manager was built from.
+    pub fn hybrid_layout(&self) -> &HybridLayout {
+        self.cache.layout()
+    }
+
+    /// The table shapes every sequence's layout names, in the layout's order.
+    pub fn shapes(&self) -> &[TableShape] {
+        &self.shapes
+    }
+
+    /// The underlying manager (read-only: pages, references, tables).
+    pub fn cache(&self) -> &HybridCache {
+        &self.cache
+    }
+
+    /// Tokens mapped for `seq` (a started prompt is mapped whole before it is written).
+    pub fn mapped_tokens(&self, seq: SeqId) -> Option<u64> {
+        self.cache.tokens(seq)
+    }
+
+    pub(crate) fn page_slots(&self) -> u64 {
+        u64::from(self.cache.layout.block_size)
+    }
+
+    /// Pages a start of `prompt_tokens` maps over every table.
+    fn start_pages(&self, prompt_tokens: u64) -> u64 {
+        self.shapes
+            .iter()
+            .map(|s| prompt_tokens.div_ceil(u64::from(s.block_tokens.max(1))))
+            .fold(0u64, u64::saturating_add)
+    }
+
+    fn total_slots(&self) -> u64 {
+        let states = u64::from(self.cache.layout.state_sequences.unwrap_or(0));
+        u64::from(self.cache.pool.pages())
+            .saturating_mul(self.page_slots())
+            .saturating_add(states.saturating_mul(self.state_slots))
+    }
+
+    fn free_page_slots(&self) -> u64 {
+        u64::from(self.cache.pool.free_count()) * self.page_slots()
+    }
+
+    fn state_free(&self) -> bool {
+        self.cache.pool.states_free() != Some(0)
+    }
+
+    /// A hybrid error as the trait's: space in slots, protocol errors by name.
+    fn alloc_error(&self, seq: SeqId, e: HybridError) -> AllocError {
+        match e {
+            HybridError::UnknownSeq(s) => AllocError::UnknownSeq(s),
+            HybridError::DuplicateSeq(s) => AllocError::DuplicateSeq(s),
+            HybridError::OutOfPages { needed, .. } => AllocError::NoSpace {
+                needed_slots: needed.saturating_mul(self.page_slots()),
+                available_slots: self.free_page_slots(),
+            },
+            HybridError::OutOfStates(_) => AllocError::NoSpace {
+                needed_slots: self.state_slots,
+                available_slots: 0,
+            },
+            HybridError::Overflow(reason) | HybridError::Corrupt(reason) => {
+                AllocError::InvalidOp { seq, reason }
+            }
+        }
+    }
+
+    fn copy_ops(&self, copies: &[PageCopy]) -> Vec<CopyOp> {
+        let ps = self.page_slots();
+        copies
+            .iter()
+            .map(|c| CopyOp {
+                src_slot: u64::from(c.src) * ps,
+                dst_slot: u64::from(c.dst) * ps,
+                len_tokens: self.cache.layout.block_size,
+            })
+            .collect()
+    }
+
+    /// With `BadBlockTable` armed, give `seq` a layout whose first held page is one of no table
+    /// of its own.
+    fn refresh_bad_layout(&mut self, seq: SeqId) {
+        if !self.faults.bad_block_table {
+            return;
+        }
+        let Some(entry) = self.cache.seqs.get(&seq) else {
+            self.bad_layouts.remove(&seq);
+            return;
+        };
+        let pages = self.cache.pool.pages();
+        let mut bad = entry.tables.clone();
+        let Some(first) = bad.iter_mut().find_map(|t| t.pages.first_mut()) else {
+            self.bad_layouts.remove(&seq);
+            return;
+        };
+        let holds = |p: u32| entry.tables.iter().any(|t| t.pages.contains(&p));
+        let mut wrong = (*first + 1) % pages;
+        for _ in 0..pages {
+            if !holds(wrong) {
+                break;
+            }
+            wrong = (wrong + 1) % pages;
+        }
+        *first = wrong;
+        self.bad_layouts.insert(seq, bad);
+    }
+
+    /// Record the writes `SkipCow` let into shared pages since `before`.
+    fn note_skipped(&mut self, seq: SeqId, before: u64) {
+        let skipped = self.cache.skipped_copies - before;
+        if skipped > 0 {
+            self.violations.push(format!(
+                "append of seq {seq} wrote {skipped} shared partial pages without copy-on-write"
+            ));
+        }
+    }
+}
+
+impl KvCacheManager for HybridKv {
+    fn mode(&self) -> CacheMode {
+        CacheMode::Paged
+    }
+
+    fn block_size(&self) -> u32 {
+        self.cache.layout.block_size
+    }
+
+    fn probe_start(&self, req: &StartRequest<'_>) -> Probe {
+        if self.cache.seqs.contains_key(&req.seq) {
+            return Probe::default();
+        }
+        let pages = self.start_pages(req.tokens.len() as u64);
+        Probe {
+            cached_tokens: 0,
+            new_slots: pages
+                .saturating_mul(self.page_slots())
+                .saturating_add(self.state_slots),
+            fits: pages <= u64::from(self.cache.pool.free_count()) && self.state_free(),
+            onload_tokens: 0,
+        }
+    }
+
+    fn start(&mut self, req: &StartRequest<'_>) -> Result<Started, AllocError> {
+        if self.cache.seqs.contains_key(&req.seq) {
+            return Err(AllocError::DuplicateSeq(req.seq));
+        }
+        let prompt = req.tokens.len() as u64;
+        let pages = self.start_pages(prompt);
+        let needed_slots = pages
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots);
+        if pages > u64::from(self.cache.pool.pages()) {
+            return Err(AllocError::TooLarge {
+                needed_slots,
+                total_slots: self.total_slots(),
+            });
+        }
+        if pages > u64::from(self.cache.pool.free_count()) || !self.state_free() {
+            let a = self.accounting();
+            return Err(AllocError::NoSpace {
+                needed_slots,
+                available_slots: a.free_slots,
+            });
+        }
+        self.cache
+            .start(req.seq)
+            .map_err(|e| self.alloc_error(req.seq, e))?;
+        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse.
+        if let Err(e) = self.cache.map(req.seq, prompt) {
+            return Err(self.alloc_error(req.seq, e));
+        }
+        self.refresh_bad_layout(req.seq);
+        Ok(Started::default())
+    }
+
+    fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let entry = self
+            .cache
+            .seqs
+            .get(&seq)
+            .ok_or(AllocError::UnknownSeq(seq))?;
+        let before = entry.written;
+        let upto = before
+            .checked_add(u64::from(n_tokens))
+            .filter(|&w| w <= entry.tokens)
+            .ok_or(AllocError::InvalidOp {
+                seq,
+                reason: "fill past the started tokens",
+            })?;
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        self.cache
+            .write(seq, upto)
+            .and_then(|()| self.cache.trim(seq, before))
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.refresh_bad_layout(seq);
+        Ok(())
+    }
+
+    fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError> {
+        let entry = self
+            .cache
+            .seqs
+            .get(&seq)
+            .ok_or(AllocError::UnknownSeq(seq))?;
+        if entry.written != entry.tokens {
+            return Err(AllocError::InvalidOp {
+                seq,
+                reason: "append before the prompt is filled",
+            });
+        }
+        let before = entry.written;
+        let skipped = self.cache.skipped_copies;
+        let copies = self
+            .cache
+            .map(seq, 1)
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.note_skipped(seq, skipped);
+        self.cache
+            .write(seq, before + 1)
+            .and_then(|()| self.cache.trim(seq, before))
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.refresh_bad_layout(seq);
+        Ok(self.copy_ops(&copies))
+    }
+
+    fn append_cost(&self, seq: SeqId) -> u64 {
+        let Some(entry) = self.cache.seqs.get(&seq) else {
+            return 0;
+        };
+        let pages = self
+            .cache
+            .layout
+            .tables
+            .iter()
+            .zip(&entry.tables)
+            .filter(|(spec, table)| {
+                let bt = u64::from(spec.block_tokens.max(1));
+                entry.tokens % bt == 0 || self.cache.needs_cow(entry.tokens, bt, table)
+            })
+            .count() as u64;
+        pages * self.page_slots()
+    }
+
+    /// Every table's pages at `tokens` tokens plus the recurrent state. A sliding table counts
+    /// every block up to `tokens`, not just its window: a prompt is mapped whole before it is
+    /// written and trimmed, so a sequence that starts with a `tokens`-token prompt holds them
+    /// all at once. For one grown by decoding this over-counts by the blocks behind the window.
+    fn sequence_slots(&self, tokens: u64, _reserve_tokens: u32) -> u64 {
+        self.start_pages(tokens)
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots)
+    }
+
+    fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError> {
+        if self.cache.seqs.contains_key(&child) {
+            return Err(AllocError::DuplicateSeq(child));
+        }
+        let entry = self
+            .cache
+            .seqs
+            .get(&parent)
+            .ok_or(AllocError::UnknownSeq(parent))?;
+        if entry.written != entry.tokens {
+            // Sharing a half-written page would let two holders write it without a copy.
+            return Err(AllocError::InvalidOp {
+                seq: parent,
+                reason: "fork before the prompt is filled",
+            });
+        }
+        self.cache
+            .fork(parent, child)
+            .map_err(|e| self.alloc_error(child, e))?;
+        self.refresh_bad_layout(child);
+        Ok(Vec::new())
+    }
+
+    fn release(&mut self, seq: SeqId, _why: ReleaseReason) -> Result<(), AllocError> {
+        if !self.cache.seqs.contains_key(&seq) {
+            return Err(AllocError::UnknownSeq(seq));
+        }
+        self.bad_layouts.remove(&seq);
+        let holds_any = self.cache.layout.state_sequences.is_some()
+            || self
+                .cache
+                .seqs
+                .get(&seq)
+                .is_some_and(|e| e.tables.iter().any(|t| !t.pages.is_empty()));
+        if self.faults.leak && !self.faults.leaked_once && holds_any {
+            // Fires once, on a sequence that holds something: it goes, its pages and state
+            // stay referenced.
+            self.faults.leaked_once = true;
+            self.cache.seqs.remove(&seq);
+            return Ok(());
+        }
+        self.cache
+            .release(seq)
+            .map_err(|e| self.alloc_error(seq, e))
+    }
+
+    fn begin_step(&mut self) -> StepId {
+        self.cache.pool.begin_step()
+    }
+
+    fn retire_step(&mut self, step: StepId) {
+        if !self.cache.pool.retire_step(step) {
+            self.violations
+                .push(format!("retire of step {step}, which is not in flight"));
+        }
+    }
+
+    fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>> {
+        let entry = self.cache.seqs.get(&seq)?;
+        let tables = match self.bad_layouts.get(&seq) {
+            Some(bad) => {
+                self.bad_layouts_read.set(self.bad_layouts_read.get() + 1);
+                bad
+            }
+            None => &entry.tables,
+        };
+        Some(SeqLayout::Grouped {
+            page_slots: self.cache.layout.block_size,
+            shapes: &self.shapes,
+            tables,
+        })
+    }
+
+    fn seq_tokens(&self, seq: SeqId) -> Option<u32> {
+        let written = self.cache.seqs.get(&seq)?.written;
+        Some(u32::try_from(written).unwrap_or(u32::MAX))
+    }
+
+    fn accounting(&self) -> Accounting {
+        let pool = &self.cache.pool;
+        let ps = self.page_slots();
+        let st = self.state_slots;
+        let states_free = u64::from(pool.states_free().unwrap_or(0));
+        let page_live = pool.live_slots();
+        Accounting {
+            total_slots: self.total_slots(),
+            live_slots: page_live + u64::from(pool.states_held()) * st,
+            allocated_unfilled_slots: (u64::from(pool.held_pages()) * ps).saturating_sub(page_live),
+            cached_free_slots: 0,
+            pending_free_slots: u64::from(pool.pending_pages()) * ps
+                + u64::from(pool.states_pending()) * st,
+            free_slots: self.free_page_slots() + states_free * st,
+        }
+    }
+
+    fn prefix_stats(&self) -> PrefixStats {
+        PrefixStats::default()
+    }
+
+    /// The free pages' slots: every page is a whole extent, and a free state holds no token.
+    fn largest_free_extent(&self) -> u64 {
+        self.free_page_slots()
+    }
+
+    fn flush_prefix_cache(&mut self) {}
+
+    fn check_invariants(&self) -> Result<(), String> {
+        super::kv_check::check(self)
+    }
+
+    fn assert_quiescent(&self) -> Result<(), String> {
+        super::kv_check::quiescent(self)
+    }
+
+    fn inject_fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::SkipCow => self.cache.skip_cow = true,
+            Fault::EarlyReuse => self.cache.pool.ignore_fence = true,
+            Fault::Leak => self.faults.leak = true,
+            Fault::BadBlockTable => {
+                self.faults.bad_block_table = true;
+                let ids: Vec<SeqId> = self.cache.seqs.keys().copied().collect();
+                for id in ids {
+                    self.refresh_bad_layout(id);
+                }
+            }
+            // No lower tier to go stale.
+            Fault::StaleOnload => {}
+        }
+    }
+
+    fn fault_fired(&self) -> u64 {
+        self.cache.skipped_copies
+            + u64::from(self.faults.leaked_once)
+            + self.cache.pool.fences_ignored
+            + self.bad_layouts_read.get()
+    }
+}

@@ -1,0 +1,90 @@
+//! `HybridKv`'s invariants: the hybrid manager's own (every page in one place, tables holding
+//! what their kind keeps, fences and states counted right), the violations seen as they
+//! happened, the live slots recomputed from the sequences' written tokens (never from the
+//! pool's counter they check), conservation, and the layout handed out matching the tables.
+
+use kvbench_cache_api::{KvCacheManager, SeqLayout};
+
+use super::kv::HybridKv;
+
+/// At most this many problems are listed, so one report stays readable.
+const MAX_PROBLEMS: usize = 20;
+
+fn into_result(mut bad: Vec<String>) -> Result<(), String> {
+    if bad.is_empty() {
+        return Ok(());
+    }
+    bad.truncate(MAX_PROBLEMS);
+    Err(bad.join("; "))
+}
+
+pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
+    let cache = &kv.cache;
+    let mut bad = kv.violations.clone();
+    for &(page, fence) in &cache.pool.early_reuse {
+        bad.push(format!(
+            "page {page} handed out for new content while its fence step {fence} was in flight"
+        ));
+    }
+    bad.extend(cache.check_invariants());
+
+    // Live slots, recomputed: each held page's written tokens from its holders' lengths.
+    let ps = kv.page_slots();
+    let mut written: Vec<Option<(u64, u64)>> = vec![None; cache.pool.pages() as usize];
+    for (&seq, entry) in &cache.seqs {
+        for (spec, table) in cache.layout.tables.iter().zip(&entry.tables) {
+            let bt = u64::from(spec.block_tokens.max(1));
+            for (i, &page) in table.pages.iter().enumerate() {
+                let block = table.first_block + i as u64;
+                let w = entry.written.saturating_sub(block * bt).min(bt);
+                match written.get_mut(page as usize) {
+                    Some(slot) => {
+                        let prev = slot.map_or(0, |(w, _)| w);
+                        *slot = Some((prev.max(w), bt));
+                    }
+                    None => bad.push(format!("seq {seq}: page {page} beyond the pool")),
+                }
+            }
+        }
+    }
+    let live: u64 = written.iter().flatten().map(|&(w, bt)| w * ps / bt).sum();
+    if live != cache.pool.live_slots() {
+        bad.push(format!(
+            "live page slots {live} recomputed, counter {}",
+            cache.pool.live_slots()
+        ));
+    }
+    for (page, w) in written.iter().enumerate() {
+        let counted = u64::from(cache.pool.written(page as u32).unwrap_or(0));
+        if let Some((w, _)) = w {
+            if *w != counted {
+                bad.push(format!(
+                    "page {page}: {w} tokens written by its holders, pool says {counted}"
+                ));
+            }
+        }
+    }
+    let acc = kv.accounting();
+    if !acc.is_conserved() {
+        bad.push(format!("accounting not conserved: {acc:?}"));
+    }
+    for (&seq, entry) in &cache.seqs {
+        if let Some(SeqLayout::Grouped { tables, .. }) = kv.layout(seq) {
+            if tables != entry.tables.as_slice() {
+                bad.push(format!(
+                    "seq {seq}: the layout handed out differs from its block tables"
+                ));
+            }
+        }
+    }
+    into_result(bad)
+}
+
+pub(crate) fn quiescent(kv: &HybridKv) -> Result<(), String> {
+    let mut bad = Vec::new();
+    if let Err(e) = check(kv) {
+        bad.push(e);
+    }
+    bad.extend(kv.cache.check_quiescent());
+    into_result(bad)
+}
