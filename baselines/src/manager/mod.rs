@@ -9,6 +9,11 @@
 
 mod arena;
 mod check;
+mod grouped;
+mod grouped_check;
+mod grouped_seq;
+
+pub use grouped::GroupedContiguous;
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,218 @@
+//! Invariants of the grouped contiguous baseline, recomputed from the reservations, the fence
+//! queue and the free extents themselves.
+
+use kvbench_cache_api::{GroupTable, KvCacheManager};
+
+use super::grouped::GroupedContiguous;
+use super::grouped_seq::{cut_tables, expected_blocks, Reservation};
+
+/// Problems of one reservation: its cut, its counters, and the tables it hands out against the
+/// ones its cut and tokens imply (every page inside its table's share, rings on the right page).
+fn check_reservation(c: &GroupedContiguous, id: u64, r: &Reservation, problems: &mut Vec<String>) {
+    if r.written_tokens > r.mapped_tokens || r.mapped_tokens > r.reserve_tokens {
+        problems.push(format!(
+            "seq {id}: written {} / mapped {} / reserved {} tokens",
+            r.written_tokens, r.mapped_tokens, r.reserve_tokens
+        ));
+    }
+    let shapes = &c.pool.shapes;
+    match cut_tables(shapes, r.reserve_tokens, c.max_step_tokens) {
+        Some(cuts) if cuts == r.cuts => {}
+        other => problems.push(format!(
+            "seq {id}: tables cut as {:?}, a reservation of {} tokens is {other:?}",
+            r.cuts, r.reserve_tokens
+        )),
+    }
+    if r.state != c.pool.state_sequences.is_some() {
+        problems.push(format!("seq {id}: holds a state: {}", r.state));
+    }
+    let handed = match c.layout_unrecorded(id) {
+        Some(t) => t,
+        None => {
+            problems.push(format!("seq {id}: no layout"));
+            return;
+        }
+    };
+    if handed.len() != shapes.len() || r.tables.len() != shapes.len() {
+        problems.push(format!(
+            "seq {id}: {} tables handed out, {} kept, {} in the pool",
+            handed.len(),
+            r.tables.len(),
+            shapes.len()
+        ));
+        return;
+    }
+    for (t, ((shape, cut), table)) in shapes.iter().zip(&r.cuts).zip(handed).enumerate() {
+        let (first, end) = expected_blocks(shape, *cut, r.mapped_tokens, r.written_tokens);
+        if table.first_block != first || table.end_block() != end {
+            problems.push(format!(
+                "seq {id} table {t}: holds blocks {}..{}, should hold {first}..{end}",
+                table.first_block,
+                table.end_block()
+            ));
+            continue;
+        }
+        let share = r.base_page + cut.offset_pages;
+        let ring = u64::from(cut.pages.max(1));
+        for (i, &page) in table.pages.iter().enumerate() {
+            let b = first + i as u64;
+            let want = share + (b % ring) as u32;
+            if page != want {
+                problems.push(format!(
+                    "seq {id} table {t}: block {b} on page {page}, its share {share}..{} puts it on {want}",
+                    share + cut.pages
+                ));
+                break;
+            }
+        }
+    }
+}
+
+pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
+    let mut problems: Vec<String> = c.violations.clone();
+    // Every page range: reservations, pending runs, free extents. Sorted, they must tile the
+    // arena exactly (no page in two reservations, conservation).
+    let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    let mut states = 0u64;
+    for (&id, r) in &c.seqs {
+        check_reservation(c, id, r, &mut problems);
+        states += u64::from(r.state);
+        ranges.push((
+            u64::from(r.base_page),
+            u64::from(r.pages()),
+            format!("seq {id}"),
+        ));
+    }
+    let (mut pending_pages, mut pending_states) = (0u64, 0u64);
+    for (step, f) in c.fence.pending() {
+        pending_pages += u64::from(f.pages);
+        pending_states += u64::from(f.state);
+        if c.fence.is_retired(step) {
+            problems.push(format!(
+                "pages {} pending on retired step {step}",
+                f.base_page
+            ));
+        }
+        ranges.push((
+            u64::from(f.base_page),
+            u64::from(f.pages),
+            format!("pending on step {step}"),
+        ));
+    }
+    if (pending_pages, pending_states) != (c.pending_pages, c.pending_states) {
+        problems.push(format!(
+            "fences hold {pending_pages} pages and {pending_states} states, counters say {} and {}",
+            c.pending_pages, c.pending_states
+        ));
+    }
+    if states != c.states_held {
+        problems.push(format!(
+            "{states} sequences hold a state, {} states are taken",
+            c.states_held
+        ));
+    }
+    if let Some(n) = c.pool.state_sequences {
+        if c.states_held + c.pending_states > u64::from(n) {
+            problems.push(format!(
+                "{} states held and {} pending of {n}",
+                c.states_held, c.pending_states
+            ));
+        }
+    }
+    let mut free = 0;
+    for (s, l) in c.arena.extents() {
+        free += l;
+        ranges.push((s, l, "free".to_string()));
+    }
+    if free != c.arena.free_slots() {
+        problems.push(format!(
+            "free extents sum to {free} pages, counter says {}",
+            c.arena.free_slots()
+        ));
+    }
+    ranges.retain(|r| r.1 > 0);
+    ranges.sort_by_key(|r| r.0);
+    let mut cursor = 0u64;
+    let mut prev_free = false;
+    for (s, l, what) in &ranges {
+        if *s < cursor {
+            problems.push(format!(
+                "{what} at page {s} overlaps the range ending at {cursor}"
+            ));
+        } else if *s > cursor {
+            problems.push(format!("pages {cursor}..{s} belong to nothing"));
+        }
+        let is_free = what == "free";
+        if is_free && prev_free && *s == cursor {
+            problems.push(format!(
+                "free extents meet at page {s} without being merged"
+            ));
+        }
+        prev_free = is_free;
+        cursor = cursor.max(s + l);
+    }
+    let total = u64::from(c.pool.pages);
+    if cursor != total {
+        problems.push(format!("ranges end at page {cursor}, the pool has {total}"));
+    }
+    let acc = c.accounting();
+    if !acc.is_conserved() {
+        problems.push(format!("accounting not conserved: {acc:?}"));
+    }
+    problems.truncate(20);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+pub(crate) fn quiescent(c: &GroupedContiguous) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if let Err(e) = check(c) {
+        problems.push(e);
+    }
+    if !c.seqs.is_empty() {
+        problems.push(format!(
+            "{} live sequences: {:?}",
+            c.seqs.len(),
+            c.seqs.keys().collect::<Vec<_>>()
+        ));
+    }
+    if c.pending_pages > 0 || c.pending_states > 0 {
+        problems.push(format!(
+            "{} pages and {} states pending behind fences",
+            c.pending_pages, c.pending_states
+        ));
+    }
+    if c.fence.in_flight_len() > 0 {
+        problems.push(format!(
+            "steps still in flight: {:?}",
+            c.fence.in_flight().collect::<Vec<_>>()
+        ));
+    }
+    if c.arena.free_slots() != u64::from(c.pool.pages) {
+        problems.push(format!(
+            "free {} != total {} pages (leaked or still reserved)",
+            c.arena.free_slots(),
+            c.pool.pages
+        ));
+    }
+    if c.states_held > 0 {
+        problems.push(format!("{} recurrent states still taken", c.states_held));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+impl GroupedContiguous {
+    /// The tables `layout` hands out for `seq`, without counting a corrupted one as read (a
+    /// check is not a backend).
+    pub(crate) fn layout_unrecorded(&self, seq: u64) -> Option<&[GroupTable]> {
+        let r = self.seqs.get(&seq)?;
+        Some(r.bad_tables.as_deref().unwrap_or(&r.tables))
+    }
+}
