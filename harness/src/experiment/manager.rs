@@ -56,11 +56,6 @@ pub fn resolve(
             kind.name()
         )));
     }
-    if kind == BackendKind::Sim {
-        return Err(refuse(
-            "the grouped managers are not in this build yet".into(),
-        ));
-    }
     let layout = HybridLayout::new(
         model,
         scenario.block_size(),
@@ -94,12 +89,24 @@ pub fn resolve(
     })
 }
 
-/// The grouped pair's manager of `mode` (the managers are not merged in yet: the set-up
-/// refuses a hybrid run before this is reached).
+/// The grouped pair's manager of `mode`: the hybrid paged manager, or the grouped contiguous
+/// baseline, whose sliding rings hold beyond their window what one sequence can write while a
+/// step reading the window has not retired: the largest step, twice when the engine plans a
+/// step while another runs (`async_steps`).
 pub fn build_grouped(
-    _layout: &HybridLayout,
+    layout: &HybridLayout,
     mode: CacheMode,
-    _max_step_tokens: u32,
+    max_step_tokens: u32,
+    async_steps: bool,
 ) -> Box<dyn KvCacheManager> {
-    crate::cache::build(mode, 0, 1, false)
+    match mode {
+        CacheMode::Paged => Box::new(crate::cache::hybrid::HybridKv::new(layout.clone())),
+        CacheMode::Contiguous => {
+            let in_flight: u32 = if async_steps { 2 } else { 1 };
+            Box::new(kvbench_baselines::manager::GroupedContiguous::new(
+                layout.grouped_pool(),
+                max_step_tokens.saturating_mul(in_flight),
+            ))
+        }
+    }
 }

@@ -239,12 +239,17 @@ fn run_mode_with(
             .as_mut()
     };
     let backend_name = be.name();
-    let mut cache = tiers::build_cache(scenario, setup, mode, &tier_plan);
     let mut scheduler = scenario.scheduler.clone();
     // Early reuse only shows while a step is in flight at release time: pipeline the steps.
     if opts.fault == Some(Fault::EarlyReuse) {
         scheduler.async_steps = true;
     }
+    let mut cache = match &setup.layout {
+        Some(layout) => {
+            manager::build_grouped(layout, mode, setup.max_step_tokens, scheduler.async_steps)
+        }
+        None => tiers::build_cache(scenario, setup, mode, &tier_plan),
+    };
     let cfg = EngineConfig {
         mode,
         block_size: cache.block_size(),

@@ -103,9 +103,6 @@ pub fn build_cache(
     mode: CacheMode,
     tiers: &TierPlan,
 ) -> Box<dyn KvCacheManager> {
-    if let Some(layout) = &setup.layout {
-        return super::manager::build_grouped(layout, mode, setup.max_step_tokens);
-    }
     crate::cache::build_tiered(
         mode,
         setup.total_slots,
