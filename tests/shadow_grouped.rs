@@ -95,7 +95,9 @@ fn mixes() -> Vec<Mix> {
             ),
             block_size: 4,
             pages: 90,
-            states: 6,
+            // Enough states that the pool, not the states, limits the streams: a wrong table
+            // then lands on a page another stream writes.
+            states: 16,
         },
         Mix {
             // 32 bytes a token a full layer, 18 an MLA layer: 7-token MLA blocks in 4-slot pages.
@@ -335,6 +337,7 @@ struct Driver {
 impl Driver {
     fn new(cache: Box<dyn KvCacheManager>, seed: u64, cancel_every: u32) -> Driver {
         let slots = cache.accounting().total_slots;
+        let paged = cache.mode() == CacheMode::Paged;
         let setup = RunSetup {
             model: ModelShape::tiny(),
             device: "cpu".into(),
@@ -361,7 +364,9 @@ impl Driver {
             in_flight: VecDeque::new(),
             copies: Vec::new(),
             swapped: VecDeque::new(),
-            swap_every: 6,
+            // The grouped contiguous baseline's rings take at most the largest step a step, so
+            // a swap-in (a start filled whole) is the paged manager's alone.
+            swap_every: if paged { 6 } else { 0 },
             next_seq: 1,
             cancel_every,
             tally: Tally::default(),
@@ -474,7 +479,7 @@ impl Driver {
             }
         }
         self.in_flight.push_back((fence, wrote));
-        if self.tally.steps % 16 == 0 {
+        if self.tally.steps.is_multiple_of(16) {
             if let Err(e) = self.cache.check_invariants() {
                 self.tally.invariant_errors.push(e);
             }
@@ -508,7 +513,7 @@ impl Driver {
     /// start and fill of its tokens, then the swap-in writes its tags; it decodes from the next
     /// step on.
     fn swap_in(&mut self, plan: &mut StepPlan, wrote: &mut Vec<(SeqId, u32)>) {
-        if self.swap_every == 0 || self.tally.steps % u64::from(self.swap_every) != 0 {
+        if self.swap_every == 0 || !self.tally.steps.is_multiple_of(u64::from(self.swap_every)) {
             return;
         }
         let Some(&(seq, ref s)) = self.swapped.front() else {
@@ -649,7 +654,11 @@ fn clean_grouped_runs_report_no_violation_and_check_every_table() {
                     t.starts > 5 && t.finished > 3 && t.cancels > 3,
                     "{name}: the run exercised too little: {t:?}"
                 );
-                assert!(t.forks > 0 && t.swaps > 0, "{name}: no fork or swap: {t:?}");
+                assert!(t.forks > 0, "{name}: no fork: {t:?}");
+                assert!(
+                    t.swaps > 0 || which == Which::Contiguous,
+                    "{name}: no swap: {t:?}"
+                );
                 assert!(
                     r.checked_slots > 0 && r.read_slots >= r.checked_slots,
                     "{name}: {r:?}"
