@@ -185,6 +185,7 @@ fn run(mode: CacheMode, scheduler: SchedulerSpec, slots: u64) -> (RunRecord, Gre
         mode,
         block_size: 8,
         kv_bytes_per_token: ModelShape::tiny().kv_bytes_per_token(),
+        slot_bytes: ModelShape::tiny().kv_bytes_per_token(),
         max_seq_len: 512,
         reservation: Reservation::PromptPlusOutput,
         scheduler,

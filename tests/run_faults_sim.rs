@@ -197,6 +197,7 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
         mode: CacheMode::Paged,
         block_size: bs,
         kv_bytes_per_token: model.kv_bytes_per_token(),
+        slot_bytes: model.kv_bytes_per_token(),
         max_seq_len: s.cache.max_seq_len,
         reservation: s.cache.contiguous_reservation,
         scheduler: s.scheduler.clone(),

@@ -95,6 +95,7 @@ fn run(
         mode,
         block_size: cache.block_size(),
         kv_bytes_per_token: model.kv_bytes_per_token(),
+        slot_bytes: model.kv_bytes_per_token(),
         max_seq_len: s.cache.max_seq_len,
         reservation: s.cache.contiguous_reservation,
         scheduler: s.scheduler.clone(),

@@ -639,6 +639,7 @@ fn run_with_waits(tmp: &Path, name: &str, extra: &str) -> (Seen, Vec<Row>) {
         mode: CacheMode::Paged,
         block_size: cache.block_size(),
         kv_bytes_per_token: setup.kv_bytes_per_token,
+        slot_bytes: setup.slot_bytes,
         max_seq_len: s.cache.max_seq_len,
         reservation: s.cache.contiguous_reservation,
         scheduler: s.scheduler.clone(),
@@ -656,13 +657,8 @@ fn run_with_waits(tmp: &Path, name: &str, extra: &str) -> (Seen, Vec<Row>) {
     );
     let dir = tmp.join(format!("{name}-files"));
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut sink = results::sink::FileSink::create(
-        &dir,
-        setup.kv_bytes_per_token,
-        true,
-        Resolution::EveryStep,
-    )
-    .expect("files");
+    let mut sink =
+        results::sink::FileSink::create(&dir, true, Resolution::EveryStep).expect("files");
     engine::sink::replay(&record, &mut sink);
     sink.end_mode().expect("end mode");
     sink.finish().expect("finish");

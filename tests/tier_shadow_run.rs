@@ -247,6 +247,7 @@ fn run(case: &Case, adapter: bool) -> Outcome {
         mode: CacheMode::Paged,
         block_size: BS,
         kv_bytes_per_token: model.kv_bytes_per_token(),
+        slot_bytes: model.kv_bytes_per_token(),
         max_seq_len: 1024,
         reservation: Reservation::PromptPlusOutput,
         scheduler: SchedulerSpec {

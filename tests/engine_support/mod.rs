@@ -48,6 +48,7 @@ pub fn config(mode: CacheMode, scheduler: SchedulerSpec) -> EngineConfig {
         mode,
         block_size: 16,
         kv_bytes_per_token: ModelShape::tiny().kv_bytes_per_token(),
+        slot_bytes: ModelShape::tiny().kv_bytes_per_token(),
         max_seq_len: 1024,
         reservation: Reservation::PromptPlusOutput,
         scheduler,

@@ -47,6 +47,9 @@ pub struct EngineConfig {
     pub mode: CacheMode,
     pub block_size: u32,
     pub kv_bytes_per_token: u64,
+    /// Bytes one of the cache manager's slots stands for (`kv_bytes_per_token` unless the
+    /// manager accounts in other units, as the grouped ones do): carried into the run's record.
+    pub slot_bytes: u64,
     pub max_seq_len: u32,
     pub reservation: Reservation,
     pub scheduler: SchedulerSpec,

@@ -218,6 +218,8 @@ pub struct RunStart {
     pub mode: CacheMode,
     pub block_size: u32,
     pub total_slots: u64,
+    /// Bytes one slot stands for: what turns the run's slot counts into bytes.
+    pub slot_bytes: u64,
     /// The backend's memory parts (constant over a run on every backend so far).
     pub memory: MemoryParts,
     /// The backend computes real tokens (token ids are comparable across cache modes).
@@ -233,6 +235,8 @@ pub struct RunEnd {
     pub mode: CacheMode,
     pub block_size: u32,
     pub total_slots: u64,
+    /// Bytes one slot stands for (as in [`RunStart`]).
+    pub slot_bytes: u64,
     pub prefix: PrefixStats,
     pub memory: MemoryParts,
     /// Block tables and per-sequence metadata at peak (the ledger's "other").
@@ -299,6 +303,7 @@ impl RunRecord {
             mode: self.end.mode,
             block_size: self.end.block_size,
             total_slots: self.end.total_slots,
+            slot_bytes: self.end.slot_bytes,
             memory: self.end.memory,
             computes: self.end.computes,
             tier_capacity_blocks: self.end.tier_capacity_blocks(),

@@ -7,6 +7,7 @@
 //! `results` only writes and reads files, and [`Experiment`] is what its writers read.
 
 pub mod fuzz;
+pub mod manager;
 pub mod tiers;
 pub mod tokens;
 
@@ -91,8 +92,18 @@ pub struct Setup {
     pub scenario_dir: Option<std::path::PathBuf>,
     pub kv_bytes_per_token: u64,
     pub kv_budget_bytes: u64,
+    /// Slots the managers account over, in units of `slot_bytes`.
     pub total_slots: u64,
     pub workspace_bytes: Option<u64>,
+    /// The managers both modes run (`cache.manager` resolved).
+    pub cache_manager: crate::scenario::CacheManager,
+    /// Bytes one accounting slot stands for: `kv_bytes_per_token` for summed runs, a page's
+    /// bytes ÷ the block size for hybrid ones.
+    pub slot_bytes: u64,
+    /// The grouped layout both modes of a hybrid run are built from.
+    pub layout: Option<crate::cache::hybrid::HybridLayout>,
+    /// The most tokens one step can hold (`engine::policy::max_step_tokens`).
+    pub max_step_tokens: u32,
 }
 
 /// Resolve the model shape, the KV budget and the slot count of `scenario` on `opts.backend`.
@@ -130,7 +141,17 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
     // FP8 scales per tensor or per head do not grow with tokens: they come off the budget before
     // it is divided into slots (per-block scales are inside the per-token figure).
     let scale_fixed_bytes = model.kv_scale_fixed_bytes().unwrap_or(0);
-    let total_slots = kv_budget_bytes.saturating_sub(scale_fixed_bytes) / kv_bytes_per_token.max(1);
+    let managers = manager::resolve(
+        scenario,
+        &model,
+        kind,
+        kv_budget_bytes.saturating_sub(scale_fixed_bytes),
+    )?;
+    let max_step_tokens = crate::engine::policy::max_step_tokens(
+        scenario.scheduler.policy,
+        scenario.scheduler.max_tokens_per_step,
+        scenario.cache.max_seq_len,
+    );
     let workspace_bytes = match &scenario.memory.workspace {
         Some(w) => Some(
             crate::units::parse_bytes(w)
@@ -145,8 +166,12 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         scenario_dir,
         kv_bytes_per_token,
         kv_budget_bytes,
-        total_slots,
+        total_slots: managers.total_slots,
         workspace_bytes,
+        cache_manager: managers.manager,
+        slot_bytes: managers.slot_bytes,
+        layout: managers.layout,
+        max_step_tokens,
     })
 }
 
@@ -171,7 +196,7 @@ pub fn run_mode(
     let mut collect = Collect::default();
     let p = run_mode_with(scenario, setup, workload, opts, mode, &mut collect)?;
     let record = collect.into_record(p.end.clone());
-    let metrics = metrics::compute(&record, &scenario.slo, setup.kv_bytes_per_token);
+    let metrics = metrics::compute(&record, &scenario.slo);
     let files = crate::results::sink::mode_files(&record, opts.memory_resolution);
     let run = ModeRun {
         end: p.end,
@@ -204,11 +229,7 @@ fn run_mode_with(
         block_size,
         seed: setup.seed,
         max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
-        max_step_tokens: crate::engine::policy::max_step_tokens(
-            scenario.scheduler.policy,
-            scenario.scheduler.max_tokens_per_step,
-            scenario.cache.max_seq_len,
-        ),
+        max_step_tokens: setup.max_step_tokens,
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
         profile: opts.profile.clone(),
@@ -227,16 +248,22 @@ fn run_mode_with(
             .as_mut()
     };
     let backend_name = be.name();
-    let mut cache = tiers::build_cache(scenario, setup, mode, &tier_plan);
     let mut scheduler = scenario.scheduler.clone();
     // Early reuse only shows while a step is in flight at release time: pipeline the steps.
     if opts.fault == Some(Fault::EarlyReuse) {
         scheduler.async_steps = true;
     }
+    let mut cache = match &setup.layout {
+        Some(layout) => {
+            manager::build_grouped(layout, mode, setup.max_step_tokens, scheduler.async_steps)
+        }
+        None => tiers::build_cache(scenario, setup, mode, &tier_plan),
+    };
     let cfg = EngineConfig {
         mode,
         block_size: cache.block_size(),
         kv_bytes_per_token: setup.kv_bytes_per_token,
+        slot_bytes: setup.slot_bytes,
         max_seq_len: scenario.cache.max_seq_len,
         reservation: scenario.cache.contiguous_reservation,
         scheduler,
@@ -306,7 +333,7 @@ pub fn run_scenario_streaming(
     let mut backend_name = setup.kind.name();
     let mut tokens = TokenCheck::default();
     for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        let mut acc = MetricsAccum::new(&scenario.slo, setup.kv_bytes_per_token);
+        let mut acc = MetricsAccum::new(&scenario.slo);
         let p = {
             let mut rest = Tee(files, &mut tokens);
             let mut sink = Tee(&mut acc, &mut rest);
@@ -348,13 +375,10 @@ pub fn run_streaming(
     staging: Staging,
 ) -> Result<Experiment, ExperimentError> {
     let results = |e: ResultsError| ExperimentError::Results(Box::new(e));
-    let mut files = FileSink::create(
-        staging.dir(),
-        setup(scenario, opts)?.kv_bytes_per_token,
-        opts.trace_tokens,
-        opts.memory_resolution,
-    )
-    .map_err(results)?;
+    // A scenario the set-up refuses (a manager the backend cannot run) creates no file.
+    setup(scenario, opts)?;
+    let mut files = FileSink::create(staging.dir(), opts.trace_tokens, opts.memory_resolution)
+        .map_err(results)?;
     let exp = run_scenario_streaming(scenario, opts, &mut files)?;
     files.finish().map_err(results)?;
     crate::results::write_rest(&exp, staging.dir()).map_err(results)?;
@@ -386,6 +410,8 @@ fn assemble(
         workload,
         kv_bytes_per_token: setup.kv_bytes_per_token,
         kv_budget_bytes: setup.kv_budget_bytes,
+        cache_manager: setup.cache_manager,
+        slot_bytes: setup.slot_bytes,
         fault: opts.fault,
         shadow: setup.kind == BackendKind::Sim && opts.shadow,
         runs,

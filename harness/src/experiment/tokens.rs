@@ -84,6 +84,7 @@ mod tests {
             mode,
             block_size: 1,
             total_slots: 10,
+            slot_bytes: 1,
             memory: Default::default(),
             computes,
             tier_capacity_blocks: [0; 2],

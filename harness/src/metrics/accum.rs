@@ -38,7 +38,7 @@ pub struct MetricsAccum {
 }
 
 impl MetricsAccum {
-    pub fn new(slo: &SloSpec, kv_bytes_per_token: u64) -> MetricsAccum {
+    pub fn new(slo: &SloSpec) -> MetricsAccum {
         MetricsAccum {
             slo: slo.clone(),
             counts: Counts::default(),
@@ -56,7 +56,7 @@ impl MetricsAccum {
             e2e: LatencyHist::new(),
             tpot: LatencyHist::new(),
             queue: LatencyHist::new(),
-            ledger: LedgerAccum::new(kv_bytes_per_token),
+            ledger: LedgerAccum::new(),
             tiers: TierAccum::default(),
         }
     }
@@ -163,6 +163,7 @@ impl RunSink for MetricsAccum {
 /// [`ledger::summarize`] folded step by step: peaks are maxima over every step, the waste
 /// fraction a ratio of time integrals where each step holds until the next one ends.
 pub struct LedgerAccum {
+    /// The run's `slot_bytes`, from its start.
     kv_bytes_per_token: u64,
     block_size: u32,
     paged: bool,
@@ -174,10 +175,16 @@ pub struct LedgerAccum {
     held_dt: f64,
 }
 
+impl Default for LedgerAccum {
+    fn default() -> Self {
+        LedgerAccum::new()
+    }
+}
+
 impl LedgerAccum {
-    pub fn new(kv_bytes_per_token: u64) -> LedgerAccum {
+    pub fn new() -> LedgerAccum {
         LedgerAccum {
-            kv_bytes_per_token,
+            kv_bytes_per_token: 0,
             block_size: 1,
             paged: false,
             out: LedgerSummary::default(),
@@ -189,6 +196,7 @@ impl LedgerAccum {
     }
 
     pub fn begin(&mut self, start: &RunStart) {
+        self.kv_bytes_per_token = start.slot_bytes;
         let kvb = self.kv_bytes_per_token;
         self.block_size = start.block_size;
         self.paged = start.mode == kvbench_cache_api::CacheMode::Paged;
@@ -277,15 +285,16 @@ mod tests {
             mk(3, 0, StreamStatus::Completed, 200, &[500, 510]),
         ];
         r.end.end_ns = 1000 * ms;
+        r.end.slot_bytes = 2;
         let slo = SloSpec {
             ttft_p99_ms: Some(1000.0),
             itl_p99_ms: Some(100.0),
             attainment: 0.9,
         };
-        let mut acc = MetricsAccum::new(&slo, 2);
+        let mut acc = MetricsAccum::new(&slo);
         replay(&r, &mut acc);
         let got = acc.finish(&r.end);
-        assert_eq!(got, super::super::compute(&r, &slo, 2));
+        assert_eq!(got, super::super::compute(&r, &slo));
         assert_eq!(got.good_requests, 2);
     }
 }

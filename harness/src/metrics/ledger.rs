@@ -45,9 +45,10 @@ pub struct LedgerSummary {
     pub host_tier_peak_bytes: Option<u64>,
 }
 
-/// Bytes of one block in a lower tier (a device block's: all layers' K and V).
-pub fn block_bytes(block_size: u32, kv_bytes_per_token: u64) -> u64 {
-    u64::from(block_size).saturating_mul(kv_bytes_per_token)
+/// Bytes of one block of `block_size` slots of `slot_bytes` each (a lower tier's block is a
+/// device block's: all layers' K and V).
+pub fn block_bytes(block_size: u32, slot_bytes: u64) -> u64 {
+    u64::from(block_size).saturating_mul(slot_bytes)
 }
 
 /// The host tier's part of a ledger summary that starts with `start`: its capacity, and a peak
@@ -79,7 +80,9 @@ pub fn other_bytes(s: &StepSample, block_size: u32, paged: bool) -> u64 {
         }
 }
 
-pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
+/// The ledger at each step, in bytes: slots × the run's `slot_bytes` (its record's).
+pub fn rows(r: &RunRecord) -> Vec<LedgerRow> {
+    let kv_bytes_per_token = r.end.slot_bytes;
     let paged = r.end.mode == kvbench_cache_api::CacheMode::Paged;
     r.steps
         .iter()
@@ -104,7 +107,9 @@ pub fn rows(r: &RunRecord, kv_bytes_per_token: u64) -> Vec<LedgerRow> {
         .collect()
 }
 
-pub fn summarize(r: &RunRecord, kv_bytes_per_token: u64) -> LedgerSummary {
+/// The ledger's peaks and waste over the run, in bytes of the run's `slot_bytes`.
+pub fn summarize(r: &RunRecord) -> LedgerSummary {
+    let kv_bytes_per_token = r.end.slot_bytes;
     let mut out = LedgerSummary {
         kv_budget_bytes: r.end.total_slots * kv_bytes_per_token,
         weights_bytes: r.end.memory.weights_bytes,
@@ -175,7 +180,9 @@ mod tests {
             sample(1, 10, 10, 90),
             sample(2, 40, 0, 0),
         ];
-        let s = summarize(&r, 2);
+        // Slots of 2 bytes: the record carries its unit.
+        r.end.slot_bytes = 2;
+        let s = summarize(&r);
         let expect = (10.0 * 10.0 + 90.0 * 30.0) / (100.0 * 10.0 + 100.0 * 30.0);
         assert!(
             (s.kv_waste_fraction - expect).abs() < 1e-12,
@@ -187,7 +194,7 @@ mod tests {
         assert_eq!(s.kv_budget_bytes, 2048);
         // Paged: 2 sequences × 64 B + ceil(100 / 16) = 7 block-table entries × 4 B.
         assert_eq!(s.other_bytes, 2 * 64 + 7 * 4);
-        let rows = rows(&r, 2);
+        let rows = rows(&r);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[1].kv_allocated_unfilled_bytes, 180);
     }

@@ -143,7 +143,8 @@ pub struct RunMetrics {
     pub tiers: tiers::TierMetrics,
 }
 
-pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetrics {
+/// The run's figures from its record; slots become bytes at the record's `slot_bytes`.
+pub fn compute(r: &RunRecord, slo: &SloSpec) -> RunMetrics {
     let (mut counts, mut streams) = (Counts::default(), Counts::default());
     let mut output_tokens = 0;
     // Per request: (all streams completed and met the SLO).
@@ -207,7 +208,7 @@ pub fn compute(r: &RunRecord, slo: &SloSpec, kv_bytes_per_token: u64) -> RunMetr
         swapped_bytes: swapped,
         cached_prompt_tokens: cached,
         request_prefix_hit_tokens: request_hits,
-        ledger: ledger::summarize(r, kv_bytes_per_token),
+        ledger: ledger::summarize(r),
         tiers: tier_acc.finish(),
     }
 }
@@ -308,7 +309,7 @@ mod tests {
             itl_p99_ms: Some(20.0),
             attainment: 0.9,
         };
-        let m = compute(&r, &slo, 1);
+        let m = compute(&r, &slo);
         assert_eq!(
             m.counts,
             Counts {
@@ -328,7 +329,7 @@ mod tests {
             itl_p99_ms: Some(100.0),
             attainment: 0.9,
         };
-        assert_eq!(compute(&r, &lenient, 1).goodput_requests_per_s, 2.0);
+        assert_eq!(compute(&r, &lenient).goodput_requests_per_s, 2.0);
         assert_eq!(m.requests_per_s, 2.0);
         assert_eq!(m.throughput_tokens_per_s, 10.0);
     }
@@ -343,7 +344,7 @@ mod tests {
 pub(crate) mod tests_support {
     use crate::engine::RunRecord;
 
-    /// A paged run record with nothing in it (block 16, 1024 slots).
+    /// A paged run record with nothing in it (block 16, 1024 slots of 1 byte).
     pub fn empty_record() -> RunRecord {
         RunRecord {
             streams: vec![],
@@ -353,6 +354,7 @@ pub(crate) mod tests_support {
                 mode: kvbench_cache_api::CacheMode::Paged,
                 block_size: 16,
                 total_slots: 1024,
+                slot_bytes: 1,
                 prefix: Default::default(),
                 memory: Default::default(),
                 metadata_peak_bytes: 0,

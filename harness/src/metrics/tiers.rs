@@ -261,6 +261,7 @@ mod tests {
             mode: CacheMode::Paged,
             block_size: 16,
             total_slots: 64,
+            slot_bytes: 1,
             memory: Default::default(),
             computes: false,
             tier_capacity_blocks: [8, 0],

@@ -202,6 +202,7 @@ mod tests {
             mode: CacheMode::Paged,
             block_size: 16,
             total_slots: 1 << 20,
+            slot_bytes: 1,
             memory: Default::default(),
             computes: false,
             tier_capacity_blocks: [0; 2],

@@ -37,6 +37,10 @@ pub struct Experiment {
     pub workload: Workload,
     pub kv_bytes_per_token: u64,
     pub kv_budget_bytes: u64,
+    /// The managers both modes ran (`cache.manager` resolved).
+    pub cache_manager: crate::scenario::CacheManager,
+    /// Bytes one accounting slot stands for (each run's record carries it too).
+    pub slot_bytes: u64,
     pub fault: Option<Fault>,
     /// Whether `sim` carried the shadow payload (false with `--no-shadow`; always false on other
     /// backends).
@@ -53,6 +57,18 @@ pub struct Experiment {
 }
 
 impl Experiment {
+    /// The managers, where the summary and the report name them: wherever they could have
+    /// differed — a hybrid run, or a model whose layers keep tokens differently — and nowhere
+    /// else, so the files of a model whose layers all keep every token read as they always did.
+    pub fn recorded_manager(&self) -> Option<crate::scenario::CacheManager> {
+        let differs = self
+            .scenario
+            .model_shape()
+            .is_some_and(|m| crate::scenario::layers_keep_tokens_differently(&m));
+        (differs || self.cache_manager == crate::scenario::CacheManager::Hybrid)
+            .then_some(self.cache_manager)
+    }
+
     /// Every check the run makes: invariants, reclamation, numerics, paged-vs-contiguous tokens.
     /// Empty when all passed.
     pub fn failures(&self) -> Vec<String> {

@@ -98,12 +98,7 @@ pub fn write_into(
 
 /// The collect path: the data files from each run's record, through the streaming writer.
 fn write_all(exp: &Experiment, dir: &Path, trace_tokens: bool) -> Result<(), ResultsError> {
-    let mut files = sink::FileSink::create(
-        dir,
-        exp.kv_bytes_per_token,
-        trace_tokens,
-        exp.memory_resolution,
-    )?;
+    let mut files = sink::FileSink::create(dir, trace_tokens, exp.memory_resolution)?;
     for run in &exp.runs {
         let Some(record) = &run.record else {
             return Err(ResultsError::Io {

@@ -211,9 +211,12 @@ pub fn table(exp: &Experiment) -> String {
 
 pub fn markdown(exp: &Experiment) -> String {
     let mut s = format!(
-        "# kvbench run: {}\n\nbackend `{}`, seed {}, workload `{}`, block size {}, KV budget {}{}\n\n",
+        "# kvbench run: {}\n\nbackend `{}`{}, seed {}, workload `{}`, block size {}, KV budget {}{}\n\n",
         exp.scenario.name,
         exp.backend,
+        exp.recorded_manager()
+            .map(|m| format!(", cache manager `{}`", m.name()))
+            .unwrap_or_default(),
         exp.seed,
         exp.workload.workload_hash,
         exp.scenario.block_size(),

@@ -82,7 +82,6 @@ struct Mode {
 }
 
 pub struct FileSink {
-    kv_bytes_per_token: u64,
     resolution: Resolution,
     requests: (Out, RequestsWriter),
     trace: (Out, TraceWriter),
@@ -97,7 +96,6 @@ impl FileSink {
     /// Create the four files in `dir` (a staged folder) and write their headers.
     pub fn create(
         dir: &Path,
-        kv_bytes_per_token: u64,
         trace_tokens: bool,
         resolution: Resolution,
     ) -> Result<FileSink, ResultsError> {
@@ -109,7 +107,6 @@ impl FileSink {
         let mut perfetto = Out::create(dir, "trace.perfetto.json")?;
         let pw = PerfettoWriter::new(&mut perfetto.w).map_err(super::io(&perfetto.path))?;
         Ok(FileSink {
-            kv_bytes_per_token,
             resolution,
             requests: (requests, rw),
             trace: (trace, TraceWriter::new(trace_tokens)),
@@ -137,18 +134,16 @@ impl FileSink {
         let r = tables::write_memory_rows(
             m.cache,
             rows,
-            self.kv_bytes_per_token,
+            m.start.slot_bytes,
             m.start.block_size,
             &m.start.memory,
             &mut self.memory.w,
         );
         keep(&mut self.error, r, &self.memory.path);
-        let r = self.perfetto.1.end_mode(
-            m.cache,
-            rows,
-            self.kv_bytes_per_token,
-            &mut self.perfetto.0.w,
-        );
+        let r = self
+            .perfetto
+            .1
+            .end_mode(m.cache, rows, m.start.slot_bytes, &mut self.perfetto.0.w);
         keep(&mut self.error, r, &self.perfetto.0.path);
         let files = ModeFiles {
             memory_resolution_ns: m.timeline.resolution_ns(),

@@ -12,6 +12,10 @@ use crate::metrics::{Counts, Dist};
 pub struct Summary {
     pub scenario: String,
     pub backend: String,
+    /// The cache managers both modes ran: `hybrid` (grouped page pool) or `summed` (one slot a
+    /// token of every layer); absent where the model's layers all keep every token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_manager: Option<&'static str>,
     pub seed: u64,
     pub workload_hash: String,
     /// The replayed trace (path, format, rows, blake3, what was skipped), when there is one.
@@ -194,6 +198,7 @@ pub fn build(exp: &Experiment) -> Summary {
     Summary {
         scenario: exp.scenario.name.clone(),
         backend: exp.backend.to_string(),
+        cache_manager: exp.recorded_manager().map(|m| m.name()),
         seed: exp.seed,
         workload_hash: exp.workload.workload_hash.clone(),
         trace: exp.workload.trace.clone(),
@@ -222,7 +227,6 @@ pub fn build(exp: &Experiment) -> Summary {
 }
 
 fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
-    let kv_bytes_per_token = exp.kv_bytes_per_token;
     let (rec, m) = (&r.end, &r.metrics);
     let l = &m.ledger;
     let device_unaccounted_bytes = rec.memory.device_used_bytes.map(|dev| {
@@ -274,7 +278,7 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
                 .reclamation
                 .leaked_slots
                 .div_ceil(rec.block_size.max(1) as u64),
-            leaked_bytes: rec.reclamation.leaked_slots * kv_bytes_per_token,
+            leaked_bytes: rec.reclamation.leaked_slots * rec.slot_bytes,
             detail: rec.reclamation.detail.clone(),
         },
         invariants: InvariantSummary {
@@ -290,7 +294,7 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
         fault_fired: r.fault_fired,
         shadow: r.shadow.clone(),
         measured_step_s: r.measured_step_s,
-        tiers: tier_summaries(r, kv_bytes_per_token),
+        tiers: tier_summaries(r),
         tier_costs: run_tier_costs(r),
     }
 }
@@ -312,8 +316,8 @@ pub fn run_tier_costs(r: &ModeRun) -> Option<TierCosts> {
 }
 
 /// The manager's counters per tier beside the occupancy the step samples give.
-pub fn tier_summaries(r: &ModeRun, kv_bytes_per_token: u64) -> Vec<TierSummary> {
-    let block = crate::metrics::ledger::block_bytes(r.end.block_size, kv_bytes_per_token);
+pub fn tier_summaries(r: &ModeRun) -> Vec<TierSummary> {
+    let block = crate::metrics::ledger::block_bytes(r.end.block_size, r.end.slot_bytes);
     let bs = u64::from(r.end.block_size);
     r.end
         .tiers

@@ -127,16 +127,17 @@ pub const MEMORY_HEADER: &str = "cache,step,t_ms,running_sequences,weights_bytes
 /// `memory.csv` rows of one cache mode from its timeline: a row per step, or per interval of
 /// the stated resolution with each column's maximum over the interval (see
 /// [`crate::metrics::timeline`]). The lower tiers' columns are blocks held × a block's bytes
-/// (host memory and disk, outside the device's budget; 0 without tiers).
+/// (host memory and disk, outside the device's budget; 0 without tiers). Slots are
+/// `slot_bytes` each: the run's accounting unit, from its start.
 pub fn write_memory_rows(
     cache: &str,
     rows: &[Bucket],
-    kv_bytes_per_token: u64,
+    slot_bytes: u64,
     block_size: u32,
     memory: &MemoryParts,
     w: &mut impl Write,
 ) -> std::io::Result<()> {
-    let kvb = kv_bytes_per_token;
+    let kvb = slot_bytes;
     let block = crate::metrics::ledger::block_bytes(block_size, kvb);
     for b in rows {
         writeln!(

@@ -10,18 +10,18 @@ use crate::units::format_bytes;
 pub fn markdown(exp: &Experiment) -> String {
     let mut s = String::new();
     for r in exp.runs.iter().filter(|r| !r.end.tiers.is_empty()) {
-        s.push_str(&run_section(exp, r));
+        s.push_str(&run_section(r));
     }
     s
 }
 
-fn run_section(exp: &Experiment, r: &ModeRun) -> String {
+fn run_section(r: &ModeRun) -> String {
     let mut s = format!("\n## Lower tiers ({} run)\n\n", r.end.mode.name());
     s.push_str(
         "| tier | capacity | hit tokens | offloads | onloads | evictions | peak used | mean used |\n\
          |------|----------|------------|----------|---------|-----------|-----------|-----------|\n",
     );
-    for t in tier_summaries(r, exp.kv_bytes_per_token) {
+    for t in tier_summaries(r) {
         s.push_str(&format!(
             "| {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} |\n",
             t.tier,

@@ -45,6 +45,7 @@ impl Scenario {
         }
         self.check_cache(&mut p);
         self.check_tiers(shape.as_ref(), &mut p);
+        self.check_manager(&mut p);
         self.check_traffic(&mut p);
         self.check_scheduler(&mut p);
         // The budget check needs a sound shape and sound distributions; skip it otherwise so

@@ -103,6 +103,10 @@ pub struct CacheSpec {
     /// A disk tier below the host tier (needs one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_tier: Option<DiskTierSpec>,
+    /// Which cache managers run: `auto` (the default), `hybrid` or `summed`
+    /// (`scenario/manager.rs`). Left out of a rendered scenario when default, like `placement`.
+    #[serde(default, skip_serializing_if = "super::manager::is_auto")]
+    pub manager: super::manager::ManagerChoice,
 }
 
 /// `[cache.host_tier]`: blocks the device evicts are offloaded here; a prefix hit here is

@@ -120,7 +120,7 @@ pub fn run(
             r
         }
     };
-    let m = metrics::compute(&trimmed, &s.slo, setup.kv_bytes_per_token);
+    let m = metrics::compute(&trimmed, &s.slo);
     let ttft = s
         .slo
         .ttft_p99_ms

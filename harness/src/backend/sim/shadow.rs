@@ -50,6 +50,9 @@ mod write;
 // Tags through the lower tiers (offloads, onloads), for the same reason.
 #[path = "shadow_tiers.rs"]
 mod tiers;
+// Grouped layouts (one block table per table over one page pool), for the same reason.
+#[path = "shadow_grouped.rs"]
+mod grouped;
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
@@ -171,6 +174,7 @@ pub struct Shadow {
     scratch: Vec<Holder>,
     /// Host and disk slots' tags, and the onloads of in-flight steps.
     tiers: tiers::TierStores,
+    grouped: grouped::GroupedState,
     report: ShadowReport,
 }
 
@@ -226,6 +230,7 @@ impl Shadow {
             changed: Vec::new(),
             scratch: Vec::new(),
             tiers: tiers::TierStores::new(host_blocks, disk_blocks),
+            grouped: grouped::GroupedState::default(),
             report: ShadowReport::default(),
         })
     }
@@ -234,7 +239,8 @@ impl Shadow {
         let mut r = self.report.clone();
         r.allocated_bytes = self.tags.allocated_bytes()
             + self.readers.allocated_bytes()
-            + self.tiers.allocated_bytes();
+            + self.tiers.allocated_bytes()
+            + self.grouped.allocated_bytes();
         r
     }
 
@@ -431,6 +437,7 @@ impl Shadow {
     /// this step, found by the check that entry queues.
     pub fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager, sampled: &[Sampled]) {
         self.ensure_mode(cache);
+        let grouped = self.ensure_grouped(plan, cache);
         let step = self.submitted;
         self.submitted += 1;
         let checks = self.spare.pop().unwrap_or_default();
@@ -439,9 +446,17 @@ impl Shadow {
             self.tier_ops(&plan.tier_ops, step);
         }
         for c in &plan.copies {
+            if grouped {
+                self.copy_grouped(c, step);
+                continue;
+            }
             self.copy(c.src_slot, c.dst_slot, c.len_tokens, step);
         }
         for s in &plan.swaps {
+            if grouped {
+                self.swap_grouped(s.seq, s.direction, s.tokens, cache, step);
+                continue;
+            }
             self.swap(s.seq, s.direction, s.tokens, cache, step);
         }
         self.submit_streams(plan, cache, sampled, step);
@@ -465,6 +480,18 @@ impl Shadow {
                 continue;
             };
             let layout = cache.layout(w.seq);
+            if let Some(SeqLayout::Grouped {
+                page_slots,
+                shapes,
+                tables,
+            }) = layout
+            {
+                self.step_grouped(idx, page_slots, shapes, tables, w, step);
+                if let Some(sm) = sm {
+                    self.sampled(idx, w, sm.token);
+                }
+                continue;
+            }
             let fast = w.new_tokens == 1
                 && match layout {
                     Some(SeqLayout::Paged { block_size, blocks }) => {
@@ -548,6 +575,7 @@ impl Shadow {
         }
         done.clear();
         self.spare.push(done);
+        self.complete_grouped(step);
         self.completed += 1;
         if self.tiers.has_pending() {
             self.tier_step_done();

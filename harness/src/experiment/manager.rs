@@ -1,0 +1,112 @@
+//! Which cache managers a run builds (`cache.manager`, resolved by the scenario against the
+//! model and the backend) and the accounting unit that follows from it: one slot is
+//! `kv_bytes_per_token` for the summed pair, [`HybridLayout::slot_bytes`] (a page's bytes ÷ the
+//! block size) for the grouped pair, whose two modes are built from one layout so that they
+//! share their tables, their page size and their unit.
+
+use kvbench_cache_api::{CacheMode, KvCacheManager};
+
+use super::ExperimentError;
+use crate::backend::BackendKind;
+use crate::cache::hybrid::HybridLayout;
+use crate::model::ModelShape;
+use crate::scenario::{CacheManager, ManagerChoice, Scenario};
+
+/// The managers of a run and what sizes them.
+#[derive(Debug, Clone)]
+pub struct ManagerSetup {
+    pub manager: CacheManager,
+    /// Bytes one accounting slot stands for.
+    pub slot_bytes: u64,
+    /// Slots both modes' managers account over.
+    pub total_slots: u64,
+    /// The grouped layout of a hybrid run.
+    pub layout: Option<HybridLayout>,
+}
+
+/// Resolve `scenario`'s `cache.manager` on `kind` and size it over `kv_budget_bytes` (fixed FP8
+/// scale bytes already taken off). An explicit `hybrid` the backend or the model cannot run is
+/// refused here, before any work, naming the key where the scenario wrote it.
+pub fn resolve(
+    scenario: &Scenario,
+    model: &ModelShape,
+    kind: BackendKind,
+    kv_budget_bytes: u64,
+) -> Result<ManagerSetup, ExperimentError> {
+    let refuse = |message: String| {
+        let d =
+            crate::scenario::locate_in_source(scenario.source.as_deref(), "cache.manager", message);
+        ExperimentError::Scenario(d.to_string())
+    };
+    let manager = scenario.cache_manager(model, kind.name());
+    if manager == CacheManager::Summed {
+        let slot_bytes = model.kv_bytes_per_token();
+        return Ok(ManagerSetup {
+            manager,
+            slot_bytes,
+            total_slots: kv_budget_bytes / slot_bytes.max(1),
+            layout: None,
+        });
+    }
+    if kind != BackendKind::Sim {
+        return Err(refuse(format!(
+            "\"hybrid\" runs on the sim backend only; the {} backend's address translation \
+             maps one block table a sequence, not one per layout table (use --backend sim, or \
+             cache.manager = \"summed\")",
+            kind.name()
+        )));
+    }
+    let layout = HybridLayout::new(
+        model,
+        scenario.block_size(),
+        kv_budget_bytes,
+        scenario.scheduler.max_seqs_per_step,
+    )
+    .map_err(|e| {
+        let how = if scenario.cache.manager == ManagerChoice::Hybrid {
+            "use cache.manager = \"summed\""
+        } else {
+            "set cache.manager = \"summed\""
+        };
+        refuse(format!(
+            "the hybrid layout of model {}: {e} ({how})",
+            model.name
+        ))
+    })?;
+    let pool = layout.grouped_pool();
+    let state_slots = u64::from(pool.state_sequences.unwrap_or(0))
+        .checked_mul(pool.state_slots_per_sequence)
+        .ok_or_else(|| refuse("reserved recurrent state slots overflow".into()))?;
+    let total_slots = u64::from(pool.pages)
+        .checked_mul(u64::from(pool.page_slots))
+        .and_then(|s| s.checked_add(state_slots))
+        .ok_or_else(|| refuse("the grouped pool's slots overflow".into()))?;
+    Ok(ManagerSetup {
+        manager,
+        slot_bytes: pool.slot_bytes,
+        total_slots,
+        layout: Some(layout),
+    })
+}
+
+/// The grouped pair's manager of `mode`: the hybrid paged manager, or the grouped contiguous
+/// baseline, whose sliding rings hold beyond their window what one sequence can write while a
+/// step reading the window has not retired: the largest step, twice when the engine plans a
+/// step while another runs (`async_steps`).
+pub fn build_grouped(
+    layout: &HybridLayout,
+    mode: CacheMode,
+    max_step_tokens: u32,
+    async_steps: bool,
+) -> Box<dyn KvCacheManager> {
+    match mode {
+        CacheMode::Paged => Box::new(crate::cache::hybrid::HybridKv::new(layout.clone())),
+        CacheMode::Contiguous => {
+            let in_flight: u32 = if async_steps { 2 } else { 1 };
+            Box::new(kvbench_baselines::manager::GroupedContiguous::new(
+                layout.grouped_pool(),
+                max_step_tokens.saturating_mul(in_flight),
+            ))
+        }
+    }
+}
