@@ -365,3 +365,101 @@ fn auto_picks_hybrid_on_sim_without_the_prefix_cache_and_summed_otherwise() {
         );
     }
 }
+
+/// Qwen3-Next 80B (its `config.json`): 12 full layers of 2 KV heads of 256 in bf16, and 36
+/// gated-DeltaNet layers whose state is (32 × 128 × 128 + 3 × 8192) bf16 values each.
+#[test]
+fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(GPT_OSS)).expect("scenario");
+    let text = text
+        .replace("preset = \"gpt-oss-120b\"", "preset = \"qwen3-next-80b\"")
+        .replace("device = \"h200\"", "device = \"b200\"");
+    std::fs::create_dir_all(tmp.path().join("devices")).expect("devices");
+    std::fs::copy(
+        root.join("scenarios/devices/b200.toml"),
+        tmp.path().join("devices/b200.toml"),
+    )
+    .expect("device profile");
+    let path = tmp.path().join("qwen3-next.toml");
+    std::fs::write(&path, text).expect("write scenario");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--backend",
+        "sim",
+        "--no-shadow",
+        "--check-every",
+        "0",
+        "--trace-level",
+        "requests",
+        "--memory-resolution-ms",
+        "0",
+        "--set",
+        "traffic.requests=60",
+        "--set",
+        "scheduler.max_seqs_per_step=64",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("json");
+    assert_eq!(s["cache_manager"], "hybrid");
+    let page_bytes: u64 = 12 * 16 * (2 * 2 * 256 * 2);
+    let slot_bytes = page_bytes / 16;
+    let state_bytes: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
+    let state_slots = state_bytes.div_ceil(slot_bytes);
+    // 64 states reserved first (max_seqs_per_step), the rest whole pages.
+    let pages = (6 * (1u64 << 30) - 64 * state_bytes) / page_bytes;
+    let total_bytes = (pages * 16 + 64 * state_slots) * slot_bytes;
+    // The sequences holding a state at a row's time, from requests.csv: admitted before it and
+    // not yet finished (no preemption gave one back in between: checked below).
+    let requests = std::fs::read_to_string(out.join("requests.csv")).expect("requests.csv");
+    let mut lines = requests.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let at = |k: &str| header.iter().position(|h| *h == k).expect("column");
+    let (cache_col, admitted_col, finish_col) = (at("cache"), at("admitted_ms"), at("finish_ms"));
+    for mode in ["paged", "contiguous"] {
+        let r = run_of(&s, mode);
+        assert_eq!(r["requests"]["completed"], 60, "{mode}");
+        assert_eq!(r["reclamation"]["ok"], true, "{mode}");
+        assert_eq!(num(&r["memory"]["kv_budget_bytes"]), total_bytes, "{mode}");
+        assert_eq!(num(&r["preemptions"]), 0, "{mode}");
+        let held: Vec<(f64, f64)> = lines
+            .clone()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|c| c[cache_col] == mode)
+            .map(|c| {
+                let ms = |i: usize| c[i].parse::<f64>().expect("ms");
+                (ms(admitted_col), ms(finish_col))
+            })
+            .collect();
+        let mut checked = 0;
+        for row in memory_rows(&out, mode) {
+            let live = col(&row, "kv_live_bytes");
+            let total: u64 = [
+                "kv_live_bytes",
+                "kv_allocated_unfilled_bytes",
+                "kv_cached_free_bytes",
+                "kv_pending_free_bytes",
+                "kv_free_bytes",
+            ]
+            .iter()
+            .map(|k| col(&row, k))
+            .sum();
+            assert_eq!(total, total_bytes, "{mode}: {row:?}");
+            let t: f64 = row["t_ms"].parse().expect("t_ms");
+            let holding = held.iter().filter(|&&(a, f)| a < t && f > t).count() as u64;
+            assert!(
+                live >= holding * state_slots * slot_bytes,
+                "{mode}: {holding} states are live: {row:?}"
+            );
+            checked += u64::from(holding > 0);
+        }
+        assert!(checked > 100, "{mode}: {checked} rows checked");
+    }
+}
