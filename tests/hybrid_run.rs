@@ -463,3 +463,43 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
         assert!(checked > 100, "{mode}: {checked} rows checked");
     }
 }
+
+/// Gemma 3 27B (its `config.json`): 52 sliding layers of window 1024 and 10 full ones, 16 KV
+/// heads of 128 in bf16 (8 KiB a token a layer): tables of gcd(52, 10) = 2 layers.
+#[test]
+fn plan_shows_the_hybrid_layout_of_a_grouped_model() {
+    let (code, text) = kvbench(&[
+        "plan",
+        "--preset",
+        "gemma3-27b",
+        "--budget",
+        "16 GiB",
+        "--tokens",
+        "4096",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let page_bytes: u64 = 2 * 16 * 8192;
+    let pages = (16u64 << 30) / page_bytes;
+    // At 4096 tokens a full table holds 256 blocks, a sliding one the 64 from the block holding
+    // position 4096 − 1024.
+    let sequence_pages = 5 * 256 + 26 * ((4096 / 16) - (4096 - 1024) / 16);
+    let summed_blocks = (16u64 << 30) / (62 * 8192) / 16;
+    let lines = [
+        format!(
+            "hybrid      tables of 2 layers: 26 sliding (window 1024) x 16 tokens a page, 5 full x \
+             16 tokens a page; page {page_bytes} bytes"
+        ),
+        format!(
+            "hybrid fit  {pages} pages in the budget; a 4096-token sequence holds {} bytes",
+            sequence_pages * page_bytes
+        ),
+        format!(
+            "{} sequences fit, {} with summed slots",
+            pages / sequence_pages,
+            summed_blocks / 256
+        ),
+    ];
+    for l in &lines {
+        assert!(text.contains(l.as_str()), "no {l:?} in\n{text}");
+    }
+}
