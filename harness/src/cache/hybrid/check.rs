@@ -1,9 +1,10 @@
 //! The hybrid manager's invariants, recomputed from its state: every page in exactly one place
 //! (the free list once, the fence queue once, or block tables as many times as its reference
-//! count says; no page free while a step in flight at its release is still running), each table holding exactly the logical blocks its kind keeps (every mapped
-//! block for full and MLA; for sliding, from the block the window of the trimmed-to tokens
-//! reaches, so no sliding table holds a block wholly out of the window of what is written), and
-//! one recurrent state per live sequence.
+//! count says; no page free while a step in flight at its release is still running), each
+//! table holding exactly the logical blocks its kind keeps (every mapped block for full and
+//! MLA; for sliding, from the block the window of the trimmed-to tokens reaches, so no sliding
+//! table holds a block wholly out of the window of what is written), and one recurrent state
+//! per live sequence.
 
 use super::manager::HybridCache;
 use super::pool::Freed;

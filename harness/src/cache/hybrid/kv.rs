@@ -3,8 +3,8 @@
 //! It drives a [`HybridCache`] through the trait's protocol: `start` maps every prompt token's
 //! pages in every table and takes a recurrent state; `fill` writes a prefill chunk and trims
 //! the sliding tables by the tokens written *before* the chunk (its first queries still read
-//! that window); `append` maps, writes and trims one decoded token, copying a shared partial
-//! last page first; `fork` shares every page of a filled parent and takes a state of its own;
+//! that window); `append` maps and writes one decoded token, copying a shared partial last
+//! page first, and trims by the tokens written before it (the step writing it reads them); `fork` shares every page of a filled parent and takes a state of its own;
 //! `release` drops everything. A page or state whose last holder lets go while a step is in
 //! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
 //! out again.
@@ -73,6 +73,11 @@ impl HybridKv {
     /// The layout the manager was built from.
     pub fn hybrid_layout(&self) -> &HybridLayout {
         self.cache.layout()
+    }
+
+    /// The plain data the grouped contiguous baseline of the same run is built from.
+    pub fn grouped_pool(&self) -> kvbench_cache_api::GroupedPool {
+        self.cache.layout().grouped_pool()
     }
 
     /// The table shapes every sequence's layout names, in the layout's order.
@@ -236,8 +241,11 @@ impl KvCacheManager for HybridKv {
         self.cache
             .start(req.seq)
             .map_err(|e| self.alloc_error(req.seq, e))?;
-        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse.
+        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse;
+        // if it did, the start is undone whole (a failed call changes nothing).
         if let Err(e) = self.cache.map(req.seq, prompt) {
+            self.cache.seqs.remove(&req.seq);
+            self.cache.pool.untake_state();
             return Err(self.alloc_error(req.seq, e));
         }
         self.refresh_bad_layout(req.seq);

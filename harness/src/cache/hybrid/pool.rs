@@ -261,6 +261,13 @@ impl PagePool {
         Ok(())
     }
 
+    /// Undo a `take_state` whose sequence never started: no step can have touched the state.
+    pub(crate) fn untake_state(&mut self) {
+        if self.state_cap.is_some() {
+            self.states_held = self.states_held.saturating_sub(1);
+        }
+    }
+
     /// Give a state back; it is free once the steps in flight retired.
     pub(crate) fn drop_state(&mut self) -> Result<(), HybridError> {
         if self.state_cap.is_some() {

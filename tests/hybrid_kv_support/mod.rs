@@ -1,0 +1,142 @@
+//! What the hybrid trait manager's tests share: the layer-group mixes, the operations of a
+//! string, the reference model (`model.rs`) and the checker that runs a string through the
+//! trait and the model side by side (`checker.rs`).
+#![allow(dead_code)]
+
+pub mod checker;
+pub mod model;
+
+use kvbench::cache::hybrid::{HybridKv, HybridLayout};
+use kvbench::model::{Dtype, LayerGroup, ModelShape};
+use kvbench_cache_api::{AllocError, KvCacheManager, StartRequest};
+
+// ---------------------------------------------------------------------------------------------
+// Group mixes
+
+pub fn shape(groups: Vec<LayerGroup>) -> ModelShape {
+    let layers = groups.iter().map(|g| g.layers()).sum();
+    ModelShape {
+        name: "mix".into(),
+        layers,
+        kv_dtype: Dtype::Bf16,
+        layer_groups: groups,
+        ..ModelShape::tiny()
+    }
+}
+
+pub fn full(layers: u32) -> LayerGroup {
+    LayerGroup::Full {
+        layers,
+        kv_heads: 2,
+        head_dim: 4,
+    }
+}
+
+pub fn sliding(layers: u32, window: u32) -> LayerGroup {
+    LayerGroup::Sliding {
+        layers,
+        window,
+        kv_heads: 2,
+        head_dim: 4,
+    }
+}
+
+pub struct Mix {
+    pub name: &'static str,
+    pub shape: ModelShape,
+    pub block_size: u32,
+    pub pages: u64,
+    pub states: u32,
+}
+
+pub fn mixes() -> Vec<Mix> {
+    vec![
+        Mix {
+            name: "2 sliding : 1 full",
+            shape: shape(vec![sliding(2, 10), full(1)]),
+            block_size: 4,
+            pages: 48,
+            states: 0,
+        },
+        Mix {
+            name: "full + recurrent",
+            shape: shape(vec![
+                full(2),
+                LayerGroup::Recurrent {
+                    layers: 2,
+                    state_bytes: 1000,
+                },
+            ]),
+            block_size: 4,
+            pages: 30,
+            states: 3,
+        },
+        Mix {
+            // 32 bytes a token a full layer, 18 an MLA layer: 7-token MLA blocks.
+            name: "full + mla",
+            shape: shape(vec![
+                full(2),
+                LayerGroup::Mla {
+                    layers: 2,
+                    latent_dim: 7,
+                    rope_dim: 2,
+                    q_lora_rank: 0,
+                },
+            ]),
+            block_size: 4,
+            pages: 40,
+            states: 0,
+        },
+        Mix {
+            name: "sliding only",
+            shape: shape(vec![sliding(2, 6)]),
+            block_size: 4,
+            pages: 24,
+            states: 0,
+        },
+    ]
+}
+
+pub fn build(mix: &Mix) -> HybridKv {
+    let probe = HybridLayout::new(&mix.shape, mix.block_size, 1 << 30, 0).unwrap();
+    let budget = probe.page_bytes * mix.pages + probe.state_bytes_per_sequence * mix.states as u64;
+    let layout = HybridLayout::new(&mix.shape, mix.block_size, budget, mix.states).unwrap();
+    assert_eq!(layout.pages as u64, mix.pages, "{}", mix.name);
+    HybridKv::new(layout)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    Start {
+        len: u8,
+    },
+    /// `n` below 20: at most what is left to fill; 20 and above: `n` as is (may overrun).
+    Fill {
+        pick: u8,
+        n: u8,
+    },
+    Append {
+        pick: u8,
+    },
+    Fork {
+        pick: u8,
+    },
+    Release {
+        pick: u8,
+    },
+    Begin,
+    Retire {
+        pick: u8,
+    },
+}
+
+pub fn start(kv: &mut HybridKv, seq: u64, len: u32) -> Result<(), AllocError> {
+    let tokens: Vec<u32> = (0..len).collect();
+    kv.start(&StartRequest {
+        seq,
+        tokens: &tokens,
+        scope: None,
+        reserve_tokens: len,
+    })
+    .map(|_| ())
+}
