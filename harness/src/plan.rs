@@ -8,7 +8,9 @@
 use serde::Serialize;
 
 mod groups;
+mod hybrid;
 pub use groups::{GroupPlan, GroupTotals};
+pub use hybrid::{HybridPlan, HybridTables};
 
 use crate::backend::sim::cost::CostModel;
 use crate::backend::sim::link::HostLink;
@@ -91,6 +93,10 @@ pub struct Plan {
     pub groups: Vec<GroupPlan>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_totals: Option<GroupTotals>,
+    /// The grouped managers' layout over the budget (`cache.manager = "hybrid"`): absent for a
+    /// model of one full group, without a budget, or where it cannot be laid out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<HybridPlan>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -186,6 +192,12 @@ impl Plan {
                 .ok_or(PlanError::Overflow("layer group bytes"))?;
             (g, Some(t))
         };
+        let hybrid = match left {
+            Some(left) if !s.layer_groups.is_empty() => {
+                hybrid::plan(s, input.block_size, left, tokens as u64)
+            }
+            _ => None,
+        };
         Ok(Plan {
             layers: s.layers,
             kv_heads: s.kv_heads,
@@ -216,6 +228,7 @@ impl Plan {
             fits_contiguous: left.map(|x| x / contiguous_bytes),
             groups,
             group_totals,
+            hybrid,
         })
     }
 }

@@ -469,11 +469,59 @@ fn render_groups(p: &Plan) -> String {
     );
     if let (Some(h), Some(c)) = (t.fits_held, t.fits_contiguous) {
         o += &format!(
-            "fit         by group: {h} sequences held, {c} contiguous (the cache managers still slot \
+            "fit         by group: {h} sequences held, {c} contiguous (the summed managers slot \
              every token at {} bytes: the figures above)\n",
             p.bytes_per_token
         );
     }
+    o += &render_hybrid(p);
+    o
+}
+
+/// The grouped managers' tables, page and fit (`cache.manager = "hybrid"`).
+fn render_hybrid(p: &Plan) -> String {
+    let Some(h) = &p.hybrid else {
+        return String::new();
+    };
+    let tables: Vec<String> = h
+        .tables
+        .iter()
+        .map(|t| {
+            let kind = match t.window {
+                Some(w) => format!("sliding (window {w})"),
+                None => t.kind.to_string(),
+            };
+            let tail = if t.tail_bytes_per_page > 0 {
+                format!(", {} unused a page", bytes(t.tail_bytes_per_page))
+            } else {
+                String::new()
+            };
+            format!(
+                "{} {kind} x {} tokens a page{tail}",
+                t.tables, t.tokens_per_page
+            )
+        })
+        .collect();
+    let mut o = format!(
+        "hybrid      tables of {} layers: {}; page {} (slot {})\n",
+        h.layers_per_table,
+        tables.join(", "),
+        bytes(h.page_bytes),
+        bytes(h.slot_bytes)
+    );
+    o += &format!(
+        "hybrid fit  {} pages in the budget; a {}-token sequence holds {}{}: {} sequences fit, {} with summed slots\n",
+        h.pages,
+        p.tokens,
+        bytes(h.sequence_bytes),
+        if h.state_bytes_per_sequence > 0 {
+            format!(" (state {})", bytes(h.state_bytes_per_sequence))
+        } else {
+            String::new()
+        },
+        h.fits_hybrid,
+        h.fits_summed
+    );
     o
 }
 

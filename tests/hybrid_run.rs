@@ -1,0 +1,505 @@
+//! Runs of grouped models through the grouped managers (`cache.manager`): both choices run a
+//! sliding-window model on `sim` to completion and say which managers ran; every byte figure of
+//! `memory.csv` and `summary.json` is recomputed here from the model's published shape by the
+//! grouping rule (one page = the tables' common layer count × block size × the largest per-layer
+//! token bytes; a slot = a page ÷ the block size), not read from the library; the hybrid paged
+//! manager holds more sequences than the summed one; the grouped contiguous baseline reserves a
+//! sliding table's window and the largest step, not `max_seq_len`; and the refusals name the
+//! file, line and key and write nothing.
+//!
+//! The sim shadow does not verify grouped layouts in this build (it reports every read of one),
+//! so these runs pass `--no-shadow`; `--check-every 0` checks invariants at the end of each run.
+
+mod support;
+use support::kvbench;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+const GPT_OSS: &str = "scenarios/gpt-oss-120b-h200.toml";
+
+/// gpt-oss-120b (its `config.json`): 36 layers alternating a 128-token sliding window and full
+/// attention, 8 KV heads of 64, bf16.
+const LAYERS_PER_KIND: u64 = 18;
+const WINDOW_TOKENS: u64 = 128;
+const TOKEN_BYTES_PER_LAYER: u64 = 2 * 8 * 64 * 2;
+const BLOCK_TOKENS: u64 = 16;
+const BUDGET_BYTES: u64 = 1 << 30;
+const STEP_TOKENS: u64 = 512;
+const MAX_SEQ_LEN: u64 = 4096;
+
+/// Both kinds have 18 layers and the same bytes a token: one table each of 18 layers, one page
+/// = 18 layers × 16 tokens × 2 KiB.
+fn page_bytes() -> u64 {
+    LAYERS_PER_KIND * BLOCK_TOKENS * TOKEN_BYTES_PER_LAYER
+}
+
+fn slot_bytes() -> u64 {
+    page_bytes() / BLOCK_TOKENS
+}
+
+/// One sequence's grouped contiguous reservation: `max_seq_len` tokens of pages for the full
+/// table, and for the sliding one the window plus the largest step, and one page a ring turns
+/// into — not `max_seq_len`.
+fn contiguous_sequence_bytes() -> u64 {
+    let full_pages = MAX_SEQ_LEN.div_ceil(BLOCK_TOKENS);
+    let ring_pages = (WINDOW_TOKENS + STEP_TOKENS).div_ceil(BLOCK_TOKENS) + 1;
+    assert!(ring_pages < full_pages);
+    (full_pages + ring_pages) * page_bytes()
+}
+
+/// Run gpt-oss-120b under pressure (1 GiB, 512-token steps, 40 requests/s) with `manager`.
+fn run_pressed(out: &Path, manager: &str) -> Value {
+    let set_manager = format!("cache.manager={manager}");
+    let (code, text) = kvbench(&[
+        "run",
+        GPT_OSS,
+        "--backend",
+        "sim",
+        "--no-shadow",
+        "--check-every",
+        "0",
+        "--trace-level",
+        "requests",
+        "--memory-resolution-ms",
+        "0",
+        "--set",
+        "memory.kv_budget=1 GiB",
+        "--set",
+        "traffic.requests=120",
+        "--set",
+        "traffic.arrival.rate_per_s=40",
+        "--set",
+        "scheduler.max_tokens_per_step=512",
+        "--set",
+        "scheduler.prefix_cache=false",
+        "--set",
+        &set_manager,
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(code, 0, "{manager}: {text}");
+    assert!(
+        text.contains(&format!("cache manager `{manager}`")),
+        "the terminal names the managers: {text}"
+    );
+    let summary = std::fs::read_to_string(out.join("summary.json")).expect("summary");
+    serde_json::from_str(&summary).expect("json")
+}
+
+fn run_of<'a>(s: &'a Value, cache: &str) -> &'a Value {
+    s["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["cache"] == cache)
+        .expect("mode run")
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
+/// `memory.csv`'s rows of one mode, as name → value maps.
+fn memory_rows(dir: &Path, cache: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(dir.join("memory.csv")).expect("memory.csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .map(|h| h.to_string())
+                .zip(l.split(',').map(str::to_string))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .filter(|r| r["cache"] == cache)
+        .collect()
+}
+
+fn col(r: &std::collections::BTreeMap<String, String>, k: &str) -> u64 {
+    r[k].parse().unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+#[test]
+fn hybrid_and_summed_both_run_the_sliding_model_and_hybrid_holds_more_sequences() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (hy_dir, su_dir) = (tmp.path().join("hybrid"), tmp.path().join("summed"));
+    let hybrid = run_pressed(&hy_dir, "hybrid");
+    let summed = run_pressed(&su_dir, "summed");
+    for (s, name) in [(&hybrid, "hybrid"), (&summed, "summed")] {
+        assert_eq!(s["cache_manager"], name);
+        assert_eq!(s["checks"]["ok"], true, "{name}: {}", s["checks"]);
+        for mode in ["paged", "contiguous"] {
+            let r = run_of(s, mode);
+            assert_eq!(r["requests"]["completed"], 120, "{name} {mode}");
+            assert_eq!(r["reclamation"]["ok"], true, "{name} {mode}");
+            assert_eq!(num(&r["reclamation"]["leaked_bytes"]), 0, "{name} {mode}");
+            assert_eq!(r["invariants"]["ok"], true, "{name} {mode}");
+        }
+    }
+    // Peak running from memory.csv's every-step rows agrees with the summary, and the hybrid
+    // paged manager, whose sliding tables keep ~128 tokens a sequence, holds more sequences than
+    // the summed slots in the same bytes.
+    let peak = |dir: &Path, s: &Value, cache: &str| {
+        let csv = memory_rows(dir, cache)
+            .iter()
+            .map(|r| col(r, "running_sequences"))
+            .max()
+            .expect("rows");
+        assert_eq!(csv, num(&run_of(s, cache)["peak_running_sequences"]));
+        csv
+    };
+    let (hy_paged, su_paged) = (
+        peak(&hy_dir, &hybrid, "paged"),
+        peak(&su_dir, &summed, "paged"),
+    );
+    assert!(
+        hy_paged > su_paged,
+        "hybrid paged held {hy_paged} sequences at most, summed {su_paged}"
+    );
+    let (hy_contig, su_contig) = (
+        peak(&hy_dir, &hybrid, "contiguous"),
+        peak(&su_dir, &summed, "contiguous"),
+    );
+    assert!(
+        hy_contig > su_contig,
+        "grouped contiguous held {hy_contig} sequences at most, summed contiguous {su_contig}"
+    );
+}
+
+#[test]
+fn the_grouped_ledger_is_slots_times_a_page_share_and_contiguous_reserves_the_window() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("hybrid");
+    let s = run_pressed(&dir, "hybrid");
+    // The pool: whole pages of the budget (no recurrent state to reserve).
+    let pages = BUDGET_BYTES / page_bytes();
+    let budget_slots = pages * BLOCK_TOKENS;
+    for mode in ["paged", "contiguous"] {
+        let r = run_of(&s, mode);
+        assert_eq!(
+            num(&r["memory"]["kv_budget_bytes"]),
+            budget_slots * slot_bytes(),
+            "{mode}"
+        );
+        let rows = memory_rows(&dir, mode);
+        assert!(rows.len() > 10, "{mode}: every step is a row");
+        let mut peak_allocated = 0;
+        for row in &rows {
+            let parts = [
+                "kv_live_bytes",
+                "kv_allocated_unfilled_bytes",
+                "kv_cached_free_bytes",
+                "kv_pending_free_bytes",
+                "kv_free_bytes",
+            ]
+            .map(|k| col(row, k));
+            for (k, b) in parts.iter().enumerate() {
+                assert_eq!(
+                    b % slot_bytes(),
+                    0,
+                    "{mode}: column {k} is whole slots: {row:?}"
+                );
+            }
+            assert_eq!(
+                parts.iter().sum::<u64>(),
+                budget_slots * slot_bytes(),
+                "{mode}: the ledger covers the pool at every step: {row:?}"
+            );
+            peak_allocated = peak_allocated.max(parts[0] + parts[1]);
+            if mode == "contiguous" {
+                // Every sequence reserves the same (`max_seq_len` reservations): whole
+                // reservations, at most one a running sequence.
+                let held = parts[0] + parts[1];
+                assert_eq!(held % contiguous_sequence_bytes(), 0, "contiguous: {row:?}");
+                assert!(
+                    held / contiguous_sequence_bytes() <= col(row, "running_sequences"),
+                    "contiguous: {row:?}"
+                );
+            }
+        }
+        if mode == "contiguous" {
+            let peak_running = num(&run_of(&s, mode)["peak_running_sequences"]);
+            assert_eq!(peak_allocated, peak_running * contiguous_sequence_bytes());
+        }
+        assert_eq!(
+            peak_allocated,
+            num(&run_of(&s, mode)["memory"]["kv_peak_allocated_bytes"]),
+            "{mode}"
+        );
+    }
+}
+
+/// Run `scenario` with `extra` flags into a fresh folder; returns the exit code, the output
+/// and whether the folder exists afterwards.
+fn refused(scenario: &Path, extra: &[&str]) -> (i32, String, bool) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let mut args = vec![
+        "run",
+        scenario.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ];
+    args.extend_from_slice(extra);
+    let (code, text) = kvbench(&args);
+    (code, text, out.exists())
+}
+
+/// A copy of the gpt-oss scenario with `cache_lines` added to its `[cache]` table (and the
+/// prefix cache as `prefix_cache` says), in `dir`; the line `cache.manager` is written on.
+fn grouped_scenario(
+    dir: &Path,
+    cache_lines: &str,
+    prefix_cache: bool,
+) -> (std::path::PathBuf, usize) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(GPT_OSS)).expect("scenario");
+    let text = text.replace("[cache]\n", &format!("[cache]\n{cache_lines}"));
+    assert!(
+        text.contains("\nprefix_cache = false\n"),
+        "the shipped scenario turns it off"
+    );
+    let text = text.replace(
+        "\nprefix_cache = false\n",
+        &format!("\nprefix_cache = {prefix_cache}\n"),
+    );
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("manager"))
+        .expect("manager line")
+        + 1;
+    std::fs::create_dir_all(dir.join("devices")).expect("devices");
+    std::fs::copy(
+        root.join("scenarios/devices/h200.toml"),
+        dir.join("devices/h200.toml"),
+    )
+    .expect("device profile");
+    let p = dir.join("grouped.toml");
+    std::fs::write(&p, text).expect("write scenario");
+    (p, line)
+}
+
+#[test]
+fn hybrid_with_the_prefix_cache_a_tier_a_bad_value_or_off_sim_is_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cases: [(&str, bool, &[&str], &[&str]); 4] = [
+        (
+            "manager = \"hybrid\"\n",
+            true,
+            &["--backend", "sim"],
+            &["cache.manager", "scheduler.prefix_cache"],
+        ),
+        (
+            "manager = \"hybrid\"\n",
+            false,
+            &["--backend", "cpu"],
+            &["cache.manager", "cpu", "one block table"],
+        ),
+        (
+            "manager = \"hybrid\"\n",
+            true,
+            &[
+                "--backend",
+                "sim",
+                "--set",
+                "cache.host_tier.capacity=4 GiB",
+            ],
+            &["cache.manager", "cache.host_tier"],
+        ),
+        (
+            "manager = \"grouped\"\n",
+            false,
+            &["--backend", "sim"],
+            &["cache.manager", "hybrid", "summed"],
+        ),
+    ];
+    for (i, (lines, prefix, flags, words)) in cases.iter().enumerate() {
+        let dir = tmp.path().join(format!("case{i}"));
+        let (path, line) = grouped_scenario(&dir, lines, *prefix);
+        let (code, text, wrote) = refused(&path, flags);
+        assert_eq!(code, 2, "case {i}: {text}");
+        assert!(!wrote, "case {i}: the refused run wrote its folder");
+        let at = format!("{}:{line}:", path.display());
+        assert!(text.contains(&at), "case {i}: no {at} in {text}");
+        for w in *words {
+            assert!(text.contains(w), "case {i}: no {w:?} in {text}");
+        }
+    }
+}
+
+#[test]
+fn auto_picks_hybrid_on_sim_without_the_prefix_cache_and_summed_otherwise() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (prefix, want) in [(false, "hybrid"), (true, "summed")] {
+        let dir = tmp.path().join(want);
+        let (path, _) = grouped_scenario(&dir, "manager = \"auto\"\n", prefix);
+        let out = dir.join("out");
+        let (code, text) = kvbench(&[
+            "run",
+            path.to_str().expect("utf-8"),
+            "--backend",
+            "sim",
+            "--no-shadow",
+            "--check-every",
+            "0",
+            "--trace-level",
+            "requests",
+            "--set",
+            "traffic.requests=20",
+            "--out",
+            out.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 0, "{text}");
+        let s: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).expect("summary"),
+        )
+        .expect("json");
+        assert_eq!(s["cache_manager"], want, "prefix_cache = {prefix}");
+        let report = std::fs::read_to_string(out.join("report.md")).expect("report");
+        assert!(
+            report.contains(&format!("cache manager `{want}`")),
+            "{report}"
+        );
+    }
+}
+
+/// Qwen3-Next 80B (its `config.json`): 12 full layers of 2 KV heads of 256 in bf16, and 36
+/// gated-DeltaNet layers whose state is (32 × 128 × 128 + 3 × 8192) bf16 values each.
+#[test]
+fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(GPT_OSS)).expect("scenario");
+    let text = text
+        .replace("preset = \"gpt-oss-120b\"", "preset = \"qwen3-next-80b\"")
+        .replace("device = \"h200\"", "device = \"b200\"");
+    std::fs::create_dir_all(tmp.path().join("devices")).expect("devices");
+    std::fs::copy(
+        root.join("scenarios/devices/b200.toml"),
+        tmp.path().join("devices/b200.toml"),
+    )
+    .expect("device profile");
+    let path = tmp.path().join("qwen3-next.toml");
+    std::fs::write(&path, text).expect("write scenario");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--backend",
+        "sim",
+        "--no-shadow",
+        "--check-every",
+        "0",
+        "--trace-level",
+        "requests",
+        "--memory-resolution-ms",
+        "0",
+        "--set",
+        "traffic.requests=60",
+        "--set",
+        "scheduler.max_seqs_per_step=64",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("json");
+    assert_eq!(s["cache_manager"], "hybrid");
+    let page_bytes: u64 = 12 * 16 * (2 * 2 * 256 * 2);
+    let slot_bytes = page_bytes / 16;
+    let state_bytes: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
+    let state_slots = state_bytes.div_ceil(slot_bytes);
+    // 64 states reserved first (max_seqs_per_step), the rest whole pages.
+    let pages = (6 * (1u64 << 30) - 64 * state_bytes) / page_bytes;
+    let total_bytes = (pages * 16 + 64 * state_slots) * slot_bytes;
+    // The sequences holding a state at a row's time, from requests.csv: admitted before it and
+    // not yet finished (no preemption gave one back in between: checked below).
+    let requests = std::fs::read_to_string(out.join("requests.csv")).expect("requests.csv");
+    let mut lines = requests.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let at = |k: &str| header.iter().position(|h| *h == k).expect("column");
+    let (cache_col, admitted_col, finish_col) = (at("cache"), at("admitted_ms"), at("finish_ms"));
+    for mode in ["paged", "contiguous"] {
+        let r = run_of(&s, mode);
+        assert_eq!(r["requests"]["completed"], 60, "{mode}");
+        assert_eq!(r["reclamation"]["ok"], true, "{mode}");
+        assert_eq!(num(&r["memory"]["kv_budget_bytes"]), total_bytes, "{mode}");
+        assert_eq!(num(&r["preemptions"]), 0, "{mode}");
+        let held: Vec<(f64, f64)> = lines
+            .clone()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|c| c[cache_col] == mode)
+            .map(|c| {
+                let ms = |i: usize| c[i].parse::<f64>().expect("ms");
+                (ms(admitted_col), ms(finish_col))
+            })
+            .collect();
+        let mut checked = 0;
+        for row in memory_rows(&out, mode) {
+            let live = col(&row, "kv_live_bytes");
+            let total: u64 = [
+                "kv_live_bytes",
+                "kv_allocated_unfilled_bytes",
+                "kv_cached_free_bytes",
+                "kv_pending_free_bytes",
+                "kv_free_bytes",
+            ]
+            .iter()
+            .map(|k| col(&row, k))
+            .sum();
+            assert_eq!(total, total_bytes, "{mode}: {row:?}");
+            let t: f64 = row["t_ms"].parse().expect("t_ms");
+            let holding = held.iter().filter(|&&(a, f)| a < t && f > t).count() as u64;
+            assert!(
+                live >= holding * state_slots * slot_bytes,
+                "{mode}: {holding} states are live: {row:?}"
+            );
+            checked += u64::from(holding > 0);
+        }
+        assert!(checked > 100, "{mode}: {checked} rows checked");
+    }
+}
+
+/// Gemma 3 27B (its `config.json`): 52 sliding layers of window 1024 and 10 full ones, 16 KV
+/// heads of 128 in bf16 (8 KiB a token a layer): tables of gcd(52, 10) = 2 layers.
+#[test]
+fn plan_shows_the_hybrid_layout_of_a_grouped_model() {
+    let (code, text) = kvbench(&[
+        "plan",
+        "--preset",
+        "gemma3-27b",
+        "--budget",
+        "16 GiB",
+        "--tokens",
+        "4096",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let page_bytes: u64 = 2 * 16 * 8192;
+    let pages = (16u64 << 30) / page_bytes;
+    // At 4096 tokens a full table holds 256 blocks, a sliding one the 64 from the block holding
+    // position 4096 − 1024.
+    let sequence_pages = 5 * 256 + 26 * ((4096 / 16) - (4096 - 1024) / 16);
+    let summed_blocks = (16u64 << 30) / (62 * 8192) / 16;
+    let lines = [
+        format!(
+            "hybrid      tables of 2 layers: 26 sliding (window 1024) x 16 tokens a page, 5 full x \
+             16 tokens a page; page {page_bytes} bytes"
+        ),
+        format!(
+            "hybrid fit  {pages} pages in the budget; a 4096-token sequence holds {} bytes",
+            sequence_pages * page_bytes
+        ),
+        format!(
+            "{} sequences fit, {} with summed slots",
+            pages / sequence_pages,
+            summed_blocks / 256
+        ),
+    ];
+    for l in &lines {
+        assert!(text.contains(l.as_str()), "no {l:?} in\n{text}");
+    }
+}
