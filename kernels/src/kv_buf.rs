@@ -95,7 +95,11 @@ impl<E: Copy> KvBuf<E> {
             // a whole number of huge pages long; MADV_HUGEPAGE is only a hint and changes no
             // contents (refused on kernels without THP, which is fine).
             unsafe {
-                libc::madvise(raw.cast::<libc::c_void>(), layout.size(), libc::MADV_HUGEPAGE);
+                libc::madvise(
+                    raw.cast::<libc::c_void>(),
+                    layout.size(),
+                    libc::MADV_HUGEPAGE,
+                );
             }
         }
         KvBuf {
