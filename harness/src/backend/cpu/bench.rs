@@ -454,7 +454,7 @@ mod tests {
         let seed = std::env::var("KVBENCH_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(18_7);
+            .unwrap_or(18_07);
         println!("seed {seed} (KVBENCH_SEED replays)");
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         for (pool, batch, nb, run_len) in [(100, 3, 30, 8), (64, 4, 16, 64), (50, 5, 10, 1)] {
