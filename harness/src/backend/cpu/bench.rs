@@ -43,7 +43,7 @@ pub struct BenchConfig {
     /// layout). Each repeat keeps each layout's fastest call: on a shared machine it is the one
     /// least disturbed by other load, and the ceiling is measured the same way.
     pub min_time_s: f64,
-    /// Measurements of each grid point. Each repeat times the three layouts in turn, the order
+    /// Measurements of each grid point. Each repeat times the layouts in turn, the order
     /// rotated by one from repeat to repeat (ABC, BCA, CAB, …), so a repeat's times are side by
     /// side and no layout always goes first; the ratios of one repeat are one paired sample.
     pub repeats: usize,
