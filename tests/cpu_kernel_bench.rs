@@ -119,6 +119,56 @@ fn repeats_give_paired_ratio_intervals() {
     );
 }
 
+/// `--run-blocks` adds one `paged-runs-L` row per run length after each grid point's three,
+/// each with its ratio to that point's contiguous row.
+#[test]
+fn run_blocks_add_a_row_per_run_length() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = kvbench()
+        .args([
+            "kernel-bench",
+            "--backend",
+            "cpu",
+            "--quick",
+            "--batch",
+            "2",
+        ])
+        .args(["--context", "64,96", "--block-size", "8", "--model", "tiny"])
+        .args(["--repeats", "3", "--run-blocks", "1,4", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("run kvbench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.path().join("kernel_bench.csv")).expect("csv written");
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let caches = [
+        "paged",
+        "paged-extents",
+        "contiguous",
+        "paged-runs-1",
+        "paged-runs-4",
+    ];
+    assert_eq!(rows.len(), 2 * caches.len(), "context × cache: {csv}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r[1], caches[i % caches.len()], "{csv}");
+        assert_eq!(r[3], ["64", "96"][i / caches.len()], "{csv}");
+        let (m, lo, hi) = (num(r[10]), num(r[11]), num(r[12]));
+        assert!(lo <= m && m <= hi && lo > 0.0, "{csv}");
+        if r[1].starts_with("paged-runs") {
+            assert!(stdout.contains(r[1]), "{} not in {stdout}", r[1]);
+        }
+    }
+}
+
 #[test]
 fn bad_input_exits_2() {
     for args in [
@@ -127,6 +177,15 @@ fn bad_input_exits_2() {
         vec!["kernel-bench", "--quick", "--block-size", "0"],
         vec!["kernel-bench", "--quick", "--model", "nope"],
         vec!["kernel-bench", "--quick", "--repeats", "0"],
+        vec!["kernel-bench", "--quick", "--run-blocks", "4,0"],
+        vec![
+            "kernel-bench",
+            "--backend",
+            "cuda",
+            "--quick",
+            "--run-blocks",
+            "4",
+        ],
         vec![
             "kernel-bench",
             "--backend",

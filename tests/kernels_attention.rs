@@ -235,8 +235,8 @@ fn copies_and_swaps_move_every_layer_exactly() {
     let mut r = ChaCha8Rng::seed_from_u64(common::seed("kv_write"));
     let mut cache = KvCache::<f32>::new(3, 64, KV_HEADS, 8);
     for l in &mut cache.layers {
-        l.k = nonzero(&mut r, l.k.len());
-        l.v = nonzero(&mut r, l.v.len());
+        l.k = nonzero(&mut r, l.k.len()).into();
+        l.v = nonzero(&mut r, l.v.len()).into();
     }
     let orig = cache.clone();
     cache.copy_slots(5, 40, 7).expect("copy");

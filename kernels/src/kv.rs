@@ -8,42 +8,36 @@
 
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
+use crate::kv_buf::KvBuf;
 use crate::kv_quant::KvQuant;
 
-const HUGE_PAGE_BYTES: usize = 2 << 20;
-
-/// `n` copies of `fill`, in memory advised for transparent huge pages where the OS allows it.
-/// A slot row is a few KiB, so with 4 KiB pages every token read is a TLB miss, and a paged
-/// layout (blocks scattered) also loses page-table locality; 2 MiB pages remove both.
-pub fn kv_buffer<E: KvElem>(n: usize, fill: E) -> Vec<E> {
-    let mut v: Vec<E> = Vec::with_capacity(n);
-    let bytes = n * std::mem::size_of::<E>();
-    #[cfg(target_os = "linux")]
-    if bytes >= 2 * HUGE_PAGE_BYTES {
-        let start = v.as_mut_ptr() as usize;
-        let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
-        let len = (start + bytes - aligned) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
-        // SAFETY: [aligned, aligned + len) lies inside the allocation just made (capacity
-        // `bytes`, untouched); MADV_HUGEPAGE is only a hint and changes no contents.
-        unsafe {
-            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (bytes, HUGE_PAGE_BYTES);
-    v.resize(n, fill);
-    v
+/// `n` copies of `fill`, starting on a cache line, and on a 2 MiB huge page advised for
+/// transparent huge pages once the buffer spans two (see [`KvBuf`]). A slot row is a few KiB, so
+/// with 4 KiB pages every token read is a TLB miss, and a paged layout (blocks scattered) also
+/// loses page-table locality; 2 MiB pages remove both.
+pub fn kv_buffer<E: KvElem>(n: usize, fill: E) -> KvBuf<E> {
+    KvBuf::filled(n, fill)
 }
 
 /// K and V of one layer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LayerKv<E> {
-    pub k: Vec<E>,
-    pub v: Vec<E>,
+    pub k: KvBuf<E>,
+    pub v: KvBuf<E>,
+}
+
+// By hand: a derive would ask `E: Clone`, and [`KvBuf`] copies only `Copy` elements.
+impl<E: Copy> Clone for LayerKv<E> {
+    fn clone(&self) -> Self {
+        LayerKv {
+            k: self.k.clone(),
+            v: self.v.clone(),
+        }
+    }
 }
 
 /// The whole cache: every layer, same slot count.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KvCache<E> {
     pub layers: Vec<LayerKv<E>>,
     pub num_slots: usize,
@@ -54,6 +48,19 @@ pub struct KvCache<E> {
     /// FP8 scales per layer, `[k, v]`, one per slot per KV head (empty unless quantised; see
     /// [`crate::kv_quant`]).
     pub scales: Vec<[Vec<f32>; 2]>,
+}
+
+impl<E: Copy> Clone for KvCache<E> {
+    fn clone(&self) -> Self {
+        KvCache {
+            layers: self.layers.clone(),
+            num_slots: self.num_slots,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            quant: self.quant.clone(),
+            scales: self.scales.clone(),
+        }
+    }
 }
 
 impl<E: KvElem> KvCache<E> {

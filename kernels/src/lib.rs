@@ -14,6 +14,7 @@ pub mod error;
 pub mod fp8;
 pub mod gemm;
 pub mod kv;
+pub mod kv_buf;
 pub mod kv_quant;
 pub mod model;
 
@@ -23,6 +24,7 @@ pub use elem::KvElem;
 pub use error::KernelError;
 pub use fp8::Fp8Format;
 pub use kv::{write_kv, KvCache, LayerKv};
+pub use kv_buf::KvBuf;
 pub use kv_quant::{KvQuant, ScaleGranularity};
 pub use model::{
     rank_token, LayerKind, MlaWeights, ModelConfig, ModelWeights, RecurrentWeights, StepSeq,

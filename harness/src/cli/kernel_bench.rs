@@ -35,6 +35,8 @@ const MAX_BLOCK_SIZE: usize = 1 << 16;
 const MAX_GIB: f64 = (1u64 << 20) as f64;
 /// More repeats than anyone waits for: a typo, refused.
 const MAX_REPEATS: usize = 10_000;
+/// Longer runs than any pool here holds blocks: a typo, refused.
+const MAX_RUN_BLOCKS: usize = 1 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -72,6 +74,11 @@ pub struct Args {
     repeats: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Extent-length sweep (cpu): one more paged layout per run length in blocks
+    /// (comma-separated), `paged-runs-L`, whose sequences hold runs of L address-consecutive
+    /// blocks with the runs shuffled over the pool.
+    #[arg(long, value_delimiter = ',')]
+    run_blocks: Vec<usize>,
 }
 
 impl Args {
@@ -96,6 +103,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.backend == KernelBackend::Cuda {
         if args.repeats != 1 {
             bail!("kernel-bench: --repeats is for the cpu kernels; the cuda benchmark times its own rounds");
+        }
+        if !args.run_blocks.is_empty() {
+            bail!("kernel-bench: --run-blocks is for the cpu kernels");
         }
         return super::kernel_bench_cuda::run(&args.cuda_args());
     }
@@ -135,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         min_time_s: if args.quick { 0.1 } else { 0.6 },
         repeats: args.repeats,
         seed: args.seed,
+        run_blocks: args.run_blocks.clone(),
     };
     // The output folder is made (or refused) before minutes of measurement, not after.
     let csv_path = csv_target(args.out.as_deref())?;
@@ -181,11 +192,17 @@ struct CsvRow<'a> {
     ratio_confidence: f64,
 }
 
-/// The CSV's rows, each with its ratio to the contiguous row of its grid point. Rows come in
-/// threes per grid point: paged, paged with extents placement, contiguous.
+/// Whether two rows are of the same grid point.
+fn same_point(a: &BenchRow, b: &BenchRow) -> bool {
+    (a.batch, a.context_tokens, a.block_size) == (b.batch, b.context_tokens, b.block_size)
+}
+
+/// The CSV's rows, each with its ratio to the contiguous row of its grid point. A grid point's
+/// rows are consecutive: paged, paged with extents placement, contiguous, then any
+/// `paged-runs-L`.
 fn csv_rows(rows: &[BenchRow]) -> anyhow::Result<Vec<CsvRow<'_>>> {
     let mut out = Vec::with_capacity(rows.len());
-    for set in rows.chunks(3) {
+    for set in rows.chunk_by(same_point) {
         let Some(contiguous) = set.iter().find(|r| r.cache == "contiguous") else {
             bail!("kernel-bench: a grid point without its contiguous row");
         };
@@ -247,6 +264,7 @@ fn check_flags(args: &Args) -> anyhow::Result<()> {
     in_range("context", &args.context, MAX_CONTEXT_TOKENS)?;
     in_range("block-size", &args.block_size, MAX_BLOCK_SIZE)?;
     in_range("repeats", &[args.repeats], MAX_REPEATS)?;
+    in_range("run-blocks", &args.run_blocks, MAX_RUN_BLOCKS)?;
     if let Some(b) = args.block_size.iter().find(|b| !b.is_power_of_two()) {
         bail!("kernel-bench: --block-size {b}: not a power of two (1, 2, 4, ..., 16, 32, ...)");
     }
@@ -316,8 +334,13 @@ fn print_table(
             r.ratio_median, r.ratio_low, r.ratio_high
         )
     };
-    for (set, bytes) in rows.chunks(3).zip(res.kv_bytes.chunks(3)) {
-        let [p, x, c] = set else { continue };
+    let mut at = 0;
+    for set in rows.chunk_by(|a, b| {
+        (a.batch, a.context_tokens, a.block_size) == (b.batch, b.context_tokens, b.block_size)
+    }) {
+        let bytes = &res.kv_bytes[at..at + set.len()];
+        at += set.len();
+        let [p, x, c, runs @ ..] = set else { continue };
         println!(
             "{:>5} {:>8} {:>5} {:>9.1} {:>10.1} {:>10.1} {:>10.1} {:>21} {:>21} {:>6.1} {:>5.1}% {:>5}",
             p.batch,
@@ -337,5 +360,8 @@ fn print_table(
                 "no"
             }
         );
+        for r in runs {
+            println!("{:>63} {:>21} {:>21}", r.cache, "", ratio(r));
+        }
     }
 }

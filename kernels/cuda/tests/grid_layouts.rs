@@ -31,7 +31,10 @@ fn cpu_err<A: TokenAddressing>(
         kv_heads: s.kv_heads,
         head_dim: s.head_dim,
     };
-    let layer = LayerKv { k, v };
+    let layer = LayerKv {
+        k: k.into(),
+        v: v.into(),
+    };
     // One span per query row: its last token is the query, its length the row's.
     let spans: Vec<QuerySpan<'_, A>> = lg
         .rows

@@ -9,6 +9,11 @@
 //! decode steps do) in a pool a fifth of which other sequences hold at seeded random addresses
 //! (the storage carries those extra slots; nobody reads them). Bytes moved = batch × context × 2
 //! (K and V) × kv_heads × head_dim × element size.
+//!
+//! [`BenchConfig::run_blocks`] adds one more paged layout per run length L (`paged-runs-L`): each
+//! sequence's blocks come in runs of L address-consecutive blocks, the runs shuffled over the
+//! pool, so a sequence jumps far once every L blocks — the `extents` placement's 64-block extent
+//! with the extent length as the only variable (no held blocks, no holes).
 
 use std::time::Instant;
 
@@ -38,11 +43,13 @@ pub struct BenchConfig {
     /// layout). Each repeat keeps each layout's fastest call: on a shared machine it is the one
     /// least disturbed by other load, and the ceiling is measured the same way.
     pub min_time_s: f64,
-    /// Measurements of each grid point. Each repeat times the three layouts in turn, the order
+    /// Measurements of each grid point. Each repeat times the layouts in turn, the order
     /// rotated by one from repeat to repeat (ABC, BCA, CAB, …), so a repeat's times are side by
     /// side and no layout always goes first; the ratios of one repeat are one paired sample.
     pub repeats: usize,
     pub seed: u64,
+    /// Run lengths in blocks of the `paged-runs-L` layouts (empty: none).
+    pub run_blocks: Vec<usize>,
 }
 
 const MIN_REPS: usize = 5;
@@ -214,6 +221,26 @@ fn placed_tables(
     tables.concat()
 }
 
+/// Tables whose sequences hold runs of `run_len` address-consecutive blocks (the last run of
+/// the pool may be shorter), the runs shuffled over a pool of `pool` blocks by `rng`.
+/// Concatenated, `nb` per sequence; needs `batch·nb ≤ pool`.
+fn runs_tables(
+    pool: usize,
+    batch: usize,
+    nb: usize,
+    run_len: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<u32> {
+    let run_len = run_len.max(1);
+    let mut runs: Vec<usize> = (0..pool.div_ceil(run_len)).collect();
+    runs.shuffle(rng);
+    runs.iter()
+        .flat_map(|&r| r * run_len..((r + 1) * run_len).min(pool))
+        .take(batch * nb)
+        .map(|b| b as u32)
+        .collect()
+}
+
 /// Runs the grid.
 pub fn run_grid(cfg: &BenchConfig) -> Result<BenchResult, KernelError> {
     cfg.dims.validate()?;
@@ -322,33 +349,64 @@ fn grid_point<E: KvElem>(
                 blocks,
             })
             .collect();
+        // Their own stream per run length, so adding one leaves the others' tables alone.
+        let runs: Vec<Vec<u32>> = cfg
+            .run_blocks
+            .iter()
+            .map(|&l| {
+                let mut r = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5275_6E73 ^ (l as u64) << 40);
+                runs_tables(num_slots / bs, batch, nb, l, &mut r)
+            })
+            .collect();
+        let runs_tables: Vec<Vec<PagedTable<'_>>> = runs
+            .iter()
+            .map(|t| {
+                t.chunks(nb)
+                    .map(|blocks| PagedTable {
+                        block_size: bs,
+                        blocks,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut names: Vec<String> = ["paged", "paged-extents", "contiguous"]
+            .map(String::from)
+            .to_vec();
+        names.extend(cfg.run_blocks.iter().map(|l| format!("paged-runs-{l}")));
         let s = storage_slots;
-        let times = time_repeats(
-            cfg.min_time_s,
-            cfg.repeats.max(1),
-            &mut [
-                &mut || run(&layer, s, dims, &tables, context, &q, &mut out_p, scale),
-                &mut || {
-                    run(
-                        &layer,
-                        s,
-                        dims,
-                        &placed_tables,
-                        context,
-                        &q,
-                        &mut out_x,
-                        scale,
-                    )
-                },
-                &mut || run(&layer, s, dims, &regions, context, &q, &mut out_c, scale),
-            ],
-        )?;
-        for (cache, reps) in ["paged", "paged-extents", "contiguous"].iter().zip(times) {
+        let mut out_r = vec![vec![0f32; q.len()]; runs_tables.len()];
+        let mut calls: Vec<Box<dyn FnMut() -> Result<(), KernelError> + '_>> = vec![
+            Box::new(|| run(&layer, s, dims, &tables, context, &q, &mut out_p, scale)),
+            Box::new(|| {
+                run(
+                    &layer,
+                    s,
+                    dims,
+                    &placed_tables,
+                    context,
+                    &q,
+                    &mut out_x,
+                    scale,
+                )
+            }),
+            Box::new(|| run(&layer, s, dims, &regions, context, &q, &mut out_c, scale)),
+        ];
+        for (t, out) in runs_tables.iter().zip(&mut out_r) {
+            let (layer, q) = (&layer, &q);
+            calls.push(Box::new(move || {
+                run(layer, s, dims, t, context, q, out, scale)
+            }));
+        }
+        let mut refs: Vec<Call<'_>> = calls.iter_mut().map(|c| &mut **c as Call<'_>).collect();
+        let times = time_repeats(cfg.min_time_s, cfg.repeats.max(1), &mut refs)?;
+        drop(refs);
+        drop(calls);
+        for (cache, reps) in names.iter().zip(times) {
             let t = reps.iter().copied().fold(f64::INFINITY, f64::min);
             let gbs = bytes as f64 / t / 1e9;
             res.rows.push(BenchRow {
                 backend: "cpu".into(),
-                cache: (*cache).into(),
+                cache: cache.clone(),
                 batch,
                 context_tokens: context,
                 block_size: bs,
@@ -383,4 +441,47 @@ fn run<E: KvElem, A: TokenAddressing>(
         })
         .collect();
     attention(layer, num_slots, dims, &spans, q, out, scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sequence's blocks are distinct pool blocks, in runs of the run length that ascend
+    /// by one and start on a multiple of it; a run length of the whole pool is one address order.
+    #[test]
+    fn runs_tables_hold_runs_of_consecutive_blocks() {
+        let seed = std::env::var("KVBENCH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(18_07);
+        println!("seed {seed} (KVBENCH_SEED replays)");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for (pool, batch, nb, run_len) in [(100, 3, 30, 8), (64, 4, 16, 64), (50, 5, 10, 1)] {
+            let t = runs_tables(pool, batch, nb, run_len, &mut rng);
+            assert_eq!(t.len(), batch * nb);
+            let mut seen = vec![false; pool];
+            for &b in &t {
+                assert!(
+                    (b as usize) < pool && !seen[b as usize],
+                    "block {b} twice or outside"
+                );
+                seen[b as usize] = true;
+            }
+            let mut jumps = 0;
+            for w in t.windows(2) {
+                let (a, b) = (w[0] as usize, w[1] as usize);
+                if b % run_len == 0 || a + 1 != b {
+                    // A new run starts at its own multiple of the run length.
+                    assert_eq!(b % run_len, 0, "{t:?}");
+                    jumps += 1;
+                }
+            }
+            // Ceil of blocks per run, less the first: at least this many runs were started.
+            assert!(jumps + 1 >= (batch * nb).div_ceil(run_len), "{t:?}");
+            if run_len >= pool {
+                assert!(t.windows(2).all(|w| w[0] + 1 == w[1]), "{t:?}");
+            }
+        }
+    }
 }
