@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
 use super::shadow_ids::SeqIndex;
+use super::shadow_prefetch as prefetch;
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
@@ -51,6 +52,14 @@ mod write;
 #[path = "shadow_tiers.rs"]
 mod tiers;
 
+/// Streams ahead of the one being worked on whose records are asked for (`shadow_prefetch.rs`),
+/// and whose tables, history and tag slot are: the record must have arrived before its fields
+/// say where the rest lies.
+const RECORD_AHEAD: usize = 4;
+const PAYLOAD_AHEAD: usize = 2;
+const LAYOUT_RING: usize = PAYLOAD_AHEAD + 1;
+/// Lines of a block table (the manager's, the shadow's copy) asked for ahead (256 blocks: 4,096 tokens at 16).
+const TABLE_LINES: usize = 16;
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
 /// Violation messages kept (all are counted).
@@ -112,29 +121,41 @@ enum Table {
     },
 }
 
+/// One stream's shadow state, laid out by heat: a decode through an unchanged table (almost
+/// every stream-step) reads and writes the first cache line and the first half of the second,
+/// nothing else of it. `repr(C)` keeps that order and the alignment keeps each record on its own
+/// two lines: with fields where the compiler put them, a record straddled three or four lines,
+/// and each was a cache miss per stream-step once the batch's records outgrew the L1 cache.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct SeqShadow {
-    id: SeqId,
+    // First line: what every decode reads.
     /// Token id at each position: the prompt, then every sampled token.
     history: Vec<u32>,
-    /// Position the latest sampled token occupies (a fork continues from there).
-    last_sample_pos: Option<u32>,
-    scope: u32,
     table: Table,
     /// Positions covered by `table` and checked (or queued for checking).
     extent: u32,
-    /// The newest step that read this stream's slots.
-    last_step: u64,
-    /// Chunks a conflicting write invalidated: re-checked at the next read.
-    recheck: Vec<u32>,
+    scope: u32,
     /// A grain this stream is known to be the only reader of ([`NO_GRAIN`] if none): its own
     /// writes there need no look at the reverse index. Cleared when anyone else starts reading
     /// the grain or the stream stops.
     sole: u64,
-    /// Tags copied out by a swap-out, written back by the swap-in.
-    host: Option<Vec<Tag>>,
+    // Second line: what a decode writes, then what only the general path reads.
+    /// The newest step that read this stream's slots.
+    last_step: u64,
+    id: SeqId,
+    /// Position the latest sampled token occupies (a fork continues from there).
+    last_sample_pos: Option<u32>,
+    /// Chunks a conflicting write invalidated: re-checked at the next read.
+    recheck: Vec<u32>,
+    /// Tags copied out by a swap-out, written back by the swap-in (boxed: rare, and kept off
+    /// the record's two lines).
+    host: Option<Box<Vec<Tag>>>,
     forgotten: bool,
 }
+
+/// The record stays two cache lines (see [`SeqShadow`]).
+const _: () = assert!(std::mem::size_of::<SeqShadow>() == 128);
 
 /// Slots `slot..slot + len` must hold stream `seq`'s positions `pos..pos + len` when the step
 /// completes.
@@ -459,12 +480,27 @@ impl Shadow {
         step: u64,
     ) {
         let mut sampled = sampled.iter();
-        for w in &plan.seqs {
+        // Each stream's layout is asked for once, PAYLOAD_AHEAD streams before its turn, so
+        // that its block table can be prefetched; nothing here changes the cache, so it is the
+        // layout the stream's turn would have asked for.
+        let mut layouts: [Option<SeqLayout<'_>>; LAYOUT_RING] = [None; LAYOUT_RING];
+        for (j, w) in plan.seqs.iter().enumerate().take(PAYLOAD_AHEAD) {
+            layouts[j] = cache.layout(w.seq);
+        }
+        for (i, w) in plan.seqs.iter().enumerate() {
+            if let Some(ahead) = plan.seqs.get(i + RECORD_AHEAD) {
+                self.prefetch_record(ahead.seq);
+            }
+            if let Some(ahead) = plan.seqs.get(i + PAYLOAD_AHEAD) {
+                let l = cache.layout(ahead.seq);
+                self.prefetch_payload(ahead, l.as_ref());
+                layouts[(i + PAYLOAD_AHEAD) % LAYOUT_RING] = l;
+            }
+            let layout = layouts[i % LAYOUT_RING].take();
             let sm = if w.sample { sampled.next() } else { None };
             let Some(idx) = self.idx_of(w.seq, step, "a step") else {
                 continue;
             };
-            let layout = cache.layout(w.seq);
             let fast = w.new_tokens == 1
                 && match layout {
                     Some(SeqLayout::Paged { block_size, blocks }) => {
@@ -496,6 +532,50 @@ impl Shadow {
             if let Some(sm) = sm {
                 self.sampled(idx, w, sm.token);
             }
+        }
+    }
+
+    /// Ask for the two lines of a stream's record, [`RECORD_AHEAD`] streams before its turn.
+    #[inline(always)]
+    fn prefetch_record(&self, seq: SeqId) {
+        if let Some(s) = self.index.get(seq).and_then(|i| self.seqs.get(i as usize)) {
+            let p: *const SeqShadow = s;
+            prefetch::line(p);
+            prefetch::line(p.cast::<u8>().wrapping_add(64));
+        }
+    }
+
+    /// Ask for what a decode of `w` reads and writes beyond its record — the block table the
+    /// manager hands out and the shadow's copy of it, its token at the position it writes, the tag slot there when it is in the grain
+    /// the stream wrote last — [`PAYLOAD_AHEAD`] streams before its turn (the record, asked for
+    /// earlier, is in cache by then).
+    #[inline(always)]
+    fn prefetch_payload(&self, w: &SeqWork, layout: Option<&SeqLayout<'_>>) {
+        if let Some(SeqLayout::Paged { blocks, .. }) = layout {
+            prefetch::lines(blocks, TABLE_LINES);
+        }
+        let Some(s) = self
+            .index
+            .get(w.seq)
+            .and_then(|i| self.seqs.get(i as usize))
+        else {
+            return;
+        };
+        let pos = w.context_tokens;
+        if let Some(t) = s.history.get(pos as usize) {
+            prefetch::line(t);
+        }
+        let slot = match &s.table {
+            Table::Paged(blocks) => {
+                prefetch::lines(blocks, TABLE_LINES);
+                let g = u64::from(self.grain);
+                (s.sole != NO_GRAIN).then(|| s.sole * g + u64::from(pos) % g)
+            }
+            Table::Contiguous { base, .. } => Some(base + u64::from(pos)),
+            Table::None => None,
+        };
+        if let Some(slot) = slot {
+            self.tags.prefetch(slot);
         }
     }
 
