@@ -12,7 +12,6 @@ pub mod profile;
 pub mod shadow;
 mod shadow_expect;
 mod shadow_ids;
-mod shadow_prefetch;
 mod shadow_readers;
 mod shadow_store;
 

@@ -34,7 +34,6 @@ use serde::Serialize;
 
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
 use super::shadow_ids::SeqIndex;
-use super::shadow_prefetch as prefetch;
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
@@ -52,14 +51,6 @@ mod write;
 #[path = "shadow_tiers.rs"]
 mod tiers;
 
-/// Streams ahead of the one being worked on whose records are asked for (`shadow_prefetch.rs`),
-/// and whose tables, history and tag slot are: the record must have arrived before its fields
-/// say where the rest lies.
-const RECORD_AHEAD: usize = 4;
-const PAYLOAD_AHEAD: usize = 2;
-const LAYOUT_RING: usize = PAYLOAD_AHEAD + 1;
-/// Lines of a block table (the manager's, the shadow's copy) asked for ahead (256 blocks: 4,096 tokens at 16).
-const TABLE_LINES: usize = 16;
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
 /// Violation messages kept (all are counted).
@@ -480,27 +471,12 @@ impl Shadow {
         step: u64,
     ) {
         let mut sampled = sampled.iter();
-        // Each stream's layout is asked for once, PAYLOAD_AHEAD streams before its turn, so
-        // that its block table can be prefetched; nothing here changes the cache, so it is the
-        // layout the stream's turn would have asked for.
-        let mut layouts: [Option<SeqLayout<'_>>; LAYOUT_RING] = [None; LAYOUT_RING];
-        for (j, w) in plan.seqs.iter().enumerate().take(PAYLOAD_AHEAD) {
-            layouts[j] = cache.layout(w.seq);
-        }
-        for (i, w) in plan.seqs.iter().enumerate() {
-            if let Some(ahead) = plan.seqs.get(i + RECORD_AHEAD) {
-                self.prefetch_record(ahead.seq);
-            }
-            if let Some(ahead) = plan.seqs.get(i + PAYLOAD_AHEAD) {
-                let l = cache.layout(ahead.seq);
-                self.prefetch_payload(ahead, l.as_ref());
-                layouts[(i + PAYLOAD_AHEAD) % LAYOUT_RING] = l;
-            }
-            let layout = layouts[i % LAYOUT_RING].take();
+        for w in &plan.seqs {
             let sm = if w.sample { sampled.next() } else { None };
             let Some(idx) = self.idx_of(w.seq, step, "a step") else {
                 continue;
             };
+            let layout = cache.layout(w.seq);
             let fast = w.new_tokens == 1
                 && match layout {
                     Some(SeqLayout::Paged { block_size, blocks }) => {
@@ -532,50 +508,6 @@ impl Shadow {
             if let Some(sm) = sm {
                 self.sampled(idx, w, sm.token);
             }
-        }
-    }
-
-    /// Ask for the two lines of a stream's record, [`RECORD_AHEAD`] streams before its turn.
-    #[inline(always)]
-    fn prefetch_record(&self, seq: SeqId) {
-        if let Some(s) = self.index.get(seq).and_then(|i| self.seqs.get(i as usize)) {
-            let p: *const SeqShadow = s;
-            prefetch::line(p);
-            prefetch::line(p.cast::<u8>().wrapping_add(64));
-        }
-    }
-
-    /// Ask for what a decode of `w` reads and writes beyond its record — the block table the
-    /// manager hands out and the shadow's copy of it, its token at the position it writes, the tag slot there when it is in the grain
-    /// the stream wrote last — [`PAYLOAD_AHEAD`] streams before its turn (the record, asked for
-    /// earlier, is in cache by then).
-    #[inline(always)]
-    fn prefetch_payload(&self, w: &SeqWork, layout: Option<&SeqLayout<'_>>) {
-        if let Some(SeqLayout::Paged { blocks, .. }) = layout {
-            prefetch::lines(blocks, TABLE_LINES);
-        }
-        let Some(s) = self
-            .index
-            .get(w.seq)
-            .and_then(|i| self.seqs.get(i as usize))
-        else {
-            return;
-        };
-        let pos = w.context_tokens;
-        if let Some(t) = s.history.get(pos as usize) {
-            prefetch::line(t);
-        }
-        let slot = match &s.table {
-            Table::Paged(blocks) => {
-                prefetch::lines(blocks, TABLE_LINES);
-                let g = u64::from(self.grain);
-                (s.sole != NO_GRAIN).then(|| s.sole * g + u64::from(pos) % g)
-            }
-            Table::Contiguous { base, .. } => Some(base + u64::from(pos)),
-            Table::None => None,
-        };
-        if let Some(slot) = slot {
-            self.tags.prefetch(slot);
         }
     }
 

@@ -113,17 +113,6 @@ impl<T: Clone> LazyArray<T> {
         Some(&mut page[at..at + n])
     }
 
-    /// Ask for the cache line of entry `i` ahead of its use (nothing for an entry of a page not
-    /// allocated yet, or past the end).
-    #[inline(always)]
-    pub fn prefetch(&self, i: u64) {
-        if i < self.len {
-            if let Some(p) = &self.pages[(i >> PAGE_BITS) as usize] {
-                super::shadow_prefetch::line(&p[(i as usize) & (PAGE - 1)]);
-            }
-        }
-    }
-
     /// Bytes allocated so far.
     pub fn allocated_bytes(&self) -> u64 {
         let pages = self.pages.iter().filter(|p| p.is_some()).count() as u64;
