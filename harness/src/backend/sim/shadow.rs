@@ -139,8 +139,9 @@ struct SeqShadow {
     last_sample_pos: Option<u32>,
     /// Chunks a conflicting write invalidated: re-checked at the next read.
     recheck: Vec<u32>,
-    /// Tags copied out by a swap-out, written back by the swap-in (boxed: rare, and kept off
-    /// the record's two lines).
+    /// Tags copied out by a swap-out, written back by the swap-in. Boxed so that this rare
+    /// field is one word and the record stays two lines (a boxed slice is two words).
+    #[allow(clippy::box_collection)]
     host: Option<Box<Vec<Tag>>>,
     forgotten: bool,
 }
