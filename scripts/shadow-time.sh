@@ -17,6 +17,9 @@
 #       --check-every 0 --trace-level requests [--no-shadow] --out DIR --force
 #
 # timed by /usr/bin/time. Prints a Markdown table and the load average before and after.
+# /usr/bin/time counts in 10 ms: the cut runs of a quick or 100-request scenario take a few tens of
+# milliseconds, so their ratios come out in coarse steps; `--whole` on the long scenarios (e.g.
+# `chat-8b-h200`, about 0.6 s) is what resolves a few percent.
 set -euo pipefail
 
 pairs=21
