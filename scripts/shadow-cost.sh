@@ -2,7 +2,7 @@
 # The shadow payload's cost on `sim`, as instruction counts: every scenario run with the shadow and
 # with `--no-shadow`, back to back, by each of two builds of kvbench (the previous shadow and this
 # one), in one pass. Instruction counts (callgrind) repeat exactly on a loaded machine; wall times
-# do not.
+# do not (their CPU-time twin, in alternating pairs, is scripts/shadow-time.sh).
 #
 #   scripts/shadow-cost.sh BEFORE_BIN NOW_BIN [SCENARIO...]
 #
@@ -25,29 +25,16 @@ for b in "$before" "$now"; do
         exit 2
     fi
 done
+# shellcheck source=scripts/shadow-requests.sh
+. "$(dirname "$0")/shadow-requests.sh"
 if [ $# -gt 0 ]; then
     scenarios=("$@")
 else
-    scenarios=()
-    for f in scenarios/*.toml; do
-        scenarios+=("$(basename "$f" .toml)")
-    done
+    mapfile -t scenarios < <(shadow_scenarios)
 fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-# Requests per scenario: the long `-8b-` scenarios are cut so that a pass takes minutes under
-# callgrind; the model scenarios (tensor parallel, mixture of experts, large models) to 100.
-requests() {
-    case $1 in
-    chat-8b-h200) echo 500 ;;
-    conversation-tiered-8b-h200) echo "" ;;
-    *-8b-* | *-8b) echo 300 ;;
-    deepseek-* | gemma3-* | gpt-oss-* | llama3-70b-* | mixtral-*) echo 100 ;;
-    *) echo "" ;;
-    esac
-}
 
 # Instructions the kvbench process itself executed (its children, e.g. `git`, are not counted).
 count() {
@@ -88,7 +75,7 @@ mega() {
 echo "| scenario | with / without, before | with / without, now | instructions with, without (now) |"
 echo "|---|---|---|---|"
 for s in "${scenarios[@]}"; do
-    n=$(requests "$s")
+    n=$(shadow_requests "$s")
     if [ "$before" = - ]; then
         bw=fail bo=fail
     else

@@ -115,29 +115,42 @@ enum Table {
     },
 }
 
+/// One stream's shadow state, laid out by heat: a decode through an unchanged table (almost
+/// every stream-step) reads and writes the first cache line and the first half of the second,
+/// nothing else of it. `repr(C)` keeps that order and the alignment keeps each record on its own
+/// two lines: with fields where the compiler put them, a record straddled three or four lines,
+/// and each was a cache miss per stream-step once the batch's records outgrew the L1 cache.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct SeqShadow {
-    id: SeqId,
+    // First line: what every decode reads.
     /// Token id at each position: the prompt, then every sampled token.
     history: Vec<u32>,
-    /// Position the latest sampled token occupies (a fork continues from there).
-    last_sample_pos: Option<u32>,
-    scope: u32,
     table: Table,
     /// Positions covered by `table` and checked (or queued for checking).
     extent: u32,
-    /// The newest step that read this stream's slots.
-    last_step: u64,
-    /// Chunks a conflicting write invalidated: re-checked at the next read.
-    recheck: Vec<u32>,
+    scope: u32,
     /// A grain this stream is known to be the only reader of ([`NO_GRAIN`] if none): its own
     /// writes there need no look at the reverse index. Cleared when anyone else starts reading
     /// the grain or the stream stops.
     sole: u64,
-    /// Tags copied out by a swap-out, written back by the swap-in.
-    host: Option<Vec<Tag>>,
+    // Second line: what a decode writes, then what only the general path reads.
+    /// The newest step that read this stream's slots.
+    last_step: u64,
+    id: SeqId,
+    /// Position the latest sampled token occupies (a fork continues from there).
+    last_sample_pos: Option<u32>,
+    /// Chunks a conflicting write invalidated: re-checked at the next read.
+    recheck: Vec<u32>,
+    /// Tags copied out by a swap-out, written back by the swap-in. Boxed so that this rare
+    /// field is one word and the record stays two lines (a boxed slice is two words).
+    #[allow(clippy::box_collection)]
+    host: Option<Box<Vec<Tag>>>,
     forgotten: bool,
 }
+
+/// The record stays two cache lines (see [`SeqShadow`]).
+const _: () = assert!(std::mem::size_of::<SeqShadow>() == 128);
 
 /// Slots `slot..slot + len` must hold stream `seq`'s positions `pos..pos + len` when the step
 /// completes.

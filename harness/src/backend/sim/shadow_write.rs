@@ -283,7 +283,7 @@ impl Shadow {
                             .unwrap_or(Tag::EMPTY)
                     })
                     .collect();
-                self.seqs[idx as usize].host = Some(host);
+                self.seqs[idx as usize].host = Some(Box::new(host));
             }
             SwapDirection::In => {
                 let Some(host) = self.seqs[idx as usize].host.take() else {
@@ -299,7 +299,7 @@ impl Shadow {
                         host.len()
                     ));
                 }
-                for (p, tag) in host.into_iter().enumerate().take(tokens as usize) {
+                for (p, tag) in (*host).into_iter().enumerate().take(tokens as usize) {
                     match slot_of(&layout, p as u32) {
                         Some(x) => self.write(x, tag, u32::MAX, step),
                         None => self.violation(format!(
