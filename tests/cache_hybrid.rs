@@ -16,7 +16,7 @@ use kvbench::cache::hybrid::{
     compare_fit, prefix_hit_tokens, vllm_layers_per_table, HybridCache, HybridError, HybridFault,
     HybridLayout, TableKind, TableSpec,
 };
-use kvbench::model::{Dtype, LayerGroup, ModelShape};
+use kvbench::model::{LayerGroup, ModelShape};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,33 +26,7 @@ const GIB: u64 = 1 << 30;
 // ---------------------------------------------------------------------------------------------
 // Group mixes
 
-fn shape(groups: Vec<LayerGroup>) -> ModelShape {
-    let layers = groups.iter().map(|g| g.layers()).sum();
-    ModelShape {
-        name: "mix".into(),
-        layers,
-        kv_dtype: Dtype::Bf16,
-        layer_groups: groups,
-        ..ModelShape::tiny()
-    }
-}
-
-fn full(layers: u32) -> LayerGroup {
-    LayerGroup::Full {
-        layers,
-        kv_heads: 2,
-        head_dim: 4,
-    }
-}
-
-fn sliding(layers: u32, window: u32) -> LayerGroup {
-    LayerGroup::Sliding {
-        layers,
-        window,
-        kv_heads: 2,
-        head_dim: 4,
-    }
-}
+use support::groups::{full, mix as shape, sliding};
 
 /// One mix: its shape, block size, pages in the pool and reserved recurrent states.
 struct Mix {

@@ -7,39 +7,13 @@ pub mod checker;
 pub mod model;
 
 use kvbench::cache::hybrid::{HybridKv, HybridLayout};
-use kvbench::model::{Dtype, LayerGroup, ModelShape};
+use kvbench::model::{LayerGroup, ModelShape};
 use kvbench_cache_api::{AllocError, KvCacheManager, StartRequest};
 
 // ---------------------------------------------------------------------------------------------
 // Group mixes
 
-pub fn shape(groups: Vec<LayerGroup>) -> ModelShape {
-    let layers = groups.iter().map(|g| g.layers()).sum();
-    ModelShape {
-        name: "mix".into(),
-        layers,
-        kv_dtype: Dtype::Bf16,
-        layer_groups: groups,
-        ..ModelShape::tiny()
-    }
-}
-
-pub fn full(layers: u32) -> LayerGroup {
-    LayerGroup::Full {
-        layers,
-        kv_heads: 2,
-        head_dim: 4,
-    }
-}
-
-pub fn sliding(layers: u32, window: u32) -> LayerGroup {
-    LayerGroup::Sliding {
-        layers,
-        window,
-        kv_heads: 2,
-        head_dim: 4,
-    }
-}
+pub use crate::support::groups::{full, mix as shape, sliding};
 
 pub struct Mix {
     pub name: &'static str,

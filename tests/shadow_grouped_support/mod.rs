@@ -7,7 +7,7 @@ pub mod driver;
 pub mod early_release;
 
 use kvbench::cache::hybrid::{HybridKv, HybridLayout};
-use kvbench::model::{Dtype, LayerGroup, ModelShape};
+use kvbench::model::{LayerGroup, ModelShape};
 use kvbench_baselines::manager::GroupedContiguous;
 use kvbench_cache_api::KvCacheManager;
 
@@ -18,24 +18,7 @@ pub const STEPS: u32 = 400;
 // ---------------------------------------------------------------------------------------------
 // Layouts and managers
 
-pub fn shape(name: &str, groups: Vec<LayerGroup>) -> ModelShape {
-    let layers = groups.iter().map(|g| g.layers()).sum();
-    ModelShape {
-        name: name.into(),
-        layers,
-        kv_dtype: Dtype::Bf16,
-        layer_groups: groups,
-        ..ModelShape::tiny()
-    }
-}
-
-pub fn full(layers: u32) -> LayerGroup {
-    LayerGroup::Full {
-        layers,
-        kv_heads: 2,
-        head_dim: 4,
-    }
-}
+pub use crate::support::groups::{full, shape};
 
 /// One layout mix: its layer groups, block size, pages and reserved recurrent states.
 pub struct Mix {

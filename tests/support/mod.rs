@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests that drive the `kvbench` binary.
 #![allow(dead_code)]
 
+pub mod groups;
 pub mod tune_small;
 
 use std::path::Path;

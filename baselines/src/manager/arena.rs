@@ -104,3 +104,53 @@ mod tests {
         assert_eq!(a.free_slots(), 100);
     }
 }
+
+/// The arena's tiling invariant, shared by both contiguous managers: the held `ranges` (start,
+/// length, what holds it), the pending ones and the free extents cover `0..total_slots` exactly
+/// once, and no two free extents meet unmerged. `unit` names the arena's unit in messages
+/// ("slot", "page"); problems are appended to `problems`.
+pub(crate) fn check_tiling(
+    arena: &Arena,
+    mut ranges: Vec<(u64, u64, String)>,
+    unit: &str,
+    problems: &mut Vec<String>,
+) {
+    let mut free = 0;
+    for (s, l) in arena.extents() {
+        free += l;
+        ranges.push((s, l, "free".to_string()));
+    }
+    if free != arena.free_slots() {
+        problems.push(format!(
+            "free extents sum to {free} {unit}s, counter says {}",
+            arena.free_slots()
+        ));
+    }
+    ranges.retain(|r| r.1 > 0);
+    ranges.sort_by_key(|r| r.0);
+    let mut cursor = 0u64;
+    let mut prev_free = false;
+    for (s, l, what) in &ranges {
+        if *s < cursor {
+            problems.push(format!(
+                "{what} at {unit} {s} overlaps the range ending at {cursor}"
+            ));
+        } else if *s > cursor {
+            problems.push(format!("{unit}s {cursor}..{s} belong to nothing"));
+        }
+        let is_free = what == "free";
+        if is_free && prev_free && *s == cursor {
+            problems.push(format!(
+                "free extents meet at {unit} {s} without being merged"
+            ));
+        }
+        prev_free = is_free;
+        cursor = cursor.max(s + l);
+    }
+    if cursor != arena.total_slots() {
+        problems.push(format!(
+            "ranges end at {unit} {cursor}, the arena has {} {unit}s",
+            arena.total_slots()
+        ));
+    }
+}

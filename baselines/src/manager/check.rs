@@ -33,43 +33,7 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
     for (step, &(s, l)) in c.fence.pending() {
         ranges.push((s, l, format!("pending on step {step}")));
     }
-    let mut free = 0;
-    for (s, l) in c.arena.extents() {
-        free += l;
-        ranges.push((s, l, "free".to_string()));
-    }
-    if free != c.arena.free_slots() {
-        problems.push(format!(
-            "free extents sum to {free}, counter says {}",
-            c.arena.free_slots()
-        ));
-    }
-    ranges.sort_by_key(|r| r.0);
-    let mut cursor = 0u64;
-    let mut prev_free = false;
-    for (s, l, what) in &ranges {
-        if *s < cursor {
-            problems.push(format!(
-                "{what} at slot {s} overlaps the range ending at {cursor}"
-            ));
-        } else if *s > cursor {
-            problems.push(format!("slots {cursor}..{s} belong to nothing"));
-        }
-        let is_free = what == "free";
-        if is_free && prev_free && *s == cursor {
-            problems.push(format!(
-                "free extents meet at slot {s} without being merged"
-            ));
-        }
-        prev_free = is_free;
-        cursor = cursor.max(s + l);
-    }
-    if cursor != c.arena.total_slots() && !(ranges.is_empty() && c.arena.total_slots() == 0) {
-        problems.push(format!(
-            "ranges end at {cursor}, arena has {} slots",
-            c.arena.total_slots()
-        ));
-    }
+    super::arena::check_tiling(&c.arena, ranges, "slot", &mut problems);
     let acc = c.accounting();
     if !acc.is_conserved() {
         problems.push(format!("accounting not conserved: {acc:?}"));

@@ -119,42 +119,7 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
             ));
         }
     }
-    let mut free = 0;
-    for (s, l) in c.arena.extents() {
-        free += l;
-        ranges.push((s, l, "free".to_string()));
-    }
-    if free != c.arena.free_slots() {
-        problems.push(format!(
-            "free extents sum to {free} pages, counter says {}",
-            c.arena.free_slots()
-        ));
-    }
-    ranges.retain(|r| r.1 > 0);
-    ranges.sort_by_key(|r| r.0);
-    let mut cursor = 0u64;
-    let mut prev_free = false;
-    for (s, l, what) in &ranges {
-        if *s < cursor {
-            problems.push(format!(
-                "{what} at page {s} overlaps the range ending at {cursor}"
-            ));
-        } else if *s > cursor {
-            problems.push(format!("pages {cursor}..{s} belong to nothing"));
-        }
-        let is_free = what == "free";
-        if is_free && prev_free && *s == cursor {
-            problems.push(format!(
-                "free extents meet at page {s} without being merged"
-            ));
-        }
-        prev_free = is_free;
-        cursor = cursor.max(s + l);
-    }
-    let total = u64::from(c.pool.pages);
-    if cursor != total {
-        problems.push(format!("ranges end at page {cursor}, the pool has {total}"));
-    }
+    super::arena::check_tiling(&c.arena, ranges, "page", &mut problems);
     let acc = c.accounting();
     if !acc.is_conserved() {
         problems.push(format!("accounting not conserved: {acc:?}"));
