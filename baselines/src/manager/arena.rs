@@ -80,31 +80,6 @@ impl Arena {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_fit_and_coalescing() {
-        let mut a = Arena::new(100);
-        assert_eq!(a.allocate(10), Some(0));
-        assert_eq!(a.allocate(20), Some(10));
-        assert_eq!(a.allocate(30), Some(30));
-        a.free(10, 20);
-        assert_eq!(a.largest_extent(), 40);
-        assert_eq!(
-            a.allocate(15),
-            Some(10),
-            "first fit takes the hole, not the tail"
-        );
-        a.free(0, 10);
-        a.free(10, 15);
-        a.free(30, 30);
-        assert_eq!(a.extents().collect::<Vec<_>>(), vec![(0, 100)]);
-        assert_eq!(a.free_slots(), 100);
-    }
-}
-
 /// The arena's tiling invariant, shared by both contiguous managers: the held `ranges` (start,
 /// length, what holds it), the pending ones and the free extents cover `0..total_slots` exactly
 /// once, and no two free extents meet unmerged. `unit` names the arena's unit in messages
@@ -152,5 +127,30 @@ pub(crate) fn check_tiling(
             "ranges end at {unit} {cursor}, the arena has {} {unit}s",
             arena.total_slots()
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_and_coalescing() {
+        let mut a = Arena::new(100);
+        assert_eq!(a.allocate(10), Some(0));
+        assert_eq!(a.allocate(20), Some(10));
+        assert_eq!(a.allocate(30), Some(30));
+        a.free(10, 20);
+        assert_eq!(a.largest_extent(), 40);
+        assert_eq!(
+            a.allocate(15),
+            Some(10),
+            "first fit takes the hole, not the tail"
+        );
+        a.free(0, 10);
+        a.free(10, 15);
+        a.free(30, 30);
+        assert_eq!(a.extents().collect::<Vec<_>>(), vec![(0, 100)]);
+        assert_eq!(a.free_slots(), 100);
     }
 }
