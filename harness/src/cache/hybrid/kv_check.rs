@@ -64,6 +64,30 @@ pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
             }
         }
     }
+    // The prefix cache: the index and the pool agree on which pages are published.
+    let mut indexed = vec![false; cache.pool.pages() as usize];
+    for (page, points_back) in kv.prefix.published_pages() {
+        if !points_back {
+            bad.push(format!(
+                "published page {page}: its index entry names another page"
+            ));
+        }
+        if !cache.pool.is_published(page) {
+            bad.push(format!(
+                "page {page} is indexed but the pool has it unpublished"
+            ));
+        }
+        if let Some(seen) = indexed.get_mut(page as usize) {
+            *seen = true;
+        }
+    }
+    for (page, seen) in indexed.iter().enumerate() {
+        if !seen && cache.pool.is_published(page as u32) {
+            bad.push(format!(
+                "page {page} is published in the pool but not indexed"
+            ));
+        }
+    }
     let acc = kv.accounting();
     if !acc.is_conserved() {
         bad.push(format!("accounting not conserved: {acc:?}"));

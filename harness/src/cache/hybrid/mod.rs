@@ -16,6 +16,7 @@
 //! fences on every released page and state, grouped accounting in slots, planted faults — and
 //! is driven through the trait by the engine where the run selects it.
 
+mod cached;
 mod check;
 mod error;
 mod fit;
