@@ -198,8 +198,8 @@ impl HybridKv {
                 prompt_tokens.div_ceil(bt) - h / bt
             })
             .fold(0u64, u64::saturating_add);
-        let shared: std::collections::BTreeSet<u32> = hit.all_pages().collect();
-        let avail = self.cache.pool.available_except(&|p| shared.contains(&p));
+        let shared: Vec<u32> = hit.all_pages().collect();
+        let avail = self.cache.pool.available_except(&shared);
         (pages, pages <= u64::from(avail) && self.state_free())
     }
 

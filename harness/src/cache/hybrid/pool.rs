@@ -12,7 +12,7 @@
 //! accounting are a counter: a page of a table with `block_tokens` tokens counts
 //! `⌊written × page_slots / block_tokens⌋` slots live.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
@@ -64,6 +64,9 @@ pub(crate) struct PagePool {
     /// Each cached-free page's key in `cached_lru` (0: not cached-free).
     cached_tick: Vec<u64>,
     clock: u64,
+    /// Cached-free pages released while a step was in flight that may not have retired yet
+    /// (pruned at each retire), so the evictable count is a subtraction, not a scan.
+    cached_fenced: BTreeSet<PageId>,
     /// Published pages evicted since the prefix index last looked (it unpublishes them).
     pub(crate) evicted: Vec<PageId>,
 }
@@ -91,6 +94,7 @@ impl PagePool {
             cached_lru: BTreeMap::new(),
             cached_tick: vec![0; n],
             clock: 0,
+            cached_fenced: BTreeSet::new(),
             evicted: Vec::new(),
         }
     }
@@ -138,11 +142,17 @@ impl PagePool {
 
     /// Cached-free pages that can be evicted and handed out now: those released under no
     /// step still in flight (a fenced one waits, like a pending page).
-    fn evictable(&self, except: &dyn Fn(PageId) -> bool) -> u32 {
-        self.cached_lru
-            .values()
-            .filter(|&&p| !except(p) && self.fence_clear(p))
-            .count() as u32
+    fn evictable(&self, except: &[PageId]) -> u32 {
+        let fenced = if self.ignore_fence {
+            0
+        } else {
+            self.cached_fenced.len()
+        };
+        let excepted = except
+            .iter()
+            .filter(|&&p| self.is_cached_free(p) && self.fence_clear(p))
+            .count();
+        (self.cached_lru.len() - fenced - excepted) as u32
     }
 
     fn fence_clear(&self, page: PageId) -> bool {
@@ -152,12 +162,12 @@ impl PagePool {
 
     /// Pages that can be taken now: free ones and evictable cached-free ones.
     pub(crate) fn available(&self) -> u32 {
-        self.free_count() + self.evictable(&|_| false)
+        self.free_count() + self.evictable(&[])
     }
 
     /// Pages that can be taken now, not counting the cached-free pages `except` is about to
     /// share.
-    pub(crate) fn available_except(&self, except: &dyn Fn(PageId) -> bool) -> u32 {
+    pub(crate) fn available_except(&self, except: &[PageId]) -> u32 {
         self.free_count() + self.evictable(except)
     }
 
@@ -181,6 +191,7 @@ impl PagePool {
     fn unpublish_free(&mut self, page: PageId) {
         let i = page as usize;
         self.cached_tick[i] = 0;
+        self.cached_fenced.remove(&page);
         self.published[i] = false;
         self.written[i] = 0;
         self.block_tokens[i] = 0;
@@ -223,6 +234,7 @@ impl PagePool {
                 ))?;
         self.cached_lru.remove(&tick);
         self.cached_tick[i] = 0;
+        self.cached_fenced.remove(&page);
         self.refs[i] = 1;
         self.live_slots += self.live_of(i);
         Ok(())
@@ -319,6 +331,9 @@ impl PagePool {
             self.clock += 1;
             self.cached_tick[i] = self.clock;
             self.cached_lru.insert(self.clock, page);
+            if self.release_fence[i] != 0 {
+                self.cached_fenced.insert(page);
+            }
         } else if *r == 0 {
             self.live_slots -= self.live_of(i);
             self.written[i] = 0;
@@ -365,6 +380,10 @@ impl PagePool {
         if !self.fence.try_retire(step, &mut ready) {
             return false;
         }
+        let fence = &self.fence;
+        let fences = &self.release_fence;
+        self.cached_fenced
+            .retain(|&p| !fence.is_retired(fences[p as usize]));
         for item in ready {
             match item {
                 Freed::Page(_) => self.pending_pages -= 1,
