@@ -20,7 +20,7 @@ use kvbench_cache_api::{PrefixHit, PrefixStats, ScopeKey, SeqId};
 
 use crate::cache::prefix::{PrefixKey, ScopeInfo};
 
-use super::layout::HybridLayout;
+use super::layout::{HybridLayout, TableKind};
 use super::pool::{PageId, PagePool};
 use super::table::SeqEntry;
 
@@ -131,9 +131,16 @@ impl PrefixCache {
         }
         // Per table: the key chain over the blocks a hit could cover, and the page each
         // block's key is cached under (None: not cached).
-        let limit = tokens.len() - 1;
-        let mut chains: Vec<Vec<(PrefixKey, Option<&Entry>)>> = Vec::with_capacity(n);
-        for (t, spec) in layout.tables.iter().enumerate() {
+        // Full and MLA tables first, each up to its first miss (a hit needs every block
+        // before it); the sliding tables' chains then only up to the shortest of those runs.
+        let mut limit = tokens.len() - 1;
+        let mut chains: Vec<Vec<(PrefixKey, Option<&Entry>)>> = vec![Vec::new(); n];
+        let sliding_last = |t: &usize| matches!(layout.tables[*t].kind, TableKind::Sliding { .. });
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(sliding_last);
+        for t in order {
+            let spec = &layout.tables[t];
+            let sliding = matches!(spec.kind, TableKind::Sliding { .. });
             let bt = spec.block_tokens.max(1) as usize;
             let mut chain = Vec::with_capacity(limit / bt);
             let mut parent: Option<PrefixKey> = None;
@@ -142,10 +149,16 @@ impl PrefixCache {
                 let entry = self.index.get(&(t, key)).filter(|e| {
                     e.parent == parent && e.scope.key == scope.key && *e.tokens == *chunk
                 });
+                if entry.is_none() && !sliding {
+                    break;
+                }
                 chain.push((key, entry));
                 parent = Some(key);
             }
-            chains.push(chain);
+            if !sliding {
+                limit = limit.min(chain.len() * bt);
+            }
+            chains[t] = chain;
         }
         let cached = |t: usize, b: u64| chains[t].get(b as usize).is_some_and(|(_, e)| e.is_some());
         let h = super::prefix_hit_tokens(layout, tokens.len() as u64, cached);

@@ -64,6 +64,8 @@ pub(crate) struct PagePool {
     /// Each cached-free page's key in `cached_lru` (0: not cached-free).
     cached_tick: Vec<u64>,
     clock: u64,
+    /// Pages with `published` set.
+    published_count: u64,
     /// Cached-free pages released while a step was in flight that may not have retired yet
     /// (pruned at each retire), so the evictable count is a subtraction, not a scan.
     cached_fenced: BTreeSet<PageId>,
@@ -94,6 +96,7 @@ impl PagePool {
             cached_lru: BTreeMap::new(),
             cached_tick: vec![0; n],
             clock: 0,
+            published_count: 0,
             cached_fenced: BTreeSet::new(),
             evicted: Vec::new(),
         }
@@ -125,6 +128,10 @@ impl PagePool {
         self.cached_lru.len() as u32
     }
 
+    pub(crate) fn published_count(&self) -> u64 {
+        self.published_count
+    }
+
     pub(crate) fn is_published(&self, page: PageId) -> bool {
         self.published.get(page as usize).copied().unwrap_or(false)
     }
@@ -136,6 +143,9 @@ impl PagePool {
     /// `page` (held) is now in the prefix cache: its last reference keeps it cached-free.
     pub(crate) fn publish(&mut self, page: PageId) {
         if let Some(p) = self.published.get_mut(page as usize) {
+            if !*p {
+                self.published_count += 1;
+            }
             *p = true;
         }
     }
@@ -192,6 +202,9 @@ impl PagePool {
         let i = page as usize;
         self.cached_tick[i] = 0;
         self.cached_fenced.remove(&page);
+        if self.published[i] {
+            self.published_count -= 1;
+        }
         self.published[i] = false;
         self.written[i] = 0;
         self.block_tokens[i] = 0;
@@ -216,6 +229,7 @@ impl PagePool {
         for (i, p) in self.published.iter_mut().enumerate() {
             if *p {
                 *p = false;
+                self.published_count -= 1;
                 self.evicted.push(i as PageId);
             }
         }
