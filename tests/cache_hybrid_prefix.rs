@@ -272,3 +272,93 @@ fn another_scope_does_not_hit() {
     assert_eq!(s.cached_tokens, 0);
     ok(&kv);
 }
+
+/// Seeded operation strings over every mix, prompts drawn from three shared 30-token prefixes
+/// (long enough for a 28-token full + MLA hit): start,
+/// chunked fill, decode with tokens, fork, release, steps begun and retired; the invariants
+/// (cached set included) after every operation, every page back (free or cached) at the end.
+#[test]
+fn random_strings_with_shared_prompts_keep_the_invariants() {
+    let base = seed();
+    for (mi, m) in mixes().iter().enumerate() {
+        let mut hit_tokens = 0u64;
+        for round in 0..20u64 {
+            let s = base ^ (mi as u64) << 32 ^ round;
+            let mut rng = ChaCha8Rng::seed_from_u64(s);
+            let prefixes: Vec<Vec<u32>> = (0..3).map(|_| prompt(&mut rng, 30)).collect();
+            let mut kv = build(m);
+            let mut live: Vec<u64> = Vec::new();
+            let mut steps = Vec::new();
+            let mut next = 1u64;
+            for i in 0..200 {
+                let ctx = format!("{} seed {s} op {i}", m.name);
+                match rng.gen_range(0..10) {
+                    0 | 1 => {
+                        let mut p = prefixes[rng.gen_range(0..3)].clone();
+                        let extra = rng.gen_range(0..10);
+                        p.extend(prompt(&mut rng, extra));
+                        if let Ok(st) = start(&mut kv, next, &p) {
+                            assert!(u64::from(st.cached_tokens) < p.len() as u64, "{ctx}");
+                            let rest = p.len() as u32 - st.cached_tokens;
+                            let chunk = rng.gen_range(1..=rest.max(1));
+                            kv.fill(next, chunk.min(rest)).unwrap();
+                            if rest > chunk {
+                                kv.fill(next, rest - chunk).unwrap();
+                            }
+                            live.push(next);
+                        }
+                        next += 1;
+                    }
+                    2..=4 if !live.is_empty() => {
+                        let seq = live[rng.gen_range(0..live.len())];
+                        let _ = kv.append_token(seq, rng.gen_range(0..50_000));
+                    }
+                    5 if !live.is_empty() => {
+                        let seq = live[rng.gen_range(0..live.len())];
+                        if kv.fork(seq, next).is_ok() {
+                            live.push(next);
+                        }
+                        next += 1;
+                    }
+                    6 | 7 if !live.is_empty() => {
+                        let seq = live.swap_remove(rng.gen_range(0..live.len()));
+                        kv.release(seq, ReleaseReason::Finish).unwrap();
+                    }
+                    8 => steps.push(kv.begin_step()),
+                    _ if !steps.is_empty() => {
+                        let step = steps.remove(0);
+                        kv.retire_step(step);
+                    }
+                    _ => {}
+                }
+                if let Err(e) = kv.check_invariants() {
+                    panic!("{ctx}: {e}");
+                }
+            }
+            for seq in live {
+                kv.release(seq, ReleaseReason::Finish).unwrap();
+            }
+            for step in steps {
+                kv.retire_step(step);
+            }
+            if let Err(e) = kv.assert_quiescent() {
+                panic!("{} seed {s}: {e}", m.name);
+            }
+            let a = kv.accounting();
+            assert_eq!(
+                a.free_slots + a.cached_free_slots,
+                a.total_slots,
+                "{}",
+                m.name
+            );
+            hit_tokens += kv.prefix_stats().hit_tokens;
+        }
+        // The strings exercise hits wherever the rule allows one.
+        assert_eq!(
+            hit_tokens > 0,
+            mi != RECURRENT,
+            "{}: {hit_tokens} hit tokens",
+            m.name
+        );
+    }
+}
