@@ -283,14 +283,14 @@ fn grouped_scenario(
 }
 
 #[test]
-fn hybrid_with_the_prefix_cache_a_tier_a_bad_value_or_off_sim_is_refused_naming_the_key() {
+fn hybrid_with_a_tier_another_eviction_a_bad_value_or_off_sim_is_refused_naming_the_key() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let cases: [(&str, bool, &[&str], &[&str]); 4] = [
         (
-            "manager = \"hybrid\"\n",
+            "manager = \"hybrid\"\neviction = \"lfu\"\n",
             true,
             &["--backend", "sim"],
-            &["cache.manager", "scheduler.prefix_cache"],
+            &["cache.manager", "cache.eviction"],
         ),
         (
             "manager = \"hybrid\"\n",
@@ -331,10 +331,10 @@ fn hybrid_with_the_prefix_cache_a_tier_a_bad_value_or_off_sim_is_refused_naming_
 }
 
 #[test]
-fn auto_picks_hybrid_on_sim_without_the_prefix_cache_and_summed_otherwise() {
+fn auto_picks_hybrid_on_sim_with_or_without_the_prefix_cache() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    for (prefix, want) in [(false, "hybrid"), (true, "summed")] {
-        let dir = tmp.path().join(want);
+    for (prefix, want) in [(false, "hybrid"), (true, "hybrid")] {
+        let dir = tmp.path().join(format!("prefix-{prefix}"));
         let (path, _) = grouped_scenario(&dir, "manager = \"auto\"\n", prefix);
         let out = dir.join("out");
         let (code, text) = kvbench(&[
@@ -502,4 +502,52 @@ fn plan_shows_the_hybrid_layout_of_a_grouped_model() {
     for l in &lines {
         assert!(text.contains(l.as_str()), "no {l:?} in\n{text}");
     }
+}
+
+/// Shared system prompts on a sliding-window model (gemma3-27b: 5 sliding layers of a
+/// 1024-token window to 1 full) through the hybrid manager with its prefix cache, the grouped
+/// shadow on: prompts hit, nothing the shadow reads is wrong, every page comes back.
+#[test]
+fn hybrid_with_the_prefix_cache_hits_shared_prompts_under_the_shadow() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/shared-prompts-8b-h200.toml",
+        "--backend",
+        "sim",
+        "--trace-level",
+        "requests",
+        "--set",
+        "model.preset=gemma3-27b",
+        "--set",
+        "cache.manager=hybrid",
+        "--set",
+        "traffic.requests=20",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("cache manager `hybrid`"), "{text}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("json");
+    assert_eq!(s["shadow"], true, "the shadow ran");
+    assert_eq!(s["checks"]["ok"], true, "{}", s["checks"]);
+    let paged = run_of(&s, "paged");
+    assert!(
+        num(&paged["prefix_cache"]["hit_tokens"]) > 0,
+        "{}",
+        paged["prefix_cache"]
+    );
+    assert_eq!(
+        num(&paged["shadow"]["violations"]),
+        0,
+        "{}",
+        paged["shadow"]
+    );
+    assert!(num(&paged["shadow"]["checked_slots"]) > 0);
+    assert_eq!(paged["reclamation"]["ok"], true, "{}", paged["reclamation"]);
+    assert_eq!(num(&paged["reclamation"]["leaked_blocks"]), 0);
+    assert_eq!(paged["invariants"]["ok"], true, "{}", paged["invariants"]);
 }

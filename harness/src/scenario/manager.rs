@@ -4,11 +4,10 @@
 //! reserves a sliding table's window, not `max_seq_len`); `auto` picks `hybrid` wherever it
 //! changes what a sequence holds and nothing it lacks is asked for.
 //!
-//! The hybrid manager has no prefix cache (a prefix hit is only valid where every table — a
-//! sliding window's blocks, a recurrent state — holds the prefix, which it does not index), so
-//! an explicit `hybrid` with the prefix cache or a lower tier is refused here, before any work,
-//! and `auto` stays `summed` when the prefix cache is on. What needs the backend (cpu and cuda map
-//! one block table) is refused by the run's set-up, which knows it.
+//! The hybrid manager has a prefix cache of its own (a hit only where every table holds the
+//! prefix: a sliding table the blocks of its window, a recurrent model none), but no lower
+//! tiers, so an explicit `hybrid` with a lower tier is refused here, before any work. What needs
+//! the backend (cpu and cuda map one block table) is refused by the run's set-up, which knows it.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +19,8 @@ use crate::model::{LayerGroup, ModelShape};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ManagerChoice {
-    /// `hybrid` where the model's layers keep tokens differently, on `sim`, without the prefix
-    /// cache; `summed` otherwise.
+    /// `hybrid` where the model's layers keep tokens differently, on `sim`, without a lower
+    /// tier; `summed` otherwise.
     #[default]
     Auto,
     Hybrid,
@@ -79,10 +78,8 @@ impl Scenario {
             ManagerChoice::Summed => CacheManager::Summed,
             ManagerChoice::Hybrid => CacheManager::Hybrid,
             ManagerChoice::Auto => {
-                if backend == "sim"
-                    && !self.scheduler.prefix_cache
-                    && layers_keep_tokens_differently(shape)
-                {
+                let tiered = self.cache.host_tier.is_some() || self.cache.disk_tier.is_some();
+                if backend == "sim" && !tiered && layers_keep_tokens_differently(shape) {
                     CacheManager::Hybrid
                 } else {
                     CacheManager::Summed
@@ -96,11 +93,11 @@ impl Scenario {
         if self.cache.manager != ManagerChoice::Hybrid {
             return;
         }
-        if self.scheduler.prefix_cache {
+        if self.scheduler.prefix_cache && self.cache.eviction != crate::cache::EvictionPolicy::Lru {
             p.push(KeyProblem::new(
                 "cache.manager",
-                "\"hybrid\" has no prefix cache; set scheduler.prefix_cache = false, or \
-                 cache.manager = \"summed\" to keep the prefix cache",
+                "\"hybrid\" evicts cached prefix pages least recently released first only; \
+                 remove cache.eviction, or use cache.manager = \"summed\"",
             ));
         }
         for (tier, written) in [

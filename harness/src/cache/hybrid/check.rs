@@ -101,7 +101,17 @@ impl HybridCache {
                     if free { "free" } else { "fenced" }
                 ));
             }
-            if !free && !pending && count == 0 {
+            let cached = self.pool.is_cached_free(page as u32);
+            if cached && (free || pending || count > 0 || !self.pool.is_published(page as u32)) {
+                bad.push(format!(
+                    "cached-free page {page}: published {}, free {free}, fenced {pending}, in {count} tables",
+                    self.pool.is_published(page as u32)
+                ));
+            }
+            if self.pool.is_published(page as u32) && (free || pending) {
+                bad.push(format!("page {page} is published and free or fenced"));
+            }
+            if !free && !pending && !cached && count == 0 {
                 bad.push(format!(
                     "page {page} is neither free nor in any table (leaked)"
                 ));
@@ -133,10 +143,11 @@ impl HybridCache {
         if !self.seqs.is_empty() {
             bad.push(format!("{} sequences still held", self.seqs.len()));
         }
-        if self.pool.free_count() != self.pool.pages() {
+        // Cached-free pages are reclaimable on demand: quiescent, like free ones.
+        if self.pool.free_count() + self.pool.cached_count() != self.pool.pages() {
             bad.push(format!(
-                "{} of {} pages not free ({} fenced)",
-                self.pool.pages() - self.pool.free_count(),
+                "{} of {} pages neither free nor cached-free ({} fenced)",
+                self.pool.pages() - self.pool.free_count() - self.pool.cached_count(),
                 self.pool.pages(),
                 self.pool.pending_pages()
             ));

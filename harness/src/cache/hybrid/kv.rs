@@ -9,7 +9,9 @@
 //! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
 //! out again.
 //!
-//! There is no prefix cache: a probe reports 0 cached tokens and `prefix_stats` stays zero.
+//! The prefix cache (`cached.rs`) publishes each table's full blocks as they are written and
+//! shares them at start where `prefix_hit_tokens`' rule allows; the rest of the prompt is
+//! mapped fresh and written from the hit on.
 //!
 //! **Accounting** is in slots of `page_bytes / page_slots` bytes (the grouped unit of
 //! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
@@ -24,6 +26,7 @@ use kvbench_cache_api::{
     Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
 };
 
+use super::cached::{Lookup, PrefixCache};
 use super::error::HybridError;
 use super::layout::HybridLayout;
 use super::manager::{HybridCache, PageCopy};
@@ -50,6 +53,7 @@ pub struct HybridKv {
     pub(crate) bad_layouts_read: Cell<u64>,
     /// Protocol errors and planted bugs seen as they happened, reported by `check_invariants`.
     pub(crate) violations: Vec<String>,
+    pub(crate) prefix: PrefixCache,
 }
 
 impl HybridKv {
@@ -67,6 +71,7 @@ impl HybridKv {
             bad_layouts: BTreeMap::new(),
             bad_layouts_read: Cell::new(0),
             violations: Vec::new(),
+            prefix: PrefixCache::default(),
         }
     }
 
@@ -181,6 +186,56 @@ impl HybridKv {
         self.bad_layouts.insert(seq, bad);
     }
 
+    /// Pages a start with `hit` maps fresh over every table (the blocks after the hit), and
+    /// whether they and a state can be had now (the hit's own cached-free pages excluded).
+    fn fresh_pages(&self, prompt_tokens: u64, hit: &Lookup) -> (u64, bool) {
+        let h = hit.hit_tokens;
+        let pages = self
+            .shapes
+            .iter()
+            .map(|s| {
+                let bt = u64::from(s.block_tokens.max(1));
+                prompt_tokens.div_ceil(bt) - h / bt
+            })
+            .fold(0u64, u64::saturating_add);
+        let shared: Vec<u32> = hit.all_pages().collect();
+        let avail = self.cache.pool.available_except(&shared);
+        (pages, pages <= u64::from(avail) && self.state_free())
+    }
+
+    /// Share the hit's pages into `seq`'s (just started, empty) tables: it holds `h` tokens,
+    /// written and trimmed.
+    fn share_hit(&mut self, seq: SeqId, hit: &Lookup) -> Result<(), HybridError> {
+        let cache = &mut self.cache;
+        let entry = cache
+            .seqs
+            .get_mut(&seq)
+            .ok_or(HybridError::UnknownSeq(seq))?;
+        for (table, (first, pages)) in entry.tables.iter_mut().zip(&hit.pages) {
+            for &page in pages {
+                if cache.pool.is_cached_free(page) {
+                    cache.pool.revive(page)?;
+                } else {
+                    cache.pool.share(page)?;
+                }
+                table.pages.push(page);
+            }
+            table.first_block = *first;
+        }
+        entry.tokens = hit.hit_tokens;
+        entry.written = hit.hit_tokens;
+        entry.trimmed = hit.hit_tokens;
+        Ok(())
+    }
+
+    /// Publish `seq`'s newly full blocks (before any trim), then forget what the pool evicted.
+    fn publish(&mut self, seq: SeqId) {
+        if let Some(entry) = self.cache.seqs.get(&seq) {
+            self.prefix
+                .publish(&self.cache.layout, &mut self.cache.pool, seq, entry);
+        }
+    }
+
     /// Record the writes `SkipCow` let into shared pages since `before`.
     fn note_skipped(&mut self, seq: SeqId, before: u64) {
         let skipped = self.cache.skipped_copies - before;
@@ -205,13 +260,16 @@ impl KvCacheManager for HybridKv {
         if self.cache.seqs.contains_key(&req.seq) {
             return Probe::default();
         }
-        let pages = self.start_pages(req.tokens.len() as u64);
+        let hit = self
+            .prefix
+            .lookup(&self.cache.layout, req.scope, req.tokens);
+        let (pages, fits) = self.fresh_pages(req.tokens.len() as u64, &hit);
         Probe {
-            cached_tokens: 0,
+            cached_tokens: u32::try_from(hit.hit_tokens).unwrap_or(u32::MAX),
             new_slots: pages
                 .saturating_mul(self.page_slots())
                 .saturating_add(self.state_slots),
-            fits: pages <= u64::from(self.cache.pool.free_count()) && self.state_free(),
+            fits,
             onload_tokens: 0,
         }
     }
@@ -231,25 +289,48 @@ impl KvCacheManager for HybridKv {
                 total_slots: self.total_slots(),
             });
         }
-        if pages > u64::from(self.cache.pool.free_count()) || !self.state_free() {
+        let hit = self
+            .prefix
+            .lookup(&self.cache.layout, req.scope, req.tokens);
+        let (fresh, fits) = self.fresh_pages(prompt, &hit);
+        if !fits {
             let a = self.accounting();
             return Err(AllocError::NoSpace {
-                needed_slots,
-                available_slots: a.free_slots,
+                needed_slots: fresh
+                    .saturating_mul(self.page_slots())
+                    .saturating_add(self.state_slots),
+                available_slots: a.free_slots + a.cached_free_slots,
             });
         }
         self.cache
             .start(req.seq)
             .map_err(|e| self.alloc_error(req.seq, e))?;
-        // Checked above: the pages are free and nothing is shared yet, so this cannot refuse;
-        // if it did, the start is undone whole (a failed call changes nothing).
-        if let Err(e) = self.cache.map(req.seq, prompt) {
-            self.cache.seqs.remove(&req.seq);
-            self.cache.pool.untake_state();
+        // Checked above: the fresh pages can be had, so this cannot refuse; if it did, the
+        // start is undone (the shared pages go back where they were, cached-free or shared).
+        let mapped = self
+            .share_hit(req.seq, &hit)
+            .and_then(|()| self.cache.map(req.seq, prompt - hit.hit_tokens));
+        if let Err(e) = mapped {
+            let _ = self.cache.release(req.seq);
+            self.prefix.sync(&mut self.cache.pool);
             return Err(self.alloc_error(req.seq, e));
         }
+        self.prefix.sync(&mut self.cache.pool);
+        if hit.scope.is_some() {
+            let st = &mut self.prefix.stats;
+            st.lookups += 1;
+            st.lookup_tokens += prompt;
+            st.hit_tokens += hit.hit_tokens;
+            st.hit_blocks += hit.hits.len() as u64;
+        }
+        self.prefix
+            .track(&self.cache.layout, req.seq, req.tokens, &hit);
         self.refresh_bad_layout(req.seq);
-        Ok(Started::default())
+        Ok(Started {
+            cached_tokens: u32::try_from(hit.hit_tokens).unwrap_or(u32::MAX),
+            hits: hit.hits,
+            ..Started::default()
+        })
     }
 
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
@@ -271,7 +352,10 @@ impl KvCacheManager for HybridKv {
         }
         self.cache
             .write(seq, upto)
-            .and_then(|()| self.cache.trim(seq, before))
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.publish(seq);
+        self.cache
+            .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
         self.refresh_bad_layout(seq);
         Ok(())
@@ -296,12 +380,28 @@ impl KvCacheManager for HybridKv {
             .map(seq, 1)
             .map_err(|e| self.alloc_error(seq, e))?;
         self.note_skipped(seq, skipped);
+        self.prefix.sync(&mut self.cache.pool);
         self.cache
             .write(seq, before + 1)
-            .and_then(|()| self.cache.trim(seq, before))
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.publish(seq);
+        self.cache
+            .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
         self.refresh_bad_layout(seq);
         Ok(self.copy_ops(&copies))
+    }
+
+    fn append_token(&mut self, seq: SeqId, token: u32) -> Result<Vec<CopyOp>, AllocError> {
+        // The token is known before the append publishes the block it completes; a refused
+        // append takes it back.
+        let position = self.cache.seqs.get(&seq).map_or(0, |e| e.written);
+        let pushed = self.prefix.push_token(seq, token, position);
+        let out = self.append(seq);
+        if out.is_err() && pushed {
+            self.prefix.pop_token(seq);
+        }
+        out
     }
 
     fn append_cost(&self, seq: SeqId) -> u64 {
@@ -351,6 +451,7 @@ impl KvCacheManager for HybridKv {
         self.cache
             .fork(parent, child)
             .map_err(|e| self.alloc_error(child, e))?;
+        self.prefix.fork(parent, child);
         self.refresh_bad_layout(child);
         Ok(Vec::new())
     }
@@ -371,8 +472,10 @@ impl KvCacheManager for HybridKv {
             // stay referenced.
             self.faults.leaked_once = true;
             self.cache.seqs.remove(&seq);
+            self.prefix.forget(seq);
             return Ok(());
         }
+        self.prefix.forget(seq);
         self.cache
             .release(seq)
             .map_err(|e| self.alloc_error(seq, e))
@@ -420,7 +523,7 @@ impl KvCacheManager for HybridKv {
             total_slots: self.total_slots(),
             live_slots: page_live + u64::from(pool.states_held()) * st,
             allocated_unfilled_slots: (u64::from(pool.held_pages()) * ps).saturating_sub(page_live),
-            cached_free_slots: 0,
+            cached_free_slots: pool.cached_slots(),
             pending_free_slots: u64::from(pool.pending_pages()) * ps
                 + u64::from(pool.states_pending()) * st,
             free_slots: self.free_page_slots() + states_free * st,
@@ -428,7 +531,7 @@ impl KvCacheManager for HybridKv {
     }
 
     fn prefix_stats(&self) -> PrefixStats {
-        PrefixStats::default()
+        self.prefix.stats
     }
 
     /// The free pages' slots: every page is a whole extent, and a free state holds no token.
@@ -436,7 +539,10 @@ impl KvCacheManager for HybridKv {
         self.free_page_slots()
     }
 
-    fn flush_prefix_cache(&mut self) {}
+    fn flush_prefix_cache(&mut self) {
+        self.cache.pool.flush_cached();
+        self.prefix.sync(&mut self.cache.pool);
+    }
 
     fn check_invariants(&self) -> Result<(), String> {
         super::kv_check::check(self)

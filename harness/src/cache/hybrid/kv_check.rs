@@ -64,6 +64,27 @@ pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
             }
         }
     }
+    // The prefix cache: the index and the pool agree on which pages are published.
+    let mut indexed = 0u64;
+    for (page, points_back) in kv.prefix.published_pages() {
+        indexed += 1;
+        if !points_back {
+            bad.push(format!(
+                "published page {page}: its index entry names another page"
+            ));
+        }
+        if !cache.pool.is_published(page) {
+            bad.push(format!(
+                "page {page} is indexed but the pool has it unpublished"
+            ));
+        }
+    }
+    if indexed != cache.pool.published_count() {
+        bad.push(format!(
+            "{indexed} pages indexed, {} published in the pool",
+            cache.pool.published_count()
+        ));
+    }
     let acc = kv.accounting();
     if !acc.is_conserved() {
         bad.push(format!("accounting not conserved: {acc:?}"));

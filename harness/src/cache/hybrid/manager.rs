@@ -162,7 +162,7 @@ impl HybridCache {
     /// returned), fresh pages for new blocks. Nothing is trimmed or written.
     pub(crate) fn map(&mut self, seq: SeqId, n: u64) -> Result<Vec<PageCopy>, HybridError> {
         let needed = self.pages_needed(seq, n)?;
-        let free = self.pool.free_count();
+        let free = self.pool.available();
         if needed > free as u64 {
             return Err(HybridError::OutOfPages { needed, free });
         }

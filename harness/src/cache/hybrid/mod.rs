@@ -14,8 +14,11 @@
 //! `kv_check.rs`, tests in `tests/cache_hybrid_kv.rs`) puts it behind the engine's
 //! `KvCacheManager` trait — prompts mapped whole at start and trimmed as they are written,
 //! fences on every released page and state, grouped accounting in slots, planted faults — and
-//! is driven through the trait by the engine where the run selects it.
+//! is driven through the trait by the engine where the run selects it. Its prefix cache
+//! (`cached.rs`, tests in `tests/cache_hybrid_prefix.rs`) publishes each table's full blocks
+//! under a chained scoped key and keeps released published pages cached-free in the pool.
 
+mod cached;
 mod check;
 mod error;
 mod fit;

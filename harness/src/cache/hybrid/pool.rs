@@ -12,6 +12,8 @@
 //! accounting are a counter: a page of a table with `block_tokens` tokens counts
 //! `⌊written × page_slots / block_tokens⌋` slots live.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
@@ -55,6 +57,20 @@ pub(crate) struct PagePool {
     pub(crate) fences_ignored: u64,
     /// Pages handed out while the step they were released under was in flight.
     pub(crate) early_reuse: Vec<(PageId, StepId)>,
+    /// Pages published in the prefix cache: their last reference makes them cached-free.
+    published: Vec<bool>,
+    /// Cached-free pages by the tick of their last release (oldest first: evicted first).
+    cached_lru: BTreeMap<u64, PageId>,
+    /// Each cached-free page's key in `cached_lru` (0: not cached-free).
+    cached_tick: Vec<u64>,
+    clock: u64,
+    /// Pages with `published` set.
+    published_count: u64,
+    /// Cached-free pages released while a step was in flight that may not have retired yet
+    /// (pruned at each retire), so the evictable count is a subtraction, not a scan.
+    cached_fenced: BTreeSet<PageId>,
+    /// Published pages evicted since the prefix index last looked (it unpublishes them).
+    pub(crate) evicted: Vec<PageId>,
 }
 
 impl PagePool {
@@ -76,6 +92,13 @@ impl PagePool {
             ignore_fence: false,
             fences_ignored: 0,
             early_reuse: Vec::new(),
+            published: vec![false; n],
+            cached_lru: BTreeMap::new(),
+            cached_tick: vec![0; n],
+            clock: 0,
+            published_count: 0,
+            cached_fenced: BTreeSet::new(),
+            evicted: Vec::new(),
         }
     }
 
@@ -95,9 +118,140 @@ impl PagePool {
         self.pending_pages
     }
 
-    /// Pages in block tables (or leaked from them): neither free nor pending.
+    /// Pages in block tables (or leaked from them): neither free, pending nor cached-free.
     pub(crate) fn held_pages(&self) -> u32 {
-        self.pages() - self.free_count() - self.pending_pages
+        self.pages() - self.free_count() - self.pending_pages - self.cached_count()
+    }
+
+    /// Published pages no table references, kept for prefix hits.
+    pub(crate) fn cached_count(&self) -> u32 {
+        self.cached_lru.len() as u32
+    }
+
+    pub(crate) fn published_count(&self) -> u64 {
+        self.published_count
+    }
+
+    pub(crate) fn is_published(&self, page: PageId) -> bool {
+        self.published.get(page as usize).copied().unwrap_or(false)
+    }
+
+    pub(crate) fn is_cached_free(&self, page: PageId) -> bool {
+        self.cached_tick.get(page as usize).is_some_and(|&t| t != 0)
+    }
+
+    /// `page` (held) is now in the prefix cache: its last reference keeps it cached-free.
+    pub(crate) fn publish(&mut self, page: PageId) {
+        if let Some(p) = self.published.get_mut(page as usize) {
+            if !*p {
+                self.published_count += 1;
+            }
+            *p = true;
+        }
+    }
+
+    /// Cached-free pages that can be evicted and handed out now: those released under no
+    /// step still in flight (a fenced one waits, like a pending page).
+    fn evictable(&self, except: &[PageId]) -> u32 {
+        let fenced = if self.ignore_fence {
+            0
+        } else {
+            self.cached_fenced.len()
+        };
+        let excepted = except
+            .iter()
+            .filter(|&&p| self.is_cached_free(p) && self.fence_clear(p))
+            .count();
+        (self.cached_lru.len() - fenced - excepted) as u32
+    }
+
+    fn fence_clear(&self, page: PageId) -> bool {
+        let fence = self.release_fence(page);
+        self.ignore_fence || fence == 0 || self.fence.is_retired(fence)
+    }
+
+    /// Pages that can be taken now: free ones and evictable cached-free ones.
+    pub(crate) fn available(&self) -> u32 {
+        self.free_count() + self.evictable(&[])
+    }
+
+    /// Pages that can be taken now, not counting the cached-free pages `except` is about to
+    /// share.
+    pub(crate) fn available_except(&self, except: &[PageId]) -> u32 {
+        self.free_count() + self.evictable(except)
+    }
+
+    /// Evict the least recently released cached-free page whose fence is clear onto the free
+    /// list; `false` when there is none.
+    fn evict_one(&mut self) -> bool {
+        let found = self
+            .cached_lru
+            .iter()
+            .find(|(_, &p)| self.fence_clear(p))
+            .map(|(&t, &p)| (t, p));
+        let Some((tick, page)) = found else {
+            return false;
+        };
+        self.cached_lru.remove(&tick);
+        self.unpublish_free(page);
+        self.free.push(page);
+        true
+    }
+
+    fn unpublish_free(&mut self, page: PageId) {
+        let i = page as usize;
+        self.cached_tick[i] = 0;
+        self.cached_fenced.remove(&page);
+        if self.published[i] {
+            self.published_count -= 1;
+        }
+        self.published[i] = false;
+        self.written[i] = 0;
+        self.block_tokens[i] = 0;
+        self.evicted.push(page);
+    }
+
+    /// Every cached-free page leaves the cache: free, or pending behind the fence it was
+    /// released under while that step is in flight. Held published pages stay held,
+    /// unpublished.
+    pub(crate) fn flush_cached(&mut self) {
+        let pages: Vec<PageId> = self.cached_lru.values().copied().collect();
+        self.cached_lru.clear();
+        for page in pages {
+            let clear = self.fence_clear(page);
+            self.unpublish_free(page);
+            if clear {
+                self.free.push(page);
+            } else {
+                self.withhold(Freed::Page(page));
+            }
+        }
+        for (i, p) in self.published.iter_mut().enumerate() {
+            if *p {
+                *p = false;
+                self.published_count -= 1;
+                self.evicted.push(i as PageId);
+            }
+        }
+    }
+
+    /// A cached-free page is referenced again (a prefix hit): held by one reference.
+    pub(crate) fn revive(&mut self, page: PageId) -> Result<(), HybridError> {
+        let i = page as usize;
+        let tick =
+            self.cached_tick
+                .get(i)
+                .copied()
+                .filter(|&t| t != 0)
+                .ok_or(HybridError::Corrupt(
+                    "revived a page that is not cached-free",
+                ))?;
+        self.cached_lru.remove(&tick);
+        self.cached_tick[i] = 0;
+        self.cached_fenced.remove(&page);
+        self.refs[i] = 1;
+        self.live_slots += self.live_of(i);
+        Ok(())
     }
 
     pub(crate) fn refs(&self, page: PageId) -> Option<u32> {
@@ -125,6 +279,9 @@ impl PagePool {
     /// A free page for a table whose pages hold `block_tokens` tokens, now held by one
     /// reference with nothing written.
     pub(crate) fn take(&mut self, block_tokens: u32) -> Result<PageId, HybridError> {
+        if self.free.is_empty() {
+            self.evict_one();
+        }
         let page = self
             .free
             .pop()
@@ -138,6 +295,11 @@ impl PagePool {
         self.written[i] = 0;
         self.block_tokens[i] = block_tokens;
         Ok(page)
+    }
+
+    /// Slots the cached-free pages hold (their written tokens at their table's block tokens).
+    pub(crate) fn cached_slots(&self) -> u64 {
+        u64::from(self.cached_count()) * u64::from(self.page_slots)
     }
 
     /// One more reference to a held page (a fork sharing it).
@@ -176,7 +338,17 @@ impl PagePool {
         *r = r
             .checked_sub(1)
             .ok_or(HybridError::Corrupt("dropped a free page"))?;
-        if *r == 0 {
+        if *r == 0 && self.published[i] {
+            // Kept for prefix hits: its tokens stay, it counts cached-free, not live.
+            self.live_slots -= self.live_of(i);
+            self.release_fence[i] = self.fence.newest_in_flight().unwrap_or(0);
+            self.clock += 1;
+            self.cached_tick[i] = self.clock;
+            self.cached_lru.insert(self.clock, page);
+            if self.release_fence[i] != 0 {
+                self.cached_fenced.insert(page);
+            }
+        } else if *r == 0 {
             self.live_slots -= self.live_of(i);
             self.written[i] = 0;
             self.block_tokens[i] = 0;
@@ -222,6 +394,10 @@ impl PagePool {
         if !self.fence.try_retire(step, &mut ready) {
             return false;
         }
+        let fence = &self.fence;
+        let fences = &self.release_fence;
+        self.cached_fenced
+            .retain(|&p| !fence.is_retired(fences[p as usize]));
         for item in ready {
             match item {
                 Freed::Page(_) => self.pending_pages -= 1,
@@ -259,13 +435,6 @@ impl PagePool {
             self.states_held += 1;
         }
         Ok(())
-    }
-
-    /// Undo a `take_state` whose sequence never started: no step can have touched the state.
-    pub(crate) fn untake_state(&mut self) {
-        if self.state_cap.is_some() {
-            self.states_held = self.states_held.saturating_sub(1);
-        }
     }
 
     /// Give a state back; it is free once the steps in flight retired.

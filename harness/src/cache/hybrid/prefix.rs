@@ -1,5 +1,5 @@
-//! What a prefix hit may reuse, table by table (the manager does not cache prefixes yet; this
-//! is the rule it will apply, stated and tested now).
+//! What a prefix hit may reuse, table by table: the rule the prefix cache (`cached.rs`)
+//! applies at start.
 //!
 //! - **Full and MLA:** a hit of `h` tokens needs every block before `h` cached.
 //! - **Sliding:** only the blocks holding positions `h − window .. h` — what the sequence would
@@ -8,7 +8,7 @@
 //! - **Recurrent:** none. The state after `h` tokens is overwritten by the next token; reusing
 //!   it would need a copy of the state kept at every checkpoint of every cached prefix (a
 //!   Qwen3-Next state is 36 × 1.05 MiB a sequence), which this manager does not keep. A model
-//!   with a recurrent group gets no prefix hit.
+//!   with a recurrent group gets no prefix hit (and publishes nothing).
 //!
 //! A hit is whole blocks of every table (a multiple of each table's block tokens) and leaves at
 //! least one prompt token to compute, whose logits start the output.
