@@ -7,8 +7,9 @@
 //! sliding table's window and the largest step, not `max_seq_len`; and the refusals name the
 //! file, line and key and write nothing.
 //!
-//! The sim shadow does not verify grouped layouts in this build (it reports every read of one),
-//! so these runs pass `--no-shadow`; `--check-every 0` checks invariants at the end of each run.
+//! Most runs pass `--no-shadow` to stay quick (the grouped shadow has its own tests in
+//! `tests/shadow_grouped.rs`; the prefix-cache run keeps it on); `--check-every 0` checks
+//! invariants at the end of each run.
 
 mod support;
 use support::kvbench;
