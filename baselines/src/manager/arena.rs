@@ -80,14 +80,25 @@ impl Arena {
     }
 }
 
+/// A checker's problems as its result: the first 20, joined, or `Ok` when there are none.
+pub(crate) fn verdict(mut problems: Vec<String>) -> Result<(), String> {
+    problems.truncate(20);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 /// The arena's tiling invariant, shared by both contiguous managers: the held `ranges` (start,
 /// length, what holds it), the pending ones and the free extents cover `0..total_slots` exactly
-/// once, and no two free extents meet unmerged. `unit` names the arena's unit in messages
+/// once, no two free extents meet unmerged, and `accounting` is conserved. `unit` names the arena's unit in messages
 /// ("slot", "page"); problems are appended to `problems`.
 pub(crate) fn check_tiling(
     arena: &Arena,
     mut ranges: Vec<(u64, u64, String)>,
     unit: &str,
+    accounting: kvbench_cache_api::Accounting,
     problems: &mut Vec<String>,
 ) {
     let mut free = 0;
@@ -127,6 +138,9 @@ pub(crate) fn check_tiling(
             "ranges end at {unit} {cursor}, the arena has {} {unit}s",
             arena.total_slots()
         ));
+    }
+    if !accounting.is_conserved() {
+        problems.push(format!("accounting not conserved: {accounting:?}"));
     }
 }
 

@@ -33,17 +33,8 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
     for (step, &(s, l)) in c.fence.pending() {
         ranges.push((s, l, format!("pending on step {step}")));
     }
-    super::arena::check_tiling(&c.arena, ranges, "slot", &mut problems);
-    let acc = c.accounting();
-    if !acc.is_conserved() {
-        problems.push(format!("accounting not conserved: {acc:?}"));
-    }
-    problems.truncate(20);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    super::arena::check_tiling(&c.arena, ranges, "slot", c.accounting(), &mut problems);
+    super::arena::verdict(problems)
 }
 
 pub(crate) fn quiescent(c: &ContiguousCache) -> Result<(), String> {
@@ -74,9 +65,5 @@ pub(crate) fn quiescent(c: &ContiguousCache) -> Result<(), String> {
             c.arena.total_slots()
         ));
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    super::arena::verdict(problems)
 }

@@ -119,17 +119,8 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
             ));
         }
     }
-    super::arena::check_tiling(&c.arena, ranges, "page", &mut problems);
-    let acc = c.accounting();
-    if !acc.is_conserved() {
-        problems.push(format!("accounting not conserved: {acc:?}"));
-    }
-    problems.truncate(20);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    super::arena::check_tiling(&c.arena, ranges, "page", c.accounting(), &mut problems);
+    super::arena::verdict(problems)
 }
 
 pub(crate) fn quiescent(c: &GroupedContiguous) -> Result<(), String> {
@@ -166,11 +157,7 @@ pub(crate) fn quiescent(c: &GroupedContiguous) -> Result<(), String> {
     if c.states_held > 0 {
         problems.push(format!("{} recurrent states still taken", c.states_held));
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    super::arena::verdict(problems)
 }
 
 impl GroupedContiguous {
