@@ -162,6 +162,17 @@ impl CpuBackend {
         &self.model
     }
 
+    /// Recurrent states held now, one per live sequence of a model with recurrent layers (tests
+    /// read it after a run: every release dropped its state).
+    pub fn recurrent_states(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether the run handed out grouped layouts (each layer addressed through its table).
+    pub fn is_grouped(&self) -> bool {
+        self.grouped.is_some()
+    }
+
     /// A sequence's token history so far.
     pub fn history(&self, seq: SeqId) -> Option<&[u32]> {
         self.seqs.get(seq).map(|s| s.history.as_slice())
