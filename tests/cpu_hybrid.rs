@@ -148,6 +148,89 @@ fn swaps_move_each_tables_cells_and_pass_the_oracle() {
     }
 }
 
+/// Sliding, MLA and full layers in one model (f32): three kinds of table, and the MLA table's
+/// layers store fewer bytes a token, so its pages hold 25 tokens where the others hold 16 — the
+/// store's page stride is wider than the block size. Forks included; the prefix cache is on,
+/// though a hit must be whole blocks of every table (a multiple of 400 tokens here, longer than
+/// any prompt), so none is asserted.
+const TINY_MIX: &str = r#"name = "tiny-mix"
+device = "cpu"
+
+[model]
+preset = "tiny"
+layers = 6
+
+[[model.layer_groups]]
+attention = "sliding"
+layers = 2
+window = 12
+
+[[model.layer_groups]]
+attention = "mla"
+layers = 2
+latent_dim = 64
+rope_dim = 16
+
+[[model.layer_groups]]
+attention = "full"
+layers = 2
+
+[memory]
+kv_budget = "2 MiB"
+
+[cache]
+block_size = 16
+max_seq_len = 256
+manager = "hybrid"
+
+[traffic]
+requests = 12
+
+[traffic.arrival]
+kind = "poisson"
+rate_per_s = 200.0
+
+[traffic.prompt_tokens]
+dist = "uniform"
+min = 16
+max = 96
+
+[traffic.output_tokens]
+dist = "uniform"
+min = 8
+max = 48
+
+[traffic.shared_prefix]
+groups = 2
+prefix_tokens = 32
+share = 0.5
+
+[traffic.parallel_sampling]
+n = 2
+share = 0.3
+
+[scheduler]
+prefix_cache = true
+"#;
+
+#[test]
+fn a_model_of_three_table_kinds_with_a_wider_mla_page_passes_the_oracle() {
+    let seed = seed();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("tiny-mix.toml");
+    std::fs::write(&path, TINY_MIX).expect("write scenario");
+    let s = kvbench::scenario::load(&path, &[]).expect("scenario");
+    let setup = experiment::setup(&s, &cpu(seed)).expect("setup");
+    let shapes = setup.layout.expect("grouped").grouped_pool().shapes;
+    let pages: Vec<(u32, Option<u32>)> = shapes.iter().map(|t| (t.block_tokens, t.window)).collect();
+    // A page is 2 layers × 16 tokens × 512 bytes (a full layer's f32 K and V); an MLA layer's
+    // token is 80 f32 values, so 16 384 / (2 × 320) = 25 tokens.
+    assert_eq!(pages, vec![(16, Some(12)), (25, None), (16, None)]);
+    let exp = passes(&s, seed, "tiny-mix");
+    let paged = exp.run(CacheMode::Paged).expect("paged run");
+    assert!(paged.metrics.streams.total > 12, "seed {seed}: no fork");
+}
+
 /// The paged rows of `memory.csv` in `dir`: per step, running sequences and the bytes in use
 /// (live, allocated but unfilled, pending free).
 fn paged_rows(dir: &Path) -> Vec<(u64, u64)> {
