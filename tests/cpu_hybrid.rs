@@ -222,7 +222,8 @@ fn a_model_of_three_table_kinds_with_a_wider_mla_page_passes_the_oracle() {
     let s = kvbench::scenario::load(&path, &[]).expect("scenario");
     let setup = experiment::setup(&s, &cpu(seed)).expect("setup");
     let shapes = setup.layout.expect("grouped").grouped_pool().shapes;
-    let pages: Vec<(u32, Option<u32>)> = shapes.iter().map(|t| (t.block_tokens, t.window)).collect();
+    let pages: Vec<(u32, Option<u32>)> =
+        shapes.iter().map(|t| (t.block_tokens, t.window)).collect();
     // A page is 2 layers × 16 tokens × 512 bytes (a full layer's f32 K and V); an MLA layer's
     // token is 80 f32 values, so 16 384 / (2 × 320) = 25 tokens.
     assert_eq!(pages, vec![(16, Some(12)), (25, None), (16, None)]);
@@ -298,7 +299,11 @@ fn the_sliding_table_releases_blocks_so_peak_memory_is_below_the_summed_managers
     let hybrid = run("hybrid");
     let summed = run("summed");
     let running = |rows: &[(u64, u64)]| rows.iter().map(|r| r.0).collect::<Vec<_>>();
-    assert_eq!(running(&hybrid), running(&summed), "seed {seed}: one schedule");
+    assert_eq!(
+        running(&hybrid),
+        running(&summed),
+        "seed {seed}: one schedule"
+    );
     let peak = |rows: &[(u64, u64)]| rows.iter().map(|r| r.1).max().unwrap_or(0);
     let (h, s) = (peak(&hybrid), peak(&summed));
     println!("seed {seed}: peak bytes in use, hybrid {h}, summed {s}");
@@ -350,7 +355,10 @@ fn planted_faults_fail_a_grouped_run() {
         ..cpu(seed)
     };
     let exp = experiment::run_scenario(&s, &opts).expect("cpu run");
-    assert!(exp.fault_fired() > 0, "early-reuse seed {seed}: never fired");
+    assert!(
+        exp.fault_fired() > 0,
+        "early-reuse seed {seed}: never fired"
+    );
     assert!(
         exp.failures()
             .iter()

@@ -279,7 +279,10 @@ mod tests {
             rope_theta: 10_000.0,
             norm_eps: 1e-5,
         };
-        let kinds = vec![crate::LayerKind::Sliding { window: 6 }, crate::LayerKind::Full];
+        let kinds = vec![
+            crate::LayerKind::Sliding { window: 6 },
+            crate::LayerKind::Full,
+        ];
         crate::Transformer::seeded_with_kinds(cfg, kinds, 11).expect("model")
     }
 

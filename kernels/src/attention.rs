@@ -133,7 +133,9 @@ pub fn attention_windowed<E: KvElem, A: TokenAddressing>(
         // The first position any query of the span reads: with a window, the first query's
         // window start (a layout that released what lies before it is never asked for it).
         let from = window.map_or(0, |w| (s.context_len - s.q_len + 1).saturating_sub(w));
-        let mut at = s.addr.runs_from(from, s.context_len, num_slots, &mut runs)?;
+        let mut at = s
+            .addr
+            .runs_from(from, s.context_len, num_slots, &mut runs)?;
         if at > from {
             return Err(KernelError::Unmapped {
                 pos: from,

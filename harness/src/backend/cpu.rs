@@ -231,9 +231,9 @@ impl CpuBackend {
         };
         let map = GroupedMap::new(&self.model_shape, page_slots, shapes)?;
         let pages = self.cache_slots / u64::from(page_slots.max(1));
-        let rows = map.slots_for(pages).ok_or_else(|| {
-            BackendError::Config(format!("{pages} pages do not fit in memory"))
-        })?;
+        let rows = map
+            .slots_for(pages)
+            .ok_or_else(|| BackendError::Config(format!("{pages} pages do not fit in memory")))?;
         if rows > self.kv.num_slots() {
             let bytes = (rows as u64).saturating_mul(self.kv.bytes_per_slot() as u64);
             if bytes > MAX_STORE_BYTES {

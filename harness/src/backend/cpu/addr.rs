@@ -93,7 +93,8 @@ impl GroupedAddr<'_> {
             pos,
             mapped_tokens: self.mapped_tokens(),
         };
-        let (page, off) = cell(&self.shapes[t], &self.tables[t], pos as u64).ok_or_else(unmapped)?;
+        let (page, off) =
+            cell(&self.shapes[t], &self.tables[t], pos as u64).ok_or_else(unmapped)?;
         (page as usize)
             .checked_mul(self.map.stride)
             .and_then(|s| s.checked_add(off as usize))
@@ -117,7 +118,11 @@ impl GroupedAddr<'_> {
                 first_slot: self.slot(t, pos)?,
                 len: n,
             };
-            if run.first_slot.checked_add(n).is_none_or(|end| end > num_slots) {
+            if run
+                .first_slot
+                .checked_add(n)
+                .is_none_or(|end| end > num_slots)
+            {
                 return Err(KernelError::SlotOutOfRange {
                     slot: run.first_slot as u64,
                     len_tokens: n as u64,
@@ -183,7 +188,13 @@ impl TokenAddressing for Addr<'_> {
 
     fn table_of_layer(&self, layer: usize) -> usize {
         match self {
-            Addr::Grouped(g) => g.map.layer_tables.get(layer).copied().flatten().unwrap_or(0),
+            Addr::Grouped(g) => g
+                .map
+                .layer_tables
+                .get(layer)
+                .copied()
+                .flatten()
+                .unwrap_or(0),
             _ => 0,
         }
     }
