@@ -296,8 +296,8 @@ fn hybrid_with_a_tier_another_eviction_a_bad_value_or_off_sim_is_refused_naming_
         (
             "manager = \"hybrid\"\n",
             false,
-            &["--backend", "cpu"],
-            &["cache.manager", "cpu", "one block table"],
+            &["--backend", "cuda"],
+            &["cache.manager", "cuda", "one block table"],
         ),
         (
             "manager = \"hybrid\"\n",

@@ -130,8 +130,18 @@ pub fn attention_windowed<E: KvElem, A: TokenAddressing>(
             });
         }
         let first_run = runs.len();
-        s.addr.runs(s.context_len, num_slots, &mut runs)?;
-        let mut at = 0;
+        // The first position any query of the span reads: with a window, the first query's
+        // window start (a layout that released what lies before it is never asked for it).
+        let from = window.map_or(0, |w| (s.context_len - s.q_len + 1).saturating_sub(w));
+        let mut at = s
+            .addr
+            .runs_from(from, s.context_len, num_slots, &mut runs)?;
+        if at > from {
+            return Err(KernelError::Unmapped {
+                pos: from,
+                mapped_tokens: s.addr.mapped_tokens(),
+            });
+        }
         for r in &runs[first_run..] {
             starts.push(at);
             at += r.len;

@@ -216,21 +216,85 @@ impl<E: KvElem> KvCache<E> {
         out: &mut Vec<E>,
     ) -> Result<(), KernelError> {
         self.check_range(first, len)?;
-        let none: [Vec<f32>; 2] = Default::default();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let (rk, rv) = self.rows_of(i);
-            let sr = self.scale_row_of(i);
-            out.extend_from_slice(&layer.k[first * rk..(first + len) * rk]);
-            out.extend_from_slice(&layer.v[first * rv..(first + len) * rv]);
-            for s in self.scales.get(i).unwrap_or(&none) {
-                out.extend(
-                    s[first * sr..(first + len) * sr]
-                        .iter()
-                        .map(|&x| E::from_f32(x)),
-                );
-            }
+        for i in 0..self.layers.len() {
+            self.read_layer_slots(i, first, len, out)?;
         }
         Ok(())
+    }
+
+    /// [`read_slots`](Self::read_slots) of layer `layer` alone: its K rows, V rows and scales.
+    /// A grouped cache addresses each layer through its own table, so a swap gathers layer by
+    /// layer.
+    pub fn read_layer_slots(
+        &self,
+        layer: usize,
+        first: usize,
+        len: usize,
+        out: &mut Vec<E>,
+    ) -> Result<(), KernelError> {
+        self.check_range(first, len)?;
+        let l = self.layers.get(layer).ok_or(KernelError::Shape {
+            what: "layer index",
+            expected: self.layers.len(),
+            got: layer,
+        })?;
+        let (rk, rv) = self.rows_of(layer);
+        let sr = self.scale_row_of(layer);
+        out.extend_from_slice(&l.k[first * rk..(first + len) * rk]);
+        out.extend_from_slice(&l.v[first * rv..(first + len) * rv]);
+        for s in self.scales.get(layer).into_iter().flatten() {
+            out.extend(
+                s[first * sr..(first + len) * sr]
+                    .iter()
+                    .map(|&x| E::from_f32(x)),
+            );
+        }
+        Ok(())
+    }
+
+    /// Elements one slot of layer `layer` holds: K, V and scales.
+    pub fn layer_elems_per_slot(&self, layer: usize) -> usize {
+        let (k, v) = self.rows_of(layer);
+        k + v + 2 * self.scale_row_of(layer)
+    }
+
+    /// Writes back what [`read_layer_slots`](Self::read_layer_slots) produced for `len` slots
+    /// of layer `layer`, returning how many elements of `data` were consumed.
+    pub fn write_layer_slots(
+        &mut self,
+        layer: usize,
+        first: usize,
+        len: usize,
+        data: &[E],
+    ) -> Result<usize, KernelError> {
+        self.check_range(first, len)?;
+        let need = len * self.layer_elems_per_slot(layer);
+        if data.len() < need || layer >= self.layers.len() {
+            return Err(KernelError::Shape {
+                what: "swap buffer of one layer",
+                expected: need,
+                got: data.len(),
+            });
+        }
+        let n = self.num_slots.max(1);
+        let mut at = 0;
+        let l = &mut self.layers[layer];
+        for buf in [&mut l.k, &mut l.v] {
+            let row = buf.len() / n;
+            buf[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
+            at += len * row;
+        }
+        for s in self.scales.get_mut(layer).into_iter().flatten() {
+            let sr = s.len() / n;
+            for (d, x) in s[first * sr..(first + len) * sr]
+                .iter_mut()
+                .zip(&data[at..at + len * sr])
+            {
+                *d = x.to_f32();
+            }
+            at += len * sr;
+        }
+        Ok(at)
     }
 
     /// Writes back what [`read_slots`](Self::read_slots) produced for `len` slots (swap in),

@@ -16,6 +16,7 @@
 mod addr;
 pub mod bench;
 mod check;
+mod grouped;
 mod setup;
 mod store;
 mod tier;
@@ -33,11 +34,12 @@ pub use tier::{late_onload_order, MAX_POOL_BYTES as MAX_TIER_POOL_BYTES};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use kvbench_cache_api::{KvCacheManager, ScopeKey, SeqId};
+use kvbench_cache_api::{KvCacheManager, ScopeKey, SeqId, SeqLayout};
 use kvbench_kernels::{rank_token, KernelError, StepSeq, Transformer};
 
 use self::addr::Addr;
 use self::check::Checker;
+use self::grouped::GroupedMap;
 use self::store::{HostKv, KvStore};
 use self::tier::Tiers;
 use super::seq_history::SeqTable;
@@ -50,6 +52,15 @@ use super::{
 pub struct CpuBackend {
     model: Transformer,
     kv: KvStore,
+    /// How the store was made (a grouped run remakes it once, sized by pages).
+    storage: KvStorage,
+    /// The cache manager's slots (a grouped pool's pages are at most this ÷ the page's slots).
+    cache_slots: u64,
+    /// The model's shape: its layer groups say which layers a grouped layout's tables hold.
+    model_shape: crate::model::ModelShape,
+    /// `Some` once the run handed out a grouped layout: each layer's table and the store's
+    /// page stride.
+    grouped: Option<GroupedMap>,
     checker: Checker,
     seqs: SeqTable,
     host: BTreeMap<SeqId, HostKv>,
@@ -65,6 +76,9 @@ pub struct CpuBackend {
     clock_model: Option<CostModel>,
     measured_s: f64,
 }
+
+/// The most host memory the KV store may take.
+const MAX_STORE_BYTES: u64 = 16 << 30;
 
 fn step_err(e: KernelError) -> BackendError {
     BackendError::Step(e.to_string())
@@ -93,7 +107,7 @@ impl CpuBackend {
         let kv_bytes = setup
             .cache_slots
             .saturating_mul(setup.model.kv_bytes_per_token());
-        if kv_bytes > 16 << 30 {
+        if kv_bytes > MAX_STORE_BYTES {
             return Err(BackendError::Config(format!(
                 "KV storage of {kv_bytes} bytes ({} slots) is too large for the cpu backend",
                 setup.cache_slots
@@ -127,6 +141,10 @@ impl CpuBackend {
         Ok(CpuBackend {
             model,
             kv,
+            storage,
+            cache_slots: setup.cache_slots,
+            model_shape: setup.model.clone(),
+            grouped: None,
             checker,
             seqs: SeqTable::default(),
             host: BTreeMap::new(),
@@ -142,6 +160,17 @@ impl CpuBackend {
     /// The model this backend computes with (tests compare against it).
     pub fn model(&self) -> &Transformer {
         &self.model
+    }
+
+    /// Recurrent states held now, one per live sequence of a model with recurrent layers (tests
+    /// read it after a run: every release dropped its state).
+    pub fn recurrent_states(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether the run handed out grouped layouts (each layer addressed through its table).
+    pub fn is_grouped(&self) -> bool {
+        self.grouped.is_some()
     }
 
     /// A sequence's token history so far.
@@ -180,25 +209,68 @@ impl CpuBackend {
         Ok(onload_s)
     }
 
+    /// At the first grouped layout of the run: the layer → table map, and the store remade
+    /// with a row for every cell of every page (see `grouped.rs`) where the summed store's slots
+    /// are too few.
+    fn ensure_grouped(
+        &mut self,
+        plan: &StepPlan,
+        cache: &dyn KvCacheManager,
+    ) -> Result<(), BackendError> {
+        if self.grouped.is_some() {
+            return Ok(());
+        }
+        let seqs = plan.seqs.iter().map(|w| w.seq);
+        let Some(SeqLayout::Grouped {
+            page_slots, shapes, ..
+        }) = seqs
+            .chain(plan.swaps.iter().map(|s| s.seq))
+            .find_map(|seq| cache.layout(seq))
+        else {
+            return Ok(());
+        };
+        let map = GroupedMap::new(&self.model_shape, page_slots, shapes)?;
+        let pages = self.cache_slots / u64::from(page_slots.max(1));
+        let rows = map
+            .slots_for(pages)
+            .ok_or_else(|| BackendError::Config(format!("{pages} pages do not fit in memory")))?;
+        if rows > self.kv.num_slots() {
+            let bytes = (rows as u64).saturating_mul(self.kv.bytes_per_slot() as u64);
+            if bytes > MAX_STORE_BYTES {
+                return Err(BackendError::Config(format!(
+                    "grouped KV storage of {bytes} bytes ({pages} pages of {} slots in every layer) is too large for the cpu backend",
+                    map.stride
+                )));
+            }
+            self.kv = KvStore::new(&self.model, rows, &self.storage).map_err(step_err)?;
+        }
+        self.grouped = Some(map);
+        Ok(())
+    }
+
     fn transfer(
         &mut self,
         plan: &StepPlan,
         cache: &dyn KvCacheManager,
     ) -> Result<(), BackendError> {
         for c in &plan.copies {
-            self.kv
-                .copy_slots(
-                    c.src_slot as usize,
-                    c.dst_slot as usize,
-                    c.len_tokens as usize,
-                )
-                .map_err(step_err)?;
+            let len = u64::from(c.len_tokens);
+            let (src, dst, len) = match &self.grouped {
+                // A grouped copy is whole pages: every layer's cells of each page.
+                Some(map) => {
+                    let (src, pages) = map.pages_of(c.src_slot, len)?;
+                    let (dst, _) = map.pages_of(c.dst_slot, len)?;
+                    (src * map.stride, dst * map.stride, pages * map.stride)
+                }
+                None => (c.src_slot as usize, c.dst_slot as usize, len as usize),
+            };
+            self.kv.copy_slots(src, dst, len).map_err(step_err)?;
         }
         for s in &plan.swaps {
             let layout = cache.layout(s.seq).ok_or_else(|| {
                 BackendError::Step(format!("swap of sequence {}: no layout", s.seq))
             })?;
-            let addr = Addr::from_layout(layout);
+            let addr = Addr::from_layout(layout, self.grouped.as_ref())?;
             match s.direction {
                 SwapDirection::Out => {
                     let host = self
@@ -233,7 +305,7 @@ impl CpuBackend {
             let layout = cache.layout(w.seq).ok_or_else(|| {
                 BackendError::Step(format!("sequence {} has no cache layout", w.seq))
             })?;
-            addrs.push(Addr::from_layout(layout));
+            addrs.push(Addr::from_layout(layout, self.grouped.as_ref())?);
         }
         let mut steps = Vec::with_capacity(plan.seqs.len());
         for (w, addr) in plan.seqs.iter().zip(&addrs) {
@@ -317,6 +389,7 @@ impl Backend for CpuBackend {
     fn submit(&mut self, plan: &StepPlan, cache: &dyn KvCacheManager) -> Result<(), BackendError> {
         let t0 = Instant::now();
         let onload_s = self.tier_ops(plan, cache)?;
+        self.ensure_grouped(plan, cache)?;
         self.transfer(plan, cache)?;
         let logits = self.compute(plan, cache)?;
         let measured_s = t0.elapsed().as_secs_f64();

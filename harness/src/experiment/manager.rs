@@ -48,11 +48,11 @@ pub fn resolve(
             layout: None,
         });
     }
-    if kind != BackendKind::Sim {
+    if !matches!(kind, BackendKind::Sim | BackendKind::Cpu) {
         return Err(refuse(format!(
-            "\"hybrid\" runs on the sim backend only; the {} backend's address translation \
-             maps one block table a sequence, not one per layout table (use --backend sim, or \
-             cache.manager = \"summed\")",
+            "\"hybrid\" runs on the sim and cpu backends only; the {} backend's address \
+             translation maps one block table a sequence, not one per layout table (use \
+             --backend sim or cpu, or cache.manager = \"summed\")",
             kind.name()
         )));
     }

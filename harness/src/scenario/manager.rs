@@ -7,7 +7,8 @@
 //! The hybrid manager has a prefix cache of its own (a hit only where every table holds the
 //! prefix: a sliding table the blocks of its window, a recurrent model none), but no lower
 //! tiers, so an explicit `hybrid` with a lower tier is refused here, before any work. What needs
-//! the backend (cpu and cuda map one block table) is refused by the run's set-up, which knows it.
+//! the backend (cuda maps one block table a sequence; `sim` and `cpu` address each table) is
+//! refused by the run's set-up, which knows it.
 
 use serde::{Deserialize, Serialize};
 

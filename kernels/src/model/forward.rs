@@ -4,12 +4,13 @@ use super::mla::{mla_attention, MlaStep};
 use super::ops::{apply_rope, rms_norm, rope_inv_freq, rope_tables, silu_mul};
 use super::LayerKind;
 use super::{ModelConfig, ModelWeights};
-use crate::addressing::TokenAddressing;
+use crate::addressing::{LayerAddr, TokenAddressing};
 use crate::attention::{attention_windowed, AttnDims, QuerySpan};
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::gemm::matmul;
 use crate::kv::{write_kv, KvCache};
+use crate::kv_quant::KvQuant;
 
 /// New tokens of one sequence in this step: they occupy logical positions
 /// `start_pos .. start_pos + tokens.len()`; positions before `start_pos` are already cached.
@@ -271,9 +272,6 @@ impl Transformer {
             ));
         }
         let mut positions = Vec::new();
-        let mut slots = Vec::new();
-        // Per-block FP8 scales: the slot of each token's block's first position.
-        let mut first_slots = Vec::new();
         let mut x = Vec::new();
         for s in seqs {
             for (i, &tok) in s.tokens.iter().enumerate() {
@@ -285,24 +283,13 @@ impl Transformer {
                         got: t,
                     });
                 }
-                let pos = s.start_pos + i;
-                positions.push(pos);
-                slots.push(s.addr.slot_of(pos)? as i64);
-                if let Some(first) = kv.quant.as_ref().and_then(|q| q.block_first(pos)) {
-                    first_slots.push(s.addr.slot_of(first)? as i64);
-                }
+                positions.push(s.start_pos + i);
                 x.extend_from_slice(&self.weights.embed[t * d..(t + 1) * d]);
             }
         }
         let n = positions.len();
-        let spans: Vec<QuerySpan<'_, A>> = seqs
-            .iter()
-            .map(|s| QuerySpan {
-                addr: s.addr,
-                context_len: s.start_pos + s.tokens.len(),
-                q_len: s.tokens.len(),
-            })
-            .collect();
+        let quant = kv.quant.as_ref();
+        let slot_sets = LayerSlots::translate(seqs, &self.kinds, quant)?;
         let (cos, sin) = rope_tables(&positions, &self.inv_freq);
         let dims = AttnDims {
             q_heads: c.q_heads,
@@ -319,16 +306,7 @@ impl Transformer {
         let mut proj = vec![0f32; n * d];
         let mut gate = vec![0f32; n * f];
         let mut up = vec![0f32; n * f];
-        let quant = kv.quant.as_ref();
         let scales = &mut kv.scales;
-        let mla_step = MlaStep {
-            cfg: c,
-            positions: &positions,
-            slots: &slots,
-            spans: &spans,
-            quant,
-            num_slots: kv.num_slots,
-        };
         for (li, ((lw, lkv), kind)) in self
             .weights
             .layers
@@ -345,7 +323,32 @@ impl Transformer {
                 self.mlp(lw, &mut x, &mut h, &mut gate, &mut up, &mut proj, n)?;
                 continue;
             }
+            let (slots, first_slots) = slot_sets.of(li);
+            let views: Vec<LayerAddr<'_, A>> = seqs
+                .iter()
+                .map(|s| LayerAddr {
+                    addr: s.addr,
+                    layer: li,
+                })
+                .collect();
+            let spans: Vec<QuerySpan<'_, LayerAddr<'_, A>>> = seqs
+                .iter()
+                .zip(&views)
+                .map(|(s, addr)| QuerySpan {
+                    addr,
+                    context_len: s.start_pos + s.tokens.len(),
+                    q_len: s.tokens.len(),
+                })
+                .collect();
             if let Some(m) = &lw.mla {
+                let mla_step = MlaStep {
+                    cfg: c,
+                    positions: &positions,
+                    slots,
+                    spans: &spans,
+                    quant,
+                    num_slots: kv.num_slots,
+                };
                 mla_attention(&mla_step, m, &h, lkv, &mut att)?;
                 matmul(&att, &lw.wo, &mut proj, n, qd, d)?;
                 x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
@@ -357,11 +360,11 @@ impl Transformer {
             matmul(&h, &lw.wv, &mut v, n, d, kvd)?;
             apply_rope(&mut q, c.q_heads, c.head_dim, &cos, &sin);
             apply_rope(&mut k, c.kv_heads, c.head_dim, &cos, &sin);
-            write_kv(lkv, kv.num_slots, kvd, &k, &v, &slots)?;
+            write_kv(lkv, kv.num_slots, kvd, &k, &v, slots)?;
             if let (Some(q), Some([ks, vs])) = (quant, scales.get_mut(li)) {
                 let (kh, hd) = (c.kv_heads, c.head_dim);
-                q.apply(li, 0, &mut lkv.k, ks, kh, hd, &slots, &first_slots)?;
-                q.apply(li, 1, &mut lkv.v, vs, kh, hd, &slots, &first_slots)?;
+                q.apply(li, 0, &mut lkv.k, ks, kh, hd, slots, first_slots)?;
+                q.apply(li, 1, &mut lkv.v, vs, kh, hd, slots, first_slots)?;
             }
             attention_windowed(
                 lkv,
@@ -459,4 +462,60 @@ fn recurrent_layer(
     matmul(&y, &r.w_out, &mut out, n, sd, d)?;
     x.iter_mut().zip(&out).for_each(|(xv, o)| *xv += o);
     Ok(())
+}
+
+/// The slots a step's new tokens are written to, per layer: one translation per run of
+/// consecutive layers that read through the same table ([`TokenAddressing::table_of_layer`]),
+/// so a layout with one table translates once per step, and every slot of every layer is
+/// translated (and an unmapped position refused) before anything is written.
+struct LayerSlots {
+    /// `(slots, first_slots)` per translation: each new token's slot, and (per-block FP8
+    /// scales) the slot of its block's first position.
+    sets: Vec<(Vec<i64>, Vec<i64>)>,
+    /// Per layer, its translation in `sets` (a recurrent layer keeps its neighbour's: it
+    /// addresses nothing).
+    of_layer: Vec<usize>,
+}
+
+impl LayerSlots {
+    fn translate<A: TokenAddressing>(
+        seqs: &[StepSeq<'_, A>],
+        kinds: &[LayerKind],
+        quant: Option<&KvQuant>,
+    ) -> Result<LayerSlots, KernelError> {
+        let mut sets = Vec::new();
+        let mut of_layer = Vec::with_capacity(kinds.len());
+        let mut tables: Option<Vec<usize>> = None;
+        for (li, kind) in kinds.iter().enumerate() {
+            if matches!(kind, LayerKind::Recurrent { .. }) {
+                of_layer.push(sets.len().saturating_sub(1));
+                continue;
+            }
+            let now: Vec<usize> = seqs.iter().map(|s| s.addr.table_of_layer(li)).collect();
+            if tables.as_ref() != Some(&now) {
+                let mut slots = Vec::new();
+                let mut first_slots = Vec::new();
+                for s in seqs {
+                    for pos in s.start_pos..s.start_pos + s.tokens.len() {
+                        slots.push(s.addr.slot_of_layer(li, pos)? as i64);
+                        if let Some(first) = quant.and_then(|q| q.block_first(pos)) {
+                            first_slots.push(s.addr.slot_of_layer(li, first)? as i64);
+                        }
+                    }
+                }
+                sets.push((slots, first_slots));
+                tables = Some(now);
+            }
+            of_layer.push(sets.len() - 1);
+        }
+        Ok(LayerSlots { sets, of_layer })
+    }
+
+    /// Layer `li`'s slots and first slots (empty for a model of recurrent layers only).
+    fn of(&self, li: usize) -> (&[i64], &[i64]) {
+        match self.of_layer.get(li).and_then(|&i| self.sets.get(i)) {
+            Some((s, f)) => (s, f),
+            None => (&[], &[]),
+        }
+    }
 }

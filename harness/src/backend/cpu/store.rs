@@ -5,7 +5,9 @@ use kvbench_kernels::{
     bf16, KernelError, KvCache, KvElem, Run, StepSeq, TokenAddressing, Transformer,
 };
 
-use super::addr::Addr;
+use kvbench_cache_api::grouped::readable_from;
+
+use super::addr::{Addr, GroupedAddr};
 use super::setup::KvStorage;
 use super::tier::TierPool;
 use kvbench_kernels::PagedTable;
@@ -32,6 +34,9 @@ fn gather<E: KvElem>(
     addr: &Addr<'_>,
     tokens: usize,
 ) -> Result<Vec<E>, KernelError> {
+    if let Addr::Grouped(g) = addr {
+        return gather_grouped(kv, addr, g, tokens);
+    }
     let mut out = Vec::with_capacity(tokens * kv.bytes_per_token() / std::mem::size_of::<E>());
     for r in runs_of(addr, tokens, kv.num_slots)? {
         kv.read_slots(r.first_slot, r.len, &mut out)?;
@@ -45,9 +50,77 @@ fn scatter<E: KvElem>(
     tokens: usize,
     data: &[E],
 ) -> Result<(), KernelError> {
+    if let Addr::Grouped(g) = addr {
+        return scatter_grouped(kv, addr, g, tokens, data);
+    }
     let mut at = 0;
     for r in runs_of(addr, tokens, kv.num_slots)? {
         at += kv.write_slots(r.first_slot, r.len, &data[at..])?;
+    }
+    Ok(())
+}
+
+/// Per layer with a table, the runs of the positions of a `tokens`-token sequence that table
+/// still reads (all of them, or a sliding table's last `window`): what a swap moves.
+fn grouped_runs(
+    addr: &Addr<'_>,
+    g: &GroupedAddr<'_>,
+    tokens: usize,
+    num_slots: usize,
+) -> Result<Vec<(usize, Vec<Run>)>, KernelError> {
+    let mut out = Vec::new();
+    for (layer, t) in g.map.layer_tables.iter().enumerate() {
+        let Some(t) = *t else { continue };
+        let shape = g.shapes.get(t).ok_or(KernelError::Shape {
+            what: "grouped table",
+            expected: g.shapes.len(),
+            got: t,
+        })?;
+        let from = usize::try_from(readable_from(shape, tokens as u64)).unwrap_or(usize::MAX);
+        let mut runs = Vec::new();
+        addr.runs_layer_from(layer, from, tokens, num_slots, &mut runs)?;
+        out.push((layer, runs));
+    }
+    Ok(out)
+}
+
+/// A grouped swap-out: layer by layer, each through its own table.
+fn gather_grouped<E: KvElem>(
+    kv: &KvCache<E>,
+    addr: &Addr<'_>,
+    g: &GroupedAddr<'_>,
+    tokens: usize,
+) -> Result<Vec<E>, KernelError> {
+    let mut out = Vec::new();
+    for (layer, runs) in grouped_runs(addr, g, tokens, kv.num_slots)? {
+        for r in runs {
+            kv.read_layer_slots(layer, r.first_slot, r.len, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+/// A grouped swap-in: what [`gather_grouped`] read, written through the new tables.
+fn scatter_grouped<E: KvElem>(
+    kv: &mut KvCache<E>,
+    addr: &Addr<'_>,
+    g: &GroupedAddr<'_>,
+    tokens: usize,
+    data: &[E],
+) -> Result<(), KernelError> {
+    let mut at = 0;
+    for (layer, runs) in grouped_runs(addr, g, tokens, kv.num_slots)? {
+        for r in runs {
+            let rest = data.get(at..).unwrap_or(&[]);
+            at += kv.write_layer_slots(layer, r.first_slot, r.len, rest)?;
+        }
+    }
+    if at != data.len() {
+        return Err(KernelError::Shape {
+            what: "grouped swap buffer",
+            expected: data.len(),
+            got: at,
+        });
     }
     Ok(())
 }
@@ -105,6 +178,23 @@ impl KvStore {
                 "swap buffer element type differs from the cache".into(),
             )),
         }
+    }
+
+    /// Slots every layer's arrays hold.
+    pub(super) fn num_slots(&self) -> usize {
+        match self {
+            KvStore::F32(c) => c.num_slots,
+            KvStore::Bf16(c) => c.num_slots,
+        }
+    }
+
+    /// Host bytes one slot takes across every layer.
+    pub(super) fn bytes_per_slot(&self) -> usize {
+        let elem = match self {
+            KvStore::F32(_) => std::mem::size_of::<f32>(),
+            KvStore::Bf16(_) => std::mem::size_of::<bf16>(),
+        };
+        self.elems_per_slot() * elem
     }
 
     /// Elements one slot holds across every layer (K, V and scales; an MLA layer its latent
