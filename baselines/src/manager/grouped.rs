@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::{
-    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, KvCacheManager,
+    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState, KvCacheManager,
     PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
 };
 
@@ -122,22 +122,19 @@ impl GroupedContiguous {
 
     /// Slots one recurrent state counts for, 0 without a recurrent group.
     pub(crate) fn state_slots(&self) -> u64 {
-        match self.pool.state_sequences {
-            Some(_) => self.pool.state_slots_per_sequence,
-            None => 0,
-        }
+        self.pool.state.slots_per_sequence()
     }
 
     /// States neither held nor pending.
     pub(crate) fn states_free(&self) -> u64 {
-        match self.pool.state_sequences {
+        match self.pool.state.reserved_sequences() {
             Some(n) => u64::from(n).saturating_sub(self.states_held + self.pending_states),
             None => 0,
         }
     }
 
-    fn needs_state(&self) -> bool {
-        self.pool.state_sequences.is_some()
+    pub(crate) fn needs_state(&self) -> bool {
+        self.pool.state != GroupedState::None
     }
 
     /// Slots a reservation of `pages` pages (and a state, where the model has one) counts for.
@@ -161,7 +158,14 @@ impl GroupedContiguous {
         let cuts = cut_tables(&self.pool.shapes, reserve_tokens, self.max_step_tokens)
             .ok_or(too_large(u64::MAX))?;
         let pages = reservation_pages(&cuts);
-        let no_state = self.pool.state_sequences == Some(0);
+        // The baseline reserves states up front, like a simple server; a pool whose states come
+        // out of its pages (`GroupedState::Paged`) is the hybrid paged manager's, and holds no
+        // state this baseline could take.
+        let no_state = match self.pool.state {
+            GroupedState::None => false,
+            GroupedState::Reserved { sequences, .. } => sequences == 0,
+            GroupedState::Paged { .. } => true,
+        };
         if pages > self.pool.pages || no_state {
             return Err(too_large(self.slots_of(u64::from(pages))));
         }
@@ -521,7 +525,8 @@ impl KvCacheManager for GroupedContiguous {
         let held_states = self.seqs.values().filter(|r| r.state).count() as u64;
         let states_total = self
             .pool
-            .state_sequences
+            .state
+            .reserved_sequences()
             .map_or(0, |n| u64::from(n).saturating_mul(state));
         Accounting {
             total_slots: u64::from(self.pool.pages) * ps + states_total,

@@ -15,7 +15,7 @@ pub mod tier;
 
 use serde::{Deserialize, Serialize};
 
-pub use grouped::{GroupTable, GroupedPool, TableShape};
+pub use grouped::{GroupTable, GroupedPool, GroupedState, TableShape};
 pub use tier::{BlockLoc, OffloadMode, OnloadMode, Tier, TierHits, TierOp, TierStats};
 
 /// Engine-assigned sequence id (a request's continuations each get their own).
