@@ -205,7 +205,9 @@ fn run_ops(
                 let got = cache.start(seq);
                 if sp > free_pages {
                     if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
-                        return Err(at(format!("expected OutOfPages for the state, got {got:?}")));
+                        return Err(at(format!(
+                            "expected OutOfPages for the state, got {got:?}"
+                        )));
                     }
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
@@ -239,7 +241,9 @@ fn run_ops(
                 let copies = cache.take_copies();
                 if sp > free_pages {
                     if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
-                        return Err(at(format!("expected OutOfPages for the state, got {got:?}")));
+                        return Err(at(format!(
+                            "expected OutOfPages for the state, got {got:?}"
+                        )));
                     }
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
@@ -624,7 +628,10 @@ fn recurrent_state_comes_out_of_the_pool_on_demand() {
     // The paged pool is the whole budget; the contiguous baseline's is less its 10 states.
     assert_eq!(layout.pages as u64, 4 * GIB / page);
     assert_eq!(layout.state_sequences, Some(10));
-    assert_eq!(layout.contiguous_pages as u64, (4 * GIB - 10 * state) / page);
+    assert_eq!(
+        layout.contiguous_pages as u64,
+        (4 * GIB - 10 * state) / page
+    );
     let pages = layout.pages;
     let mut cache = HybridCache::new(layout);
     // 10,922 pages hold 108 states of 101 pages (10,908), no 109th.

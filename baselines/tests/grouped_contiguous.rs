@@ -16,8 +16,8 @@ mod rng;
 
 use kvbench_baselines::manager::GroupedContiguous;
 use kvbench_cache_api::{
-    AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, KvCacheManager, ReleaseReason,
-    SeqLayout, StartRequest, TableShape,
+    AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState, KvCacheManager,
+    ReleaseReason, SeqLayout, StartRequest, TableShape,
 };
 
 fn full(block_tokens: u32) -> TableShape {
@@ -40,8 +40,12 @@ fn pool(shapes: Vec<TableShape>, pages: u32, state: Option<(u32, u64)>) -> Group
         page_slots: 4,
         slot_bytes: 1024,
         pages,
-        state_slots_per_sequence: state.map_or(0, |s| s.1),
-        state_sequences: state.map(|s| s.0),
+        state: state.map_or(GroupedState::None, |(sequences, slots_per_sequence)| {
+            GroupedState::Reserved {
+                sequences,
+                slots_per_sequence,
+            }
+        }),
     }
 }
 
@@ -145,8 +149,10 @@ fn each_table_kind_reserves_its_hand_computed_pages() {
         page_slots: 4,
         slot_bytes: 4096,
         pages: 300,
-        state_slots_per_sequence: 9,
-        state_sequences: Some(2),
+        state: GroupedState::Reserved {
+            sequences: 2,
+            slots_per_sequence: 9,
+        },
     };
     let mut m = GroupedContiguous::new(p, 64);
     assert_eq!(m.mode(), CacheMode::Contiguous);
@@ -285,10 +291,27 @@ fn recurrent_states_run_out_and_wait_for_their_fence() {
     start(&mut m, 3, 4, 8).unwrap();
     m.check_invariants().unwrap();
     let none = GroupedPool {
-        state_sequences: Some(0),
-        ..p
+        state: GroupedState::Reserved {
+            sequences: 0,
+            slots_per_sequence: 9,
+        },
+        ..p.clone()
     };
     let mut m = GroupedContiguous::new(none, 4);
+    assert!(matches!(
+        start(&mut m, 1, 4, 8),
+        Err(AllocError::TooLarge { .. })
+    ));
+    // States taken from the pages on demand are the paged manager's rule: the baseline, which
+    // reserves its states up front, has none to take and says so at every start.
+    let paged = GroupedPool {
+        state: GroupedState::Paged {
+            pages_per_sequence: 3,
+            slots_per_sequence: 9,
+        },
+        ..p
+    };
+    let mut m = GroupedContiguous::new(paged, 4);
     assert!(matches!(
         start(&mut m, 1, 4, 8),
         Err(AllocError::TooLarge { .. })
@@ -373,8 +396,7 @@ fn gemma3_27b_pool() -> GroupedPool {
         page_slots: 16,
         slot_bytes: 16 * 1024,
         pages: 65_536,
-        state_slots_per_sequence: 0,
-        state_sequences: None,
+        state: GroupedState::None,
     }
 }
 

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::{
-    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState, KvCacheManager,
-    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
+    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState,
+    KvCacheManager, PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started,
+    StepId,
 };
 
 use super::arena::Arena;

@@ -137,7 +137,11 @@ impl HybridCache {
         }
         let live = self.seqs.len() as u64;
         let held = self.pool.states_held() as u64;
-        let want = if self.pool.state_pages() == 0 { 0 } else { live };
+        let want = if self.pool.state_pages() == 0 {
+            0
+        } else {
+            live
+        };
         if held != want {
             bad.push(format!(
                 "{held} recurrent states held for {live} sequences ({} pages a state)",

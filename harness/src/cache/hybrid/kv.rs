@@ -98,6 +98,11 @@ impl HybridKv {
         &self.cache
     }
 
+    /// The pages of `seq`'s recurrent state (empty without a recurrent group).
+    pub fn state_pages(&self, seq: SeqId) -> Option<&[u32]> {
+        self.cache.seqs.get(&seq).map(|e| e.state.as_slice())
+    }
+
     /// Tokens mapped for `seq` (a started prompt is mapped whole before it is written).
     pub fn mapped_tokens(&self, seq: SeqId) -> Option<u64> {
         self.cache.tokens(seq)
