@@ -393,6 +393,33 @@ impl KvCacheManager for GroupedContiguous {
         Ok(())
     }
 
+    /// A swap-in writes every started token at once, but the step after it reads only each
+    /// ring's window of them, not the window before them as a prefill chunk's queries do: the
+    /// ring keeps the last of what is written, and its reader is noted from the end of the
+    /// restored tokens, so no `max_step_tokens` bound applies.
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
+        if r.written_tokens != 0 || n_tokens != r.mapped_tokens {
+            return Err(AllocError::InvalidOp {
+                seq,
+                reason: "restore of other than every started token of a fresh start",
+            });
+        }
+        r.written_tokens = n_tokens;
+        self.note_writer(seq);
+        self.refresh(seq);
+        self.check_ring_reach(seq);
+        Ok(())
+    }
+
+    /// What its tables keep of `tokens` (a ring its window's blocks, not the ring) and the
+    /// state: what a swap moves, not the reservation.
+    fn swap_slots(&self, _seq: SeqId, tokens: u32) -> u64 {
+        kvbench_cache_api::grouped::swap_pages(&self.pool.shapes, u64::from(tokens))
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots())
+    }
+
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError> {
         let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
         if r.written_tokens != r.mapped_tokens {

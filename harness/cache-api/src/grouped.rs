@@ -153,6 +153,20 @@ pub fn readable_from(shape: &TableShape, tokens: u64) -> u64 {
     }
 }
 
+/// Pages a swap of a sequence of `tokens` tokens moves over `shapes`: in each table the blocks
+/// holding a position a step still reads (`readable_from .. tokens`): every block of a full or
+/// latent table, a sliding table's blocks touching its window. What a swap-out keeps and a
+/// swap-in writes back, whichever manager holds the tables.
+pub fn swap_pages(shapes: &[TableShape], tokens: u64) -> u64 {
+    shapes
+        .iter()
+        .map(|s| {
+            let bt = u64::from(s.block_tokens.max(1));
+            tokens.div_ceil(bt) - (readable_from(s, tokens) / bt).min(tokens.div_ceil(bt))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +191,8 @@ mod tests {
             ..shape
         };
         assert_eq!(readable_from(&full, 12), 0);
+        // 13 tokens: the full table's 4 blocks; the window 7..13 touches blocks 1..4, 3 of them.
+        assert_eq!(swap_pages(&[full, shape], 13), 4 + 3);
+        assert_eq!(swap_pages(&[full, shape], 0), 0);
     }
 }

@@ -357,6 +357,41 @@ impl KvCacheManager for HybridKv {
         Ok(())
     }
 
+    /// What its tables keep of `tokens` (a sliding table its window's blocks) and the state's
+    /// bytes in slots: what a swap moves.
+    fn swap_slots(&self, _seq: SeqId, tokens: u32) -> u64 {
+        kvbench_cache_api::grouped::swap_pages(&self.shapes, u64::from(tokens))
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots)
+    }
+
+    /// A swap-in's tokens are all written at once and the step after it reads only each
+    /// sliding table's window of them: write them and trim by all of them, so the blocks
+    /// behind the window go back now (fenced) instead of at the next append.
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let entry = self
+            .cache
+            .seqs
+            .get(&seq)
+            .ok_or(AllocError::UnknownSeq(seq))?;
+        if entry.written != 0 || u64::from(n_tokens) != entry.tokens {
+            return Err(AllocError::InvalidOp {
+                seq,
+                reason: "restore of other than every started token of a fresh start",
+            });
+        }
+        let upto = u64::from(n_tokens);
+        self.cache
+            .write(seq, upto)
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.publish(seq);
+        self.cache
+            .trim(seq, upto)
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.refresh_bad_layout(seq);
+        Ok(())
+    }
+
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError> {
         let entry = self
             .cache
