@@ -370,7 +370,7 @@ fn auto_picks_hybrid_on_sim_with_or_without_the_prefix_cache() {
 /// Qwen3-Next 80B (its `config.json`): 12 full layers of 2 KV heads of 256 in bf16, and 36
 /// gated-DeltaNet layers whose state is (32 × 128 × 128 + 3 × 8192) bf16 values each.
 #[test]
-fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
+fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget_by_the_baseline_only() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join(GPT_OSS)).expect("scenario");
@@ -414,9 +414,11 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
     let slot_bytes = page_bytes / 16;
     let state_bytes: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
     let state_slots = state_bytes.div_ceil(slot_bytes);
-    // 64 states reserved first (max_seqs_per_step), the rest whole pages.
+    // The contiguous baseline: 64 states reserved first (max_seqs_per_step), the rest whole
+    // pages. The paged manager: the whole budget in pages, states taken from them.
     let pages = (6 * (1u64 << 30) - 64 * state_bytes) / page_bytes;
-    let total_bytes = (pages * 16 + 64 * state_slots) * slot_bytes;
+    let contiguous_bytes = (pages * 16 + 64 * state_slots) * slot_bytes;
+    let paged_bytes = (6 * (1u64 << 30) / page_bytes) * page_bytes;
     // The sequences holding a state at a row's time, from requests.csv: admitted before it and
     // not yet finished (no preemption gave one back in between: checked below).
     let requests = std::fs::read_to_string(out.join("requests.csv")).expect("requests.csv");
@@ -424,7 +426,7 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget() {
     let header: Vec<&str> = lines.next().expect("header").split(',').collect();
     let at = |k: &str| header.iter().position(|h| *h == k).expect("column");
     let (cache_col, admitted_col, finish_col) = (at("cache"), at("admitted_ms"), at("finish_ms"));
-    for mode in ["paged", "contiguous"] {
+    for (mode, total_bytes) in [("paged", paged_bytes), ("contiguous", contiguous_bytes)] {
         let r = run_of(&s, mode);
         assert_eq!(r["requests"]["completed"], 60, "{mode}");
         assert_eq!(r["reclamation"]["ok"], true, "{mode}");
@@ -551,4 +553,117 @@ fn hybrid_with_the_prefix_cache_hits_shared_prompts_under_the_shadow() {
     assert_eq!(paged["reclamation"]["ok"], true, "{}", paged["reclamation"]);
     assert_eq!(num(&paged["reclamation"]["leaked_blocks"]), 0);
     assert_eq!(paged["invariants"]["ok"], true, "{}", paged["invariants"]);
+}
+
+/// A run of `scenario` on sim with the grouped shadow on, swap preemption and pressure (a small
+/// budget, long outputs, no watermark): its summary and `trace.jsonl`'s swap lines.
+fn swap_run(scenario: &str, extra: &[&str]) -> (Value, Vec<Value>) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let mut args = vec![
+        "run",
+        scenario,
+        "--backend",
+        "sim",
+        "--check-every",
+        "0",
+        "--trace-level",
+        "requests",
+        "--set",
+        "traffic.requests=60",
+        "--set",
+        "traffic.arrival.rate_per_s=40",
+        "--set",
+        "traffic.prompt_tokens.median=300",
+        "--set",
+        "traffic.output_tokens.median=900",
+        "--set",
+        "scheduler.preemption=swap",
+        "--set",
+        "scheduler.watermark=0",
+        "--set",
+        "scheduler.max_tokens_per_step=512",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let (code, text) = kvbench(&args);
+    assert_eq!(code, 0, "{scenario}: {text}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("json");
+    let swaps = std::fs::read_to_string(out.join("trace.jsonl"))
+        .expect("trace")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("trace line"))
+        .filter(|v| v["event"] == "swap_out" || v["event"] == "swap_in")
+        .collect();
+    (s, swaps)
+}
+
+/// Both shapes' swaps, recomputed from each trace line's tokens by the grouping rule: a full
+/// table swaps every block, a sliding table the blocks touching its window, and a recurrent
+/// state its bytes (in slots, rounded up); the shadow sees every swap-in restore what was
+/// swapped out, so the runs being clean is the check that the restored tables are right.
+#[test]
+fn swap_preemption_on_grouped_runs_is_shadowed_clean_and_priced_at_what_the_tables_keep() {
+    // gpt-oss-120b: one full and one sliding (window 128) table of 18 layers, 16-token pages of
+    // 18 × 16 × 2 KiB.
+    let gpt_oss = |tokens: u64| {
+        let blocks = tokens.div_ceil(BLOCK_TOKENS);
+        let sliding = blocks - tokens.saturating_sub(WINDOW_TOKENS) / BLOCK_TOKENS;
+        (blocks + sliding) * page_bytes()
+    };
+    // qwen3-next-80b: one table of its 12 full layers (2 KV heads of 256, bf16), and 36
+    // DeltaNet states of (32 × 128 × 128 + 3 × 8192) bf16 values.
+    let qwen_page: u64 = 12 * 16 * (2 * 2 * 256 * 2);
+    let qwen_state: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
+    let qwen_slot = qwen_page / 16;
+    let qwen = |tokens: u64| {
+        tokens.div_ceil(16) * qwen_page + qwen_state.div_ceil(qwen_slot) * qwen_slot
+    };
+    type Price<'a> = &'a dyn Fn(u64) -> u64;
+    let cases: [(&str, &[&str], Price); 2] = [
+        (GPT_OSS, &["--set", "memory.kv_budget=512 MiB"], &gpt_oss),
+        (
+            "scenarios/qwen3-next-80b-h200.toml",
+            &[
+                "--set",
+                "memory.kv_budget=1 GiB",
+                "--set",
+                "scheduler.max_seqs_per_step=24",
+            ],
+            &qwen,
+        ),
+    ];
+    for (scenario, extra, price) in cases {
+        let (s, swaps) = swap_run(scenario, extra);
+        assert_eq!(s["cache_manager"], "hybrid", "{scenario}");
+        for mode in ["paged", "contiguous"] {
+            let r = run_of(&s, mode);
+            assert_eq!(r["requests"]["completed"], 60, "{scenario} {mode}");
+            assert_eq!(r["reclamation"]["ok"], true, "{scenario} {mode}");
+            assert_eq!(r["invariants"]["ok"], true, "{scenario} {mode}");
+            assert_eq!(r["shadow"]["violations"], 0, "{scenario} {mode}");
+            assert!(num(&r["shadow"]["checked_slots"]) > 0, "{scenario} {mode}");
+        }
+        let paged = run_of(&s, "paged");
+        let preempted = num(&paged["preemptions"]);
+        assert!(preempted > 5, "{scenario}: {preempted} preemptions");
+        let (mut outs, mut ins, mut bytes) = (0u64, 0u64, 0u64);
+        for v in &swaps {
+            assert_eq!(v["cache"], "paged", "{scenario}: only the paged manager preempts");
+            let tokens = num(&v["tokens"]);
+            assert_eq!(num(&v["bytes"]), price(tokens), "{scenario}: {v}");
+            bytes += num(&v["bytes"]);
+            if v["event"] == "swap_out" {
+                outs += 1;
+            } else {
+                ins += 1;
+            }
+        }
+        assert_eq!((outs, ins), (preempted, preempted), "{scenario}");
+        assert_eq!(num(&paged["swapped_bytes"]), bytes, "{scenario}");
+        eprintln!("{scenario}: {preempted} swaps out and in, {bytes} bytes moved");
+    }
 }
