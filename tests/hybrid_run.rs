@@ -11,6 +11,7 @@
 //! `tests/shadow_grouped.rs`; the prefix-cache run keeps it on); `--check-every 0` checks
 //! invariants at the end of each run.
 
+mod engine_support;
 mod support;
 use support::kvbench;
 
@@ -665,5 +666,212 @@ fn swap_preemption_on_grouped_runs_is_shadowed_clean_and_priced_at_what_the_tabl
         assert_eq!((outs, ins), (preempted, preempted), "{scenario}");
         assert_eq!(num(&paged["swapped_bytes"]), bytes, "{scenario}");
         eprintln!("{scenario}: {preempted} swaps out and in, {bytes} bytes moved");
+    }
+}
+
+/// Forced pressure on any manager: the third append of each sequence is refused once as if the
+/// pool were full, so the engine preempts (the newest running sequence) and, with swap
+/// preemption, swaps it out and back in through this manager. Everything else is the inner
+/// manager's.
+struct Pressed {
+    inner: Box<dyn kvbench_cache_api::KvCacheManager>,
+    appends: std::collections::BTreeMap<u64, u32>,
+    refused: u64,
+}
+
+impl kvbench_cache_api::KvCacheManager for Pressed {
+    fn mode(&self) -> kvbench_cache_api::CacheMode {
+        self.inner.mode()
+    }
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn probe_start(&self, req: &kvbench_cache_api::StartRequest<'_>) -> kvbench_cache_api::Probe {
+        self.inner.probe_start(req)
+    }
+    fn start(
+        &mut self,
+        req: &kvbench_cache_api::StartRequest<'_>,
+    ) -> Result<kvbench_cache_api::Started, kvbench_cache_api::AllocError> {
+        self.inner.start(req)
+    }
+    fn fill(&mut self, seq: u64, n: u32) -> Result<(), kvbench_cache_api::AllocError> {
+        self.inner.fill(seq, n)
+    }
+    fn restore(&mut self, seq: u64, n: u32) -> Result<(), kvbench_cache_api::AllocError> {
+        self.inner.restore(seq, n)
+    }
+    fn swap_slots(&self, seq: u64, tokens: u32) -> u64 {
+        self.inner.swap_slots(seq, tokens)
+    }
+    fn append(
+        &mut self,
+        seq: u64,
+    ) -> Result<Vec<kvbench_cache_api::CopyOp>, kvbench_cache_api::AllocError> {
+        let n = self.appends.entry(seq).or_insert(0);
+        *n += 1;
+        if *n == 3 {
+            self.refused += 1;
+            return Err(kvbench_cache_api::AllocError::NoSpace {
+                needed_slots: 1,
+                available_slots: 0,
+            });
+        }
+        self.inner.append(seq)
+    }
+    fn append_cost(&self, seq: u64) -> u64 {
+        self.inner.append_cost(seq)
+    }
+    fn sequence_slots(&self, tokens: u64, reserve_tokens: u32) -> u64 {
+        self.inner.sequence_slots(tokens, reserve_tokens)
+    }
+    fn fork(
+        &mut self,
+        parent: u64,
+        child: u64,
+    ) -> Result<Vec<kvbench_cache_api::CopyOp>, kvbench_cache_api::AllocError> {
+        self.inner.fork(parent, child)
+    }
+    fn release(
+        &mut self,
+        seq: u64,
+        why: kvbench_cache_api::ReleaseReason,
+    ) -> Result<(), kvbench_cache_api::AllocError> {
+        self.inner.release(seq, why)
+    }
+    fn begin_step(&mut self) -> kvbench_cache_api::StepId {
+        self.inner.begin_step()
+    }
+    fn retire_step(&mut self, step: kvbench_cache_api::StepId) {
+        self.inner.retire_step(step)
+    }
+    fn layout(&self, seq: u64) -> Option<kvbench_cache_api::SeqLayout<'_>> {
+        self.inner.layout(seq)
+    }
+    fn seq_tokens(&self, seq: u64) -> Option<u32> {
+        self.inner.seq_tokens(seq)
+    }
+    fn accounting(&self) -> kvbench_cache_api::Accounting {
+        self.inner.accounting()
+    }
+    fn prefix_stats(&self) -> kvbench_cache_api::PrefixStats {
+        self.inner.prefix_stats()
+    }
+    fn largest_free_extent(&self) -> u64 {
+        self.inner.largest_free_extent()
+    }
+    fn flush_prefix_cache(&mut self) {
+        self.inner.flush_prefix_cache()
+    }
+    fn check_invariants(&self) -> Result<(), String> {
+        self.inner.check_invariants()
+    }
+    fn assert_quiescent(&self) -> Result<(), String> {
+        self.inner.assert_quiescent()
+    }
+    fn inject_fault(&mut self, fault: kvbench_cache_api::Fault) {
+        self.inner.inject_fault(fault)
+    }
+    fn fault_fired(&self) -> u64 {
+        self.inner.fault_fired()
+    }
+}
+
+/// The grouped contiguous baseline (and the hybrid paged manager beside it) swapped out and
+/// back in by the engine: prompts of 150 tokens on `tiny-sliding` (2 sliding layers of window
+/// 12, 2 full) with 64-token steps, so the baseline's rings (⌈(12 + 64) / 16⌉ + 1 = 6 pages)
+/// turn, and a whole-prompt fill at swap-in would be refused. The shadow checks every read after
+/// each swap-in; each swap moves the full table's blocks and the sliding table's window blocks.
+#[test]
+fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
+    use kvbench::backend::sim::SimBackend;
+    use kvbench::backend::RunSetup;
+    use kvbench::cache::hybrid::{HybridKv, HybridLayout};
+    use kvbench::engine::TraceKind;
+    use kvbench::model::ModelShape;
+    use kvbench::scenario::PreemptionMode;
+    use kvbench_cache_api::CacheMode;
+
+    let shape = ModelShape::tiny_sliding();
+    let layout = HybridLayout::new(&shape, 16, 64 << 20, 8).expect("layout");
+    let slot_bytes = layout.slot_bytes();
+    // Both tables of 2 layers store the same bytes a token: 16 tokens a page.
+    assert!(layout.tables.iter().all(|t| t.block_tokens == 16));
+    let window = u64::from(kvbench::model::TINY_SLIDING_WINDOW);
+    let price = |tokens: u64| {
+        let blocks = tokens.div_ceil(16);
+        let sliding = blocks - tokens.saturating_sub(window) / 16;
+        (blocks + sliding) * 16 * slot_bytes
+    };
+    for mode in [CacheMode::Contiguous, CacheMode::Paged] {
+        let mut sched = engine_support::sched();
+        sched.max_tokens_per_step = 64;
+        sched.preemption = PreemptionMode::Swap;
+        let mut cfg = engine_support::config(mode, sched);
+        cfg.kv_bytes_per_token = shape.kv_bytes_per_token();
+        cfg.slot_bytes = slot_bytes;
+        cfg.model_name = shape.name.clone();
+        let requests = (0..12u64)
+            .map(|i| engine_support::req(i, i as f64 * 0.5, 150, 30))
+            .collect();
+        let w = engine_support::workload(requests);
+        let inner: Box<dyn kvbench_cache_api::KvCacheManager> = match mode {
+            CacheMode::Paged => Box::new(HybridKv::new(layout.clone())),
+            CacheMode::Contiguous => Box::new(kvbench_baselines::manager::GroupedContiguous::new(
+                layout.grouped_pool(),
+                64,
+            )),
+        };
+        let mut cache = Pressed {
+            inner,
+            appends: Default::default(),
+            refused: 0,
+        };
+        let total = cache.inner.accounting().total_slots;
+        let setup = RunSetup {
+            model: shape.clone(),
+            device: "cpu".into(),
+            scenario_dir: None,
+            cache_slots: total,
+            block_size: 16,
+            seed: 1,
+            max_tokens_per_step: 64,
+            max_step_tokens: 64,
+            swap_gbytes_per_s: None,
+            workspace_bytes: None,
+            profile: Some(engine_support::engine_test_device()),
+            clock: Default::default(),
+            tiers: Default::default(),
+        };
+        let mut backend = SimBackend::new(&setup)
+            .and_then(|b| b.with_shadow())
+            .expect("sim backend");
+        let r = kvbench::engine::run(&cfg, &w, &mut cache, &mut backend).expect("engine run");
+        assert_eq!(r.end.violation, None, "{mode:?}");
+        assert!(r.end.reclamation.ok, "{mode:?}: {}", r.end.reclamation.detail);
+        let report = backend.shadow_report().expect("shadow");
+        assert_eq!(report.violations, 0, "{mode:?}: {:?}", report.messages);
+        assert!(report.checked_slots > 0, "{mode:?}");
+        let completed = engine_support::count(&r, kvbench::engine::StreamStatus::Completed);
+        assert_eq!(completed, 12, "{mode:?}");
+        let (mut outs, mut ins) = (0, 0);
+        for e in &r.events {
+            let (bytes, tokens) = match e.kind {
+                TraceKind::SwapOut { bytes, tokens } => {
+                    outs += 1;
+                    (bytes, tokens)
+                }
+                TraceKind::SwapIn { bytes, tokens } => {
+                    ins += 1;
+                    (bytes, tokens)
+                }
+                _ => continue,
+            };
+            assert!(tokens >= 150, "{mode:?}: swapped while decoding");
+            assert_eq!(bytes, price(u64::from(tokens)), "{mode:?}: {tokens} tokens");
+        }
+        assert!(cache.refused > 0, "{mode:?}");
+        assert!(outs > 0 && outs == ins, "{mode:?}: {outs} out, {ins} in");
+        eprintln!("{mode:?}: {outs} swaps out and in under the shadow");
     }
 }
