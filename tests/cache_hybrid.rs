@@ -657,6 +657,40 @@ fn recurrent_state_comes_out_of_the_pool_on_demand() {
     assert!(cache.check_invariants().is_empty());
 }
 
+/// Per-block FP8 scales in the page: a full layer of 2 KV heads of 4 stores 16 bytes a token
+/// and 2 × 2 f32 scales (16 bytes) a block; a sliding layer of 1 head 8 bytes and 8 bytes of
+/// scales. The page is the larger block of 4 tokens, 4 × 16 + 16 = 80 bytes; the sliding table
+/// fits ⌊(80 − 8) / 8⌋ = 9 tokens a page.
+#[test]
+fn per_block_fp8_scales_are_counted_in_each_page() {
+    use kvbench::model::{Dtype, KvScale};
+    let mut m = shape(vec![
+        full(1),
+        LayerGroup::Sliding {
+            layers: 1,
+            window: 20,
+            kv_heads: 1,
+            head_dim: 4,
+        },
+    ]);
+    m.kv_dtype = Dtype::Fp8E4m3;
+    m.kv_scale = Some((KvScale::PerBlock, 4));
+    let layout = HybridLayout::new(&m, 4, 800, 0).unwrap();
+    assert_eq!(layout.page_bytes, 80);
+    assert_eq!(layout.pages, 10);
+    let (f, s) = (&layout.tables[0], &layout.tables[1]);
+    assert_eq!(
+        (f.block_tokens, f.bytes_per_token, f.scale_bytes_per_block, f.tail_bytes_per_page),
+        (4, 16, 16, 0)
+    );
+    assert_eq!(
+        (s.block_tokens, s.bytes_per_token, s.scale_bytes_per_block, s.tail_bytes_per_page),
+        (9, 8, 8, 0)
+    );
+    // The summed layout: 16 + 8 bytes a token, and (16 + 8) bytes of scales a 4-token block.
+    assert_eq!(m.kv_bytes_per_token(), 16 + 8 + 6);
+}
+
 #[test]
 fn layouts_refuse_what_they_cannot_lay_out() {
     use kvbench::cache::hybrid::LayoutError;

@@ -875,3 +875,53 @@ fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
         eprintln!("{mode:?}: {outs} swaps out and in under the shadow");
     }
 }
+
+/// gpt-oss-120b with an FP8 KV cache and per-block scales: a token of a layer is 2 × 8 × 64
+/// bytes, and each 16-token block of a layer carries 2 × 8 f32 scales (64 bytes), so a page of
+/// a table of 18 layers is 18 × (16 × 1024 + 64) bytes, its scales 18 × 64 of them — the
+/// summed layout's figure (36 × 1024 + ⌈36 × 64 / 16⌉ = 37,008 bytes a token) cut by table.
+#[test]
+fn plan_lays_out_per_block_fp8_scales_in_each_page() {
+    let (code, text) = kvbench(&[
+        "plan",
+        "--preset",
+        "gpt-oss-120b",
+        "--dtype",
+        "fp8",
+        "--kv-scale",
+        "per_block",
+        "--budget",
+        "6 GiB",
+        "--tokens",
+        "4096",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let scales: u64 = 18 * 2 * 8 * 4;
+    let page_bytes: u64 = 18 * (16 * 2 * 8 * 64) + scales;
+    let pages = (6u64 << 30) / page_bytes;
+    // At 4096 tokens the full table holds 256 blocks, the sliding one the 8 from the block
+    // holding position 4096 − 128.
+    let sequence_pages = 256 + (256 - (4096 - 128) / 16);
+    let summed_token_bytes = 36 * 1024 + (36 * 64u64).div_ceil(16);
+    assert_eq!(summed_token_bytes, 37_008);
+    let summed_blocks = (6u64 << 30) / summed_token_bytes / 16;
+    let lines = [
+        format!(
+            "hybrid      tables of 18 layers: 1 sliding (window 128) x 16 tokens a page, {scales} \
+             bytes (1.125 KiB) of scales a page, 1 full x 16 tokens a page, {scales} bytes \
+             (1.125 KiB) of scales a page; page {page_bytes} bytes"
+        ),
+        format!(
+            "hybrid fit  {pages} pages in the budget; a 4096-token sequence holds {} bytes",
+            sequence_pages * page_bytes
+        ),
+        format!(
+            "{} sequences fit, {} with summed slots",
+            pages / sequence_pages,
+            summed_blocks / 256
+        ),
+    ];
+    for l in &lines {
+        assert!(text.contains(l.as_str()), "no {l:?} in\n{text}");
+    }
+}
