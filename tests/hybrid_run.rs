@@ -925,3 +925,43 @@ fn plan_lays_out_per_block_fp8_scales_in_each_page() {
         assert!(text.contains(l.as_str()), "no {l:?} in\n{text}");
     }
 }
+
+/// The shipped Qwen3-Next scenario runs the hybrid managers and still comes out of this code
+/// byte for byte as its committed sim reference (`results/reference/sim/qwen3-next-80b-h200`),
+/// as `tests/run_reference.rs` checks the others; its recurrent states show as live bytes.
+#[test]
+fn the_qwen3_next_scenario_matches_its_committed_reference() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("qwen3-next-80b-h200");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/qwen3-next-80b-h200.toml",
+        "--backend",
+        "sim",
+        "--check-every",
+        "0",
+        "--trace-level",
+        "requests",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("results/reference/sim/qwen3-next-80b-h200");
+    for file in ["summary.json", "report.md"] {
+        let want = std::fs::read_to_string(reference.join(file)).expect("reference file");
+        let got = std::fs::read_to_string(out.join(file)).expect("fresh result");
+        assert!(want == got, "{file} differs from the committed reference");
+    }
+    let s: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).expect("summary"),
+    )
+    .expect("json");
+    assert_eq!(s["cache_manager"], "hybrid");
+    // A sequence's state is 37.7 MiB: at its peak of 163 sequences the paged run's live bytes
+    // are mostly states.
+    let paged = run_of(&s, "paged");
+    let state: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
+    let peak = num(&paged["peak_running_sequences"]);
+    assert!(num(&paged["memory"]["kv_peak_live_bytes"]) >= peak * state);
+}
