@@ -680,11 +680,21 @@ fn per_block_fp8_scales_are_counted_in_each_page() {
     assert_eq!(layout.pages, 10);
     let (f, s) = (&layout.tables[0], &layout.tables[1]);
     assert_eq!(
-        (f.block_tokens, f.bytes_per_token, f.scale_bytes_per_block, f.tail_bytes_per_page),
+        (
+            f.block_tokens,
+            f.bytes_per_token,
+            f.scale_bytes_per_block,
+            f.tail_bytes_per_page
+        ),
         (4, 16, 16, 0)
     );
     assert_eq!(
-        (s.block_tokens, s.bytes_per_token, s.scale_bytes_per_block, s.tail_bytes_per_page),
+        (
+            s.block_tokens,
+            s.bytes_per_token,
+            s.scale_bytes_per_block,
+            s.tail_bytes_per_page
+        ),
         (9, 8, 8, 0)
     );
     // The summed layout: 16 + 8 bytes a token, and (16 + 8) bytes of scales a 4-token block.

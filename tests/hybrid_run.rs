@@ -620,9 +620,8 @@ fn swap_preemption_on_grouped_runs_is_shadowed_clean_and_priced_at_what_the_tabl
     let qwen_page: u64 = 12 * 16 * (2 * 2 * 256 * 2);
     let qwen_state: u64 = 36 * (32 * 128 * 128 + 3 * 8192) * 2;
     let qwen_slot = qwen_page / 16;
-    let qwen = |tokens: u64| {
-        tokens.div_ceil(16) * qwen_page + qwen_state.div_ceil(qwen_slot) * qwen_slot
-    };
+    let qwen =
+        |tokens: u64| tokens.div_ceil(16) * qwen_page + qwen_state.div_ceil(qwen_slot) * qwen_slot;
     type Price<'a> = &'a dyn Fn(u64) -> u64;
     let cases: [(&str, &[&str], Price); 2] = [
         (GPT_OSS, &["--set", "memory.kv_budget=512 MiB"], &gpt_oss),
@@ -653,7 +652,10 @@ fn swap_preemption_on_grouped_runs_is_shadowed_clean_and_priced_at_what_the_tabl
         assert!(preempted > 5, "{scenario}: {preempted} preemptions");
         let (mut outs, mut ins, mut bytes) = (0u64, 0u64, 0u64);
         for v in &swaps {
-            assert_eq!(v["cache"], "paged", "{scenario}: only the paged manager preempts");
+            assert_eq!(
+                v["cache"], "paged",
+                "{scenario}: only the paged manager preempts"
+            );
             let tokens = num(&v["tokens"]);
             assert_eq!(num(&v["bytes"]), price(tokens), "{scenario}: {v}");
             bytes += num(&v["bytes"]);
@@ -848,7 +850,11 @@ fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
             .expect("sim backend");
         let r = kvbench::engine::run(&cfg, &w, &mut cache, &mut backend).expect("engine run");
         assert_eq!(r.end.violation, None, "{mode:?}");
-        assert!(r.end.reclamation.ok, "{mode:?}: {}", r.end.reclamation.detail);
+        assert!(
+            r.end.reclamation.ok,
+            "{mode:?}: {}",
+            r.end.reclamation.detail
+        );
         let report = backend.shadow_report().expect("shadow");
         assert_eq!(report.violations, 0, "{mode:?}: {:?}", report.messages);
         assert!(report.checked_slots > 0, "{mode:?}");
@@ -946,17 +952,16 @@ fn the_qwen3_next_scenario_matches_its_committed_reference() {
         out.to_str().expect("utf-8"),
     ]);
     assert_eq!(code, 0, "{text}");
-    let reference = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("results/reference/sim/qwen3-next-80b-h200");
+    let reference =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("results/reference/sim/qwen3-next-80b-h200");
     for file in ["summary.json", "report.md"] {
         let want = std::fs::read_to_string(reference.join(file)).expect("reference file");
         let got = std::fs::read_to_string(out.join(file)).expect("fresh result");
         assert!(want == got, "{file} differs from the committed reference");
     }
-    let s: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("summary.json")).expect("summary"),
-    )
-    .expect("json");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("json");
     assert_eq!(s["cache_manager"], "hybrid");
     // A sequence's state is 37.7 MiB: at its peak of 163 sequences the paged run's live bytes
     // are mostly states.

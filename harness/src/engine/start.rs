@@ -101,10 +101,13 @@ impl Engine<'_> {
             st.record.swapped_bytes += bytes;
             st.in_cache = tokens.len() as u32;
             self.streams.start_running(s, Phase::Decode);
-            self.trace(s, TraceKind::SwapIn {
+            self.trace(
+                s,
+                TraceKind::SwapIn {
                     bytes,
                     tokens: swapped,
-                });
+                },
+            );
             self.trace(s, TraceKind::Resume);
             n += 1;
         }

@@ -163,7 +163,10 @@ pub fn price(
                 swaps
                     .iter()
                     .filter(|s| s.direction == dir)
-                    .map(|s| s.bytes.map_or(s.tokens as f64 * kv_bytes_per_token, |b| b as f64))
+                    .map(|s| {
+                        s.bytes
+                            .map_or(s.tokens as f64 * kv_bytes_per_token, |b| b as f64)
+                    })
                     .sum::<f64>()
                     / link.bytes_per_s
             };
