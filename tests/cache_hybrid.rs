@@ -28,13 +28,12 @@ const GIB: u64 = 1 << 30;
 
 use support::groups::{full, mix as shape, sliding};
 
-/// One mix: its shape, block size, pages in the pool and reserved recurrent states.
+/// One mix: its shape, block size and pages in the pool (recurrent states come out of them).
 struct Mix {
     name: &'static str,
     shape: ModelShape,
     block_size: u32,
     pages: u64,
-    states: u32,
 }
 
 fn mixes() -> Vec<Mix> {
@@ -45,7 +44,6 @@ fn mixes() -> Vec<Mix> {
             shape: shape(vec![sliding(5, 10), full(1)]),
             block_size: 4,
             pages: 90,
-            states: 0,
         },
         Mix {
             name: "full + recurrent",
@@ -57,8 +55,8 @@ fn mixes() -> Vec<Mix> {
                 },
             ]),
             block_size: 4,
-            pages: 30,
-            states: 3,
+            // 256-byte pages, a 2000-byte state: 8 pages a sequence before any token.
+            pages: 60,
         },
         Mix {
             // 32 bytes a token a full layer, 18 an MLA layer: 7-token MLA blocks, 4-byte tails.
@@ -74,7 +72,6 @@ fn mixes() -> Vec<Mix> {
             ]),
             block_size: 4,
             pages: 40,
-            states: 0,
         },
         Mix {
             // gpt-oss-like: alternating sliding and full, a window of two blocks, block size 1 too.
@@ -82,15 +79,14 @@ fn mixes() -> Vec<Mix> {
             shape: shape(vec![sliding(2, 3), full(2)]),
             block_size: 1,
             pages: 60,
-            states: 0,
         },
     ]
 }
 
 fn build(mix: &Mix) -> HybridCache {
     let probe = HybridLayout::new(&mix.shape, mix.block_size, 1 << 30, 0).unwrap();
-    let budget = probe.page_bytes * mix.pages + probe.state_bytes_per_sequence * mix.states as u64;
-    let layout = HybridLayout::new(&mix.shape, mix.block_size, budget, mix.states).unwrap();
+    let budget = probe.page_bytes * mix.pages;
+    let layout = HybridLayout::new(&mix.shape, mix.block_size, budget, 0).unwrap();
     assert_eq!(layout.pages as u64, mix.pages, "{}", mix.name);
     HybridCache::new(layout)
 }
@@ -191,20 +187,27 @@ fn run_ops(
     }
     let specs = cache.layout().tables.clone();
     let pages = cache.layout().pages as u64;
+    // Pages one sequence's recurrent state takes from the pool.
+    let sp = u64::from(cache.layout().state_pages_per_sequence);
     let mut model = Model::default();
     let mut next_seq = 0u64;
     for (i, op) in ops.iter().enumerate() {
         let live: Vec<u64> = model.seqs.keys().copied().collect();
         let pick = |p: u8| (!live.is_empty()).then(|| live[p as usize % live.len()]);
         let at = |e: String| format!("{}: op {i} {op:?}: {e}", mix.name);
+        // The pages the tables may have: the pool less the live sequences' states.
+        let table_pages = pages - sp * live.len() as u64;
+        let free_pages = table_pages - model.versions().len() as u64;
         match *op {
             Op::Start => {
                 let seq = next_seq;
                 next_seq += 1;
                 let got = cache.start(seq);
-                if mix.states > 0 && live.len() as u32 == mix.states {
-                    if got != Err(HybridError::OutOfStates(mix.states)) {
-                        return Err(at(format!("expected OutOfStates, got {got:?}")));
+                if sp > free_pages {
+                    if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
+                        return Err(at(format!(
+                            "expected OutOfPages for the state, got {got:?}"
+                        )));
                     }
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
@@ -215,12 +218,12 @@ fn run_ops(
             Op::Append { pick: p, n } => {
                 let Some(seq) = pick(p) else { continue };
                 let n = n as u64;
-                let expect = model.clone().append(&specs, pages, seq, n);
+                let expect = model.clone().append(&specs, table_pages, seq, n);
                 let got = cache.append(seq, n);
                 let copies = cache.take_copies();
                 match (expect, got) {
                     (Ok(c), Ok(())) => {
-                        model.append(&specs, pages, seq, n).unwrap();
+                        model.append(&specs, table_pages, seq, n).unwrap();
                         if copies.len() as u64 != c {
                             return Err(at(format!("{} copies, model says {c}", copies.len())));
                         }
@@ -235,12 +238,19 @@ fn run_ops(
                 let child = next_seq;
                 next_seq += 1;
                 let got = cache.fork(parent, child);
-                if mix.states > 0 && live.len() as u32 == mix.states {
-                    if got != Err(HybridError::OutOfStates(mix.states)) {
-                        return Err(at(format!("expected OutOfStates, got {got:?}")));
+                let copies = cache.take_copies();
+                if sp > free_pages {
+                    if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
+                        return Err(at(format!(
+                            "expected OutOfPages for the state, got {got:?}"
+                        )));
                     }
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
+                    // The parent's state is copied page by page into the child's own pages.
+                    if copies.len() as u64 != sp || copies.iter().any(|c| c.src == c.dst) {
+                        return Err(at(format!("fork copies {copies:?}, {sp} state pages")));
+                    }
                     let entry = model.seqs[&parent].clone();
                     model.seqs.insert(child, entry);
                 }
@@ -310,15 +320,13 @@ fn compare(cache: &HybridCache, model: &Model, specs: &[TableSpec]) -> Result<()
             }
         }
     }
-    let used = model.versions().len() as u32;
+    // Every version a page, and every live sequence's state its own pages.
+    let sp = cache.layout().state_pages_per_sequence;
+    let states = if sp > 0 { model.seqs.len() as u32 } else { 0 };
+    let used = model.versions().len() as u32 + states * sp;
     if cache.used_pages() != used {
         return Err(format!("{} pages used, model {used}", cache.used_pages()));
     }
-    let states = if cache.layout().state_sequences.is_some() {
-        model.seqs.len() as u32
-    } else {
-        0
-    };
     if cache.states_held() != states {
         return Err(format!(
             "{} states held, model {states}",
@@ -605,29 +613,92 @@ fn preset_fits_against_the_summed_bytes_slots_by_hand() {
 }
 
 #[test]
-fn recurrent_state_is_reserved_outside_the_pool() {
+fn recurrent_state_comes_out_of_the_pool_on_demand() {
     let shape = ModelShape::qwen3_next_80b();
     // 36 layers × 1,097,728 bytes of state a sequence; 12 full layers of 2 × 2 × 256 × 2 bytes.
     let state = 36 * 1_097_728u64;
+    let page = 12 * 16 * 2048u64;
     let layout = HybridLayout::new(&shape, 16, 4 * GIB, 10).unwrap();
     assert_eq!(layout.state_bytes_per_sequence, state);
-    assert_eq!(layout.state_sequences, Some(10));
     assert_eq!(layout.tables.len(), 1);
-    assert_eq!(layout.page_bytes, 12 * 16 * 2048);
+    assert_eq!(layout.page_bytes, page);
+    // ⌈39,518,208 ÷ 393,216⌉ = 101 pages (100.5 of state, the last page half used).
+    assert_eq!(layout.state_pages_per_sequence, 101);
+    assert_eq!(state.div_ceil(page), 101);
+    // The paged pool is the whole budget; the contiguous baseline's is less its 10 states.
+    assert_eq!(layout.pages as u64, 4 * GIB / page);
+    assert_eq!(layout.state_sequences, Some(10));
     assert_eq!(
-        layout.pages as u64,
-        (4 * GIB - 10 * state) / (12 * 16 * 2048)
+        layout.contiguous_pages as u64,
+        (4 * GIB - 10 * state) / page
     );
+    let pages = layout.pages;
     let mut cache = HybridCache::new(layout);
-    for s in 0..10 {
+    // 10,922 pages hold 108 states of 101 pages (10,908), no 109th.
+    let fit = u64::from(pages) / 101;
+    assert_eq!(fit, 108);
+    for s in 0..fit {
         cache.start(s).unwrap();
     }
-    assert_eq!(cache.state_bytes_held(), 10 * state);
-    assert_eq!(cache.start(10), Err(HybridError::OutOfStates(10)));
-    assert_eq!(cache.fork(0, 10), Err(HybridError::OutOfStates(10)));
+    assert_eq!(cache.state_bytes_held(), fit * state);
+    assert_eq!(cache.used_pages() as u64, fit * 101);
+    assert!(matches!(
+        cache.start(fit),
+        Err(HybridError::OutOfPages { needed: 101, .. })
+    ));
+    assert!(matches!(
+        cache.fork(0, fit),
+        Err(HybridError::OutOfPages { needed: 101, .. })
+    ));
     cache.release(3).unwrap();
-    assert_eq!(cache.fork(0, 10), Ok(()));
+    assert_eq!(cache.fork(0, fit), Ok(()));
+    let copies = cache.take_copies();
+    assert_eq!(copies.len(), 101, "a fork copies every state page");
     assert!(cache.check_invariants().is_empty());
+}
+
+/// Per-block FP8 scales in the page: a full layer of 2 KV heads of 4 stores 16 bytes a token
+/// and 2 × 2 f32 scales (16 bytes) a block; a sliding layer of 1 head 8 bytes and 8 bytes of
+/// scales. The page is the larger block of 4 tokens, 4 × 16 + 16 = 80 bytes; the sliding table
+/// fits ⌊(80 − 8) / 8⌋ = 9 tokens a page.
+#[test]
+fn per_block_fp8_scales_are_counted_in_each_page() {
+    use kvbench::model::{Dtype, KvScale};
+    let mut m = shape(vec![
+        full(1),
+        LayerGroup::Sliding {
+            layers: 1,
+            window: 20,
+            kv_heads: 1,
+            head_dim: 4,
+        },
+    ]);
+    m.kv_dtype = Dtype::Fp8E4m3;
+    m.kv_scale = Some((KvScale::PerBlock, 4));
+    let layout = HybridLayout::new(&m, 4, 800, 0).unwrap();
+    assert_eq!(layout.page_bytes, 80);
+    assert_eq!(layout.pages, 10);
+    let (f, s) = (&layout.tables[0], &layout.tables[1]);
+    assert_eq!(
+        (
+            f.block_tokens,
+            f.bytes_per_token,
+            f.scale_bytes_per_block,
+            f.tail_bytes_per_page
+        ),
+        (4, 16, 16, 0)
+    );
+    assert_eq!(
+        (
+            s.block_tokens,
+            s.bytes_per_token,
+            s.scale_bytes_per_block,
+            s.tail_bytes_per_page
+        ),
+        (9, 8, 8, 0)
+    );
+    // The summed layout: 16 + 8 bytes a token, and (16 + 8) bytes of scales a 4-token block.
+    assert_eq!(m.kv_bytes_per_token(), 16 + 8 + 6);
 }
 
 #[test]

@@ -22,7 +22,7 @@ use hybrid_kv_support::checker::{run_blind, run_faulted, run_ops};
 use hybrid_kv_support::{build, mixes, start, Op};
 use kvbench::cache::hybrid::{HybridKv, HybridLayout};
 use kvbench_cache_api::{
-    AllocError, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
+    AllocError, CopyOp, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
 };
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -264,37 +264,44 @@ fn sequence_slots_count_every_table_whole_and_the_state() {
     assert_eq!(kv.sequence_slots(100, 0), 3 * 25 * 4);
     let kv = build(&mixes()[1]); // 2 full layers in one table + 2 recurrent layers
     let layout = kv.hybrid_layout().clone();
-    let slot_bytes = layout.page_bytes / 4;
-    let state_slots = (2 * 1000u64).div_ceil(slot_bytes);
+    // A page: 2 layers × 4 tokens × 32 bytes = 256 bytes; the state 2 × 1000 bytes = 8 pages.
+    assert_eq!(layout.page_bytes, 256);
     assert_eq!(layout.state_bytes_per_sequence, 2000);
-    assert_eq!(kv.sequence_slots(9, 0), 3 * 4 + state_slots);
+    assert_eq!(layout.state_pages_per_sequence, 8);
+    // 9 tokens: 3 pages of the table and the state's 8, 4 slots each.
+    assert_eq!(kv.sequence_slots(9, 0), (3 + 8) * 4);
     assert_eq!(
         kv.accounting().total_slots,
-        30 * 4 + 3 * state_slots,
-        "the reserved states count in the total"
+        56 * 4,
+        "the pool is the whole budget: no state reserved off it"
     );
 }
 
 #[test]
-fn a_released_state_waits_for_the_fence_too() {
-    let mix = &mixes()[1]; // full + recurrent: 3 states reserved
+fn a_state_is_pages_of_the_pool_live_while_held_and_fenced_when_released() {
+    let mix = &mixes()[1]; // full + recurrent: 56 pages of 256 bytes, 8 a state
     let mut kv = build(mix);
-    for seq in 0..3 {
+    // Each 4-token sequence takes one table page and 8 state pages: 6 of them take 54 pages.
+    for seq in 0..6 {
         start(&mut kv, seq, 4).unwrap();
     }
+    let a = kv.accounting();
+    // A state's 2000 bytes are 32 live slots of 64 bytes (nothing written yet).
+    assert_eq!(a.live_slots, 6 * 32, "{a:?}");
+    assert_eq!(a.allocated_unfilled_slots, 6 * 4, "{a:?}");
+    assert_eq!(a.free_slots, 2 * 4, "{a:?}");
     assert!(matches!(
-        start(&mut kv, 3, 4),
+        start(&mut kv, 6, 4),
         Err(AllocError::NoSpace { .. })
     ));
     let step = kv.begin_step();
+    let released: Vec<u32> = kv.state_pages(0).unwrap().to_vec();
     kv.release(0, ReleaseReason::Preempt).unwrap();
-    let state_slots = kv.sequence_slots(0, 0);
-    assert!(state_slots > 0);
-    // The state and the one page of seq 0 wait behind the step.
-    assert_eq!(kv.accounting().pending_free_slots, 4 + state_slots);
+    // The state's 8 pages and the one table page of seq 0 wait behind the step.
+    assert_eq!(kv.accounting().pending_free_slots, 9 * 4);
     assert!(
         !kv.probe_start(&StartRequest {
-            seq: 3,
+            seq: 6,
             tokens: &[1, 2],
             scope: None,
             reserve_tokens: 2,
@@ -302,11 +309,29 @@ fn a_released_state_waits_for_the_fence_too() {
         .fits
     );
     kv.fill(1, 4).unwrap();
-    assert!(matches!(kv.fork(1, 3), Err(AllocError::NoSpace { .. })));
+    assert!(matches!(kv.fork(1, 6), Err(AllocError::NoSpace { .. })));
     kv.check_invariants().unwrap();
     kv.retire_step(step);
     assert_eq!(kv.accounting().pending_free_slots, 0);
-    assert_eq!(kv.fork(1, 3), Ok(Vec::new()));
+    let copies = kv.fork(1, 6).unwrap();
+    let (from, to) = (kv.state_pages(1).unwrap(), kv.state_pages(6).unwrap());
+    let want: Vec<CopyOp> = from
+        .iter()
+        .zip(to)
+        .map(|(&s, &d)| CopyOp {
+            src_slot: u64::from(s) * 4,
+            dst_slot: u64::from(d) * 4,
+            len_tokens: 4,
+        })
+        .collect();
+    assert_eq!(
+        copies, want,
+        "a fork copies the parent's state, page by page"
+    );
+    assert!(
+        to.iter().all(|p| released.contains(p)),
+        "the fenced state pages came back once the step retired"
+    );
     kv.check_invariants().unwrap();
 }
 
@@ -325,10 +350,10 @@ fn engine_run(
     use kvbench::backend::RunSetup;
     use kvbench_cache_api::CacheMode;
 
-    let states = 8; // sequences whose recurrent state is reserved (where there is one)
+    // Besides `pages` for the tables, the states of 8 sequences (where there is one).
     let probe = HybridLayout::new(shape, 16, 1 << 30, 0).unwrap();
-    let budget = probe.page_bytes * pages + probe.state_bytes_per_sequence * states;
-    let layout = HybridLayout::new(shape, 16, budget, states as u32).unwrap();
+    let pages = pages + 8 * u64::from(probe.state_pages_per_sequence);
+    let layout = HybridLayout::new(shape, 16, probe.page_bytes * pages, 0).unwrap();
     assert_eq!(u64::from(layout.pages), pages);
     let mut kv = HybridKv::new(layout);
     let total = kv.accounting().total_slots;

@@ -95,6 +95,7 @@ fn a_step_without_tier_ops_costs_what_the_cost_model_says_bit_for_bit() {
             seq: 3,
             direction: SwapDirection::Out,
             tokens: 300,
+            bytes: None,
         }],
         ..Default::default()
     };

@@ -16,8 +16,8 @@ mod rng;
 
 use kvbench_baselines::manager::GroupedContiguous;
 use kvbench_cache_api::{
-    AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, KvCacheManager, ReleaseReason,
-    SeqLayout, StartRequest, TableShape,
+    AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState, KvCacheManager,
+    ReleaseReason, SeqLayout, StartRequest, TableShape,
 };
 
 fn full(block_tokens: u32) -> TableShape {
@@ -40,8 +40,12 @@ fn pool(shapes: Vec<TableShape>, pages: u32, state: Option<(u32, u64)>) -> Group
         page_slots: 4,
         slot_bytes: 1024,
         pages,
-        state_slots_per_sequence: state.map_or(0, |s| s.1),
-        state_sequences: state.map(|s| s.0),
+        state: state.map_or(GroupedState::None, |(sequences, slots_per_sequence)| {
+            GroupedState::Reserved {
+                sequences,
+                slots_per_sequence,
+            }
+        }),
     }
 }
 
@@ -145,8 +149,10 @@ fn each_table_kind_reserves_its_hand_computed_pages() {
         page_slots: 4,
         slot_bytes: 4096,
         pages: 300,
-        state_slots_per_sequence: 9,
-        state_sequences: Some(2),
+        state: GroupedState::Reserved {
+            sequences: 2,
+            slots_per_sequence: 9,
+        },
     };
     let mut m = GroupedContiguous::new(p, 64);
     assert_eq!(m.mode(), CacheMode::Contiguous);
@@ -264,6 +270,54 @@ fn a_fill_larger_than_the_step_is_refused_only_where_a_ring_turns() {
     m.check_invariants().unwrap();
 }
 
+/// A swap-in restores every token at once; the step after it reads only the ring's window of
+/// them, so the fill's one-step bound does not apply: the ring holds the window of the last
+/// restored token, the full table every block, and the sequence decodes on.
+#[test]
+fn a_restore_writes_past_the_step_bound_and_the_ring_holds_its_window() {
+    // Full and sliding (window 6) tables of 4-token blocks, a 2-token step: a ring of
+    // ⌈(6 + 2) / 4⌉ + 1 = 3 pages against 5 for a 20-token reservation.
+    let p = pool(vec![full(4), sliding(4, 6)], 40, Some((4, 3)));
+    let mut m = GroupedContiguous::new(p, 2);
+    start(&mut m, 1, 13, 20).unwrap();
+    assert!(matches!(
+        m.fill(1, 13),
+        Err(AllocError::InvalidOp { seq: 1, .. })
+    ));
+    m.restore(1, 13).unwrap();
+    assert_eq!(m.seq_tokens(1), Some(13));
+    m.check_invariants().unwrap();
+    let Some(SeqLayout::Grouped { tables, shapes, .. }) = m.layout(1) else {
+        panic!("grouped layout");
+    };
+    assert_eq!((tables[0].first_block, tables[0].end_block()), (0, 4));
+    // The window of position 12 is 7..13: blocks 1..4, all on the ring.
+    for pos in kvbench_cache_api::grouped::readable_from(&shapes[1], 13)..13 {
+        assert!(
+            kvbench_cache_api::grouped::cell(&shapes[1], &tables[1], pos).is_some(),
+            "position {pos} restored on the ring"
+        );
+    }
+    // What a swap of it moves: 4 full pages, 3 window pages, and its state.
+    assert_eq!(m.swap_slots(1, 13), (4 + 3) * 4 + 3);
+    let step = m.begin_step();
+    m.append(1).unwrap();
+    m.retire_step(step);
+    m.check_invariants().unwrap();
+    // A restore is of a fresh start's every token, nothing else.
+    start(&mut m, 2, 8, 8).unwrap();
+    assert!(matches!(
+        m.restore(2, 4),
+        Err(AllocError::InvalidOp { seq: 2, .. })
+    ));
+    m.fill(2, 4).unwrap();
+    assert!(matches!(
+        m.restore(2, 8),
+        Err(AllocError::InvalidOp { seq: 2, .. })
+    ));
+    m.check_invariants().unwrap();
+}
+
 #[test]
 fn recurrent_states_run_out_and_wait_for_their_fence() {
     let p = pool(vec![full(4)], 100, Some((2, 3)));
@@ -285,10 +339,27 @@ fn recurrent_states_run_out_and_wait_for_their_fence() {
     start(&mut m, 3, 4, 8).unwrap();
     m.check_invariants().unwrap();
     let none = GroupedPool {
-        state_sequences: Some(0),
-        ..p
+        state: GroupedState::Reserved {
+            sequences: 0,
+            slots_per_sequence: 9,
+        },
+        ..p.clone()
     };
     let mut m = GroupedContiguous::new(none, 4);
+    assert!(matches!(
+        start(&mut m, 1, 4, 8),
+        Err(AllocError::TooLarge { .. })
+    ));
+    // States taken from the pages on demand are the paged manager's rule: the baseline, which
+    // reserves its states up front, has none to take and says so at every start.
+    let paged = GroupedPool {
+        state: GroupedState::Paged {
+            pages_per_sequence: 3,
+            slots_per_sequence: 9,
+        },
+        ..p
+    };
+    let mut m = GroupedContiguous::new(paged, 4);
     assert!(matches!(
         start(&mut m, 1, 4, 8),
         Err(AllocError::TooLarge { .. })
@@ -373,8 +444,7 @@ fn gemma3_27b_pool() -> GroupedPool {
         page_slots: 16,
         slot_bytes: 16 * 1024,
         pages: 65_536,
-        state_slots_per_sequence: 0,
-        state_sequences: None,
+        state: GroupedState::None,
     }
 }
 

@@ -76,14 +76,9 @@ impl Checker {
                 };
                 let probe = self.kv.probe_start(&req);
                 let expect = self.model.start(seq, u64::from(len));
-                let st = if self.model.state_cap.is_some() {
-                    self.model.state_slots
-                } else {
-                    0
-                };
                 let want = Probe {
                     cached_tokens: 0,
-                    new_slots: self.model.start_pages(u64::from(len)) * self.model.page_slots + st,
+                    new_slots: self.model.start_pages(u64::from(len)) * self.model.page_slots,
                     fits: expect == ok(),
                     onload_tokens: 0,
                 };
@@ -126,12 +121,23 @@ impl Checker {
                 let expect = self.model.fork(parent, child);
                 let r = self.kv.fork(parent, child);
                 let got = outcome(&r);
-                (expect, r.unwrap_or_default(), got)
+                if let Ok(copies) = &r {
+                    self.check_state_copies(parent, child, copies)?;
+                }
+                // The state copies are checked; the model's page copies (none) are the rest.
+                (expect, Vec::new(), got)
             }
             Op::Release { pick: p } => {
                 let Some(seq) = pick(p) else { return Ok(()) };
+                let state: Vec<u32> = self.kv.state_pages(seq).unwrap_or_default().to_vec();
                 let expect = self.model.release(seq);
                 let r = self.kv.release(seq, ReleaseReason::Finish);
+                // A released state's pages wait for the steps in flight, like a table's.
+                if let (Ok(()), Some(&fence)) = (&r, self.model.in_flight.last()) {
+                    for page in state {
+                        self.banned.insert(page, fence);
+                    }
+                }
                 (expect, Vec::new(), outcome(&r))
             }
             Op::Begin => {
@@ -167,6 +173,35 @@ impl Checker {
             self.check_copies(&copies, &got_copies)?;
         } else {
             self.compare()?;
+        }
+        Ok(())
+    }
+
+    /// A fork copies each of the parent's state pages into the child's, a whole page each.
+    pub fn check_state_copies(
+        &self,
+        parent: u64,
+        child: u64,
+        got: &[CopyOp],
+    ) -> Result<(), String> {
+        let ps = self.model.page_slots;
+        let (Some(from), Some(to)) = (self.kv.state_pages(parent), self.kv.state_pages(child))
+        else {
+            return Err(format!("fork {parent} → {child}: a sequence has no state"));
+        };
+        let want: Vec<(u64, u64, u32)> = from
+            .iter()
+            .zip(to)
+            .map(|(&a, &b)| (u64::from(a) * ps, u64::from(b) * ps, ps as u32))
+            .collect();
+        let got: Vec<(u64, u64, u32)> = got
+            .iter()
+            .map(|c| (c.src_slot, c.dst_slot, c.len_tokens))
+            .collect();
+        if got != want || want.len() as u64 != self.model.state_pages {
+            return Err(format!(
+                "fork {parent} → {child} copies {got:?}, the state pages want {want:?}"
+            ));
         }
         Ok(())
     }
@@ -306,6 +341,35 @@ impl Checker {
                     "page {page} is in {} layouts, the pool counts {refs:?} references",
                     h.len()
                 ));
+            }
+        }
+        // Each live state is its own pages: as many as the layout says, in no table, in no
+        // other state, held by one reference, not behind a fence not yet retired.
+        let mut state_owner: BTreeMap<u32, u64> = BTreeMap::new();
+        for &seq in model.seqs.keys() {
+            let state = kv.state_pages(seq).unwrap_or_default();
+            if state.len() as u64 != model.state_pages {
+                return Err(format!(
+                    "seq {seq}: {} state pages, model {}",
+                    state.len(),
+                    model.state_pages
+                ));
+            }
+            for &page in state {
+                if let Some(other) = state_owner.insert(page, seq) {
+                    return Err(format!("state page {page} of seqs {other} and {seq}"));
+                }
+                if holders.contains_key(&page) {
+                    return Err(format!("state page {page} of seq {seq} is in a table"));
+                }
+                if kv.cache().page_refs(page) != Some(1) {
+                    return Err(format!("state page {page} of seq {seq} is shared"));
+                }
+                if let Some(fence) = self.banned.get(&page) {
+                    return Err(format!(
+                        "state page {page} of seq {seq} handed out before its fence step {fence} retired"
+                    ));
+                }
             }
         }
         // A version's content stays in the page it was written to for as long as it is held.

@@ -19,8 +19,8 @@ pub struct Mix {
     pub name: &'static str,
     pub shape: ModelShape,
     pub block_size: u32,
+    /// Pages of the pool (recurrent states come out of them).
     pub pages: u64,
-    pub states: u32,
 }
 
 pub fn mixes() -> Vec<Mix> {
@@ -30,7 +30,6 @@ pub fn mixes() -> Vec<Mix> {
             shape: shape(vec![sliding(2, 10), full(1)]),
             block_size: 4,
             pages: 48,
-            states: 0,
         },
         Mix {
             name: "full + recurrent",
@@ -42,8 +41,8 @@ pub fn mixes() -> Vec<Mix> {
                 },
             ]),
             block_size: 4,
-            pages: 30,
-            states: 3,
+            // 256-byte pages, a 2000-byte state: 8 pages a sequence before any token.
+            pages: 56,
         },
         Mix {
             // 32 bytes a token a full layer, 18 an MLA layer: 7-token MLA blocks.
@@ -59,22 +58,20 @@ pub fn mixes() -> Vec<Mix> {
             ]),
             block_size: 4,
             pages: 40,
-            states: 0,
         },
         Mix {
             name: "sliding only",
             shape: shape(vec![sliding(2, 6)]),
             block_size: 4,
             pages: 24,
-            states: 0,
         },
     ]
 }
 
 pub fn build(mix: &Mix) -> HybridKv {
     let probe = HybridLayout::new(&mix.shape, mix.block_size, 1 << 30, 0).unwrap();
-    let budget = probe.page_bytes * mix.pages + probe.state_bytes_per_sequence * mix.states as u64;
-    let layout = HybridLayout::new(&mix.shape, mix.block_size, budget, mix.states).unwrap();
+    let layout =
+        HybridLayout::new(&mix.shape, mix.block_size, probe.page_bytes * mix.pages, 0).unwrap();
     assert_eq!(layout.pages as u64, mix.pages, "{}", mix.name);
     HybridKv::new(layout)
 }

@@ -25,13 +25,15 @@ pub struct Model {
     pub specs: Vec<(u64, Option<u64>)>,
     pub pages: u64,
     pub page_slots: u64,
-    pub state_cap: Option<u64>,
+    /// Pages one sequence's recurrent state takes from the pool (0: no recurrent group).
+    pub state_pages: u64,
+    /// Slots a held state counts live.
     pub state_slots: u64,
     pub seqs: BTreeMap<u64, MSeq>,
     pub next_version: u64,
     pub next_step: u64,
     pub in_flight: BTreeSet<u64>,
-    /// (fence step, pages, states) withheld.
+    /// (fence step, table pages, states) withheld (a state withholds `state_pages` pages).
     pub pending: Vec<(u64, u64, u64)>,
 }
 
@@ -73,8 +75,11 @@ impl Model {
                 .collect(),
             pages: u64::from(layout.pages),
             page_slots: u64::from(layout.block_size),
-            state_cap: layout.state_sequences.map(u64::from),
-            state_slots: layout.state_bytes_per_sequence.div_ceil(slot_bytes),
+            state_pages: u64::from(layout.state_pages_per_sequence),
+            state_slots: layout
+                .state_bytes_per_sequence
+                .div_ceil(slot_bytes)
+                .min(u64::from(layout.state_pages_per_sequence) * u64::from(layout.block_size)),
             seqs: BTreeMap::new(),
             next_version: 0,
             next_step: 1,
@@ -99,29 +104,27 @@ impl Model {
             .collect()
     }
 
+    /// Pages behind fences: table pages and the states' pages.
     pub fn pending_pages(&self) -> u64 {
-        self.pending.iter().map(|p| p.1).sum()
-    }
-
-    pub fn pending_states(&self) -> u64 {
-        self.pending.iter().map(|p| p.2).sum()
+        self.pending
+            .iter()
+            .map(|p| p.1 + p.2 * self.state_pages)
+            .sum()
     }
 
     pub fn free_pages(&self) -> u64 {
-        self.pages - self.held_versions().len() as u64 - self.pending_pages()
+        self.pages
+            - self.held_versions().len() as u64
+            - self.states_held() * self.state_pages
+            - self.pending_pages()
     }
 
     pub fn states_held(&self) -> u64 {
-        if self.state_cap.is_some() {
+        if self.state_pages > 0 {
             self.seqs.len() as u64
         } else {
             0
         }
-    }
-
-    pub fn state_free(&self) -> bool {
-        self.state_cap
-            .is_none_or(|cap| self.states_held() + self.pending_states() < cap)
     }
 
     pub fn new_version(&mut self) -> u64 {
@@ -168,8 +171,13 @@ impl Model {
         gone
     }
 
+    /// Pages a start takes: every table's blocks of the prompt, and the state's.
     pub fn start_pages(&self, len: u64) -> u64 {
-        self.specs.iter().map(|(bt, _)| len.div_ceil(*bt)).sum()
+        self.specs
+            .iter()
+            .map(|(bt, _)| len.div_ceil(*bt))
+            .sum::<u64>()
+            + self.state_pages
     }
 
     pub fn start(&mut self, seq: u64, len: u64) -> Expect {
@@ -177,7 +185,7 @@ impl Model {
         if needed > self.pages {
             return Expect::TooLarge;
         }
-        if needed > self.free_pages() || !self.state_free() {
+        if needed > self.free_pages() {
             return Expect::NoSpace;
         }
         let mut tables = Vec::new();
@@ -268,7 +276,7 @@ impl Model {
         if p.written != p.mapped {
             return Expect::Invalid;
         }
-        if !self.state_free() {
+        if self.state_pages > self.free_pages() {
             return Expect::NoSpace;
         }
         self.seqs.insert(child, p);
@@ -278,7 +286,7 @@ impl Model {
     pub fn release(&mut self, seq: u64) -> Expect {
         let s = self.seqs.remove(&seq).unwrap();
         let versions = s.tables.into_iter().flat_map(|t| t.into_values()).collect();
-        let states = u64::from(self.state_cap.is_some());
+        let states = u64::from(self.state_pages > 0);
         Expect::Ok {
             copies: Vec::new(),
             released: self.drop_versions(versions, states),
@@ -315,20 +323,16 @@ impl Model {
             }
         }
         let live_pages: u64 = written.values().map(|&(w, bt)| w * ps / bt).sum();
-        let cap = self.state_cap.unwrap_or(0);
-        let st = self.state_slots;
-        let held = written.len() as u64;
-        let total = self.pages * ps + cap * st;
-        let live = live_pages + self.states_held() * st;
-        let pending = self.pending_pages() * ps + self.pending_states() * st;
+        // A held state: its pages held, its bytes (in slots) live, the rest of them unfilled.
+        let held = written.len() as u64 + self.states_held() * self.state_pages;
+        let live = live_pages + self.states_held() * self.state_slots;
         Accounting {
-            total_slots: total,
+            total_slots: self.pages * ps,
             live_slots: live,
-            allocated_unfilled_slots: held * ps - live_pages,
+            allocated_unfilled_slots: held * ps - live,
             cached_free_slots: 0,
-            pending_free_slots: pending,
-            free_slots: self.free_pages() * ps
-                + (cap - self.states_held() - self.pending_states()) * st,
+            pending_free_slots: self.pending_pages() * ps,
+            free_slots: self.free_pages() * ps,
         }
     }
 }

@@ -225,6 +225,7 @@ impl Driver {
             seq,
             direction: SwapDirection::Out,
             tokens: s.written,
+            bytes: None,
         });
         self.swapped.push_back((seq, s));
         self.tally.swaps += 1;
@@ -263,6 +264,7 @@ impl Driver {
             seq,
             direction: SwapDirection::In,
             tokens: s.written,
+            bytes: None,
         });
         if let Some((seq, mut s)) = self.swapped.pop_front() {
             // Not scheduled in the step that swaps it in.

@@ -90,7 +90,12 @@ pub fn layout(mix: &Mix) -> HybridLayout {
     let probe = HybridLayout::new(&mix.shape, mix.block_size, 1 << 30, 0).expect("layout");
     let budget = probe.page_bytes * mix.pages + probe.state_bytes_per_sequence * mix.states as u64;
     let l = HybridLayout::new(&mix.shape, mix.block_size, budget, mix.states).expect("layout");
-    assert_eq!(u64::from(l.pages), mix.pages, "{}", mix.shape.name);
+    assert_eq!(
+        u64::from(l.contiguous_pages),
+        mix.pages,
+        "{}",
+        mix.shape.name
+    );
     l
 }
 

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::{
-    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, KvCacheManager,
-    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
+    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, GroupedState,
+    KvCacheManager, PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started,
+    StepId,
 };
 
 use super::arena::Arena;
@@ -122,22 +123,19 @@ impl GroupedContiguous {
 
     /// Slots one recurrent state counts for, 0 without a recurrent group.
     pub(crate) fn state_slots(&self) -> u64 {
-        match self.pool.state_sequences {
-            Some(_) => self.pool.state_slots_per_sequence,
-            None => 0,
-        }
+        self.pool.state.slots_per_sequence()
     }
 
     /// States neither held nor pending.
     pub(crate) fn states_free(&self) -> u64 {
-        match self.pool.state_sequences {
+        match self.pool.state.reserved_sequences() {
             Some(n) => u64::from(n).saturating_sub(self.states_held + self.pending_states),
             None => 0,
         }
     }
 
-    fn needs_state(&self) -> bool {
-        self.pool.state_sequences.is_some()
+    pub(crate) fn needs_state(&self) -> bool {
+        self.pool.state != GroupedState::None
     }
 
     /// Slots a reservation of `pages` pages (and a state, where the model has one) counts for.
@@ -161,7 +159,14 @@ impl GroupedContiguous {
         let cuts = cut_tables(&self.pool.shapes, reserve_tokens, self.max_step_tokens)
             .ok_or(too_large(u64::MAX))?;
         let pages = reservation_pages(&cuts);
-        let no_state = self.pool.state_sequences == Some(0);
+        // The baseline reserves states up front, like a simple server; a pool whose states come
+        // out of its pages (`GroupedState::Paged`) is the hybrid paged manager's, and holds no
+        // state this baseline could take.
+        let no_state = match self.pool.state {
+            GroupedState::None => false,
+            GroupedState::Reserved { sequences, .. } => sequences == 0,
+            GroupedState::Paged { .. } => true,
+        };
         if pages > self.pool.pages || no_state {
             return Err(too_large(self.slots_of(u64::from(pages))));
         }
@@ -388,6 +393,33 @@ impl KvCacheManager for GroupedContiguous {
         Ok(())
     }
 
+    /// A swap-in writes every started token at once, but the step after it reads only each
+    /// ring's window of them, not the window before them as a prefill chunk's queries do: the
+    /// ring keeps the last of what is written, and its reader is noted from the end of the
+    /// restored tokens, so no `max_step_tokens` bound applies.
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
+        if r.written_tokens != 0 || n_tokens != r.mapped_tokens {
+            return Err(AllocError::InvalidOp {
+                seq,
+                reason: "restore of other than every started token of a fresh start",
+            });
+        }
+        r.written_tokens = n_tokens;
+        self.note_writer(seq);
+        self.refresh(seq);
+        self.check_ring_reach(seq);
+        Ok(())
+    }
+
+    /// What its tables keep of `tokens` (a ring its window's blocks, not the ring) and the
+    /// state: what a swap moves, not the reservation.
+    fn swap_slots(&self, _seq: SeqId, tokens: u32) -> u64 {
+        kvbench_cache_api::grouped::swap_pages(&self.pool.shapes, u64::from(tokens))
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots())
+    }
+
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError> {
         let r = self.seqs.get_mut(&seq).ok_or(AllocError::UnknownSeq(seq))?;
         if r.written_tokens != r.mapped_tokens {
@@ -521,7 +553,8 @@ impl KvCacheManager for GroupedContiguous {
         let held_states = self.seqs.values().filter(|r| r.state).count() as u64;
         let states_total = self
             .pool
-            .state_sequences
+            .state
+            .reserved_sequences()
             .map_or(0, |n| u64::from(n).saturating_mul(state));
         Accounting {
             total_slots: u64::from(self.pool.pages) * ps + states_total,

@@ -23,7 +23,7 @@ fn check_reservation(c: &GroupedContiguous, id: u64, r: &Reservation, problems: 
             r.cuts, r.reserve_tokens
         )),
     }
-    if r.state != c.pool.state_sequences.is_some() {
+    if r.state != c.needs_state() {
         problems.push(format!("seq {id}: holds a state: {}", r.state));
     }
     let handed = match c.layout_unrecorded(id) {
@@ -111,7 +111,7 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
             c.states_held
         ));
     }
-    if let Some(n) = c.pool.state_sequences {
+    if let Some(n) = c.pool.state.reserved_sequences() {
         if c.states_held + c.pending_states > u64::from(n) {
             problems.push(format!(
                 "{} states held and {} pending of {n}",

@@ -104,7 +104,7 @@ impl Model {
     }
 
     fn free_states(&self) -> u64 {
-        self.pool.state_sequences.map_or(0, |n| {
+        self.pool.state.reserved_sequences().map_or(0, |n| {
             u64::from(n) - self.states_held - self.pending_states()
         })
     }
@@ -136,10 +136,10 @@ impl Model {
     /// Where a reservation of `reserve` tokens would go now.
     pub fn place(&self, reserve: u32) -> Result<u32, Refusal> {
         let pages: u32 = self.cuts(reserve).iter().map(|c| c.1).sum();
-        if pages > self.pool.pages || self.pool.state_sequences == Some(0) {
+        if pages > self.pool.pages || self.pool.state.reserved_sequences() == Some(0) {
             return Err(Refusal::TooLarge);
         }
-        if self.pool.state_sequences.is_some() && self.free_states() == 0 {
+        if self.pool.state.reserved_sequences().is_some() && self.free_states() == 0 {
             return Err(Refusal::NoSpace);
         }
         self.first_fit(pages).ok_or(Refusal::NoSpace)
@@ -152,8 +152,8 @@ impl Model {
     }
 
     fn state_slots(&self) -> u64 {
-        if self.pool.state_sequences.is_some() {
-            self.pool.state_slots_per_sequence
+        if self.pool.state.reserved_sequences().is_some() {
+            self.pool.state.slots_per_sequence()
         } else {
             0
         }
@@ -175,7 +175,7 @@ impl Model {
                 mapped: prompt,
                 written: 0,
                 content: Vec::new(),
-                state: self.pool.state_sequences.is_some(),
+                state: self.pool.state.reserved_sequences().is_some(),
                 writes: Vec::new(),
             },
         );
@@ -186,14 +186,14 @@ impl Model {
         for p in base..base + pages {
             self.owner[p as usize] = Owner::Seq(id);
         }
-        if self.pool.state_sequences.is_some() {
+        if self.pool.state.reserved_sequences().is_some() {
             self.states_held += 1;
         }
     }
 
     pub fn fork(&mut self, parent: u64, child: u64) -> Result<u32, Refusal> {
         let p = self.seqs[&parent].clone();
-        if self.pool.state_sequences.is_some() && self.free_states() == 0 {
+        if self.pool.state.reserved_sequences().is_some() && self.free_states() == 0 {
             return Err(Refusal::NoSpace);
         }
         let base = self.first_fit(p.pages).ok_or(Refusal::NoSpace)?;
@@ -341,7 +341,8 @@ impl Model {
             total_slots: u64::from(self.pool.pages) * ps
                 + self
                     .pool
-                    .state_sequences
+                    .state
+                    .reserved_sequences()
                     .map_or(0, |n| u64::from(n) * state),
             live_slots: live + held * state,
             allocated_unfilled_slots: reserved - live,

@@ -11,8 +11,8 @@
 //! **Accounting unit.** A grouped manager counts [`crate::Accounting`] in slots of `page_bytes /
 //! page_slots` bytes: one page is `page_slots` slots (the scenario's block size), whatever its
 //! table. A page's tokens count as live by their share of the page (rounded down), the rest of
-//! the page as allocated-unfilled. Recurrent state, held per sequence outside the pool, counts
-//! in whole slots rounded up.
+//! the page as allocated-unfilled. Recurrent state counts live in whole slots rounded up
+//! ([`GroupedState`] says where it is held).
 //!
 //! **Copies.** A grouped manager's [`crate::CopyOp`] copies whole pages: `src_slot = src_page ×
 //! page_slots`, `dst_slot = dst_page × page_slots`, `len_tokens = page_slots` — a page copy,
@@ -45,10 +45,71 @@ pub struct GroupedPool {
     pub slot_bytes: u64,
     /// Pages in the pool.
     pub pages: u32,
-    /// Slots one sequence's recurrent state counts for, rounded up (0: no recurrent group).
-    pub state_slots_per_sequence: u64,
-    /// Sequences whose recurrent state is reserved off the budget; `None`: no recurrent group.
-    pub state_sequences: Option<u32>,
+    /// Where a sequence's recurrent state is held.
+    pub state: GroupedState,
+}
+
+/// Where a grouped manager holds each sequence's recurrent state (a fixed size per sequence,
+/// however long it grows).
+///
+/// The two modes of a run differ on purpose. A simple server (vLLM v0's Mamba cache) reserves
+/// the state of as many sequences as a step may schedule before the budget is cut into pages:
+/// the grouped contiguous baseline does that (`Reserved`), and pays for the states whether or
+/// not that many sequences ever run. vLLM v1's hybrid allocator takes a request's state from
+/// the pool the attention blocks come from when it is admitted: the hybrid paged manager does
+/// that (`Paged`), so the budget holds states only for the sequences that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GroupedState {
+    /// No recurrent group: nothing held.
+    None,
+    /// `sequences` states reserved off the budget up front; a sequence takes one at start and
+    /// gives it back at release (fenced like pages), and a start finds none when all are taken.
+    Reserved {
+        sequences: u32,
+        /// Slots one state counts for, rounded up.
+        slots_per_sequence: u64,
+    },
+    /// Taken as `pages_per_sequence` pages of the shared pool at start (or fork), fenced like
+    /// pages at release; no reservation.
+    Paged {
+        pages_per_sequence: u32,
+        /// Slots one state counts for, rounded up (live); the rest of its pages are
+        /// allocated-unfilled.
+        slots_per_sequence: u64,
+    },
+}
+
+impl GroupedState {
+    /// Slots one sequence's state counts for live (0: no recurrent group).
+    pub fn slots_per_sequence(&self) -> u64 {
+        match *self {
+            GroupedState::None => 0,
+            GroupedState::Reserved {
+                slots_per_sequence, ..
+            }
+            | GroupedState::Paged {
+                slots_per_sequence, ..
+            } => slots_per_sequence,
+        }
+    }
+
+    /// The states reserved up front, where they are (`Reserved`).
+    pub fn reserved_sequences(&self) -> Option<u32> {
+        match *self {
+            GroupedState::Reserved { sequences, .. } => Some(sequences),
+            GroupedState::None | GroupedState::Paged { .. } => None,
+        }
+    }
+
+    /// Pages of the pool one sequence's state takes (0 unless `Paged`).
+    pub fn pages_per_sequence(&self) -> u32 {
+        match *self {
+            GroupedState::Paged {
+                pages_per_sequence, ..
+            } => pages_per_sequence,
+            GroupedState::None | GroupedState::Reserved { .. } => 0,
+        }
+    }
 }
 
 /// One sequence's block table for one table of the layout: the pages of its logical blocks
@@ -92,6 +153,20 @@ pub fn readable_from(shape: &TableShape, tokens: u64) -> u64 {
     }
 }
 
+/// Pages a swap of a sequence of `tokens` tokens moves over `shapes`: in each table the blocks
+/// holding a position a step still reads (`readable_from .. tokens`): every block of a full or
+/// latent table, a sliding table's blocks touching its window. What a swap-out keeps and a
+/// swap-in writes back, whichever manager holds the tables.
+pub fn swap_pages(shapes: &[TableShape], tokens: u64) -> u64 {
+    shapes
+        .iter()
+        .map(|s| {
+            let bt = u64::from(s.block_tokens.max(1));
+            tokens.div_ceil(bt) - (readable_from(s, tokens) / bt).min(tokens.div_ceil(bt))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +191,8 @@ mod tests {
             ..shape
         };
         assert_eq!(readable_from(&full, 12), 0);
+        // 13 tokens: the full table's 4 blocks; the window 7..13 touches blocks 1..4, 3 of them.
+        assert_eq!(swap_pages(&[full, shape], 13), 4 + 3);
+        assert_eq!(swap_pages(&[full, shape], 0), 0);
     }
 }

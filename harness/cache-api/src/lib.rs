@@ -15,7 +15,7 @@ pub mod tier;
 
 use serde::{Deserialize, Serialize};
 
-pub use grouped::{GroupTable, GroupedPool, TableShape};
+pub use grouped::{GroupTable, GroupedPool, GroupedState, TableShape};
 pub use tier::{BlockLoc, OffloadMode, OnloadMode, Tier, TierHits, TierOp, TierStats};
 
 /// Engine-assigned sequence id (a request's continuations each get their own).
@@ -309,6 +309,21 @@ pub trait KvCacheManager: Send {
     /// `n_tokens` more of the started tokens have been written (a prefill chunk was scheduled).
     /// Full prompt blocks become publishable in the prefix cache.
     fn fill(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError>;
+    /// All `n_tokens` started tokens of a just-started `seq` are back at once, copied in by a
+    /// swap-in rather than computed: the step after it reads only what each table keeps of
+    /// them (a sliding table its window). A manager whose fill reads a chunk's window before
+    /// the chunk (the grouped baseline's rings, sized for one step's writes) restores without
+    /// that bound; by default a restore is a fill.
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        self.fill(seq, n_tokens)
+    }
+    /// Slots a swap of `seq` at `tokens` tokens moves between device and host (its bytes are
+    /// these times the run's slot bytes): by default one a token, every layer's bytes summed.
+    /// A grouped manager counts what its tables keep of them
+    /// ([`grouped::swap_pages`]) and the recurrent state.
+    fn swap_slots(&self, _seq: SeqId, tokens: u32) -> u64 {
+        u64::from(tokens)
+    }
     /// Grow by one decoded token. Returns the copies (copy-on-write) to perform before writing.
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError>;
     /// `append` where the new position holds `token`. A manager with a prefix cache publishes

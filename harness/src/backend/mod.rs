@@ -51,8 +51,12 @@ pub enum SwapDirection {
 pub struct SwapOp {
     pub seq: SeqId,
     pub direction: SwapDirection,
-    /// Tokens of K/V moved (the backend turns them into bytes with its model shape).
+    /// Tokens of K/V moved.
     pub tokens: u32,
+    /// Bytes moved where the cache manager priced them (a grouped run: what its tables keep of
+    /// the tokens, and the recurrent state); `None`: the backend turns `tokens` into bytes with
+    /// its model shape's summed bytes a token.
+    pub bytes: Option<u64>,
 }
 
 /// Everything one step does, in order: tier transfers (offloads and onloads, in the order the

@@ -135,6 +135,7 @@ impl Point {
                 seq: 0,
                 direction: SwapDirection::Out,
                 tokens: self.swap_out_tokens,
+                bytes: None,
             });
         }
         if self.swap_in_tokens > 0 {
@@ -142,6 +143,7 @@ impl Point {
                 seq: 0,
                 direction: SwapDirection::In,
                 tokens: self.swap_in_tokens,
+                bytes: None,
             });
         }
         out

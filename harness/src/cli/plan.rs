@@ -491,11 +491,13 @@ fn render_hybrid(p: &Plan) -> String {
                 Some(w) => format!("sliding (window {w})"),
                 None => t.kind.to_string(),
             };
-            let tail = if t.tail_bytes_per_page > 0 {
-                format!(", {} unused a page", bytes(t.tail_bytes_per_page))
-            } else {
-                String::new()
-            };
+            let mut tail = String::new();
+            if t.scale_bytes_per_page > 0 {
+                tail += &format!(", {} of scales a page", bytes(t.scale_bytes_per_page));
+            }
+            if t.tail_bytes_per_page > 0 {
+                tail += &format!(", {} unused a page", bytes(t.tail_bytes_per_page));
+            }
             format!(
                 "{} {kind} x {} tokens a page{tail}",
                 t.tables, t.tokens_per_page
@@ -515,7 +517,11 @@ fn render_hybrid(p: &Plan) -> String {
         p.tokens,
         bytes(h.sequence_bytes),
         if h.state_bytes_per_sequence > 0 {
-            format!(" (state {})", bytes(h.state_bytes_per_sequence))
+            format!(
+                " (state {} in {} pages)",
+                bytes(h.state_bytes_per_sequence),
+                h.state_pages_per_sequence
+            )
         } else {
             String::new()
         },

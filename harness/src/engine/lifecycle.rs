@@ -312,6 +312,15 @@ impl Engine<'_> {
         }
     }
 
+    /// Bytes a swap of stream `s` at `tokens` tokens moves: what the cache manager's tables hold
+    /// of them (every layer's bytes a token for the summed managers, so `tokens ×
+    /// kv_bytes_per_token` as before), in the run's slot bytes.
+    pub(super) fn swap_bytes(&self, s: u32, tokens: u32) -> u64 {
+        self.cache
+            .swap_slots(Stream::seq(s), tokens)
+            .saturating_mul(self.cfg.slot_bytes)
+    }
+
     /// Preempt `v` (already removed from `running`): swap it out in this step, or release it
     /// for recompute. Swap applies to decoding streams; a stream mid-prefill is recomputed.
     pub(super) fn preempt(&mut self, v: u32) {
@@ -322,16 +331,17 @@ impl Engine<'_> {
         self.trace(v, TraceKind::Preempt { swap });
         if swap {
             let tokens = self.streams[v as usize].in_cache;
-            let bytes = tokens as u64 * self.cfg.kv_bytes_per_token;
+            let bytes = self.swap_bytes(v, tokens);
             self.steps.add_swap(SwapOp {
                 seq: Stream::seq(v),
                 direction: SwapDirection::Out,
                 tokens,
+                bytes: Some(bytes),
             });
             self.streams[v as usize].record.swapped_bytes += bytes;
             self.streams.swap_out(v, tokens);
             self.steps.release_after_submit(v);
-            self.trace(v, TraceKind::SwapOut { bytes });
+            self.trace(v, TraceKind::SwapOut { bytes, tokens });
         } else {
             self.drop_cache(v, ReleaseReason::Preempt);
             self.streams.requeue(v);

@@ -105,9 +105,11 @@ pub enum TraceKind {
     Resume,
     SwapOut {
         bytes: u64,
+        tokens: u32,
     },
     SwapIn {
         bytes: u64,
+        tokens: u32,
     },
     PrefixHit {
         tokens: u32,

@@ -83,23 +83,31 @@ impl Engine<'_> {
             if let Err(e) = self
                 .cache
                 .start(&start)
-                .and_then(|_| self.cache.fill(Stream::seq(s), tokens.len() as u32))
+                .and_then(|_| self.cache.restore(Stream::seq(s), tokens.len() as u32))
             {
                 self.fail(format!("swap-in of stream {s}: {e}"));
                 break;
             }
             self.streams.take_swapped();
-            let bytes = tokens.len() as u64 * self.cfg.kv_bytes_per_token;
+            let swapped = tokens.len() as u32;
+            let bytes = self.swap_bytes(s, swapped);
             self.steps.add_swap(SwapOp {
                 seq: Stream::seq(s),
                 direction: SwapDirection::In,
-                tokens: tokens.len() as u32,
+                tokens: swapped,
+                bytes: Some(bytes),
             });
             let st = &mut self.streams[s as usize];
             st.record.swapped_bytes += bytes;
             st.in_cache = tokens.len() as u32;
             self.streams.start_running(s, Phase::Decode);
-            self.trace(s, TraceKind::SwapIn { bytes });
+            self.trace(
+                s,
+                TraceKind::SwapIn {
+                    bytes,
+                    tokens: swapped,
+                },
+            );
             self.trace(s, TraceKind::Resume);
             n += 1;
         }

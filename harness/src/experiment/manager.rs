@@ -18,14 +18,17 @@ pub struct ManagerSetup {
     pub manager: CacheManager,
     /// Bytes one accounting slot stands for.
     pub slot_bytes: u64,
-    /// Slots both modes' managers account over.
+    /// Slots the managers account over: the larger of the two modes' (the same unless a
+    /// contiguous baseline reserves recurrent states).
     pub total_slots: u64,
     /// The grouped layout of a hybrid run.
     pub layout: Option<HybridLayout>,
 }
 
 /// Resolve `scenario`'s `cache.manager` on `kind` and size it over `kv_budget_bytes` (fixed FP8
-/// scale bytes already taken off). An explicit `hybrid` the backend or the model cannot run is
+/// scale bytes already taken off). A hybrid run's recurrent states are reserved for
+/// `scheduler.max_seqs_per_step` sequences by the contiguous baseline only; the paged manager
+/// takes them from its pool as sequences start. An explicit `hybrid` the backend or the model cannot run is
 /// refused here, before any work, naming the key where the scenario wrote it.
 pub fn resolve(
     scenario: &Scenario,
@@ -73,14 +76,22 @@ pub fn resolve(
             model.name
         ))
     })?;
-    let pool = layout.grouped_pool();
-    let state_slots = u64::from(pool.state_sequences.unwrap_or(0))
-        .checked_mul(pool.state_slots_per_sequence)
-        .ok_or_else(|| refuse("reserved recurrent state slots overflow".into()))?;
-    let total_slots = u64::from(pool.pages)
+    // The paged manager's pool is the whole budget in pages (states taken from it); the
+    // contiguous baseline's is the budget less its reserved states, plus those states' slots.
+    // The run's slots are the larger, so the backend's per-slot sizes bound both.
+    let pool = layout.paged_pool();
+    let paged_slots = u64::from(pool.pages)
         .checked_mul(u64::from(pool.page_slots))
-        .and_then(|s| s.checked_add(state_slots))
         .ok_or_else(|| refuse("the grouped pool's slots overflow".into()))?;
+    let contiguous = layout.grouped_pool();
+    let reserved_state_slots = u64::from(contiguous.state.reserved_sequences().unwrap_or(0))
+        .checked_mul(contiguous.state.slots_per_sequence())
+        .ok_or_else(|| refuse("reserved recurrent state slots overflow".into()))?;
+    let contiguous_slots = u64::from(contiguous.pages)
+        .checked_mul(u64::from(contiguous.page_slots))
+        .and_then(|s| s.checked_add(reserved_state_slots))
+        .ok_or_else(|| refuse("the grouped pool's slots overflow".into()))?;
+    let total_slots = paged_slots.max(contiguous_slots);
     Ok(ManagerSetup {
         manager,
         slot_bytes: pool.slot_bytes,

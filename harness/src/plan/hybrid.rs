@@ -19,8 +19,20 @@ pub struct HybridTables {
     pub tables: u32,
     /// Tokens one page of such a table holds.
     pub tokens_per_page: u32,
+    /// Per-block FP8 scale bytes each page of such a table holds beside its tokens (left out
+    /// without per-block scales).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub scale_bytes_per_page: u64,
     /// Bytes at the end of each page of such a table that no token fits.
     pub tail_bytes_per_page: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// The hybrid layout of a plan's model over its budget.
@@ -31,10 +43,14 @@ pub struct HybridPlan {
     pub page_bytes: u64,
     /// The grouped managers' accounting unit: a page ÷ the block size.
     pub slot_bytes: u64,
-    /// Pages of the budget (after fixed scale bytes), with no recurrent state reserved.
+    /// Pages of the budget (after fixed scale bytes): the paged manager's pool, recurrent
+    /// states taken from it.
     pub pages: u32,
     pub state_bytes_per_sequence: u64,
-    /// Pages and state one sequence of the plan's length holds.
+    /// Pages one sequence's recurrent state takes (left out without a recurrent group).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub state_pages_per_sequence: u32,
+    /// Pages and state pages one sequence of the plan's length holds.
     pub sequence_bytes: u64,
     /// Sequences of the plan's length that fit: hybrid pages, and summed-bytes blocks.
     pub fits_hybrid: u64,
@@ -42,8 +58,7 @@ pub struct HybridPlan {
 }
 
 /// The layout of `shape` at `block_size` over `budget_left` and its fit at `tokens`; `None`
-/// where the grouped managers cannot lay the model out (per-block FP8 scales, a budget under
-/// one page).
+/// where the grouped managers cannot lay the model out (a budget under one page).
 pub fn plan(
     shape: &ModelShape,
     block_size: u32,
@@ -69,6 +84,7 @@ pub fn plan(
                 window,
                 tables: 1,
                 tokens_per_page: t.block_tokens,
+                scale_bytes_per_page: t.scale_bytes_per_block,
                 tail_bytes_per_page: t.tail_bytes_per_page,
             }),
         }
@@ -80,6 +96,7 @@ pub fn plan(
         slot_bytes: layout.slot_bytes(),
         pages: layout.pages,
         state_bytes_per_sequence: layout.state_bytes_per_sequence,
+        state_pages_per_sequence: layout.state_pages_per_sequence,
         sequence_bytes: fit.hybrid_bytes_per_sequence,
         fits_hybrid: fit.hybrid_sequences,
         fits_summed: fit.summed_sequences,

@@ -23,7 +23,9 @@ fn extra(kind: &TraceKind) -> String {
         TraceKind::Preempt { swap } => {
             format!(",\"mode\":\"{}\"", if *swap { "swap" } else { "recompute" })
         }
-        TraceKind::SwapOut { bytes } | TraceKind::SwapIn { bytes } => format!(",\"bytes\":{bytes}"),
+        TraceKind::SwapOut { bytes, tokens } | TraceKind::SwapIn { bytes, tokens } => {
+            format!(",\"bytes\":{bytes},\"tokens\":{tokens}")
+        }
         TraceKind::PrefixHit {
             tokens,
             blocks,

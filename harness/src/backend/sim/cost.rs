@@ -263,7 +263,12 @@ impl CostModel {
                 })
         });
         let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
-        let swapped_tokens: u64 = swaps.iter().map(|s| s.tokens as u64).sum();
+        let swapped_tokens: u64 = swaps
+            .iter()
+            .filter(|s| s.bytes.is_none())
+            .map(|s| s.tokens as u64)
+            .sum();
+        let priced_bytes: u64 = swaps.iter().filter_map(|s| s.bytes).sum();
         let has_seqs = !seqs.is_empty();
         StepLoad {
             seqs: seqs.len() as u64,
@@ -287,7 +292,7 @@ impl CostModel {
             },
             // The measured copy bandwidth counts bytes read plus bytes written.
             copy_bytes: 2.0 * copied_tokens as f64 * self.kv_bytes_per_token,
-            swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token,
+            swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token + priced_bytes as f64,
             all_reduces: match &self.all_reduce {
                 Some(a) if new_tokens > 0 => a.per_step,
                 _ => 0,
@@ -473,6 +478,7 @@ mod tests {
             seq: 1,
             direction: crate::backend::SwapDirection::Out,
             tokens: 1000,
+            bytes: None,
         }];
         let with = m.step(&seqs, &copy, &swap, true);
         let expect_swap = 1000.0 * 131_072.0 / 25e9;

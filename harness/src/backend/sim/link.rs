@@ -163,7 +163,10 @@ pub fn price(
                 swaps
                     .iter()
                     .filter(|s| s.direction == dir)
-                    .map(|s| s.tokens as f64 * kv_bytes_per_token)
+                    .map(|s| {
+                        s.bytes
+                            .map_or(s.tokens as f64 * kv_bytes_per_token, |b| b as f64)
+                    })
                     .sum::<f64>()
                     / link.bytes_per_s
             };
@@ -310,6 +313,7 @@ mod tests {
             seq: 3,
             direction: SwapDirection::In,
             tokens: 1000,
+            bytes: None,
         };
         let compute = 2.65e-3;
         let c = priced(&[on], compute, &[swap_in], OnloadMode::Overlap);

@@ -4,7 +4,7 @@
 //! table holding exactly the logical blocks its kind keeps (every mapped block for full and
 //! MLA; for sliding, from the block the window of the trimmed-to tokens reaches, so no sliding
 //! table holds a block wholly out of the window of what is written), and one recurrent state
-//! per live sequence.
+//! per live sequence, its pages held by it alone (counted here as references like a table's).
 
 use super::manager::HybridCache;
 use super::pool::Freed;
@@ -51,6 +51,22 @@ impl HybridCache {
                     }
                 }
             }
+            if entry.state.len() != self.pool.state_pages() as usize {
+                bad.push(format!(
+                    "seq {seq}: a state of {} pages, the layout's takes {}",
+                    entry.state.len(),
+                    self.pool.state_pages()
+                ));
+            }
+            for &page in &entry.state {
+                match counted.get_mut(page as usize) {
+                    Some(c) => *c += 1,
+                    None => bad.push(format!("seq {seq} state: page {page} out of range")),
+                }
+                if self.pool.refs(page) != Some(1) {
+                    bad.push(format!("seq {seq}: state page {page} is shared"));
+                }
+            }
         }
         let mut free_seen = vec![false; pages];
         for &page in self.pool.free_pages() {
@@ -67,10 +83,9 @@ impl HybridCache {
             }
         }
         let mut pending_seen = vec![false; pages];
-        let (mut fenced_pages, mut fenced_states) = (0u32, 0u32);
+        let mut fenced_pages = 0u32;
         for (_, item) in self.pool.fence.pending() {
             match *item {
-                Freed::State => fenced_states += 1,
                 Freed::Page(page) => {
                     fenced_pages += 1;
                     match pending_seen.get_mut(page as usize) {
@@ -81,12 +96,10 @@ impl HybridCache {
                 }
             }
         }
-        if fenced_pages != self.pool.pending_pages() || fenced_states != self.pool.states_pending()
-        {
+        if fenced_pages != self.pool.pending_pages() {
             bad.push(format!(
-                "{fenced_pages} pages and {fenced_states} states fenced, counters say {} and {}",
-                self.pool.pending_pages(),
-                self.pool.states_pending()
+                "{fenced_pages} pages fenced, the counter says {}",
+                self.pool.pending_pages()
             ));
         }
         for page in 0..pages {
@@ -124,15 +137,16 @@ impl HybridCache {
         }
         let live = self.seqs.len() as u64;
         let held = self.pool.states_held() as u64;
-        let pending = self.pool.states_pending() as u64;
-        match self.pool.state_cap() {
-            Some(cap) if held != live || held + pending > cap as u64 => bad.push(format!(
-                "{held} recurrent states held ({pending} fenced) for {live} sequences (of {cap} reserved)"
-            )),
-            None if held + pending != 0 => {
-                bad.push(format!("{held} states held without a recurrent group"))
-            }
-            _ => {}
+        let want = if self.pool.state_pages() == 0 {
+            0
+        } else {
+            live
+        };
+        if held != want {
+            bad.push(format!(
+                "{held} recurrent states held for {live} sequences ({} pages a state)",
+                self.pool.state_pages()
+            ));
         }
         bad
     }
@@ -152,11 +166,10 @@ impl HybridCache {
                 self.pool.pending_pages()
             ));
         }
-        if self.pool.states_held() + self.pool.states_pending() != 0 {
+        if self.pool.states_held() != 0 {
             bad.push(format!(
-                "{} recurrent states still held ({} fenced)",
-                self.pool.states_held(),
-                self.pool.states_pending()
+                "{} recurrent states still held",
+                self.pool.states_held()
             ));
         }
         if self.pool.fence.in_flight_len() > 0 {

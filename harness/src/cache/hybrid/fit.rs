@@ -10,15 +10,15 @@ use super::layout::{HybridLayout, LayoutError};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FitComparison {
     pub tokens: u64,
-    /// Pages and recurrent state of one sequence, hybrid layout.
+    /// Pages and recurrent state's pages of one sequence, hybrid layout.
     pub hybrid_bytes_per_sequence: u64,
     pub hybrid_sequences: u64,
     /// Blocks of `block_size` slots of the summed per-token bytes (the paged manager today).
     pub summed_bytes_per_sequence: u64,
     pub summed_sequences: u64,
     /// The same tables under vLLM's group size (padding layers included); `None` where vLLM's
-    /// rule does not apply as written here (groups storing different bytes a token, or
-    /// recurrent state, which vLLM pads into pages).
+    /// rule does not apply as written here (groups storing different bytes a token, per-block
+    /// scales, or recurrent state, which vLLM pads into pages).
     pub vllm_bytes_per_sequence: Option<u64>,
     pub vllm_sequences: Option<u64>,
 }
@@ -80,7 +80,10 @@ pub fn compare_fit(
 /// size, the last one padded; only when every paged group stores the same bytes a token.
 fn vllm_bytes(shape: &ModelShape, layout: &HybridLayout, tokens: u64) -> Option<u64> {
     if layout.state_bytes_per_sequence != 0
-        || layout.tables.iter().any(|t| t.tail_bytes_per_page != 0)
+        || layout
+            .tables
+            .iter()
+            .any(|t| t.tail_bytes_per_page != 0 || t.scale_bytes_per_block != 0)
     {
         return None;
     }

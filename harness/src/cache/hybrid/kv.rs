@@ -1,10 +1,12 @@
 //! `HybridKv`: the hybrid manager behind the engine's [`KvCacheManager`] trait.
 //!
 //! It drives a [`HybridCache`] through the trait's protocol: `start` maps every prompt token's
-//! pages in every table and takes a recurrent state; `fill` writes a prefill chunk and trims
+//! pages in every table and takes a recurrent state's pages from the same pool; `fill` writes a prefill chunk and trims
 //! the sliding tables by the tokens written *before* the chunk (its first queries still read
 //! that window); `append` maps and writes one decoded token, copying a shared partial last
-//! page first, and trims by the tokens written before it (the step writing it reads them); `fork` shares every page of a filled parent and takes a state of its own;
+//! page first, and trims by the tokens written before it (the step writing it reads them); `fork`
+//! shares every page of a filled parent and takes state pages of its own, copied from the
+//! parent's (one `CopyOp` a page);
 //! `release` drops everything. A page or state whose last holder lets go while a step is in
 //! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
 //! out again.
@@ -16,7 +18,8 @@
 //! **Accounting** is in slots of `page_bytes / page_slots` bytes (the grouped unit of
 //! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
 //! block_tokens⌋` of them live (a shared page counted once), the rest allocated-unfilled; a
-//! held state is `state_slots` live, a fenced one pending, an unheld reserved one free.
+//! held state's pages are `state_slots` live (its bytes, rounded up to slots), the rest of
+//! them allocated-unfilled; fenced pages are pending, whatever they held.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -45,8 +48,10 @@ pub(crate) struct KvFaults {
 pub struct HybridKv {
     pub(crate) cache: HybridCache,
     pub(crate) shapes: Vec<TableShape>,
-    /// Slots one sequence's recurrent state counts for (0 without a recurrent group).
+    /// Slots one sequence's recurrent state counts for live (0 without a recurrent group).
     pub(crate) state_slots: u64,
+    /// Pages one sequence's recurrent state takes from the pool (0 without a recurrent group).
+    pub(crate) state_pages: u64,
     pub(crate) faults: KvFaults,
     /// With `BadBlockTable` armed: the corrupted tables `layout` hands out instead.
     pub(crate) bad_layouts: BTreeMap<SeqId, Vec<GroupTable>>,
@@ -58,14 +63,11 @@ pub struct HybridKv {
 
 impl HybridKv {
     pub fn new(layout: HybridLayout) -> HybridKv {
-        let pool = layout.grouped_pool();
+        let pool = layout.paged_pool();
         HybridKv {
             shapes: pool.shapes,
-            state_slots: if layout.state_sequences.is_some() {
-                pool.state_slots_per_sequence
-            } else {
-                0
-            },
+            state_slots: pool.state.slots_per_sequence(),
+            state_pages: u64::from(pool.state.pages_per_sequence()),
             cache: HybridCache::new(layout),
             faults: KvFaults::default(),
             bad_layouts: BTreeMap::new(),
@@ -80,7 +82,8 @@ impl HybridKv {
         self.cache.layout()
     }
 
-    /// The plain data the grouped contiguous baseline of the same run is built from.
+    /// The plain data the grouped contiguous baseline of the same run is built from (its
+    /// states reserved up front, where this manager takes them from its pool).
     pub fn grouped_pool(&self) -> kvbench_cache_api::GroupedPool {
         self.cache.layout().grouped_pool()
     }
@@ -95,6 +98,11 @@ impl HybridKv {
         &self.cache
     }
 
+    /// The pages of `seq`'s recurrent state (empty without a recurrent group).
+    pub fn state_pages(&self, seq: SeqId) -> Option<&[u32]> {
+        self.cache.seqs.get(&seq).map(|e| e.state.as_slice())
+    }
+
     /// Tokens mapped for `seq` (a started prompt is mapped whole before it is written).
     pub fn mapped_tokens(&self, seq: SeqId) -> Option<u64> {
         self.cache.tokens(seq)
@@ -104,27 +112,20 @@ impl HybridKv {
         u64::from(self.cache.layout.block_size)
     }
 
-    /// Pages a start of `prompt_tokens` maps over every table.
+    /// Pages a start of `prompt_tokens` takes: every table's, mapped whole, and the state's.
     fn start_pages(&self, prompt_tokens: u64) -> u64 {
         self.shapes
             .iter()
             .map(|s| prompt_tokens.div_ceil(u64::from(s.block_tokens.max(1))))
-            .fold(0u64, u64::saturating_add)
+            .fold(self.state_pages, u64::saturating_add)
     }
 
     fn total_slots(&self) -> u64 {
-        let states = u64::from(self.cache.layout.state_sequences.unwrap_or(0));
-        u64::from(self.cache.pool.pages())
-            .saturating_mul(self.page_slots())
-            .saturating_add(states.saturating_mul(self.state_slots))
+        u64::from(self.cache.pool.pages()).saturating_mul(self.page_slots())
     }
 
     fn free_page_slots(&self) -> u64 {
         u64::from(self.cache.pool.free_count()) * self.page_slots()
-    }
-
-    fn state_free(&self) -> bool {
-        self.cache.pool.states_free() != Some(0)
     }
 
     /// A hybrid error as the trait's: space in slots, protocol errors by name.
@@ -186,8 +187,9 @@ impl HybridKv {
         self.bad_layouts.insert(seq, bad);
     }
 
-    /// Pages a start with `hit` maps fresh over every table (the blocks after the hit), and
-    /// whether they and a state can be had now (the hit's own cached-free pages excluded).
+    /// Pages a start with `hit` takes fresh (the blocks after the hit over every table, and
+    /// the state's), and whether they can be had now (the hit's own cached-free pages
+    /// excluded).
     fn fresh_pages(&self, prompt_tokens: u64, hit: &Lookup) -> (u64, bool) {
         let h = hit.hit_tokens;
         let pages = self
@@ -197,10 +199,10 @@ impl HybridKv {
                 let bt = u64::from(s.block_tokens.max(1));
                 prompt_tokens.div_ceil(bt) - h / bt
             })
-            .fold(0u64, u64::saturating_add);
+            .fold(self.state_pages, u64::saturating_add);
         let shared: Vec<u32> = hit.all_pages().collect();
         let avail = self.cache.pool.available_except(&shared);
-        (pages, pages <= u64::from(avail) && self.state_free())
+        (pages, pages <= u64::from(avail))
     }
 
     /// Share the hit's pages into `seq`'s (just started, empty) tables: it holds `h` tokens,
@@ -266,9 +268,7 @@ impl KvCacheManager for HybridKv {
         let (pages, fits) = self.fresh_pages(req.tokens.len() as u64, &hit);
         Probe {
             cached_tokens: u32::try_from(hit.hit_tokens).unwrap_or(u32::MAX),
-            new_slots: pages
-                .saturating_mul(self.page_slots())
-                .saturating_add(self.state_slots),
+            new_slots: pages.saturating_mul(self.page_slots()),
             fits,
             onload_tokens: 0,
         }
@@ -280,9 +280,7 @@ impl KvCacheManager for HybridKv {
         }
         let prompt = req.tokens.len() as u64;
         let pages = self.start_pages(prompt);
-        let needed_slots = pages
-            .saturating_mul(self.page_slots())
-            .saturating_add(self.state_slots);
+        let needed_slots = pages.saturating_mul(self.page_slots());
         if pages > u64::from(self.cache.pool.pages()) {
             return Err(AllocError::TooLarge {
                 needed_slots,
@@ -296,9 +294,7 @@ impl KvCacheManager for HybridKv {
         if !fits {
             let a = self.accounting();
             return Err(AllocError::NoSpace {
-                needed_slots: fresh
-                    .saturating_mul(self.page_slots())
-                    .saturating_add(self.state_slots),
+                needed_slots: fresh.saturating_mul(self.page_slots()),
                 available_slots: a.free_slots + a.cached_free_slots,
             });
         }
@@ -356,6 +352,41 @@ impl KvCacheManager for HybridKv {
         self.publish(seq);
         self.cache
             .trim(seq, before)
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.refresh_bad_layout(seq);
+        Ok(())
+    }
+
+    /// What its tables keep of `tokens` (a sliding table its window's blocks) and the state's
+    /// bytes in slots: what a swap moves.
+    fn swap_slots(&self, _seq: SeqId, tokens: u32) -> u64 {
+        kvbench_cache_api::grouped::swap_pages(&self.shapes, u64::from(tokens))
+            .saturating_mul(self.page_slots())
+            .saturating_add(self.state_slots)
+    }
+
+    /// A swap-in's tokens are all written at once and the step after it reads only each
+    /// sliding table's window of them: write them and trim by all of them, so the blocks
+    /// behind the window go back now (fenced) instead of at the next append.
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        let entry = self
+            .cache
+            .seqs
+            .get(&seq)
+            .ok_or(AllocError::UnknownSeq(seq))?;
+        if entry.written != 0 || u64::from(n_tokens) != entry.tokens {
+            return Err(AllocError::InvalidOp {
+                seq,
+                reason: "restore of other than every started token of a fresh start",
+            });
+        }
+        let upto = u64::from(n_tokens);
+        self.cache
+            .write(seq, upto)
+            .map_err(|e| self.alloc_error(seq, e))?;
+        self.publish(seq);
+        self.cache
+            .trim(seq, upto)
             .map_err(|e| self.alloc_error(seq, e))?;
         self.refresh_bad_layout(seq);
         Ok(())
@@ -422,14 +453,12 @@ impl KvCacheManager for HybridKv {
         pages * self.page_slots()
     }
 
-    /// Every table's pages at `tokens` tokens plus the recurrent state. A sliding table counts
+    /// Every table's pages at `tokens` tokens plus the recurrent state's. A sliding table counts
     /// every block up to `tokens`, not just its window: a prompt is mapped whole before it is
     /// written and trimmed, so a sequence that starts with a `tokens`-token prompt holds them
     /// all at once. For one grown by decoding this over-counts by the blocks behind the window.
     fn sequence_slots(&self, tokens: u64, _reserve_tokens: u32) -> u64 {
-        self.start_pages(tokens)
-            .saturating_mul(self.page_slots())
-            .saturating_add(self.state_slots)
+        self.start_pages(tokens).saturating_mul(self.page_slots())
     }
 
     fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<Vec<CopyOp>, AllocError> {
@@ -448,12 +477,14 @@ impl KvCacheManager for HybridKv {
                 reason: "fork before the prompt is filled",
             });
         }
-        self.cache
-            .fork(parent, child)
+        let copies = self
+            .cache
+            .fork_copies(parent, child)
             .map_err(|e| self.alloc_error(child, e))?;
+        self.prefix.sync(&mut self.cache.pool);
         self.prefix.fork(parent, child);
         self.refresh_bad_layout(child);
-        Ok(Vec::new())
+        Ok(self.copy_ops(&copies))
     }
 
     fn release(&mut self, seq: SeqId, _why: ReleaseReason) -> Result<(), AllocError> {
@@ -461,7 +492,7 @@ impl KvCacheManager for HybridKv {
             return Err(AllocError::UnknownSeq(seq));
         }
         self.bad_layouts.remove(&seq);
-        let holds_any = self.cache.layout.state_sequences.is_some()
+        let holds_any = self.state_pages > 0
             || self
                 .cache
                 .seqs
@@ -516,17 +547,15 @@ impl KvCacheManager for HybridKv {
     fn accounting(&self) -> Accounting {
         let pool = &self.cache.pool;
         let ps = self.page_slots();
-        let st = self.state_slots;
-        let states_free = u64::from(pool.states_free().unwrap_or(0));
-        let page_live = pool.live_slots();
+        let state_live = u64::from(pool.states_held()) * self.state_slots;
+        let live = pool.live_slots() + state_live;
         Accounting {
             total_slots: self.total_slots(),
-            live_slots: page_live + u64::from(pool.states_held()) * st,
-            allocated_unfilled_slots: (u64::from(pool.held_pages()) * ps).saturating_sub(page_live),
+            live_slots: live,
+            allocated_unfilled_slots: (u64::from(pool.held_pages()) * ps).saturating_sub(live),
             cached_free_slots: pool.cached_slots(),
-            pending_free_slots: u64::from(pool.pending_pages()) * ps
-                + u64::from(pool.states_pending()) * st,
-            free_slots: self.free_page_slots() + states_free * st,
+            pending_free_slots: u64::from(pool.pending_pages()) * ps,
+            free_slots: self.free_page_slots(),
         }
     }
 

@@ -1,8 +1,8 @@
 //! `HybridCache`: one shared page pool, one block table per layout table per sequence, and the
 //! lifecycle of a sequence's pages — mapped, written, shared by a fork (copy-on-write of a
 //! partial last block when either side appends), released wholly out of a sliding window once
-//! written past it, released at the end. Recurrent state is a count of reserved states, taken
-//! at start or fork and given back at release. An operation either succeeds whole or is refused
+//! written past it, released at the end. Recurrent state is pages of the pool, taken at start
+//! or fork (a fork's copied from its parent's) and given back at release. An operation either succeeds whole or is refused
 //! with nothing changed.
 //!
 //! Mapping (`map`), writing (`write`) and trimming (`trim`) are separate steps so the trait
@@ -49,7 +49,11 @@ pub struct HybridCache {
 impl HybridCache {
     pub fn new(layout: HybridLayout) -> HybridCache {
         HybridCache {
-            pool: PagePool::new(layout.pages, layout.block_size, layout.state_sequences),
+            pool: PagePool::new(
+                layout.pages,
+                layout.block_size,
+                layout.state_pages_per_sequence,
+            ),
             layout,
             seqs: BTreeMap::new(),
             copies: Vec::new(),
@@ -82,7 +86,7 @@ impl HybridCache {
         self.pool.refs(page)
     }
 
-    /// Recurrent state bytes held now, outside the pool.
+    /// Recurrent state bytes held now (in pages of the pool).
     pub fn state_bytes_held(&self) -> u64 {
         self.layout
             .state_bytes_per_sequence
@@ -111,14 +115,15 @@ impl HybridCache {
         std::mem::take(&mut self.copies)
     }
 
-    /// A new sequence of no tokens (its recurrent state reserved).
+    /// A new sequence of no tokens (its recurrent state's pages taken).
     pub fn start(&mut self, seq: SeqId) -> Result<(), HybridError> {
         if self.seqs.contains_key(&seq) {
             return Err(HybridError::DuplicateSeq(seq));
         }
-        self.pool.take_state()?;
+        let state = self.pool.take_state()?;
         let entry = SeqEntry {
             tables: vec![GroupTable::default(); self.layout.tables.len()],
+            state,
             ..SeqEntry::default()
         };
         self.seqs.insert(seq, entry);
@@ -275,24 +280,47 @@ impl HybridCache {
     }
 
     /// `child` shares every page `parent` holds (and gets a recurrent state of its own, a copy
-    /// of the parent's, outside the pool).
+    /// of the parent's: its copies are queued as [`HybridCache::take_copies`] hands out).
     pub fn fork(&mut self, parent: SeqId, child: SeqId) -> Result<(), HybridError> {
+        let copies = self.fork_copies(parent, child)?;
+        self.copies.extend(copies);
+        Ok(())
+    }
+
+    /// [`HybridCache::fork`], returning the copies of the parent's state pages into the
+    /// child's (table index `layout.tables.len()`: no table's).
+    pub(crate) fn fork_copies(
+        &mut self,
+        parent: SeqId,
+        child: SeqId,
+    ) -> Result<Vec<PageCopy>, HybridError> {
         if self.seqs.contains_key(&child) {
             return Err(HybridError::DuplicateSeq(child));
         }
-        let entry = self
+        let mut entry = self
             .seqs
             .get(&parent)
             .ok_or(HybridError::UnknownSeq(parent))?
             .clone();
-        self.pool.take_state()?;
+        let state = self.pool.take_state()?;
+        let copies = entry
+            .state
+            .iter()
+            .zip(&state)
+            .map(|(&src, &dst)| PageCopy {
+                table: self.layout.tables.len(),
+                src,
+                dst,
+            })
+            .collect();
+        entry.state = state;
         for table in &entry.tables {
             for &page in &table.pages {
                 self.pool.share(page)?;
             }
         }
         self.seqs.insert(child, entry);
-        Ok(())
+        Ok(copies)
     }
 
     /// Every page and the state of `seq` go back (behind the fence of the steps in flight).
@@ -303,6 +331,6 @@ impl HybridCache {
                 self.pool.drop_ref(page)?;
             }
         }
-        self.pool.drop_state()
+        self.pool.drop_state(&entry.state)
     }
 }

@@ -1,7 +1,8 @@
 //! The one pool of pages every table of every sequence draws from, with a reference count per
-//! page, and the reserved recurrent states: **every page and state transition lives here**
-//! (free → held by one reference → shared → pending behind a fence when the last reference goes
-//! while a step is in flight → free again once that step retired).
+//! page; a sequence's recurrent state is `state_pages` pages of it, taken at start and never
+//! shared: **every page and state transition lives here** (free → held by one reference →
+//! shared → pending behind a fence when the last reference goes while a step is in flight →
+//! free again once that step retired).
 //!
 //! A step may read or write any page mapped when it began, so a page (or a state) whose last
 //! holder lets go while steps are in flight is withheld on the [`FenceQueue`] until they
@@ -22,11 +23,10 @@ use super::error::HybridError;
 /// A page's index in the pool.
 pub type PageId = u32;
 
-/// What a fence withholds: a page, or one recurrent state.
+/// What a fence withholds: a page (a recurrent state's pages are withheld one by one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Freed {
     Page(PageId),
-    State,
 }
 
 #[derive(Debug, Clone)]
@@ -46,10 +46,10 @@ pub(crate) struct PagePool {
     /// `Σ ⌊written × page_slots / block_tokens⌋` over held pages.
     live_slots: u64,
     pending_pages: u32,
-    /// Reserved recurrent states (`None`: no recurrent group, no limit, nothing counted).
-    state_cap: Option<u32>,
+    /// Pages one recurrent state takes (0: no recurrent group, nothing taken).
+    state_pages: u32,
+    /// Sequences holding a state (each `state_pages` held pages outside every block table).
     states_held: u32,
-    states_pending: u32,
     pub(crate) fence: FenceQueue<Freed>,
     /// Test fault: a last reference frees at once even while a step is in flight.
     pub(crate) ignore_fence: bool,
@@ -74,7 +74,7 @@ pub(crate) struct PagePool {
 }
 
 impl PagePool {
-    pub(crate) fn new(pages: u32, page_slots: u32, state_cap: Option<u32>) -> PagePool {
+    pub(crate) fn new(pages: u32, page_slots: u32, state_pages: u32) -> PagePool {
         let n = pages as usize;
         PagePool {
             free: (0..pages).rev().collect(),
@@ -85,9 +85,8 @@ impl PagePool {
             page_slots,
             live_slots: 0,
             pending_pages: 0,
-            state_cap,
+            state_pages,
             states_held: 0,
-            states_pending: 0,
             fence: FenceQueue::new(),
             ignore_fence: false,
             fences_ignored: 0,
@@ -370,7 +369,6 @@ impl PagePool {
             Some(item) => self.settle(item),
             None => match item {
                 Freed::Page(_) => self.pending_pages += 1,
-                Freed::State => self.states_pending += 1,
             },
         }
     }
@@ -378,7 +376,6 @@ impl PagePool {
     fn settle(&mut self, item: Freed) {
         match item {
             Freed::Page(page) => self.free.push(page),
-            Freed::State => {}
         }
     }
 
@@ -401,50 +398,54 @@ impl PagePool {
         for item in ready {
             match item {
                 Freed::Page(_) => self.pending_pages -= 1,
-                Freed::State => self.states_pending -= 1,
             }
             self.settle(item);
         }
         true
     }
 
-    pub(crate) fn state_cap(&self) -> Option<u32> {
-        self.state_cap
+    /// Pages one recurrent state takes (0 without a recurrent group).
+    pub(crate) fn state_pages(&self) -> u32 {
+        self.state_pages
     }
 
     pub(crate) fn states_held(&self) -> u32 {
         self.states_held
     }
 
-    pub(crate) fn states_pending(&self) -> u32 {
-        self.states_pending
-    }
-
-    /// States that can be taken now (`None`: unlimited, no recurrent group).
-    pub(crate) fn states_free(&self) -> Option<u32> {
-        self.state_cap
-            .map(|cap| cap.saturating_sub(self.states_held + self.states_pending))
-    }
-
-    /// Take a reserved state (nothing to take without a recurrent group).
-    pub(crate) fn take_state(&mut self) -> Result<(), HybridError> {
-        if let Some(cap) = self.state_cap {
-            if self.states_free() == Some(0) {
-                return Err(HybridError::OutOfStates(cap));
-            }
-            self.states_held += 1;
+    /// A recurrent state's pages, taken from the pool (none without a recurrent group): held by
+    /// one reference each, in no block table, nothing written. All or nothing.
+    pub(crate) fn take_state(&mut self) -> Result<Vec<PageId>, HybridError> {
+        if self.state_pages == 0 {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let available = self.available();
+        if available < self.state_pages {
+            return Err(HybridError::OutOfPages {
+                needed: u64::from(self.state_pages),
+                free: available,
+            });
+        }
+        let mut pages = Vec::with_capacity(self.state_pages as usize);
+        for _ in 0..self.state_pages {
+            // Block tokens 1: a state page counts no written tokens, so no live slots here.
+            pages.push(self.take(1)?);
+        }
+        self.states_held += 1;
+        Ok(pages)
     }
 
-    /// Give a state back; it is free once the steps in flight retired.
-    pub(crate) fn drop_state(&mut self) -> Result<(), HybridError> {
-        if self.state_cap.is_some() {
-            self.states_held = self
-                .states_held
-                .checked_sub(1)
-                .ok_or(HybridError::Corrupt("released a state never taken"))?;
-            self.withhold(Freed::State);
+    /// Give a state's pages back; they are free once the steps in flight retired.
+    pub(crate) fn drop_state(&mut self, pages: &[PageId]) -> Result<(), HybridError> {
+        if self.state_pages == 0 {
+            return Ok(());
+        }
+        self.states_held = self
+            .states_held
+            .checked_sub(1)
+            .ok_or(HybridError::Corrupt("released a state never taken"))?;
+        for &page in pages {
+            self.drop_ref(page)?;
         }
         Ok(())
     }

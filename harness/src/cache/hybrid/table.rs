@@ -17,4 +17,7 @@ pub(crate) struct SeqEntry {
     pub(crate) trimmed: u64,
     /// One table per [`super::TableSpec`] of the layout, in its order.
     pub(crate) tables: Vec<GroupTable>,
+    /// The pages of its recurrent state (empty without a recurrent group): its own, in no
+    /// table, never shared.
+    pub(crate) state: Vec<u32>,
 }
