@@ -285,15 +285,9 @@ fn grouped_scenario(
 }
 
 #[test]
-fn hybrid_with_a_tier_another_eviction_a_bad_value_or_off_sim_is_refused_naming_the_key() {
+fn hybrid_with_a_tier_a_bad_value_or_off_sim_is_refused_naming_the_key() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cases: [(&str, bool, &[&str], &[&str]); 4] = [
-        (
-            "manager = \"hybrid\"\neviction = \"lfu\"\n",
-            true,
-            &["--backend", "sim"],
-            &["cache.manager", "cache.eviction"],
-        ),
+    let cases: [(&str, bool, &[&str], &[&str]); 3] = [
         (
             "manager = \"hybrid\"\n",
             false,

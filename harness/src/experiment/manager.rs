@@ -103,15 +103,19 @@ pub fn resolve(
 /// The grouped pair's manager of `mode`: the hybrid paged manager, or the grouped contiguous
 /// baseline, whose sliding rings hold beyond their window what one sequence can write while a
 /// step reading the window has not retired: the largest step, twice when the engine plans a
-/// step while another runs (`async_steps`).
+/// step while another runs (`async_steps`). The paged one evicts cached prefix pages in
+/// `eviction`'s order.
 pub fn build_grouped(
     layout: &HybridLayout,
     mode: CacheMode,
     max_step_tokens: u32,
     async_steps: bool,
+    eviction: crate::cache::EvictionPolicy,
 ) -> Box<dyn KvCacheManager> {
     match mode {
-        CacheMode::Paged => Box::new(crate::cache::hybrid::HybridKv::new(layout.clone())),
+        CacheMode::Paged => {
+            Box::new(crate::cache::hybrid::HybridKv::new(layout.clone()).with_eviction(eviction))
+        }
         CacheMode::Contiguous => {
             let in_flight: u32 = if async_steps { 2 } else { 1 };
             Box::new(kvbench_baselines::manager::GroupedContiguous::new(

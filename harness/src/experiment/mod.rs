@@ -254,9 +254,13 @@ fn run_mode_with(
         scheduler.async_steps = true;
     }
     let mut cache = match &setup.layout {
-        Some(layout) => {
-            manager::build_grouped(layout, mode, setup.max_step_tokens, scheduler.async_steps)
-        }
+        Some(layout) => manager::build_grouped(
+            layout,
+            mode,
+            setup.max_step_tokens,
+            scheduler.async_steps,
+            scenario.cache.eviction,
+        ),
         None => tiers::build_cache(scenario, setup, mode, &tier_plan),
     };
     let cfg = EngineConfig {

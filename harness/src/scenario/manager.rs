@@ -94,13 +94,6 @@ impl Scenario {
         if self.cache.manager != ManagerChoice::Hybrid {
             return;
         }
-        if self.scheduler.prefix_cache && self.cache.eviction != crate::cache::EvictionPolicy::Lru {
-            p.push(KeyProblem::new(
-                "cache.manager",
-                "\"hybrid\" evicts cached prefix pages least recently released first only; \
-                 remove cache.eviction, or use cache.manager = \"summed\"",
-            ));
-        }
         for (tier, written) in [
             ("cache.host_tier", self.cache.host_tier.is_some()),
             ("cache.disk_tier", self.cache.disk_tier.is_some()),

@@ -3,30 +3,47 @@
 //!
 //! key(table t, block i) = blake3(key(t, i−1) or zeros, scope digest, t, the block's tokens at
 //! t's block tokens). Each table chains its own keys because its blocks are its own size. A hit
-//! never trusts the hash alone: the stored parent key, scope and tokens must match.
+//! never trusts the hash alone: the stored table, parent key, scope and tokens must match.
+//!
+//! Keys cost a blake3 each, and the engine probes a waiting sequence at every step until it
+//! starts, so a sequence's keys are computed once: a [`Chain`] (its tokens, and per table the
+//! keys of its leading full blocks so far) is kept for a probed sequence, moves with it when it
+//! starts, is extended as its blocks are published, and goes back to the probed ones when it is
+//! preempted (it will be probed again with the same tokens and more). A chain is checked against
+//! the tokens of every probe (a slice comparison), so a changed prompt recomputes from where it
+//! differs, never reuses a wrong key. The index hashes the keys, already uniform, with the
+//! summed manager's `KeyHasher`.
 //!
 //! The pages themselves live in the pool (`pool.rs`): a published page whose last reference
-//! goes is kept cached-free (LRU, evicted when the pool needs a page, never handed out while a
-//! step in flight at its release runs). The pool reports evictions in `evicted`, and
-//! [`PrefixCache::sync`] unpublishes them here before the next lookup.
+//! goes is kept cached-free (evicted in `cache.eviction`'s order when the pool needs a page,
+//! never handed out while a step in flight at its release runs; `cached_free.rs`). The pool
+//! reports evictions in `evicted` and a flush's unpublished pages in `unpublished`, and
+//! [`PrefixCache::sync`] unpublishes both here before the next lookup.
 //!
 //! A model with a recurrent group publishes nothing and never hits: the state after a prefix
 //! is overwritten by the next token and is not kept per cached prefix.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
-use kvbench_cache_api::{PrefixHit, PrefixStats, ScopeKey, SeqId};
+use kvbench_cache_api::{PrefixHit, PrefixStats, ReleaseReason, ScopeKey, SeqId};
 
-use crate::cache::prefix::{PrefixKey, ScopeInfo};
+use crate::cache::prefix::{KeyHasher, PrefixKey, ScopeInfo};
 
 use super::layout::{HybridLayout, TableKind};
 use super::pool::{PageId, PagePool};
 use super::table::SeqEntry;
 
+/// At most this many probed-but-not-started sequences keep their chain (the engine probes the
+/// head of its queue, so a few; the oldest id goes first past it).
+const MAX_WAITING_CHAINS: usize = 256;
+
 /// What the index keeps for one published block, to verify hits and report them.
 #[derive(Debug)]
 struct Entry {
+    table: usize,
     page: PageId,
     parent: Option<PrefixKey>,
     tokens: Box<[u32]>,
@@ -34,25 +51,92 @@ struct Entry {
     publisher: SeqId,
 }
 
-/// What a sequence publishes: its tokens so far and, per table, the blocks published and the
-/// key of the last one (the next block's parent).
+/// A sequence's tokens and, per table, the keys of its leading full blocks computed so far
+/// (`keys[t][b]` covers `tokens[..(b + 1) × block_tokens]`).
 #[derive(Debug, Clone)]
-struct SeqPrefix {
+struct Chain {
     scope: Arc<ScopeInfo>,
     tokens: Vec<u32>,
+    block_tokens: Vec<usize>,
+    keys: Vec<Vec<PrefixKey>>,
+}
+
+/// Tokens `a` and `b` agree on from the start (slice comparisons, a 64-token run at a time).
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 64 <= n && a[i..i + 64] == b[i..i + 64] {
+        i += 64;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+impl Chain {
+    fn new(scope: Arc<ScopeInfo>, layout: &HybridLayout) -> Chain {
+        Chain {
+            scope,
+            tokens: Vec::new(),
+            block_tokens: layout
+                .tables
+                .iter()
+                .map(|s| s.block_tokens.max(1) as usize)
+                .collect(),
+            keys: vec![Vec::new(); layout.tables.len()],
+        }
+    }
+
+    /// The chain now describes `tokens`: keys of blocks they no longer agree with are dropped.
+    fn follow(&mut self, tokens: &[u32]) {
+        if self.tokens.as_slice() == tokens {
+            return;
+        }
+        let common = common_prefix(&self.tokens, tokens);
+        for (keys, bt) in self.keys.iter_mut().zip(&self.block_tokens) {
+            keys.truncate(common / bt);
+        }
+        self.tokens.clear();
+        self.tokens.extend_from_slice(tokens);
+    }
+
+    /// The key of table `t`'s block `b` (its tokens must be known), computing the missing ones
+    /// before it; `hashed` counts the blake3 calls.
+    fn key(&mut self, t: usize, b: usize, hashed: &Cell<u64>) -> PrefixKey {
+        let bt = self.block_tokens[t];
+        while self.keys[t].len() <= b {
+            let i = self.keys[t].len();
+            let parent = i.checked_sub(1).map(|j| self.keys[t][j]);
+            let chunk = &self.tokens[i * bt..(i + 1) * bt];
+            let key = block_key(parent.as_ref(), &self.scope, t, chunk);
+            hashed.set(hashed.get() + 1);
+            self.keys[t].push(key);
+        }
+        self.keys[t][b]
+    }
+
+    /// The key before table `t`'s block `b` (none for the first), already computed.
+    fn parent(&self, t: usize, b: usize) -> Option<PrefixKey> {
+        b.checked_sub(1).map(|j| self.keys[t][j])
+    }
+}
+
+/// What a started sequence publishes: its chain and, per table, the blocks published.
+#[derive(Debug, Clone)]
+struct SeqPrefix {
+    chain: Chain,
     published_blocks: Vec<u64>,
-    last_key: Vec<Option<PrefixKey>>,
 }
 
 /// A lookup's answer: the hit tokens and, per table, the pages of the blocks to share (from
-/// the table's first held block at the hit) and the key chain up to the hit.
+/// the table's first held block at the hit).
 #[derive(Debug, Default)]
 pub(crate) struct Lookup {
     pub(crate) hit_tokens: u64,
     /// Per table: (first block shared, its pages in block order).
     pub(crate) pages: Vec<(u64, Vec<PageId>)>,
     pub(crate) hits: Vec<PrefixHit>,
-    last_key: Vec<Option<PrefixKey>>,
     pub(crate) scope: Option<Arc<ScopeInfo>>,
 }
 
@@ -65,10 +149,18 @@ impl Lookup {
 
 #[derive(Debug, Default)]
 pub(crate) struct PrefixCache {
-    index: HashMap<(usize, PrefixKey), Entry>,
-    /// The key each published page is indexed under.
-    page_key: BTreeMap<PageId, (usize, PrefixKey)>,
+    index: HashMap<PrefixKey, Entry, BuildHasherDefault<KeyHasher>>,
+    /// The key each published page is indexed under, by page.
+    page_key: Vec<Option<PrefixKey>>,
     seqs: BTreeMap<SeqId, SeqPrefix>,
+    /// Chains of sequences probed (or preempted) and not started since.
+    waiting: RefCell<BTreeMap<SeqId, Chain>>,
+    /// blake3 block keys computed, ever (what the chains save).
+    keys_hashed: Cell<u64>,
+    /// Test fault ([`super::HybridFault::PublishEarly`]): publish mapped, unwritten blocks.
+    pub(crate) publish_early: bool,
+    /// Blocks published before they were written (the fault fired).
+    pub(crate) published_early: u64,
     pub(crate) stats: PrefixStats,
 }
 
@@ -89,111 +181,141 @@ fn block_key(
 }
 
 impl PrefixCache {
-    /// Unpublish the pages the pool evicted (or flushed) since the last call.
+    /// Unpublish the pages the pool evicted (counted) or a flush unpublished (not counted: the
+    /// summed manager counts evictions for new content only) since the last call.
     pub(crate) fn sync(&mut self, pool: &mut PagePool) {
         for page in std::mem::take(&mut pool.evicted) {
-            if let Some(key) = self.page_key.remove(&page) {
+            if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
                 self.index.remove(&key);
                 self.stats.evictions += 1;
+            }
+        }
+        for page in std::mem::take(&mut pool.unpublished) {
+            if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
+                self.index.remove(&key);
             }
         }
     }
 
     /// Published pages, for the invariants: (page, whether the index entry points back at it).
     pub(crate) fn published_pages(&self) -> impl Iterator<Item = (PageId, bool)> + '_ {
-        self.page_key
-            .iter()
-            .map(|(&p, k)| (p, self.index.get(k).is_some_and(|e| e.page == p)))
+        self.page_key.iter().enumerate().filter_map(|(p, k)| {
+            let p = p as PageId;
+            k.map(|k| (p, self.index.get(&k).is_some_and(|e| e.page == p)))
+        })
     }
 
-    /// The longest hit for `tokens` under `scope` (none without a scope, with reuse off, or
-    /// with a recurrent group). No side effects.
+    /// blake3 block keys computed so far.
+    pub(crate) fn keys_hashed(&self) -> u64 {
+        self.keys_hashed.get()
+    }
+
+    /// The longest hit for `seq`'s `tokens` under `scope` (none without a scope, with reuse
+    /// off, or with a recurrent group). Changes nothing but `seq`'s cached chain.
     pub(crate) fn lookup(
         &self,
         layout: &HybridLayout,
+        seq: SeqId,
         scope: Option<&ScopeKey>,
         tokens: &[u32],
     ) -> Lookup {
         let n = layout.tables.len();
         let none = Lookup {
             pages: vec![(0, Vec::new()); n],
-            last_key: vec![None; n],
             ..Lookup::default()
         };
-        let Some(scope) = scope.and_then(ScopeInfo::new) else {
+        let Some(scope) = scope else {
+            return none;
+        };
+        let mut waiting = self.waiting.borrow_mut();
+        let known = waiting
+            .get(&seq)
+            .filter(|c| c.scope.key == *scope)
+            .map(|c| c.scope.clone());
+        let Some(info) = known.or_else(|| ScopeInfo::new(scope)) else {
             return none;
         };
         if layout.state_bytes_per_sequence != 0 || tokens.len() < 2 {
             return Lookup {
-                scope: Some(scope),
+                scope: Some(info),
                 ..none
             };
         }
-        // Per table: the key chain over the blocks a hit could cover, and the page each
-        // block's key is cached under (None: not cached).
-        // Full and MLA tables first, each up to its first miss (a hit needs every block
-        // before it); the sliding tables' chains then only up to the shortest of those runs.
+        if waiting
+            .get(&seq)
+            .is_none_or(|c| !Arc::ptr_eq(&c.scope, &info))
+        {
+            if waiting.len() >= MAX_WAITING_CHAINS {
+                waiting.pop_first();
+            }
+            waiting.insert(seq, Chain::new(info.clone(), layout));
+        }
+        let Some(chain) = waiting.get_mut(&seq) else {
+            return none;
+        };
+        chain.follow(tokens);
+        // Per table, the page each block's key is cached under (None: not cached). Full and
+        // MLA tables first, each up to its first miss (a hit needs every block before it); the
+        // sliding tables only up to the shortest of those runs.
         let mut limit = tokens.len() - 1;
-        let mut chains: Vec<Vec<(PrefixKey, Option<&Entry>)>> = vec![Vec::new(); n];
+        let mut found: Vec<Vec<Option<&Entry>>> = vec![Vec::new(); n];
         let sliding_last = |t: &usize| matches!(layout.tables[*t].kind, TableKind::Sliding { .. });
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(sliding_last);
         for t in order {
-            let spec = &layout.tables[t];
-            let sliding = matches!(spec.kind, TableKind::Sliding { .. });
-            let bt = spec.block_tokens.max(1) as usize;
-            let mut chain = Vec::with_capacity(limit / bt);
-            let mut parent: Option<PrefixKey> = None;
-            for chunk in tokens[..limit / bt * bt].chunks_exact(bt) {
-                let key = block_key(parent.as_ref(), &scope, t, chunk);
-                let entry = self.index.get(&(t, key)).filter(|e| {
-                    e.parent == parent && e.scope.key == scope.key && *e.tokens == *chunk
+            let sliding = sliding_last(&t);
+            let bt = chain.block_tokens[t];
+            let blocks = limit / bt;
+            let mut run = Vec::with_capacity(blocks);
+            for b in 0..blocks {
+                let key = chain.key(t, b, &self.keys_hashed);
+                let parent = chain.parent(t, b);
+                let chunk = &tokens[b * bt..(b + 1) * bt];
+                let entry = self.index.get(&key).filter(|e| {
+                    e.table == t
+                        && e.parent == parent
+                        && e.scope.key == info.key
+                        && *e.tokens == *chunk
                 });
                 if entry.is_none() && !sliding {
                     break;
                 }
-                chain.push((key, entry));
-                parent = Some(key);
+                run.push(entry);
             }
             if !sliding {
-                limit = limit.min(chain.len() * bt);
+                limit = limit.min(run.len() * bt);
             }
-            chains[t] = chain;
+            found[t] = run;
         }
-        let cached = |t: usize, b: u64| chains[t].get(b as usize).is_some_and(|(_, e)| e.is_some());
+        let cached = |t: usize, b: u64| found[t].get(b as usize).is_some_and(Option::is_some);
         let h = super::prefix_hit_tokens(layout, tokens.len() as u64, cached);
         let mut out = Lookup {
             hit_tokens: h,
-            scope: Some(scope.clone()),
+            scope: Some(info.clone()),
             ..none
         };
         for (t, spec) in layout.tables.iter().enumerate() {
-            let bt = u64::from(spec.block_tokens.max(1));
             let (first, end) = spec.held_blocks(h);
             let mut pages = Vec::new();
             for b in first..end {
                 // The rule checked every held block is cached.
-                if let Some((_, Some(e))) = chains[t].get(b as usize) {
+                if let Some(Some(e)) = found[t].get(b as usize) {
                     pages.push(e.page);
                     out.hits.push(PrefixHit {
                         block: e.page,
-                        tokens: bt as u32,
-                        scope: scope.key.clone(),
+                        tokens: spec.block_tokens.max(1),
+                        scope: info.key.clone(),
                         publisher: e.publisher,
                     });
                 }
             }
             out.pages[t] = (first, pages);
-            out.last_key[t] = end
-                .checked_sub(1)
-                .and_then(|b| chains[t].get(b as usize))
-                .map(|c| c.0);
         }
         out
     }
 
-    /// `seq` started with `tokens` after `hit` (from [`Self::lookup`]): it publishes its
-    /// blocks past the hit as they are written.
+    /// `seq` started with `tokens` after `hit` (from [`Self::lookup`]): it takes its chain from
+    /// the probed ones and publishes its blocks past the hit as they are written.
     pub(crate) fn track(
         &mut self,
         layout: &HybridLayout,
@@ -201,24 +323,27 @@ impl PrefixCache {
         tokens: &[u32],
         hit: &Lookup,
     ) {
+        let chain = self.waiting.get_mut().remove(&seq);
         let Some(scope) = hit.scope.clone() else {
             return;
         };
         if layout.state_bytes_per_sequence != 0 {
             return;
         }
-        let published_blocks = layout
-            .tables
+        let mut chain = chain
+            .filter(|c| Arc::ptr_eq(&c.scope, &scope))
+            .unwrap_or_else(|| Chain::new(scope, layout));
+        chain.follow(tokens);
+        let published_blocks = chain
+            .block_tokens
             .iter()
-            .map(|s| hit.hit_tokens / u64::from(s.block_tokens.max(1)))
+            .map(|&bt| hit.hit_tokens / bt as u64)
             .collect();
         self.seqs.insert(
             seq,
             SeqPrefix {
-                scope,
-                tokens: tokens.to_vec(),
+                chain,
                 published_blocks,
-                last_key: hit.last_key.clone(),
             },
         );
     }
@@ -236,22 +361,38 @@ impl PrefixCache {
         let Some(p) = self.seqs.get_mut(&seq) else {
             return false;
         };
-        if p.tokens.len() as u64 != position {
+        if p.chain.tokens.len() as u64 != position {
             self.seqs.remove(&seq);
             return false;
         }
-        p.tokens.push(token);
+        p.chain.tokens.push(token);
         true
     }
 
+    /// A refused append takes its token back (and any key that covered it).
     pub(crate) fn pop_token(&mut self, seq: SeqId) {
         if let Some(p) = self.seqs.get_mut(&seq) {
-            p.tokens.pop();
+            p.chain.tokens.pop();
+            let len = p.chain.tokens.len();
+            for (keys, bt) in p.chain.keys.iter_mut().zip(&p.chain.block_tokens) {
+                keys.truncate(len / bt);
+            }
         }
     }
 
-    pub(crate) fn forget(&mut self, seq: SeqId) {
-        self.seqs.remove(&seq);
+    /// `seq` let go of its pages. A preempted one will be probed again with the tokens it knew
+    /// (and its keys): its chain waits for that.
+    pub(crate) fn forget(&mut self, seq: SeqId, why: ReleaseReason) {
+        let Some(p) = self.seqs.remove(&seq) else {
+            return;
+        };
+        if why == ReleaseReason::Preempt {
+            let waiting = self.waiting.get_mut();
+            if waiting.len() >= MAX_WAITING_CHAINS {
+                waiting.pop_first();
+            }
+            waiting.insert(seq, p.chain);
+        }
     }
 
     /// Publish every full block `seq` has written that it has not published yet, before the
@@ -269,34 +410,47 @@ impl PrefixCache {
         let Some(p) = self.seqs.get_mut(&seq) else {
             return;
         };
-        let known = (entry.written).min(p.tokens.len() as u64);
-        for (t, (spec, table)) in layout.tables.iter().zip(&entry.tables).enumerate() {
-            let bt = u64::from(spec.block_tokens.max(1));
+        // The planted bug: what is mapped counts as written.
+        let upto = if self.publish_early {
+            entry.tokens
+        } else {
+            entry.written
+        };
+        let known = upto.min(p.chain.tokens.len() as u64);
+        for (t, table) in entry.tables.iter().enumerate().take(layout.tables.len()) {
+            let bt = p.chain.block_tokens[t] as u64;
             let full = known / bt;
             while p.published_blocks[t] < full {
                 let b = p.published_blocks[t];
-                let chunk = &p.tokens[(b * bt) as usize..((b + 1) * bt) as usize];
-                let key = block_key(p.last_key[t].as_ref(), &p.scope, t, chunk);
+                let key = p.chain.key(t, b as usize, &self.keys_hashed);
                 let page = b
                     .checked_sub(table.first_block)
                     .and_then(|i| table.pages.get(i as usize).copied());
                 if let Some(page) = page {
-                    if !self.index.contains_key(&(t, key)) && !pool.is_published(page) {
-                        pool.publish(page);
-                        self.page_key.insert(page, (t, key));
+                    if !self.index.contains_key(&key) && !pool.is_published(page) {
+                        if (b + 1) * bt > entry.written {
+                            self.published_early += 1;
+                        }
+                        pool.publish(page, b);
+                        let i = page as usize;
+                        if self.page_key.len() <= i {
+                            self.page_key.resize(i + 1, None);
+                        }
+                        self.page_key[i] = Some(key);
+                        let chunk = &p.chain.tokens[(b * bt) as usize..((b + 1) * bt) as usize];
                         self.index.insert(
-                            (t, key),
+                            key,
                             Entry {
+                                table: t,
                                 page,
-                                parent: p.last_key[t],
+                                parent: p.chain.parent(t, b as usize),
                                 tokens: chunk.into(),
-                                scope: p.scope.clone(),
+                                scope: p.chain.scope.clone(),
                                 publisher: seq,
                             },
                         );
                     }
                 }
-                p.last_key[t] = Some(key);
                 p.published_blocks[t] = b + 1;
             }
         }

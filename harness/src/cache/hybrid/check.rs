@@ -5,6 +5,11 @@
 //! MLA; for sliding, from the block the window of the trimmed-to tokens reaches, so no sliding
 //! table holds a block wholly out of the window of what is written), and one recurrent state
 //! per live sequence, its pages held by it alone (counted here as references like a table's).
+//! The prefix cache's pages: a cached-free page is published, in no table,
+//! neither free nor fenced, and evictable only once the step in flight at its release retired;
+//! the cached-free count is the pages marked so; and a published page is a full block, every
+//! token of it written (publishing a block a chunk has not written yet would hand a later
+//! prompt positions nobody wrote).
 
 use super::manager::HybridCache;
 use super::pool::Freed;
@@ -102,8 +107,30 @@ impl HybridCache {
                 self.pool.pending_pages()
             ));
         }
+        let mut cached_pages = 0u32;
         for page in 0..pages {
             let (count, free, pending) = (counted[page], free_seen[page], pending_seen[page]);
+            let id = page as u32;
+            if self.pool.is_published(id) {
+                let (w, bt) = (self.pool.written(id), self.pool.block_tokens(id));
+                if w != bt {
+                    bad.push(format!(
+                        "published page {page} holds {} of its {} tokens written",
+                        w.unwrap_or(0),
+                        bt.unwrap_or(0)
+                    ));
+                }
+            }
+            if self.pool.is_cached_free(id) {
+                cached_pages += 1;
+                let fence = self.pool.release_fence(id);
+                let in_flight = fence != 0 && !self.pool.fence.is_retired(fence);
+                if in_flight && self.pool.cached.is_evictable(id) && !self.pool.ignore_fence {
+                    bad.push(format!(
+                        "cached-free page {page} is evictable while step {fence}, in flight at its release, has not retired"
+                    ));
+                }
+            }
             let refs = self.pool.refs(page as u32).unwrap_or(0) as u64;
             if free && pending {
                 bad.push(format!("page {page} is both free and fenced"));
@@ -134,6 +161,12 @@ impl HybridCache {
                     "page {page}: {refs} references counted, {count} in tables"
                 ));
             }
+        }
+        if cached_pages != self.pool.cached_count() {
+            bad.push(format!(
+                "{cached_pages} pages cached-free, the eviction order holds {}",
+                self.pool.cached_count()
+            ));
         }
         let live = self.seqs.len() as u64;
         let held = self.pool.states_held() as u64;

@@ -219,6 +219,7 @@ impl HybridKv {
                     cache.pool.revive(page)?;
                 } else {
                     cache.pool.share(page)?;
+                    cache.pool.count_hit(page);
                 }
                 table.pages.push(page);
             }
@@ -264,7 +265,7 @@ impl KvCacheManager for HybridKv {
         }
         let hit = self
             .prefix
-            .lookup(&self.cache.layout, req.scope, req.tokens);
+            .lookup(&self.cache.layout, req.seq, req.scope, req.tokens);
         let (pages, fits) = self.fresh_pages(req.tokens.len() as u64, &hit);
         Probe {
             cached_tokens: u32::try_from(hit.hit_tokens).unwrap_or(u32::MAX),
@@ -289,7 +290,7 @@ impl KvCacheManager for HybridKv {
         }
         let hit = self
             .prefix
-            .lookup(&self.cache.layout, req.scope, req.tokens);
+            .lookup(&self.cache.layout, req.seq, req.scope, req.tokens);
         let (fresh, fits) = self.fresh_pages(prompt, &hit);
         if !fits {
             let a = self.accounting();
@@ -487,7 +488,7 @@ impl KvCacheManager for HybridKv {
         Ok(self.copy_ops(&copies))
     }
 
-    fn release(&mut self, seq: SeqId, _why: ReleaseReason) -> Result<(), AllocError> {
+    fn release(&mut self, seq: SeqId, why: ReleaseReason) -> Result<(), AllocError> {
         if !self.cache.seqs.contains_key(&seq) {
             return Err(AllocError::UnknownSeq(seq));
         }
@@ -503,10 +504,10 @@ impl KvCacheManager for HybridKv {
             // stay referenced.
             self.faults.leaked_once = true;
             self.cache.seqs.remove(&seq);
-            self.prefix.forget(seq);
+            self.prefix.forget(seq, why);
             return Ok(());
         }
-        self.prefix.forget(seq);
+        self.prefix.forget(seq, why);
         self.cache
             .release(seq)
             .map_err(|e| self.alloc_error(seq, e))

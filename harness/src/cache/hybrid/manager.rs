@@ -23,6 +23,11 @@ use super::table::{GroupTable, SeqEntry};
 pub enum HybridFault {
     /// Sliding tables keep blocks that left the window.
     KeepOutOfWindow,
+    /// The prefix cache publishes every block a sequence has mapped, not only the ones it has
+    /// written: a prompt's blocks are in the index (and a later prompt may share them) while
+    /// the chunk that writes them has not run. Only [`super::HybridKv`] honours it (the bare
+    /// manager has no prefix cache); the invariants catch a published page not fully written.
+    PublishEarly,
 }
 
 /// A page the backend must copy before the step writes into `dst` (copy-on-write).
@@ -250,7 +255,7 @@ impl HybridCache {
             return Err(HybridError::Corrupt("trim past the written tokens"));
         }
         let upto = upto.max(entry.trimmed);
-        if self.fault.is_none() {
+        if self.fault != Some(HybridFault::KeepOutOfWindow) {
             for (spec, table) in self.layout.tables.iter().zip(&mut entry.tables) {
                 if !matches!(spec.kind, TableKind::Sliding { .. }) {
                     continue;

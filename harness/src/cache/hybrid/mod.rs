@@ -19,11 +19,13 @@
 //! under a chained scoped key and keeps released published pages cached-free in the pool.
 
 mod cached;
+mod cached_free;
 mod check;
 mod error;
 mod fit;
 mod kv;
 mod kv_check;
+mod kv_prefix;
 mod layout;
 mod manager;
 mod pool;

@@ -13,11 +13,12 @@
 //! accounting are a counter: a page of a table with `block_tokens` tokens counts
 //! `⌊written × page_slots / block_tokens⌋` slots live.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
+use crate::cache::evict::EvictionPolicy;
+
+use super::cached_free::CachedFree;
 use super::error::HybridError;
 
 /// A page's index in the pool.
@@ -59,18 +60,14 @@ pub(crate) struct PagePool {
     pub(crate) early_reuse: Vec<(PageId, StepId)>,
     /// Pages published in the prefix cache: their last reference makes them cached-free.
     published: Vec<bool>,
-    /// Cached-free pages by the tick of their last release (oldest first: evicted first).
-    cached_lru: BTreeMap<u64, PageId>,
-    /// Each cached-free page's key in `cached_lru` (0: not cached-free).
-    cached_tick: Vec<u64>,
-    clock: u64,
+    /// Cached-free pages, in `cache.eviction`'s order once their release fence retired.
+    pub(crate) cached: CachedFree,
     /// Pages with `published` set.
     published_count: u64,
-    /// Cached-free pages released while a step was in flight that may not have retired yet
-    /// (pruned at each retire), so the evictable count is a subtraction, not a scan.
-    cached_fenced: BTreeSet<PageId>,
     /// Published pages evicted since the prefix index last looked (it unpublishes them).
     pub(crate) evicted: Vec<PageId>,
+    /// Published pages a flush unpublished since the prefix index last looked (not evictions).
+    pub(crate) unpublished: Vec<PageId>,
 }
 
 impl PagePool {
@@ -92,13 +89,16 @@ impl PagePool {
             fences_ignored: 0,
             early_reuse: Vec::new(),
             published: vec![false; n],
-            cached_lru: BTreeMap::new(),
-            cached_tick: vec![0; n],
-            clock: 0,
+            cached: CachedFree::new(pages, EvictionPolicy::Lru),
             published_count: 0,
-            cached_fenced: BTreeSet::new(),
             evicted: Vec::new(),
+            unpublished: Vec::new(),
         }
+    }
+
+    /// Which cached-free page is evicted first (before any page is cached).
+    pub(crate) fn set_eviction(&mut self, policy: EvictionPolicy) {
+        self.cached = CachedFree::new(self.pages(), policy);
     }
 
     pub(crate) fn pages(&self) -> u32 {
@@ -124,7 +124,7 @@ impl PagePool {
 
     /// Published pages no table references, kept for prefix hits.
     pub(crate) fn cached_count(&self) -> u32 {
-        self.cached_lru.len() as u32
+        self.cached.len() as u32
     }
 
     pub(crate) fn published_count(&self) -> u64 {
@@ -136,32 +136,34 @@ impl PagePool {
     }
 
     pub(crate) fn is_cached_free(&self, page: PageId) -> bool {
-        self.cached_tick.get(page as usize).is_some_and(|&t| t != 0)
+        self.cached.contains(page)
     }
 
-    /// `page` (held) is now in the prefix cache: its last reference keeps it cached-free.
-    pub(crate) fn publish(&mut self, page: PageId) {
+    /// `page` (held) is now in the prefix cache as block `depth` of its table's chain: its last
+    /// reference keeps it cached-free.
+    pub(crate) fn publish(&mut self, page: PageId, depth: u64) {
         if let Some(p) = self.published.get_mut(page as usize) {
             if !*p {
                 self.published_count += 1;
             }
             *p = true;
+            self.cached.published(page, depth);
         }
+    }
+
+    /// A prefix hit shared a held published page (what `lfu` and `priority` weigh).
+    pub(crate) fn count_hit(&mut self, page: PageId) {
+        self.cached.hit(page);
     }
 
     /// Cached-free pages that can be evicted and handed out now: those released under no
     /// step still in flight (a fenced one waits, like a pending page).
     fn evictable(&self, except: &[PageId]) -> u32 {
-        let fenced = if self.ignore_fence {
-            0
-        } else {
-            self.cached_fenced.len()
-        };
         let excepted = except
             .iter()
-            .filter(|&&p| self.is_cached_free(p) && self.fence_clear(p))
+            .filter(|&&p| self.cached.is_evictable(p))
             .count();
-        (self.cached_lru.len() - fenced - excepted) as u32
+        (self.cached.evictable_len() - excepted) as u32
     }
 
     fn fence_clear(&self, page: PageId) -> bool {
@@ -180,45 +182,37 @@ impl PagePool {
         self.free_count() + self.evictable(except)
     }
 
-    /// Evict the least recently released cached-free page whose fence is clear onto the free
-    /// list; `false` when there is none.
+    /// Evict the eviction policy's victim among the cached-free pages whose fence is clear onto
+    /// the free list; `false` when there is none.
     fn evict_one(&mut self) -> bool {
-        let found = self
-            .cached_lru
-            .iter()
-            .find(|(_, &p)| self.fence_clear(p))
-            .map(|(&t, &p)| (t, p));
-        let Some((tick, page)) = found else {
+        let Some(page) = self.cached.pop_victim() else {
             return false;
         };
-        self.cached_lru.remove(&tick);
         self.unpublish_free(page);
+        self.evicted.push(page);
         self.free.push(page);
         true
     }
 
+    /// A cached-free page (already out of `cached`) is no longer published nor written.
     fn unpublish_free(&mut self, page: PageId) {
         let i = page as usize;
-        self.cached_tick[i] = 0;
-        self.cached_fenced.remove(&page);
         if self.published[i] {
             self.published_count -= 1;
         }
         self.published[i] = false;
         self.written[i] = 0;
         self.block_tokens[i] = 0;
-        self.evicted.push(page);
     }
 
     /// Every cached-free page leaves the cache: free, or pending behind the fence it was
     /// released under while that step is in flight. Held published pages stay held,
-    /// unpublished.
+    /// unpublished. None of it is an eviction (`unpublished`, not `evicted`).
     pub(crate) fn flush_cached(&mut self) {
-        let pages: Vec<PageId> = self.cached_lru.values().copied().collect();
-        self.cached_lru.clear();
-        for page in pages {
+        for (page, _) in self.cached.drain() {
             let clear = self.fence_clear(page);
             self.unpublish_free(page);
+            self.unpublished.push(page);
             if clear {
                 self.free.push(page);
             } else {
@@ -229,7 +223,8 @@ impl PagePool {
             if *p {
                 *p = false;
                 self.published_count -= 1;
-                self.evicted.push(i as PageId);
+                self.cached.unpublished(i as PageId);
+                self.unpublished.push(i as PageId);
             }
         }
     }
@@ -237,17 +232,12 @@ impl PagePool {
     /// A cached-free page is referenced again (a prefix hit): held by one reference.
     pub(crate) fn revive(&mut self, page: PageId) -> Result<(), HybridError> {
         let i = page as usize;
-        let tick =
-            self.cached_tick
-                .get(i)
-                .copied()
-                .filter(|&t| t != 0)
-                .ok_or(HybridError::Corrupt(
-                    "revived a page that is not cached-free",
-                ))?;
-        self.cached_lru.remove(&tick);
-        self.cached_tick[i] = 0;
-        self.cached_fenced.remove(&page);
+        if !self.cached.remove(page) {
+            return Err(HybridError::Corrupt(
+                "revived a page that is not cached-free",
+            ));
+        }
+        self.cached.hit(page);
         self.refs[i] = 1;
         self.live_slots += self.live_of(i);
         Ok(())
@@ -259,6 +249,11 @@ impl PagePool {
 
     pub(crate) fn written(&self, page: PageId) -> Option<u32> {
         self.written.get(page as usize).copied()
+    }
+
+    /// Tokens a page of the table holding `page` holds (0 when free or pending).
+    pub(crate) fn block_tokens(&self, page: PageId) -> Option<u32> {
+        self.block_tokens.get(page as usize).copied()
     }
 
     /// The newest step in flight when `page` was last released (0: none was).
@@ -341,12 +336,8 @@ impl PagePool {
             // Kept for prefix hits: its tokens stay, it counts cached-free, not live.
             self.live_slots -= self.live_of(i);
             self.release_fence[i] = self.fence.newest_in_flight().unwrap_or(0);
-            self.clock += 1;
-            self.cached_tick[i] = self.clock;
-            self.cached_lru.insert(self.clock, page);
-            if self.release_fence[i] != 0 {
-                self.cached_fenced.insert(page);
-            }
+            let fenced = self.release_fence[i] != 0 && !self.ignore_fence;
+            self.cached.insert(page, fenced);
         } else if *r == 0 {
             self.live_slots -= self.live_of(i);
             self.written[i] = 0;
@@ -391,10 +382,12 @@ impl PagePool {
         if !self.fence.try_retire(step, &mut ready) {
             return false;
         }
-        let fence = &self.fence;
-        let fences = &self.release_fence;
-        self.cached_fenced
-            .retain(|&p| !fence.is_retired(fences[p as usize]));
+        if self.cached.fenced_len() > 0 {
+            let fence = &self.fence;
+            let fences = &self.release_fence;
+            self.cached
+                .unfence(|p| fence.is_retired(fences[p as usize]));
+        }
         for item in ready {
             match item {
                 Freed::Page(_) => self.pending_pages -= 1,

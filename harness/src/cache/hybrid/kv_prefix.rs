@@ -1,0 +1,55 @@
+//! `HybridKv`'s prefix-cache settings and what its tests read of it: the eviction policy a run
+//! chooses (`cache.eviction`), the planted prefix-cache bug, the cached-free pages in eviction
+//! order and the keys hashed. Kept apart from `kv.rs`, the trait implementation.
+
+use crate::cache::evict::Evictable;
+use crate::cache::EvictionPolicy;
+
+use super::kv::HybridKv;
+use super::manager::HybridFault;
+use super::pool::PageId;
+
+impl HybridKv {
+    /// Cached-free pages are evicted in `policy`'s order (`lru` when not said). Set before any
+    /// page is cached: the order starts empty.
+    pub fn with_eviction(mut self, policy: EvictionPolicy) -> HybridKv {
+        self.cache.pool.set_eviction(policy);
+        self
+    }
+
+    /// Plant a bug (tests only: proves the checks catch it). `PublishEarly` is the prefix
+    /// cache's; the others are the bare manager's.
+    pub fn plant_fault(&mut self, fault: HybridFault) {
+        match fault {
+            HybridFault::PublishEarly => self.prefix.publish_early = true,
+            HybridFault::KeepOutOfWindow => self.cache.plant_fault(fault),
+        }
+    }
+
+    /// Blocks the planted `PublishEarly` published before they were written.
+    pub fn published_early(&self) -> u64 {
+        self.prefix.published_early
+    }
+
+    /// blake3 block keys the prefix cache computed so far (each block of a sequence's chain
+    /// once, however often it is probed).
+    pub fn prefix_keys_hashed(&self) -> u64 {
+        self.prefix.keys_hashed()
+    }
+
+    /// The cached-free pages the policy may evict now, first victim first, with what it weighs
+    /// (fenced ones join once their step retired).
+    pub fn eviction_order(&self) -> Vec<(PageId, Evictable)> {
+        let cached = &self.cache.pool.cached;
+        cached
+            .order()
+            .into_iter()
+            .map(|p| (p, cached.info(p).unwrap_or_default()))
+            .collect()
+    }
+
+    /// Whether `page` is cached-free (published, in no table).
+    pub fn is_cached_free(&self, page: PageId) -> bool {
+        self.cache.pool.is_cached_free(page)
+    }
+}
