@@ -494,7 +494,6 @@ fn full_only() -> Mix {
         shape: shape(vec![full(2)]),
         block_size: 4,
         pages: 48,
-        states: 0,
     }
 }
 

@@ -385,6 +385,7 @@ fn recurrent_states_follow_forks_and_are_dropped_at_release() {
             mode,
             setup.max_step_tokens,
             s.scheduler.async_steps,
+            s.cache.eviction,
         );
         let run_setup = RunSetup {
             model: setup.model.clone(),
