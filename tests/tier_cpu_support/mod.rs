@@ -35,7 +35,6 @@ pub fn setup(kv: Dtype) -> RunSetup {
         cache_slots: CACHE_SLOTS,
         block_size: BLOCK,
         seed: 7,
-        max_tokens_per_step: 256,
         max_step_tokens: 256,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

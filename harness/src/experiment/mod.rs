@@ -228,7 +228,6 @@ fn run_mode_with(
         cache_slots: setup.total_slots,
         block_size,
         seed: setup.seed,
-        max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
         max_step_tokens: setup.max_step_tokens,
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,
