@@ -9,20 +9,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kvbench_cuda::{libs, CudaLib};
-
 fn nvrtc_or_skip() -> bool {
-    match libs::open(CudaLib::Nvrtc) {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(
-                std::env::var("KVBENCH_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "KVBENCH_REQUIRE_NVRTC=1 but {e}"
-            );
-            eprintln!("SKIP: no NVRTC: {e}");
-            false
-        }
-    }
+    kvbench_cuda::libs::nvrtc_or_skip()
+        .unwrap_or_else(|e| panic!("KVBENCH_REQUIRE_NVRTC=1 but {e}"))
 }
 
 /// Starts `kvbench doctor`, waits until it says it is compiling, lets it compile for `delay`,
