@@ -377,7 +377,6 @@ fn engine_run(
         cache_slots: total,
         block_size: 16,
         seed: 1,
-        max_tokens_per_step: 64,
         max_step_tokens: 64,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

@@ -455,27 +455,11 @@ fn named_hostile_cases_are_refused_with_their_key() {
     for (i, (base, key, value, needle)) in cases.iter().enumerate() {
         let mut t: toml::Table = toml::from_str(base).expect("parse");
         set(&mut t, key, parse_value(value));
-        let text = toml::to_string(&t).expect("render");
-        let file = format!("case-{i}.toml");
-        std::fs::write(dir.path().join(&file), &text).expect("write");
-        let o = run_limited(
-            &["validate".to_string(), file.clone()],
-            dir.path(),
-            VALIDATE_WALL,
-        );
         let what = format!("{key} = {value}");
-        assert_clean_exit(&o, &what);
-        assert_eq!(o.code, Some(2), "{what}: accepted\n{}", o.stdout);
-        let found = diagnostics(&o.stderr, &file);
+        let stderr = refused_naming(dir.path(), &format!("case-{i}.toml"), &t, key, &what);
         assert!(
-            found.iter().any(|(_, k)| k == key),
-            "{what}: no diagnostic names `{key}`:\n{}",
-            o.stderr
-        );
-        assert!(
-            o.stderr.contains(needle),
-            "{what}: `{needle}` not in\n{}",
-            o.stderr
+            stderr.contains(needle),
+            "{what}: `{needle}` not in\n{stderr}"
         );
     }
 
@@ -496,25 +480,28 @@ fn named_hostile_cases_are_refused_with_their_key() {
             }
         }
         set(&mut t, key, parse_value(value));
-        let file = format!("more-{i}.toml");
-        std::fs::write(dir.path().join(&file), toml::to_string(&t).expect("render"))
-            .expect("write");
-        let o = run_limited(
-            &["validate".to_string(), file.clone()],
-            dir.path(),
-            VALIDATE_WALL,
-        );
         let what = format!("{key} = {value}");
-        assert_clean_exit(&o, &what);
-        assert_eq!(o.code, Some(2), "{what}: accepted\n{}", o.stdout);
-        assert!(
-            diagnostics(&o.stderr, &file)
-                .iter()
-                .any(|(_, k)| k == named),
-            "{what}: no diagnostic names `{named}`:\n{}",
-            o.stderr
-        );
+        refused_naming(dir.path(), &format!("more-{i}.toml"), &t, named, &what);
     }
+}
+
+/// Writes `t` as `file` in `dir` and validates it: it must exit cleanly with 2 and a
+/// diagnostic naming `key`. Returns its stderr for further checks.
+fn refused_naming(dir: &Path, file: &str, t: &toml::Table, key: &str, what: &str) -> String {
+    std::fs::write(dir.join(file), toml::to_string(t).expect("render")).expect("write");
+    let o = run_limited(
+        &["validate".to_string(), file.to_string()],
+        dir,
+        VALIDATE_WALL,
+    );
+    assert_clean_exit(&o, what);
+    assert_eq!(o.code, Some(2), "{what}: accepted\n{}", o.stdout);
+    assert!(
+        diagnostics(&o.stderr, file).iter().any(|(_, k)| k == key),
+        "{what}: no diagnostic names `{key}`:\n{}",
+        o.stderr
+    );
+    o.stderr
 }
 
 /// Cost follows use: four billion prefix groups and a hundred million fair-share tenants,

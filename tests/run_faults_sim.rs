@@ -213,7 +213,6 @@ fn the_shadow_catches_a_cross_scope_prefix_read_with_matching_tokens() {
         cache_slots: total_slots,
         block_size: bs,
         seed: s.seed,
-        max_tokens_per_step: s.scheduler.max_tokens_per_step,
         max_step_tokens: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

@@ -78,7 +78,6 @@ fn run(
         cache_slots: slots,
         block_size: s.block_size(),
         seed: s.seed,
-        max_tokens_per_step: s.scheduler.max_tokens_per_step,
         max_step_tokens: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

@@ -22,17 +22,7 @@ fn blocks_onloaded_from_the_host_and_from_disk_pass_the_oracle() {
     for kv in DTYPES {
         for from in [From::Host, From::Disk] {
             let mut b = backend(kv);
-            let o = run(&mut b, from, Onload::Correct);
-            assert_eq!(o.onloads, 2, "{kv:?} {from:?}");
-            assert!(
-                o.numerics.ok && o.numerics.checked_steps >= 3,
-                "{kv:?} {from:?}: {:?}",
-                o.numerics
-            );
-            assert!(
-                o.onload_wait_s > 0.0,
-                "{kv:?} {from:?}: onloads took no time"
-            );
+            run(&mut b, from, Onload::Correct).assert_onloaded(&format!("{kv:?} {from:?}"));
         }
     }
 }
@@ -43,7 +33,7 @@ fn an_omitted_onload_fails_the_oracle() {
         for from in [From::Host, From::Disk] {
             let mut b = backend(kv);
             let o = run(&mut b, from, Onload::Omitted);
-            assert!(!o.numerics.ok, "{kv:?} {from:?}: {:?}", o.numerics);
+            o.assert_caught(&format!("{kv:?} {from:?}"));
             assert!(o.numerics.max_rel_err > o.numerics.tolerance);
         }
     }
@@ -54,8 +44,7 @@ fn an_onload_from_the_wrong_slot_fails_the_oracle() {
     for kv in DTYPES {
         for from in [From::Host, From::Disk] {
             let mut b = backend(kv);
-            let o = run(&mut b, from, Onload::Duplicated);
-            assert!(!o.numerics.ok, "{kv:?} {from:?}: {:?}", o.numerics);
+            run(&mut b, from, Onload::Duplicated).assert_caught(&format!("{kv:?} {from:?}"));
         }
     }
 }
@@ -226,12 +215,7 @@ fn batched_tiered_runs_pass_the_oracle() {
         s.tiers.disk_blocks = disk;
         let mut b = CpuBackend::new(&s).expect("cpu backend");
         let d = drive_batched(&mut b, seed, 24, 2, tiers(host, disk, offload), None);
-        let label = format!("host {host} disk {disk} {offload:?}");
-        assert!(d.numerics.ok, "{label}: {:?}", d.numerics);
-        assert!(
-            d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
-            "{label}: no lower-tier hit"
-        );
+        d.assert_passed_with_host_and_disk_hits(&format!("host {host} disk {disk} {offload:?}"));
     }
 }
 

@@ -22,17 +22,7 @@ fn blocks_onloaded_from_pinned_host_memory_and_from_disk_pass_the_oracle() {
     for kv in [Dtype::F32, Dtype::Bf16] {
         for from in [From::Host, From::Disk] {
             let mut b = backend(kv);
-            let o = run(&mut b, from, Onload::Correct);
-            assert_eq!(o.onloads, 2, "{kv:?} {from:?}");
-            assert!(
-                o.numerics.ok && o.numerics.checked_steps >= 3,
-                "{kv:?} {from:?}: {:?}",
-                o.numerics
-            );
-            assert!(
-                o.onload_wait_s > 0.0,
-                "{kv:?} {from:?}: no onload wait measured"
-            );
+            run(&mut b, from, Onload::Correct).assert_onloaded(&format!("{kv:?} {from:?}"));
             drop(b);
             let t = take_teardowns();
             assert!(t.len() == 1 && t[0].ok(), "{kv:?} {from:?}: {t:?}");
@@ -46,8 +36,7 @@ fn a_wrong_onload_fails_the_oracle_on_the_emulated_device() {
     for onload in [Onload::Omitted, Onload::Duplicated] {
         for from in [From::Host, From::Disk] {
             let mut b = backend(Dtype::F32);
-            let o = run(&mut b, from, onload);
-            assert!(!o.numerics.ok, "{onload:?} {from:?}: {:?}", o.numerics);
+            run(&mut b, from, onload).assert_caught(&format!("{onload:?} {from:?}"));
         }
     }
     take_teardowns();
@@ -89,11 +78,7 @@ fn tiered_manager_runs_pass_the_oracle_on_the_emulated_device() {
         let mut b = CudaBackend::new(&s, true).expect("cuda-emu backend");
         let d = drive(&mut b, seed, 20, tiers(host, disk, offload), None);
         let label = format!("{kv:?} host {host} disk {disk} {offload:?}");
-        assert!(d.numerics.ok, "{label}: {:?}", d.numerics);
-        assert!(
-            d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
-            "{label}: no lower-tier hit"
-        );
+        d.assert_passed_with_host_and_disk_hits(&label);
         assert!(d.offloads > 0 && d.moves_to_disk > 0, "{label}");
         drop(b);
         let t = take_teardowns();
@@ -121,11 +106,7 @@ fn batched_tiered_runs_pass_the_oracle_on_the_emulated_device() {
         tiers(3, 3, OffloadMode::OnEvict),
         None,
     );
-    assert!(d.numerics.ok, "{:?}", d.numerics);
-    assert!(
-        d.host_hit_tokens > 0 && d.disk_hit_tokens > 0,
-        "no lower-tier hit"
-    );
+    d.assert_passed_with_host_and_disk_hits("batched");
     drop(b);
     let t = take_teardowns();
     assert!(t.len() == 1 && t[0].ok(), "{t:?}");

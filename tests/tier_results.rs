@@ -622,7 +622,6 @@ fn run_with_waits(tmp: &Path, name: &str, extra: &str) -> (Seen, Vec<Row>) {
         cache_slots: setup.total_slots,
         block_size: s.block_size(),
         seed: setup.seed,
-        max_tokens_per_step: s.scheduler.max_tokens_per_step,
         max_step_tokens: s.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: s.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,

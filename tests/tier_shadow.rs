@@ -78,7 +78,6 @@ impl Rig {
             cache_slots: SLOTS,
             block_size: BS,
             seed: 1,
-            max_tokens_per_step: 256,
             max_step_tokens: 256,
             swap_gbytes_per_s: None,
             workspace_bytes: None,

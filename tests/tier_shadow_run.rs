@@ -269,7 +269,6 @@ fn run(case: &Case, adapter: bool) -> Outcome {
         cache_slots: total_slots,
         block_size: BS,
         seed: 1,
-        max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
         max_step_tokens: cfg.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

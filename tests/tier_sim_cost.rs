@@ -25,7 +25,6 @@ fn setup(device: &str, tiers: TierSetup) -> RunSetup {
         cache_slots: 1 << 16,
         block_size: 16,
         seed: 1,
-        max_tokens_per_step: 4096,
         max_step_tokens: 4096,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

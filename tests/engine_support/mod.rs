@@ -67,7 +67,6 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
         cache_slots: total_slots,
         block_size: cfg.block_size,
         seed: 1,
-        max_tokens_per_step: cfg.scheduler.max_tokens_per_step,
         max_step_tokens: cfg.scheduler.max_tokens_per_step,
         swap_gbytes_per_s: None,
         workspace_bytes: None,

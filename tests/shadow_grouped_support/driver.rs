@@ -67,7 +67,6 @@ impl Driver {
             cache_slots: slots,
             block_size: cache.block_size(),
             seed,
-            max_tokens_per_step: 256,
             max_step_tokens: CHUNK_TOKENS,
             swap_gbytes_per_s: None,
             workspace_bytes: None,

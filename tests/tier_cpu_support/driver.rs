@@ -31,6 +31,18 @@ pub struct Drive {
     pub fault_fired: u64,
 }
 
+impl Drive {
+    /// What a tiered run gives on every compute backend: the oracle passed, and blocks came
+    /// back from both the host and the disk (not a vacuous pass).
+    pub fn assert_passed_with_host_and_disk_hits(&self, label: &str) {
+        assert!(self.numerics.ok, "{label}: {:?}", self.numerics);
+        assert!(
+            self.host_hit_tokens > 0 && self.disk_hit_tokens > 0,
+            "{label}: no lower-tier hit"
+        );
+    }
+}
+
 /// splitmix64: the driver's only randomness, from the seed the test prints.
 struct Rng(u64);
 

@@ -35,7 +35,6 @@ pub fn setup(kv: Dtype) -> RunSetup {
         cache_slots: CACHE_SLOTS,
         block_size: BLOCK,
         seed: 7,
-        max_tokens_per_step: 256,
         max_step_tokens: 256,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
@@ -181,6 +180,30 @@ pub struct Outcome {
     /// Onload ops the returning sequence's step carried.
     pub onloads: usize,
     pub onload_wait_s: f64,
+}
+
+impl Outcome {
+    /// What a correct onload gives on every compute backend: both blocks onloaded, the oracle
+    /// passed on every checked step (at least the three of the scenario), and the onloads took
+    /// measurable time. `label` names the case in a failure.
+    pub fn assert_onloaded(&self, label: &str) {
+        assert_eq!(self.onloads, 2, "{label}");
+        assert!(
+            self.numerics.ok && self.numerics.checked_steps >= 3,
+            "{label}: {:?}",
+            self.numerics
+        );
+        assert!(self.onload_wait_s > 0.0, "{label}: no onload wait measured");
+    }
+
+    /// What a wrong onload (omitted, or from the wrong slot) gives: the oracle fails.
+    pub fn assert_caught(&self, label: &str) {
+        assert!(
+            !self.numerics.ok,
+            "{label}: not caught: {:?}",
+            self.numerics
+        );
+    }
 }
 
 /// Prompt A is computed and its two full blocks offloaded; A finishes, another prompt is

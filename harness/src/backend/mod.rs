@@ -233,8 +233,6 @@ pub struct RunSetup {
     pub block_size: u32,
     /// Seed of model weights on compute backends.
     pub seed: u64,
-    /// The scheduler's chunk budget; sizes nothing on a backend (see `max_step_tokens`).
-    pub max_tokens_per_step: u32,
     /// The most tokens one step can hold (`engine::policy::max_step_tokens`): what every
     /// backend sizes its per-step workspace for (`cuda` allocates it, `cpu` and `sim` count it).
     pub max_step_tokens: u32,

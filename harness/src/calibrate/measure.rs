@@ -77,7 +77,6 @@ impl BackendSource {
             cache_slots: self.slots,
             block_size: self.block_size,
             seed: self.seed,
-            max_tokens_per_step: self.max_tokens_per_step,
             max_step_tokens: self.max_tokens_per_step,
             swap_gbytes_per_s: None,
             workspace_bytes: None,

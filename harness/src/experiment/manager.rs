@@ -116,12 +116,15 @@ pub fn build_grouped(
         CacheMode::Paged => {
             Box::new(crate::cache::hybrid::HybridKv::new(layout.clone()).with_eviction(eviction))
         }
-        CacheMode::Contiguous => {
-            let in_flight: u32 = if async_steps { 2 } else { 1 };
-            Box::new(kvbench_baselines::manager::GroupedContiguous::new(
-                layout.grouped_pool(),
-                max_step_tokens.saturating_mul(in_flight),
-            ))
-        }
+        CacheMode::Contiguous => Box::new(kvbench_baselines::manager::GroupedContiguous::new(
+            layout.grouped_pool(),
+            ring_tokens(max_step_tokens, async_steps),
+        )),
     }
+}
+
+/// What the grouped baseline's sliding rings hold beyond their window (see [`build_grouped`]).
+pub fn ring_tokens(max_step_tokens: u32, async_steps: bool) -> u32 {
+    let in_flight: u32 = if async_steps { 2 } else { 1 };
+    max_step_tokens.saturating_mul(in_flight)
 }

@@ -152,6 +152,13 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         scenario.scheduler.max_tokens_per_step,
         scenario.cache.max_seq_len,
     );
+    if let Some(layout) = &managers.layout {
+        let ring_tokens = manager::ring_tokens(max_step_tokens, scenario.scheduler.async_steps);
+        let pool_bytes = kv_budget_bytes.saturating_sub(scale_fixed_bytes);
+        scenario
+            .check_grouped_budget(&model, layout, pool_bytes, ring_tokens)
+            .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
+    }
     let workspace_bytes = match &scenario.memory.workspace {
         Some(w) => Some(
             crate::units::parse_bytes(w)
@@ -228,7 +235,6 @@ fn run_mode_with(
         cache_slots: setup.total_slots,
         block_size,
         seed: setup.seed,
-        max_tokens_per_step: scenario.scheduler.max_tokens_per_step,
         max_step_tokens: setup.max_step_tokens,
         swap_gbytes_per_s: scenario.scheduler.swap_gbytes_per_s,
         workspace_bytes: setup.workspace_bytes,

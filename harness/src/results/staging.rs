@@ -52,7 +52,12 @@ pub fn install_interrupt_cleanup() -> std::io::Result<()> {
                         eprintln!("interrupted: removed {}", d.display());
                     }
                 }
-                std::process::exit(128 + sig);
+                // `_exit`, not `std::process::exit`: `exit` runs the C++ static destructors of
+                // loaded libraries (NVRTC's) while other threads may still be compiling inside
+                // them, which crashed an interrupted `doctor` or `kernel-bench` (SIGSEGV or
+                // `free(): invalid pointer`) instead of exiting 128 + the signal. Nothing is
+                // left to flush: stderr is unbuffered and results are written by renames.
+                signal_hook::low_level::exit(128 + sig);
             }
         });
     });

@@ -123,6 +123,8 @@ pub struct RequestNeed {
     pub tokens: u32,
     /// Continuations held at once.
     pub samples: u32,
+    /// Tokens one contiguous reservation spans (`cache.contiguous_reservation`).
+    pub reserve_tokens: u32,
     /// Paged: whole blocks for every continuation, not counting on prompt sharing.
     pub paged_bytes: u64,
     /// Contiguous: one reservation per continuation.
@@ -171,14 +173,16 @@ pub fn request_need(s: &Scenario, shape: &ModelShape) -> Result<RequestNeed, Key
         .unwrap_or(1) as u64;
     let bpt = shape.kv_bytes_per_token();
     let paged_tokens = (tokens as u64).div_ceil(block) * block;
-    let reserved = match s.cache.contiguous_reservation {
-        Reservation::MaxSeqLen => msl as u64,
-        Reservation::PromptPlusOutput => tokens as u64,
+    let reserve_tokens = match s.cache.contiguous_reservation {
+        Reservation::MaxSeqLen => msl,
+        Reservation::PromptPlusOutput => tokens,
     };
+    let reserved = reserve_tokens as u64;
     // Saturating: a figure past 64 bits is refused by every budget, which is the right answer.
     Ok(RequestNeed {
         tokens,
         samples,
+        reserve_tokens,
         paged_bytes: (samples as u64)
             .saturating_mul(paged_tokens)
             .saturating_mul(bpt),

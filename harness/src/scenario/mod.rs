@@ -8,6 +8,7 @@ mod check_groups;
 mod device;
 mod empirical;
 mod error;
+mod grouped_budget;
 mod host;
 mod load;
 mod locate;

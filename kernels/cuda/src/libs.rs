@@ -96,6 +96,23 @@ pub struct Found {
     pub via: &'static str,
 }
 
+/// Whether a test that needs NVRTC (not a GPU) runs here: `Ok(true)` where NVRTC opens (saying
+/// from where on stderr), `Ok(false)` where it does not (printing `SKIP: no NVRTC: …`), and the
+/// error where `KVBENCH_REQUIRE_NVRTC=1` (CI, which installs the wheel) makes absence a failure.
+pub fn nvrtc_or_skip() -> Result<bool, LibError> {
+    match open(CudaLib::Nvrtc) {
+        Ok(found) => {
+            eprintln!("NVRTC: {} (via {})", found.path.display(), found.via);
+            Ok(true)
+        }
+        Err(e) if std::env::var("KVBENCH_REQUIRE_NVRTC").as_deref() == Ok("1") => Err(e),
+        Err(e) => {
+            eprintln!("SKIP: no NVRTC: {e}");
+            Ok(false)
+        }
+    }
+}
+
 /// Opens `lib` (once per process) or says why it cannot be.
 pub fn open(lib: CudaLib) -> Result<&'static Found, LibError> {
     static SLOTS: [OnceLock<Result<Found, LibError>>; 3] =

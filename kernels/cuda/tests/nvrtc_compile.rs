@@ -4,23 +4,10 @@
 //! absence a failure.
 
 use kvbench_cuda::nvrtc::{compile_all, defines, CHECK_ARCHS};
-use kvbench_cuda::{libs, CudaLib, ProgramId};
+use kvbench_cuda::{libs, ProgramId};
 
 fn nvrtc_or_skip() -> bool {
-    match libs::open(CudaLib::Nvrtc) {
-        Ok(found) => {
-            eprintln!("NVRTC: {} (via {})", found.path.display(), found.via);
-            true
-        }
-        Err(e) => {
-            assert!(
-                std::env::var("KVBENCH_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "KVBENCH_REQUIRE_NVRTC=1 but {e}"
-            );
-            eprintln!("SKIP: no NVRTC: {e}");
-            false
-        }
-    }
+    libs::nvrtc_or_skip().unwrap_or_else(|e| panic!("KVBENCH_REQUIRE_NVRTC=1 but {e}"))
 }
 
 #[test]
