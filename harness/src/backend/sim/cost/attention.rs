@@ -34,6 +34,19 @@ pub struct AttentionLoad {
     /// State written back (recurrent groups); K/V writes are per new token, the caller's.
     pub state_write_bytes: f64,
     pub flops: f64,
+    /// `flops` with each group's FLOPs × its [`shortfall`] at the attended length: what the
+    /// attention's plateau rate takes as long for.
+    pub work_flops: f64,
+}
+
+/// How much longer than at the plateau a sequence's attention takes when its last query attends
+/// to `attended_tokens`, for a kernel at half its plateau at `half_tokens`: the rate is
+/// `plateau × L ÷ (L + L½)`, so the time is the plateau's × `(L + L½) ÷ L`. 1 for `L½ = 0`.
+pub fn shortfall(attended_tokens: f64, half_tokens: f64) -> f64 {
+    if half_tokens <= 0.0 {
+        return 1.0;
+    }
+    (attended_tokens.max(1.0) + half_tokens) / attended_tokens.max(1.0)
 }
 
 impl GroupedAttention {
@@ -77,20 +90,27 @@ impl GroupedAttention {
         Some(a)
     }
 
-    /// What one sequence's chunk of `new` tokens after `ctx` context tokens reads and computes.
-    pub fn seq(&self, ctx: u64, new: u64) -> AttentionLoad {
+    /// What one sequence's chunk of `new` tokens after `ctx` context tokens reads and computes;
+    /// `half_tokens` is the attention kernel's half-saturation length ([`shortfall`]).
+    pub fn seq(&self, ctx: u64, new: u64, half_tokens: f64) -> AttentionLoad {
         let all_tokens = ctx + new;
         let all_pairs = (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
+        let all_flops = all_pairs * self.all_flops_per_pair;
         let mut load = AttentionLoad {
             read_bytes: all_tokens as f64 * self.all_bytes_per_token,
             state_write_bytes: 0.0,
-            flops: all_pairs * self.all_flops_per_pair,
+            flops: all_flops,
+            work_flops: all_flops * shortfall(all_tokens as f64, half_tokens),
         };
         for s in &self.sliding {
             // The chunk needs the window before its first token and its own tokens.
             let tokens = all_tokens.min(s.window.saturating_sub(1) + new);
             load.read_bytes += tokens as f64 * s.bytes_per_token;
-            load.flops += sliding_pairs(ctx, new, s.window) as f64 * s.flops_per_pair;
+            let flops = sliding_pairs(ctx, new, s.window) as f64 * s.flops_per_pair;
+            load.flops += flops;
+            // Its last query attends to at most the window.
+            let attended = all_tokens.min(s.window) as f64;
+            load.work_flops += flops * shortfall(attended, half_tokens);
         }
         if new > 0 {
             load.read_bytes += self.state_bytes_per_seq;
