@@ -35,8 +35,9 @@
 //! A ring all-reduce of `S` bytes sends `2 · (N − 1)/N · S` bytes from each device, so each
 //! costs `nvlink_latency_s + 2 · (N − 1)/N · S ÷ nvlink_bytes_per_s`, twice per layer; it follows
 //! the layer's compute and is added, not overlapped. At `tp = 1` there is none. Pipeline and
-//! expert parallelism are not modelled. The calibration fit runs at `tp = 1` only, so the
-//! all-reduce is not one of its [`FEATURES`].
+//! expert parallelism are not modelled. The all-reduce is not one of the calibration fit's
+//! [`FEATURES`]: a `tp > 1` grid's fit prices it at the base profile's link and takes it off
+//! each measured time first (`calibrate/fit.rs`).
 
 use kvbench_cache_api::{CopyOp, TierOp};
 

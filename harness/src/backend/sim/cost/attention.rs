@@ -141,6 +141,36 @@ pub fn sliding_pairs(ctx: u64, new: u64, window: u64) -> u128 {
 mod tests {
     use super::*;
 
+    /// The curve by hand: a full group's FLOPs at the length its last query attends to (context
+    /// plus chunk), a sliding group's at its window once the sequence is longer; none without a
+    /// half-saturation length.
+    #[test]
+    fn work_scales_each_group_by_its_attended_length() {
+        let a = GroupedAttention {
+            all_bytes_per_token: 0.0,
+            all_flops_per_pair: 3.0,
+            sliding: vec![Sliding {
+                window: 1024,
+                bytes_per_token: 0.0,
+                flops_per_pair: 5.0,
+            }],
+            state_bytes_per_seq: 0.0,
+        };
+        let (ctx, new, half) = (5000u64, 8u64, 209.0);
+        let load = a.seq(ctx, new, half);
+        let full = ((new * ctx) as f64 + (new * (new + 1) / 2) as f64) * 3.0;
+        let sliding = sliding_pairs(ctx, new, 1024) as f64 * 5.0;
+        assert_eq!(load.flops, full + sliding);
+        let want = full * (5008.0 + half) / 5008.0 + sliding * (1024.0 + half) / 1024.0;
+        assert!((load.work_flops - want).abs() <= 1e-12 * want, "{load:?}");
+        // A short sequence inside the window: both groups at its own length.
+        let short = a.seq(0, 100, half);
+        let factor = (100.0 + half) / 100.0;
+        assert!((short.work_flops - short.flops * factor).abs() <= 1e-12 * short.work_flops);
+        assert_eq!(a.seq(ctx, new, 0.0).work_flops, load.flops);
+        assert_eq!(shortfall(4096.0, 0.0), 1.0);
+    }
+
     #[test]
     fn sliding_pairs_are_the_brute_force_sum() {
         for window in [1u64, 3, 8, 100] {
