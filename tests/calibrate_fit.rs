@@ -46,7 +46,11 @@ fn truth() -> DeviceProfile {
 /// The default grid for `quick-mixed`'s limits, timed by `profile`'s own cost model with
 /// multiplicative Gaussian noise of relative size `noise`.
 fn synthetic_grid(profile: &DeviceProfile, noise: f64, seed: u64) -> Grid {
-    let model = ModelShape::tiny();
+    synthetic_grid_of(ModelShape::tiny(), profile, noise, seed)
+}
+
+/// [`synthetic_grid`] for `model`.
+fn synthetic_grid_of(model: ModelShape, profile: &DeviceProfile, noise: f64, seed: u64) -> Grid {
     let limits = GridLimits {
         max_seq_len: 256,
         max_tokens_per_step: 512,
@@ -166,6 +170,92 @@ fn a_grid_without_copies_or_swaps_keeps_those_constants_from_the_base() {
     assert!(rel(f.profile.peak_flops_per_s, 50e9) < 1e-6);
 }
 
+/// The attention rate's half-saturation length is searched beside the linear fit: a grid timed
+/// with a curve gives the curve back, with every linear constant, and the written profile says
+/// it was fitted.
+#[test]
+fn the_fit_recovers_the_attention_half_saturation_length() {
+    let seed = seed();
+    let mut t = truth();
+    t.attention_half_tokens = Some(64.0);
+    let base = DeviceProfile::load("cpu", None).expect("cpu");
+    let grid = synthetic_grid(&t, 0.0, seed);
+    let f = fit::fit(&grid, &base, "fitted").expect("fit");
+    assert_eq!(f.half_tokens_origin, Origin::Fitted);
+    let half = f.profile.attention_half_tokens.expect("fitted");
+    assert!(rel(half, 64.0) < 1e-3, "attention_half_tokens {half}");
+    for key in PARAMS {
+        let (got, want) = (f.profile.value(key), t.value(key));
+        let (got, want) = (got.expect(key), want.expect(key));
+        assert!(
+            rel(got, want) < 1e-3,
+            "{key}: fitted {got:e}, true {want:e}"
+        );
+    }
+    assert!(f.max_abs_rel_err < 1e-4, "{}", f.max_abs_rel_err);
+    let text = profile_toml(&f, &grid, "cpu");
+    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
+    assert_eq!(back, f.profile);
+    let at = text.find("\nattention_half_tokens = ").expect("written");
+    let comment = text[..at].lines().last().unwrap_or_default();
+    assert!(comment.starts_with("# Fitted on"), "{comment}");
+    // Without a curve in the times, one rate at every length (0) is the fit.
+    let f = fit::fit(&synthetic_grid(&truth(), 0.0, seed), &base, "flat").expect("fit");
+    assert_eq!(f.profile.attention_half_tokens, Some(0.0));
+}
+
+/// A grid measured at tp = 2: each point's all-reduces are priced at the base profile's link
+/// and taken off before the fit, so the one device's constants come back exactly; the fitted
+/// profile keeps the link, and predicts the whole measured times.
+#[test]
+fn a_tp_2_grid_is_fitted_with_its_all_reduces_separated_by_the_link() {
+    let seed = seed();
+    let mut t = truth();
+    t.nvlink_bytes_per_s = Some(5e9);
+    t.nvlink_latency_s = Some(20e-6);
+    let mut model = ModelShape::tiny();
+    model.tp = 2;
+    let grid = synthetic_grid_of(model.clone(), &t, 0.0, seed);
+    // The all-reduces are a real share of these steps, so ignoring them would not fit.
+    let cost = CostModel::new(&model, &t, None);
+    let p = &grid.points[0];
+    let c = cost.step(&p.seq_work(), &[], &[], p.cache == CacheMode::Paged);
+    assert!(c.all_reduce_s > 0.1 * c.total_s, "{c:?}");
+    let mut base = DeviceProfile::load("cpu", None).expect("cpu");
+    base.nvlink_bytes_per_s = t.nvlink_bytes_per_s;
+    base.nvlink_latency_s = t.nvlink_latency_s;
+    let f = fit::fit(&grid, &base, "fitted").expect("fit");
+    for key in PARAMS {
+        let (got, want) = (f.profile.value(key), t.value(key));
+        let (got, want) = (got.expect(key), want.expect(key));
+        assert!(
+            rel(got, want) < 1e-6,
+            "{key}: fitted {got:e}, true {want:e}"
+        );
+    }
+    assert!(f.max_abs_rel_err < 1e-6, "{}", f.max_abs_rel_err);
+    let text = profile_toml(&f, &grid, "cpu");
+    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
+    assert_eq!(back.nvlink_bytes_per_s, Some(5e9));
+    assert_eq!(back, f.profile);
+    // A base profile without a device link cannot separate them: refused, naming the key.
+    let cpu = DeviceProfile::load("cpu", None).expect("cpu");
+    let err = fit::fit(&grid, &cpu, "fitted")
+        .expect_err("no link")
+        .to_string();
+    assert!(
+        err.contains("model.tp") && err.contains("nvlink_bytes_per_s"),
+        "{err}"
+    );
+    // A point measured faster than its all-reduces alone is refused, naming it.
+    let mut fast = grid.clone();
+    fast.points[3].samples_s = vec![1e-9];
+    let err = fit::fit(&fast, &base, "fitted")
+        .expect_err("too fast")
+        .to_string();
+    assert!(err.contains("points.3"), "{err}");
+}
+
 const CPU: &str = include_str!("../scenarios/devices/cpu.toml");
 
 fn refused(text: &str) -> String {
@@ -212,6 +302,9 @@ fn out_of_range_constants_are_refused_at_their_line() {
         ("step_overhead_s", "-1e-6"),
         ("seq_overhead_s", "nan"),
         ("memory_bytes", "0"),
+        ("attention_half_tokens", "-1.0"),
+        ("attention_half_tokens", "1e8"),
+        ("attention_half_tokens", "nan"),
     ] {
         let line = line_of(CPU, key);
         let text = if line == 0 {

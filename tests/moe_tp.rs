@@ -415,7 +415,8 @@ fn dense_backends_refuse_an_moe_model_naming_the_key() {
 }
 
 /// The h200 recompute of a `p`-token llama3-8b prefix by hand: one paged prefill step, the
-/// roofline's larger side plus the step overhead.
+/// roofline's larger side plus the step overhead; attention at the profile's attention rate for
+/// `tokens` attended, `attention_flops_per_s × L ÷ (L + attention_half_tokens)`.
 fn llama3_8b_prefill_s(p: &DeviceProfile, tokens: f64) -> f64 {
     let m = ModelShape::llama3_8b();
     let kv = 131_072.0;
@@ -424,8 +425,10 @@ fn llama3_8b_prefill_s(p: &DeviceProfile, tokens: f64) -> f64 {
         + tokens * kv / bw
         + tokens * kv / (bw * p.paged_attention_efficiency);
     let pairs = tokens * (tokens + 1.0) / 2.0;
+    let attention_rate = p.attention_flops_per_s.unwrap_or(p.peak_flops_per_s) * tokens
+        / (tokens + p.attention_half_tokens.unwrap_or(0.0));
     let compute = tokens * 2.0 * m.parameter_count() as f64 / p.peak_flops_per_s
-        + pairs * 4.0 * 32.0 * 32.0 * 128.0 / p.peak_flops_per_s;
+        + pairs * 4.0 * 32.0 * 32.0 * 128.0 / attention_rate;
     memory.max(compute) + p.step_overhead_s
 }
 

@@ -125,6 +125,7 @@ pub fn engine_test_device() -> kvbench::backend::sim::profile::DeviceProfile {
         paged_attention_efficiency: 0.95,
         seq_overhead_s: 0.0,
         attention_flops_per_s: None,
+        attention_half_tokens: None,
         weight_bytes_per_s: None,
         copy_bytes_per_s: None,
         combine: Default::default(),

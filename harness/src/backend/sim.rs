@@ -14,6 +14,7 @@ mod shadow_expect;
 mod shadow_ids;
 mod shadow_readers;
 mod shadow_store;
+pub mod workspace;
 
 use std::collections::VecDeque;
 
@@ -55,14 +56,12 @@ impl SimBackend {
         if let Some(why) = profile.tp_refusal(m.tp) {
             return Err(BackendError::Config(why));
         }
-        // Activation workspace (hidden, q/k/v, MLP intermediates) plus f32 logits for the largest
-        // step the policy can schedule — `prefill_first` runs a prompt whole, past the chunk
-        // budget — as `cuda` sizes its own, unless the scenario states its own reservation.
-        let workspace_bytes = setup.workspace_bytes.unwrap_or_else(|| {
-            let per_token = (4 * m.d_model as u64 + 2 * m.ffn_dim as u64) * m.weight_dtype.bytes()
-                + 4 * m.vocab as u64;
-            per_token.saturating_mul(setup.max_step_tokens as u64) / m.tp.max(1) as u64
-        });
+        // Activation workspace (`workspace.rs`) for the largest step the policy can schedule —
+        // `prefill_first` runs a prompt whole, past the chunk budget — as `cuda` sizes its own,
+        // unless the scenario states its own reservation.
+        let workspace_bytes = setup
+            .workspace_bytes
+            .unwrap_or_else(|| workspace::bytes(m, setup.max_step_tokens));
         Ok(SimBackend {
             cost: CostModel::new(m, &profile, swap),
             vocab: m.vocab.max(1),

@@ -12,6 +12,22 @@
 //! `paged_attention_efficiency` follows as its ratio to the contiguous one. A rate whose coefficient comes out 0 is written at its
 //! range's upper bound; a column the grid never exercises keeps the base profile's value. Each
 //! constant's source line says which of the three happened.
+//!
+//! The attention rate's half-saturation length (`attention_half_tokens`, L½) is not linear: the
+//! attention column is each sequence's FLOPs × `(L + L½) ÷ L`. It is fitted by a search over L½
+//! — 0 and lengths √2 apart up to four times the grid's longest attended length, then a
+//! golden-section refinement (in log L½) around the best — with the linear fit above at each
+//! candidate, keeping the L½ whose fit has the least sum of squared relative errors. L½ = 0
+//! (one rate at every length) is always a candidate, so the curve is written only where it
+//! explains the measured times better than one rate does.
+//!
+//! Tensor parallelism: a grid measured at `tp = N` (the model's `tp`; each device's share of
+//! weights, heads and FLOPs is what the cost model's columns already count) also pays two
+//! all-reduces per layer per step, which are not a column: each point's all-reduce time is
+//! priced at the base profile's `nvlink_bytes_per_s` and `nvlink_latency_s` and taken off its
+//! measured time before the fit, so the fitted constants are the one device's. A `tp > 1` grid
+//! with a base profile that states no device link is refused; so is a point measured faster
+//! than its all-reduces alone.
 
 use nalgebra::{DMatrix, DVector};
 
@@ -42,11 +58,17 @@ pub enum Origin {
     Kept,
 }
 
+/// The one constant fitted by search rather than least squares (module doc).
+pub const HALF_TOKENS: &str = "attention_half_tokens";
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fit {
     pub profile: DeviceProfile,
     /// Per [`PARAMS`] entry.
     pub origins: [Origin; 9],
+    /// How [`HALF_TOKENS`] got its value: fitted when the attention rate was; kept from the base
+    /// when the grid has no attention to fit it to, or the attention rate sits on its bound.
+    pub half_tokens_origin: Origin,
     pub points: usize,
     /// Of the medians, unweighted: 1 − SS_res / SS_tot.
     pub r2: f64,
@@ -95,9 +117,23 @@ pub enum FitError {
     Grid(String),
 }
 
-/// A neutral profile whose cost model's loads are what the design matrix needs.
-fn load_model(grid: &Grid, base: &DeviceProfile) -> CostModel {
-    CostModel::new(&grid.model, base, None)
+/// The base profile with the attention half-saturation length `half_tokens` (0: none), whose
+/// cost model's loads are what the design matrix needs.
+fn with_half(base: &DeviceProfile, half_tokens: f64) -> DeviceProfile {
+    let mut p = base.clone();
+    p.attention_half_tokens = (half_tokens > 0.0).then_some(half_tokens);
+    p
+}
+
+/// The linear fit at one attention half-saturation length.
+struct Linear {
+    half_tokens: f64,
+    coef: [f64; 9],
+    used: Vec<usize>,
+    /// Measured times (medians), full: all-reduces included.
+    ys: Vec<f64>,
+    /// Σ ((model − measured) ÷ measured)² over the points.
+    rel_ss: f64,
 }
 
 /// The design row of a point: the cost model's features folded into [`PARAMS`] columns.
@@ -109,19 +145,162 @@ fn row(f: &[f64; 10]) -> [f64; 9] {
 
 /// Fits `grid`; constants it cannot see keep `base`'s values, and `name` names the result.
 pub fn fit(grid: &Grid, base: &DeviceProfile, name: &str) -> Result<Fit, FitError> {
-    let model = load_model(grid, base);
-    let mut rows = Vec::new();
-    let mut ys = Vec::new();
+    let flat = linear(grid, base, 0.0)?;
+    let attention = PARAMS.iter().position(|k| *k == "attention_flops_per_s");
+    let attention_used = attention.is_some_and(|j| flat.used.contains(&j));
+    let best = if attention_used {
+        search_half_tokens(grid, base, flat)?
+    } else {
+        flat
+    };
+    let Linear {
+        half_tokens,
+        coef,
+        used,
+        ys,
+        ..
+    } = best;
+    let mut seen = [false; 9];
+    for &j in &used {
+        seen[j] = true;
+    }
+    let (mut profile, origins) = to_profile(&coef, &seen, base, name);
+    let attention_fitted = attention.is_some_and(|j| origins[j] == Origin::Fitted);
+    let half_tokens_origin = if attention_fitted {
+        // 0 is written too: the fit found one rate at every length.
+        profile.attention_half_tokens = Some(half_tokens);
+        Origin::Fitted
+    } else {
+        Origin::Kept
+    };
+    let fitted = CostModel::new(&grid.model, &profile, None);
+    let mut predictions = Vec::new();
     for p in &grid.points {
         let Some(y) = p.median_s() else { continue };
         if y <= 0.0 {
             continue;
         }
+        let paged = p.cache == kvbench_cache_api::CacheMode::Paged;
+        let t = fitted
+            .step(&p.seq_work(), &p.copies(grid.block_size), &p.swaps(), paged)
+            .total_s;
+        predictions.push((y, t));
+    }
+    let mean = ys.iter().sum::<f64>() / ys.len().max(1) as f64;
+    let ss_tot: f64 = ys.iter().map(|y| (y - mean).powi(2)).sum();
+    let ss_res: f64 = predictions.iter().map(|(y, t)| (y - t).powi(2)).sum();
+    let mut rel: Vec<f64> = predictions
+        .iter()
+        .map(|(y, t)| ((t - y) / y).abs())
+        .collect();
+    rel.sort_by(f64::total_cmp);
+    Ok(Fit {
+        profile,
+        origins,
+        half_tokens_origin,
+        points: predictions.len(),
+        r2: if ss_tot > 0.0 {
+            1.0 - ss_res / ss_tot
+        } else {
+            0.0
+        },
+        median_abs_rel_err: super::grid::quantile(&rel, 0.5).unwrap_or(0.0),
+        max_abs_rel_err: rel.last().copied().unwrap_or(0.0),
+        predictions,
+    })
+}
+
+/// The longest length any grid point's last query attends to.
+fn longest_attended(grid: &Grid) -> f64 {
+    grid.points
+        .iter()
+        .flat_map(|p| &p.groups)
+        .map(|g| f64::from(g.context_tokens) + f64::from(g.new_tokens))
+        .fold(1.0, f64::max)
+}
+
+/// The L½ whose linear fit has the least relative squared error (module doc), `flat` being the
+/// fit at L½ = 0.
+fn search_half_tokens(grid: &Grid, base: &DeviceProfile, flat: Linear) -> Result<Linear, FitError> {
+    let top = (4.0 * longest_attended(grid)).min(range(HALF_TOKENS).1);
+    let mut tried = vec![flat];
+    let mut h = 1.0f64;
+    while h <= top {
+        tried.push(linear(grid, base, h)?);
+        h *= std::f64::consts::SQRT_2;
+    }
+    let at = tried
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.rel_ss.total_cmp(&b.1.rel_ss))
+        .map_or(0, |(i, _)| i);
+    if at == 0 {
+        return Ok(tried.swap_remove(0));
+    }
+    // Golden section in log L½ between the best candidate's neighbours (the first candidate
+    // above 0 is 1 token, so its lower neighbour is taken as 1/√2).
+    let log_at = tried[at].half_tokens.ln();
+    let (mut lo, mut hi) = (
+        log_at - std::f64::consts::LN_2 / 2.0,
+        log_at + std::f64::consts::LN_2 / 2.0,
+    );
+    let phi = (5f64.sqrt() - 1.0) / 2.0;
+    let mut best = tried.swap_remove(at);
+    let (mut x1, mut x2) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+    let (mut f1, mut f2) = (linear(grid, base, x1.exp())?, linear(grid, base, x2.exp())?);
+    for _ in 0..40 {
+        if f1.rel_ss <= f2.rel_ss {
+            hi = x2;
+            x2 = x1;
+            x1 = hi - phi * (hi - lo);
+            f2 = std::mem::replace(&mut f1, linear(grid, base, x1.exp())?);
+        } else {
+            lo = x1;
+            x1 = x2;
+            x2 = lo + phi * (hi - lo);
+            f1 = std::mem::replace(&mut f2, linear(grid, base, x2.exp())?);
+        }
+    }
+    for f in [f1, f2] {
+        if f.rel_ss < best.rel_ss {
+            best = f;
+        }
+    }
+    Ok(best)
+}
+
+/// The weighted NNLS fit of the linear columns with the attention column computed at
+/// `half_tokens`.
+fn linear(grid: &Grid, base: &DeviceProfile, half_tokens: f64) -> Result<Linear, FitError> {
+    if let Some(why) = base.tp_refusal(grid.model.tp) {
+        return Err(FitError::Grid(format!(
+            "{why}: a tp > 1 grid's all-reduces are priced at the base profile's link and taken \
+             off each measured time before the fit (choose a --base that states one)"
+        )));
+    }
+    let model = CostModel::new(&grid.model, &with_half(base, half_tokens), None);
+    let mut rows = Vec::new();
+    let mut ys = Vec::new();
+    // Each point's all-reduce time at the base profile's link (0 at tp = 1).
+    let mut all_reduce = Vec::new();
+    for (i, p) in grid.points.iter().enumerate() {
+        let Some(y) = p.median_s() else { continue };
+        if y <= 0.0 {
+            continue;
+        }
+        let paged = p.cache == kvbench_cache_api::CacheMode::Paged;
         let load = model.load(&p.seq_work(), &p.copies(grid.block_size), &p.swaps());
-        rows.push(row(
-            &load.features(p.cache == kvbench_cache_api::CacheMode::Paged)
-        ));
+        let a = model.time(&load, paged).all_reduce_s;
+        if a >= y {
+            return Err(FitError::Grid(format!(
+                "points.{i}: measured {y:e} s, no more than its all-reduces alone at the base \
+                 profile's link ({a:e} s at tp = {})",
+                grid.model.tp
+            )));
+        }
+        rows.push(row(&load.features(paged)));
         ys.push(y);
+        all_reduce.push(a);
     }
     if rows.len() < PARAMS.len() {
         return Err(FitError::Grid(format!(
@@ -136,55 +315,34 @@ pub fn fit(grid: &Grid, base: &DeviceProfile, name: &str) -> Result<Fit, FitErro
     // Relative residuals: weight each row by 1 / time. Weighting by the noisy measured time
     // pulls the fit towards the fastest samples, so the weights are then re-based on the
     // model's own prediction (iteratively reweighted, as for a gamma GLM).
+    // The columns explain each time less its all-reduces; the weights stay the whole time's.
+    let targets: Vec<f64> = ys.iter().zip(&all_reduce).map(|(y, a)| y - a).collect();
     let mut weight_by: Vec<f64> = ys.clone();
     let mut coef = [0.0f64; 9];
     for _ in 0..4 {
-        coef = solve(&rows, &ys, &weight_by, &used);
-        for (w, r) in weight_by.iter_mut().zip(&rows) {
-            let t: f64 = r.iter().zip(&coef).map(|(x, c)| x * c).sum();
+        coef = solve(&rows, &targets, &weight_by, &used);
+        for ((w, r), a) in weight_by.iter_mut().zip(&rows).zip(&all_reduce) {
+            let t: f64 = r.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>() + a;
             if t > 0.0 {
                 *w = t;
             }
         }
     }
-    let mut seen = [false; 9];
-    for &j in &used {
-        seen[j] = true;
-    }
-    let (profile, origins) = to_profile(&coef, &seen, base, name);
-    let fitted = CostModel::new(&grid.model, &profile, None);
-    let mut predictions = Vec::new();
-    for p in &grid.points {
-        let Some(y) = p.median_s() else { continue };
-        if y <= 0.0 {
-            continue;
-        }
-        let paged = p.cache == kvbench_cache_api::CacheMode::Paged;
-        let t = fitted
-            .step(&p.seq_work(), &p.copies(grid.block_size), &p.swaps(), paged)
-            .total_s;
-        predictions.push((y, t));
-    }
-    let mean = ys.iter().sum::<f64>() / ys.len() as f64;
-    let ss_tot: f64 = ys.iter().map(|y| (y - mean).powi(2)).sum();
-    let ss_res: f64 = predictions.iter().map(|(y, t)| (y - t).powi(2)).sum();
-    let mut rel: Vec<f64> = predictions
+    let rel_ss = rows
         .iter()
-        .map(|(y, t)| ((t - y) / y).abs())
-        .collect();
-    rel.sort_by(f64::total_cmp);
-    Ok(Fit {
-        profile,
-        origins,
-        points: predictions.len(),
-        r2: if ss_tot > 0.0 {
-            1.0 - ss_res / ss_tot
-        } else {
-            0.0
-        },
-        median_abs_rel_err: super::grid::quantile(&rel, 0.5).unwrap_or(0.0),
-        max_abs_rel_err: rel.last().copied().unwrap_or(0.0),
-        predictions,
+        .zip(&ys)
+        .zip(&all_reduce)
+        .map(|((r, y), a)| {
+            let t: f64 = r.iter().zip(&coef).map(|(x, c)| x * c).sum::<f64>() + a;
+            ((t - y) / y).powi(2)
+        })
+        .sum();
+    Ok(Linear {
+        half_tokens,
+        coef,
+        used,
+        ys,
+        rel_ss,
     })
 }
 

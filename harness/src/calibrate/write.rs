@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::fit::{Fit, Origin, PARAMS};
+use super::fit::{Fit, Origin, HALF_TOKENS, PARAMS};
 use super::grid::Grid;
 
 /// The profile file's text.
@@ -93,6 +93,34 @@ pub fn profile_toml(fit: &Fit, grid: &Grid, base_name: &str) -> String {
             );
         } else {
             entry(key, source(key), num(v));
+        }
+    }
+    if let Some(v) = p.attention_half_tokens {
+        let comment = match fit.half_tokens_origin {
+            Origin::Fitted => format!(
+                "{fitted} Tokens; searched with the attention rate (calibrate/fit.rs): 0 is one \
+                 rate at every length."
+            ),
+            _ => format!(
+                "Kept from the {base_name} profile: the grid's attention rate was not fitted, \
+                 so its length curve was not either."
+            ),
+        };
+        entry(HALF_TOKENS, comment, num(v));
+    }
+    // The device-to-device link is not measured by a one-device grid; a tp > 1 grid's fit
+    // takes its all-reduces at these figures (calibrate/fit.rs).
+    for (key, v) in [
+        ("nvlink_bytes_per_s", p.nvlink_bytes_per_s),
+        ("nvlink_latency_s", p.nvlink_latency_s),
+        ("host_link_latency_s", p.host_link_latency_s),
+    ] {
+        if let Some(v) = v {
+            entry(
+                key,
+                format!("Kept from the {base_name} profile (not part of the fit)."),
+                num(v),
+            );
         }
     }
     out

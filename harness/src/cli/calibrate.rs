@@ -120,7 +120,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     });
     let base = DeviceProfile::load(&base_name, None)?;
     let name = a.name.clone().unwrap_or_else(|| base_name.clone());
-    let fitted = fit::fit(&grid, &base, &name)?;
+    let fitted = fit::fit(&grid, &base, &name).with_context(|| match &a.from_grid {
+        Some(g) => g.display().to_string(),
+        None => "the measured grid".into(),
+    })?;
     if let Some(why) = fitted.refusal() {
         // Nothing is written: a profile at its bounds or with a poor fit would pass for a
         // measured device.

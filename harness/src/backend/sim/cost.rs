@@ -11,6 +11,11 @@
 //! neutral, so the shipped H200 figures do not move):
 //! - `seq_overhead_s`: a fixed cost per scheduled sequence;
 //! - `attention_flops_per_s`: attention arithmetic at its own rate, apart from the GEMMs;
+//! - `attention_half_tokens` (L½): the attention rate by attended length, `rate × L ÷ (L + L½)`
+//!   for a sequence whose last query attends to `L` tokens (its context plus its chunk; a
+//!   sliding group's at most its window). Charged as the sequence's FLOPs × `(L + L½) ÷ L` at
+//!   the plateau rate ([`StepLoad::attn_work_flops`]), which keeps the time linear in
+//!   `1 ÷ attention_flops_per_s`;
 //! - `weight_bytes_per_s`, `copy_bytes_per_s`: weights and copies at their own bandwidths;
 //! - `combine = "sum"`: memory and compute time add instead of overlapping.
 //!
@@ -30,8 +35,9 @@
 //! A ring all-reduce of `S` bytes sends `2 · (N − 1)/N · S` bytes from each device, so each
 //! costs `nvlink_latency_s + 2 · (N − 1)/N · S ÷ nvlink_bytes_per_s`, twice per layer; it follows
 //! the layer's compute and is added, not overlapped. At `tp = 1` there is none. Pipeline and
-//! expert parallelism are not modelled. The calibration fit runs at `tp = 1` only, so the
-//! all-reduce is not one of its [`FEATURES`].
+//! expert parallelism are not modelled. The all-reduce is not one of the calibration fit's
+//! [`FEATURES`]: a `tp > 1` grid's fit prices it at the base profile's link and takes it off
+//! each measured time first (`calibrate/fit.rs`).
 
 use kvbench_cache_api::{CopyOp, TierOp};
 
@@ -59,6 +65,9 @@ pub struct CostModel {
     dense_flops_per_token: f64,
     /// Attention FLOPs per (query token × context token): QKᵀ and PV, 2 FLOPs per MAC each.
     attn_flops_per_pair: f64,
+    /// The attention kernel's half-saturation length (profile `attention_half_tokens`); 0 = one
+    /// rate at every length.
+    attn_half_tokens: f64,
     bandwidth: f64,
     paged_bandwidth: f64,
     weight_bandwidth: f64,
@@ -110,6 +119,10 @@ pub struct StepLoad {
     pub kv_read_bytes: f64,
     pub dense_flops: f64,
     pub attn_flops: f64,
+    /// The attention FLOPs as the plateau rate sees them: each sequence's FLOPs × `(L + L½) ÷
+    /// L` (module doc), so `attn_work_flops ÷ attention_flops_per_s` is the attention's time.
+    /// Equal to `attn_flops` on a profile without `attention_half_tokens`.
+    pub attn_work_flops: f64,
     /// Bytes read plus bytes written by copies.
     pub copy_bytes: f64,
     pub swap_bytes: f64,
@@ -153,7 +166,7 @@ impl StepLoad {
             contiguous,
             paged_read,
             self.dense_flops,
-            self.attn_flops,
+            self.attn_work_flops,
             self.copy_bytes,
             self.swap_bytes,
         ]
@@ -222,6 +235,7 @@ impl CostModel {
             all_reduce,
             dense_flops_per_token: 2.0 * model.active_parameter_count() as f64 / tp,
             attn_flops_per_pair,
+            attn_half_tokens: device.attention_half_tokens.unwrap_or(0.0),
             bandwidth,
             paged_bandwidth: bandwidth * device.paged_attention_efficiency,
             weight_bandwidth: device.weight_bytes_per_s.unwrap_or(bandwidth),
@@ -242,26 +256,44 @@ impl CostModel {
         let mut kv_read_tokens = 0u64;
         let mut new_tokens = 0u64;
         let mut attn_pairs = 0f64;
+        // Pairs weighted by the kernel's shortfall at each sequence's attended length.
+        let mut work_pairs = 0f64;
+        let half = self.attn_half_tokens;
         for s in seqs {
             let ctx = s.context_tokens as u64;
             let new = s.new_tokens as u64;
             kv_read_tokens += ctx + new;
             new_tokens += new;
             // Causal: query i of the chunk sees the context plus i+1 chunk tokens.
-            attn_pairs += (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
+            let pairs = (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
+            attn_pairs += pairs;
+            if half > 0.0 && new > 0 {
+                work_pairs += pairs * attention::shortfall((ctx + new) as f64, half);
+            }
         }
         // Sliding and recurrent groups read by their own rule, sequence by sequence.
         let grouped = self.grouped.as_ref().map(|g| {
             seqs.iter()
                 .fold(attention::AttentionLoad::default(), |acc, s| {
-                    let one = g.seq(s.context_tokens as u64, s.new_tokens as u64);
+                    let one = g.seq(s.context_tokens as u64, s.new_tokens as u64, half);
                     attention::AttentionLoad {
                         read_bytes: acc.read_bytes + one.read_bytes,
                         state_write_bytes: acc.state_write_bytes + one.state_write_bytes,
                         flops: acc.flops + one.flops,
+                        work_flops: acc.work_flops + one.work_flops,
                     }
                 })
         });
+        let attn_flops = match &grouped {
+            None => attn_pairs * self.attn_flops_per_pair,
+            Some(g) => g.flops,
+        };
+        // Without a half-saturation length the work is the FLOPs themselves, bit for bit.
+        let attn_work_flops = match &grouped {
+            _ if half <= 0.0 => attn_flops,
+            None => work_pairs * self.attn_flops_per_pair,
+            Some(g) => g.work_flops,
+        };
         let copied_tokens: u64 = copies.iter().map(|c| c.len_tokens as u64).sum();
         let swapped_tokens: u64 = swaps
             .iter()
@@ -286,10 +318,8 @@ impl CostModel {
                 Some(g) => g.read_bytes,
             },
             dense_flops: new_tokens as f64 * self.dense_flops_per_token,
-            attn_flops: match &grouped {
-                None => attn_pairs * self.attn_flops_per_pair,
-                Some(g) => g.flops,
-            },
+            attn_flops,
+            attn_work_flops,
             // The measured copy bandwidth counts bytes read plus bytes written.
             copy_bytes: 2.0 * copied_tokens as f64 * self.kv_bytes_per_token,
             swap_bytes: swapped_tokens as f64 * self.kv_bytes_per_token + priced_bytes as f64,
@@ -324,7 +354,7 @@ impl CostModel {
         let memory_s = load.weight_bytes / self.weight_bandwidth
             + load.kv_write_bytes / self.bandwidth
             + load.kv_read_bytes / kv_bw;
-        let compute_s = load.dense_flops / self.peak_flops + load.attn_flops / self.attn_flops;
+        let compute_s = load.dense_flops / self.peak_flops + load.attn_work_flops / self.attn_flops;
         let copy_s = load.copy_bytes / self.copy_bandwidth;
         let swap_s = load.swap_bytes / self.host_link.bytes_per_s;
         let overhead = if load.is_empty() {

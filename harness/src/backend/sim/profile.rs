@@ -51,6 +51,13 @@ pub struct DeviceProfile {
     /// Attention FLOPs run at their own rate, apart from the dense GEMMs. Absent = peak.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_flops_per_s: Option<f64>,
+    /// The attended length, in tokens, at which the attention kernel reaches half its plateau
+    /// rate: a sequence attending to `L` tokens computes at `rate × L ÷ (L + L½)`, because a
+    /// short sequence gives the kernel too few key tiles to hide its prologue and softmax behind
+    /// the tensor cores (FlashAttention-3's measured forward speed climbs from 467 TFLOP/s at
+    /// 512 tokens to 648 at 16k on an H100). Absent = 0: one rate at every length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_half_tokens: Option<f64>,
     /// Weight streaming bandwidth. Absent = `hbm_effective_bytes_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_bytes_per_s: Option<f64>,
@@ -94,7 +101,9 @@ fn is_max(c: &Combine) -> bool {
 /// Physical ranges of every rate and time, inclusive. Bandwidths from 1 MB/s (a slow disk) to
 /// 100 TB/s (twenty times an H200); FLOP/s from 1 MFLOP/s to 1 EFLOP/s; a step's fixed cost at
 /// most 1 s and a sequence's at most 100 ms, a link's latency at most 1 s (a real device's are
-/// microseconds).
+/// microseconds); an attention half-saturation length at most 10M tokens (a kernel that needs
+/// more to reach half its rate is a typo, and the bound keeps `1 + L½ ÷ L` finite and small
+/// enough that no step time leaves the clock's range).
 pub const RANGES: &[(&str, f64, f64)] = &[
     ("hbm_datasheet_bytes_per_s", 1e6, 1e14),
     ("hbm_effective_bytes_per_s", 1e6, 1e14),
@@ -104,6 +113,7 @@ pub const RANGES: &[(&str, f64, f64)] = &[
     ("paged_attention_efficiency", 0.01, 2.0),
     ("seq_overhead_s", 0.0, 0.1),
     ("attention_flops_per_s", 1e6, 1e18),
+    ("attention_half_tokens", 0.0, 1e7),
     ("weight_bytes_per_s", 1e6, 1e14),
     ("copy_bytes_per_s", 1e6, 1e14),
     ("host_link_latency_s", 0.0, 1.0),
@@ -262,6 +272,7 @@ impl DeviceProfile {
             "paged_attention_efficiency" => Some(self.paged_attention_efficiency),
             "seq_overhead_s" => Some(self.seq_overhead_s),
             "attention_flops_per_s" => self.attention_flops_per_s,
+            "attention_half_tokens" => self.attention_half_tokens,
             "weight_bytes_per_s" => self.weight_bytes_per_s,
             "copy_bytes_per_s" => self.copy_bytes_per_s,
             "host_link_latency_s" => self.host_link_latency_s,

@@ -34,6 +34,19 @@ pub struct AttentionLoad {
     /// State written back (recurrent groups); K/V writes are per new token, the caller's.
     pub state_write_bytes: f64,
     pub flops: f64,
+    /// `flops` with each group's FLOPs × its [`shortfall`] at the attended length: what the
+    /// attention's plateau rate takes as long for.
+    pub work_flops: f64,
+}
+
+/// How much longer than at the plateau a sequence's attention takes when its last query attends
+/// to `attended_tokens`, for a kernel at half its plateau at `half_tokens`: the rate is
+/// `plateau × L ÷ (L + L½)`, so the time is the plateau's × `(L + L½) ÷ L`. 1 for `L½ = 0`.
+pub fn shortfall(attended_tokens: f64, half_tokens: f64) -> f64 {
+    if half_tokens <= 0.0 {
+        return 1.0;
+    }
+    (attended_tokens.max(1.0) + half_tokens) / attended_tokens.max(1.0)
 }
 
 impl GroupedAttention {
@@ -77,20 +90,27 @@ impl GroupedAttention {
         Some(a)
     }
 
-    /// What one sequence's chunk of `new` tokens after `ctx` context tokens reads and computes.
-    pub fn seq(&self, ctx: u64, new: u64) -> AttentionLoad {
+    /// What one sequence's chunk of `new` tokens after `ctx` context tokens reads and computes;
+    /// `half_tokens` is the attention kernel's half-saturation length ([`shortfall`]).
+    pub fn seq(&self, ctx: u64, new: u64, half_tokens: f64) -> AttentionLoad {
         let all_tokens = ctx + new;
         let all_pairs = (new * ctx) as f64 + (new * (new + 1) / 2) as f64;
+        let all_flops = all_pairs * self.all_flops_per_pair;
         let mut load = AttentionLoad {
             read_bytes: all_tokens as f64 * self.all_bytes_per_token,
             state_write_bytes: 0.0,
-            flops: all_pairs * self.all_flops_per_pair,
+            flops: all_flops,
+            work_flops: all_flops * shortfall(all_tokens as f64, half_tokens),
         };
         for s in &self.sliding {
             // The chunk needs the window before its first token and its own tokens.
             let tokens = all_tokens.min(s.window.saturating_sub(1) + new);
             load.read_bytes += tokens as f64 * s.bytes_per_token;
-            load.flops += sliding_pairs(ctx, new, s.window) as f64 * s.flops_per_pair;
+            let flops = sliding_pairs(ctx, new, s.window) as f64 * s.flops_per_pair;
+            load.flops += flops;
+            // Its last query attends to at most the window.
+            let attended = all_tokens.min(s.window) as f64;
+            load.work_flops += flops * shortfall(attended, half_tokens);
         }
         if new > 0 {
             load.read_bytes += self.state_bytes_per_seq;
@@ -120,6 +140,36 @@ pub fn sliding_pairs(ctx: u64, new: u64, window: u64) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The curve by hand: a full group's FLOPs at the length its last query attends to (context
+    /// plus chunk), a sliding group's at its window once the sequence is longer; none without a
+    /// half-saturation length.
+    #[test]
+    fn work_scales_each_group_by_its_attended_length() {
+        let a = GroupedAttention {
+            all_bytes_per_token: 0.0,
+            all_flops_per_pair: 3.0,
+            sliding: vec![Sliding {
+                window: 1024,
+                bytes_per_token: 0.0,
+                flops_per_pair: 5.0,
+            }],
+            state_bytes_per_seq: 0.0,
+        };
+        let (ctx, new, half) = (5000u64, 8u64, 209.0);
+        let load = a.seq(ctx, new, half);
+        let full = ((new * ctx) as f64 + (new * (new + 1) / 2) as f64) * 3.0;
+        let sliding = sliding_pairs(ctx, new, 1024) as f64 * 5.0;
+        assert_eq!(load.flops, full + sliding);
+        let want = full * (5008.0 + half) / 5008.0 + sliding * (1024.0 + half) / 1024.0;
+        assert!((load.work_flops - want).abs() <= 1e-12 * want, "{load:?}");
+        // A short sequence inside the window: both groups at its own length.
+        let short = a.seq(0, 100, half);
+        let factor = (100.0 + half) / 100.0;
+        assert!((short.work_flops - short.flops * factor).abs() <= 1e-12 * short.work_flops);
+        assert_eq!(a.seq(ctx, new, 0.0).work_flops, load.flops);
+        assert_eq!(shortfall(4096.0, 0.0), 1.0);
+    }
 
     #[test]
     fn sliding_pairs_are_the_brute_force_sum() {
