@@ -202,8 +202,14 @@ pub struct Shadow {
 /// `shadow_grouped.rs` before any of the flat paths sees a layout, so these have no arm for them.
 #[derive(Debug, Clone, Copy)]
 enum Flat<'a> {
-    Paged { block_size: u32, blocks: &'a [u32] },
-    Contiguous { base_slot: u64, capacity_tokens: u32 },
+    Paged {
+        block_size: u32,
+        blocks: &'a [u32],
+    },
+    Contiguous {
+        base_slot: u64,
+        capacity_tokens: u32,
+    },
 }
 
 impl<'a> Flat<'a> {
@@ -641,7 +647,7 @@ impl Shadow {
                         &self.writers,
                         &self.scope_keys,
                     )
-                        .unwrap_or_default();
+                    .unwrap_or_default();
                     self.report.violation(format!(
                         "step {step}: stream {} read position {pos} at slot {}, but {why}{}",
                         r.id,

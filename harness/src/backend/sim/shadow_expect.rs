@@ -13,13 +13,7 @@ pub(crate) const PRIVATE_SCOPE: u32 = 1 << 31;
 /// find at `pos`: its own token at that position, written under its own scope (the scope of the
 /// tag's writer, from `writers`).
 #[inline]
-pub(crate) fn expects(
-    history: &[u32],
-    scope: u32,
-    pos: u32,
-    tag: &Tag,
-    writers: &Writers,
-) -> bool {
+pub(crate) fn expects(history: &[u32], scope: u32, pos: u32, tag: &Tag, writers: &Writers) -> bool {
     tag.pos == pos
         && history.get(pos as usize) == Some(&tag.token)
         && writers.scope(tag.writer) == Some(scope)

@@ -507,7 +507,7 @@ impl Shadow {
                 &self.writers,
                 &self.scope_keys,
             )
-                .unwrap_or_default();
+            .unwrap_or_default();
             let more = if bad > 1 {
                 format!(" ({} more in the block)", bad - 1)
             } else {

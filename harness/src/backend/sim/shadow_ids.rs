@@ -97,7 +97,11 @@ mod tests {
     fn writer_numbers_name_their_stream_and_scope_and_the_empty_number_none() {
         let mut w = Writers::default();
         assert_eq!(w.add(7, 3), Some(0));
-        assert_eq!(w.add(7, 9), Some(1), "the same stream registered again: a new number");
+        assert_eq!(
+            w.add(7, 9),
+            Some(1),
+            "the same stream registered again: a new number"
+        );
         assert_eq!((w.scope(0), w.id(0)), (Some(3), Some(7)));
         assert_eq!((w.scope(1), w.id(1)), (Some(9), Some(7)));
         assert_eq!((w.scope(2), w.id(u32::MAX)), (None, None));

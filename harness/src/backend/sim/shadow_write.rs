@@ -8,13 +8,7 @@ use super::*;
 /// Store the tags of positions `pos..` (tokens `tokens`) from `slot` on, page run by page run;
 /// returns how many fit before the end of the array.
 #[inline]
-fn store_run(
-    tags: &mut LazyArray<Tag>,
-    slot: u64,
-    tokens: &[u32],
-    pos: u32,
-    writer: u32,
-) -> u64 {
+fn store_run(tags: &mut LazyArray<Tag>, slot: u64, tokens: &[u32], pos: u32, writer: u32) -> u64 {
     if let [token] = *tokens {
         // A decode: one tag.
         let Some(t) = tags.get_mut(slot) else {
