@@ -16,10 +16,10 @@
 #   nice BIN run scenarios/SCENARIO.toml --backend sim [--set traffic.requests=N] \
 #       --check-every 0 --trace-level requests [--no-shadow] --out DIR --force
 #
-# timed by /usr/bin/time. Prints a Markdown table and the load average before and after.
-# /usr/bin/time counts in 10 ms: the cut runs of a quick or 100-request scenario take a few tens of
-# milliseconds, so their ratios come out in coarse steps; `--whole` on the long scenarios (e.g.
-# `chat-8b-h200`, about 0.6 s) is what resolves a few percent.
+# timed by the kernel's resource usage of the finished process (`wait4`, through python3: user +
+# system time in microseconds, where /usr/bin/time counts in 10 ms and left the cut runs of a few
+# tens of milliseconds in coarse steps). Prints a Markdown table and the load average before and
+# after.
 set -euo pipefail
 
 pairs=21
@@ -50,8 +50,8 @@ for b in "$before" "$now"; do
         exit 2
     fi
 done
-if [ ! -x /usr/bin/time ]; then
-    echo "$0: /usr/bin/time: not found (GNU time measures each run's CPU time)" >&2
+if ! command -v python3 >/dev/null; then
+    echo "$0: python3: not found (it reads each run's CPU time from wait4)" >&2
     exit 2
 fi
 # shellcheck source=scripts/shadow-requests.sh
@@ -69,6 +69,23 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# Runs the command after FILE and writes "CPU_S WALL_S" into FILE: user + system time of the
+# process (and the children it waited for, as GNU time counts), from wait4, in microseconds.
+# Exits with the command's status.
+rusage() {
+    python3 -c '
+import os, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+t0 = time.monotonic()
+pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+_, status, ru = os.wait4(pid, 0)
+wall = time.monotonic() - t0
+with open(out, "w") as f:
+    f.write(f"{ru.ru_utime + ru.ru_stime:.6f} {wall:.6f}\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+' "$@"
+}
+
 # One run; appends "CPU_S WALL_S" to FILE. Exits the script if the run fails: a failed run has no
 # time worth comparing.
 timed() {
@@ -78,14 +95,14 @@ timed() {
     if [ -n "$n" ]; then
         set=(--set "traffic.requests=$n")
     fi
-    if ! /usr/bin/time -f "%U %S %e" -o "$tmp/time" nice "$bin" run "scenarios/$scenario.toml" \
+    if ! rusage "$tmp/time" nice "$bin" run "scenarios/$scenario.toml" \
         --backend sim "${set[@]}" --check-every 0 --trace-level requests "$@" \
         --out "$tmp/out" --force >"$tmp/log" 2>&1; then
         echo "$0: $scenario ($bin $*) failed:" >&2
         tail -3 "$tmp/log" >&2
         exit 1
     fi
-    awk '{printf "%.3f %.3f\n", $1 + $2, $3}' "$tmp/time" >>"$file"
+    cat "$tmp/time" >>"$file"
 }
 
 # Median, lowest and highest of the numbers on stdin, one a line: "MEDIAN LOW HIGH".

@@ -1,8 +1,8 @@
 //! The shadow KV payload of the `sim` backend: correctness checks at device scale without tensor
 //! math.
 //!
-//! Every slot holds a [`Tag`] — the stream, position and token id written there and the writer's
-//! reuse scope — in place of K/V. A step writes tags through the layout the cache manager hands
+//! Every slot holds a [`Tag`] — the position and token id written there and a writer number that
+//! names the writing stream and its reuse scope (`shadow_ids.rs`) — in place of K/V. A step writes tags through the layout the cache manager hands
 //! out at submit time (as a device would), copy-on-write copies and swaps move tags as they would
 //! move data, and every position a step reads must hold what the reading stream put (or was
 //! entitled to find) there: the same position, the same token, the same reuse scope. So an
@@ -33,7 +33,7 @@ use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
 use serde::Serialize;
 
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
-use super::shadow_ids::SeqIndex;
+use super::shadow_ids::{SeqIndex, Writers};
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
@@ -77,7 +77,7 @@ pub struct ShadowReport {
     pub violations: u64,
     /// The first violations, in order.
     pub messages: Vec<String>,
-    /// Memory the shadow allocated (tags and reverse index pages), bytes.
+    /// Memory the shadow allocated (tag and reverse index pages, the writers' table), bytes.
     pub allocated_bytes: u64,
     /// Tier transfers into a lower tier (offloads, moves to disk) the shadow carried out; absent
     /// from `summary.json` when there were none.
@@ -129,7 +129,8 @@ struct SeqShadow {
     table: Table,
     /// Positions covered by `table` and checked (or queued for checking).
     extent: u32,
-    scope: u32,
+    /// Writer number of this stream, which its tags carry.
+    writer: u32,
     /// A grain this stream is known to be the only reader of ([`NO_GRAIN`] if none): its own
     /// writes there need no look at the reverse index. Cleared when anyone else starts reading
     /// the grain or the stream stops.
@@ -146,6 +147,8 @@ struct SeqShadow {
     /// field is one word and the record stays two lines (a boxed slice is two words).
     #[allow(clippy::box_collection)]
     host: Option<Box<Vec<Tag>>>,
+    /// Reuse scope (interned; private scopes from [`PRIVATE_SCOPE`] on): what its reads expect.
+    scope: u32,
     forgotten: bool,
 }
 
@@ -177,6 +180,10 @@ pub struct Shadow {
     spare: Vec<Vec<Check>>,
     scope_keys: Vec<ScopeKey>,
     scope_ids: HashMap<ScopeKey, u32>,
+    /// Scope and id of every writer number a tag may carry.
+    writers: Writers,
+    /// The writer numbers ran out (said once).
+    writers_spent: bool,
     in_flight: VecDeque<Vec<Check>>,
     submitted: u64,
     completed: u64,
@@ -191,19 +198,50 @@ pub struct Shadow {
     report: ShadowReport,
 }
 
-/// Slot of position `pos` under `layout`, if mapped.
-#[inline]
-fn slot_of(layout: &SeqLayout<'_>, pos: u32) -> Option<u64> {
-    match *layout {
-        SeqLayout::Paged { block_size, blocks } => {
-            let b = *blocks.get((pos / block_size.max(1)) as usize)?;
-            Some(u64::from(b) * u64::from(block_size) + u64::from(pos % block_size.max(1)))
+/// A layout the flat shadow follows: a block table or a contiguous region. Grouped layouts go to
+/// `shadow_grouped.rs` before any of the flat paths sees a layout, so these have no arm for them.
+#[derive(Debug, Clone, Copy)]
+enum Flat<'a> {
+    Paged {
+        block_size: u32,
+        blocks: &'a [u32],
+    },
+    Contiguous {
+        base_slot: u64,
+        capacity_tokens: u32,
+    },
+}
+
+impl<'a> Flat<'a> {
+    /// The flat layout, or `None` for a grouped one.
+    #[inline]
+    fn of(layout: SeqLayout<'a>) -> Option<Flat<'a>> {
+        match layout {
+            SeqLayout::Paged { block_size, blocks } => Some(Flat::Paged { block_size, blocks }),
+            SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => Some(Flat::Contiguous {
+                base_slot,
+                capacity_tokens,
+            }),
+            SeqLayout::Grouped { .. } => None,
         }
-        SeqLayout::Contiguous {
-            base_slot,
-            capacity_tokens,
-        } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
-        SeqLayout::Grouped { .. } => None,
+    }
+
+    /// Slot of position `pos`, if mapped.
+    #[inline]
+    fn slot_of(&self, pos: u32) -> Option<u64> {
+        match *self {
+            Flat::Paged { block_size, blocks } => {
+                let b = *blocks.get((pos / block_size.max(1)) as usize)?;
+                Some(u64::from(b) * u64::from(block_size) + u64::from(pos % block_size.max(1)))
+            }
+            Flat::Contiguous {
+                base_slot,
+                capacity_tokens,
+            } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
+        }
     }
 }
 
@@ -236,6 +274,8 @@ impl Shadow {
             spare: Vec::new(),
             scope_keys: Vec::new(),
             scope_ids: HashMap::new(),
+            writers: Writers::default(),
+            writers_spent: false,
             in_flight: VecDeque::new(),
             submitted: 0,
             completed: 0,
@@ -253,7 +293,8 @@ impl Shadow {
         r.allocated_bytes = self.tags.allocated_bytes()
             + self.readers.allocated_bytes()
             + self.tiers.allocated_bytes()
-            + self.grouped.allocated_bytes();
+            + self.grouped.allocated_bytes()
+            + self.writers.allocated_bytes();
         r
     }
 
@@ -279,11 +320,27 @@ impl Shadow {
         self.index.insert(id, idx);
     }
 
-    fn new_seq(id: SeqId, history: Vec<u32>, scope: u32) -> SeqShadow {
+    /// A record for stream `id`, with a new writer number (a violation, once, when the run
+    /// registered more streams than a tag can number: its tags then read as unknown writers').
+    fn new_seq(&mut self, id: SeqId, history: Vec<u32>, scope: u32) -> SeqShadow {
+        let writer = match self.writers.add(id, scope) {
+            Some(w) => w,
+            None => {
+                if !self.writers_spent {
+                    self.writers_spent = true;
+                    self.violation(format!(
+                        "stream {id}: more streams than the shadow's {} writer numbers",
+                        u32::MAX
+                    ));
+                }
+                Tag::EMPTY.writer
+            }
+        };
         SeqShadow {
             id,
             history,
             last_sample_pos: None,
+            writer,
             scope,
             table: Table::None,
             extent: 0,
@@ -308,7 +365,8 @@ impl Shadow {
             },
             None => PRIVATE_SCOPE | (seq as u32 & (PRIVATE_SCOPE - 1)),
         };
-        self.add_seq(seq, Self::new_seq(seq, prompt.to_vec(), scope));
+        let s = self.new_seq(seq, prompt.to_vec(), scope);
+        self.add_seq(seq, s);
     }
 
     /// `child` continues `parent` from the parent's latest sample, taking `token` there.
@@ -324,7 +382,8 @@ impl Shadow {
         let mut history = p.history[..(pos as usize).min(p.history.len())].to_vec();
         history.push(token);
         let scope = p.scope;
-        self.add_seq(child, Self::new_seq(child, history, scope));
+        let s = self.new_seq(child, history, scope);
+        self.add_seq(child, s);
     }
 
     /// The stream is gone; its slots stop being protected once no in-flight step reads them.
@@ -492,29 +551,40 @@ impl Shadow {
             let Some(idx) = self.idx_of(w.seq, step, "a step") else {
                 continue;
             };
-            let layout = cache.layout(w.seq);
-            if let Some(SeqLayout::Grouped {
-                page_slots,
-                shapes,
-                tables,
-            }) = layout
-            {
-                self.step_grouped(idx, page_slots, shapes, tables, w, step);
-                if let Some(sm) = sm {
-                    self.sampled(idx, w, sm.token);
+            let layout = match cache.layout(w.seq) {
+                Some(SeqLayout::Grouped {
+                    page_slots,
+                    shapes,
+                    tables,
+                }) => {
+                    self.step_grouped(idx, page_slots, shapes, tables, w, step);
+                    if let Some(sm) = sm {
+                        self.sampled(idx, w, sm.token);
+                    }
+                    continue;
                 }
-                continue;
-            }
+                Some(SeqLayout::Paged { block_size, blocks }) => {
+                    Some(Flat::Paged { block_size, blocks })
+                }
+                Some(SeqLayout::Contiguous {
+                    base_slot,
+                    capacity_tokens,
+                }) => Some(Flat::Contiguous {
+                    base_slot,
+                    capacity_tokens,
+                }),
+                None => None,
+            };
             let fast = w.new_tokens == 1
                 && match layout {
-                    Some(SeqLayout::Paged { block_size, blocks }) => {
+                    Some(Flat::Paged { block_size, blocks }) => {
                         self.decode_paged(idx, block_size, blocks, w, step)
                     }
-                    Some(SeqLayout::Contiguous {
+                    Some(Flat::Contiguous {
                         base_slot,
                         capacity_tokens,
                     }) => self.decode_contiguous(idx, base_slot, capacity_tokens, w, step),
-                    Some(SeqLayout::Grouped { .. }) | None => false,
+                    None => false,
                 };
             if fast {
                 if let Some(sm) = sm {
@@ -566,11 +636,18 @@ impl Shadow {
                     .unwrap_or(std::slice::from_ref(&Tag::EMPTY));
                 for (j, tag) in run.iter().enumerate() {
                     let pos = c.pos + k + j as u32;
-                    if expects(&r.history, r.scope, pos, tag) {
+                    if expects(&r.history, r.scope, pos, tag, &self.writers) {
                         continue;
                     }
-                    let why = mismatch(&r.history, r.scope, pos, tag, &self.scope_keys)
-                        .unwrap_or_default();
+                    let why = mismatch(
+                        &r.history,
+                        r.scope,
+                        pos,
+                        tag,
+                        &self.writers,
+                        &self.scope_keys,
+                    )
+                    .unwrap_or_default();
                     self.report.violation(format!(
                         "step {step}: stream {} read position {pos} at slot {}, but {why}{}",
                         r.id,

@@ -90,10 +90,9 @@ impl Shadow {
     fn decode_store(&mut self, idx: u32, slot: u64, g: u64, pos: u32, step: u64) -> bool {
         let s = &mut self.seqs[idx as usize];
         let tag = Tag {
-            writer: s.id as u32,
             pos,
             token: s.history[pos as usize],
-            scope: s.scope,
+            writer: s.writer,
         };
         let Some(t) = self.tags.get_mut(slot) else {
             return false;

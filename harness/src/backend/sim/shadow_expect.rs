@@ -3,16 +3,20 @@
 
 use kvbench_cache_api::{ReuseScope, ScopeKey};
 
+use super::shadow_ids::Writers;
 use super::shadow_store::Tag;
 
 /// Scope ids at or above this are private to one root stream (no prefix sharing allowed).
 pub(crate) const PRIVATE_SCOPE: u32 = 1 << 31;
 
 /// Whether `tag` is what a reader with token history `history` and reuse scope `scope` must
-/// find at `pos`: its own token at that position, written under its own scope.
+/// find at `pos`: its own token at that position, written under its own scope (the scope of the
+/// tag's writer, from `writers`).
 #[inline]
-pub(crate) fn expects(history: &[u32], scope: u32, pos: u32, tag: &Tag) -> bool {
-    tag.pos == pos && tag.scope == scope && history.get(pos as usize) == Some(&tag.token)
+pub(crate) fn expects(history: &[u32], scope: u32, pos: u32, tag: &Tag, writers: &Writers) -> bool {
+    tag.pos == pos
+        && history.get(pos as usize) == Some(&tag.token)
+        && writers.scope(tag.writer) == Some(scope)
 }
 
 /// Why `tag` is not what the reader expects at `pos`, or `None` when it is.
@@ -21,31 +25,37 @@ pub(crate) fn mismatch(
     scope: u32,
     pos: u32,
     tag: &Tag,
+    writers: &Writers,
     scopes: &[ScopeKey],
 ) -> Option<String> {
     if *tag == Tag::EMPTY {
         return Some("the slot was never written".into());
     }
+    let writer = match writers.id(tag.writer) {
+        Some(id) => format!("stream {id}"),
+        None => format!("unknown writer #{}", tag.writer),
+    };
     if tag.pos != pos {
-        return Some(format!(
-            "it holds stream {}'s position {}",
-            tag.writer, tag.pos
-        ));
+        return Some(format!("it holds {writer}'s position {}", tag.pos));
     }
     let Some(&want) = history.get(pos as usize) else {
         return Some("no token is known at that position".into());
     };
     if tag.token != want {
         return Some(format!(
-            "it holds stream {}'s token {} there, expected {want}",
-            tag.writer, tag.token
+            "it holds {writer}'s token {} there, expected {want}",
+            tag.token
         ));
     }
-    if tag.scope != scope {
+    let Some(theirs) = writers.scope(tag.writer) else {
         return Some(format!(
-            "it holds stream {}'s data of reuse scope {}, the reader's scope is {} (tokens match)",
-            tag.writer,
-            scope_name(tag.scope, scopes),
+            "it holds {writer}'s data, of no known reuse scope (tokens match)"
+        ));
+    };
+    if theirs != scope {
+        return Some(format!(
+            "it holds {writer}'s data of reuse scope {}, the reader's scope is {} (tokens match)",
+            scope_name(theirs, scopes),
             scope_name(scope, scopes)
         ));
     }
@@ -76,16 +86,19 @@ mod tests {
             reuse: ReuseScope::Tenant(3),
         }];
         let history = [10, 11, 12];
+        let mut writers = Writers::default();
+        // Writer 0: stream 4 under scope 0; writer 1: stream 4 again, private to stream 5.
+        assert_eq!(writers.add(4, 0), Some(0));
+        assert_eq!(writers.add(4, PRIVATE_SCOPE | 5), Some(1));
         let good = Tag {
-            writer: 4,
             pos: 1,
             token: 11,
-            scope: 0,
+            writer: 0,
         };
-        assert!(expects(&history, 0, 1, &good));
-        assert_eq!(mismatch(&history, 0, 1, &good, &scopes), None);
-        let why = |t: Tag| mismatch(&history, 0, 1, &t, &scopes).unwrap_or_default();
-        assert!(!expects(&history, 0, 1, &Tag::EMPTY));
+        assert!(expects(&history, 0, 1, &good, &writers));
+        assert_eq!(mismatch(&history, 0, 1, &good, &writers, &scopes), None);
+        let why = |t: Tag| mismatch(&history, 0, 1, &t, &writers, &scopes).unwrap_or_default();
+        assert!(!expects(&history, 0, 1, &Tag::EMPTY, &writers));
         assert_eq!(why(Tag::EMPTY), "the slot was never written");
         assert_eq!(
             why(Tag { pos: 2, ..good }),
@@ -95,20 +108,27 @@ mod tests {
             why(Tag { token: 9, ..good }),
             "it holds stream 4's token 9 there, expected 11"
         );
-        let other = Tag {
-            scope: PRIVATE_SCOPE | 5,
-            ..good
-        };
-        assert!(!expects(&history, 0, 1, &other));
+        let other = Tag { writer: 1, ..good };
+        assert!(!expects(&history, 0, 1, &other, &writers));
         assert_eq!(
-            mismatch(&history, 0, 1, &other, &scopes).unwrap_or_default(),
+            why(other),
             "it holds stream 4's data of reuse scope private to stream 5, the reader's scope is \
              tenant:3 (tokens match)"
         );
-        let past = Tag { pos: 7, ..good };
-        assert!(!expects(&history, 0, 7, &past));
+        let unknown = Tag { writer: 2, ..good };
+        assert!(!expects(&history, 0, 1, &unknown, &writers));
         assert_eq!(
-            mismatch(&history, 0, 7, &past, &scopes).unwrap_or_default(),
+            why(unknown),
+            "it holds unknown writer #2's data, of no known reuse scope (tokens match)"
+        );
+        assert_eq!(
+            why(Tag { pos: 2, ..unknown }),
+            "it holds unknown writer #2's position 2"
+        );
+        let past = Tag { pos: 7, ..good };
+        assert!(!expects(&history, 0, 7, &past, &writers));
+        assert_eq!(
+            mismatch(&history, 0, 7, &past, &writers, &scopes).unwrap_or_default(),
             "no token is known at that position"
         );
     }

@@ -319,10 +319,9 @@ impl Shadow {
             match cell(shape, table, pos) {
                 Some((page, off)) => {
                     let tag = Tag {
-                        writer: s.id as u32,
                         pos: pos as u32,
                         token,
-                        scope: s.scope,
+                        writer: s.writer,
                     };
                     if cells.write(page, off, tag) {
                         self.report.written_slots += 1;
@@ -493,15 +492,22 @@ impl Shadow {
             let tag = cells
                 .get(c.page, (pos % u64::from(bt)) as u32)
                 .unwrap_or(Tag::EMPTY);
-            if !expects(&r.history, r.scope, pos as u32, &tag) {
+            if !expects(&r.history, r.scope, pos as u32, &tag, &self.writers) {
                 bad += 1;
                 first_bad.get_or_insert((pos, tag));
             }
         }
         self.report.checked_slots += c.hi - c.lo;
         if let Some((pos, tag)) = first_bad {
-            let why = mismatch(&r.history, r.scope, pos as u32, &tag, &self.scope_keys)
-                .unwrap_or_default();
+            let why = mismatch(
+                &r.history,
+                r.scope,
+                pos as u32,
+                &tag,
+                &self.writers,
+                &self.scope_keys,
+            )
+            .unwrap_or_default();
             let more = if bad > 1 {
                 format!(" ({} more in the block)", bad - 1)
             } else {

@@ -171,10 +171,9 @@ mod tests {
 
     fn tag(pos: u32) -> Tag {
         Tag {
-            writer: 1,
             pos,
             token: 7,
-            scope: 0,
+            writer: 1,
         }
     }
 

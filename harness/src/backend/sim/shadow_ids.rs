@@ -1,6 +1,7 @@
-//! Stream id → index in the shadow payload's stream table. Engine ids are dense stream indices,
-//! so a plain vector answers them with one load (this lookup runs for every scheduled stream of
-//! every step); ids beyond that fall back to a map.
+//! The shadow payload's numbering of streams: stream id → index in its stream table
+//! ([`SeqIndex`]; engine ids are dense stream indices, so a plain vector answers them with one
+//! load — this lookup runs for every scheduled stream of every step — and ids beyond that fall
+//! back to a map), and the writer numbers a tag carries ([`Writers`]).
 
 use std::collections::HashMap;
 
@@ -48,9 +49,64 @@ impl SeqIndex {
     }
 }
 
+/// Every stream registered in the run (a fork too), by writer number: its reuse scope, which a
+/// reader's check compares, and its id, which violation messages name. A tag carries the writer
+/// number in place of both, so a slot is 12 bytes and not 20. Numbers are never reused: a tag
+/// outlives its writer (a released block, a prefix hit, a lower tier), so the table keeps every
+/// writer of the run, 12 bytes each.
+#[derive(Debug, Default)]
+pub(crate) struct Writers {
+    scope: Vec<u32>,
+    id: Vec<SeqId>,
+}
+
+impl Writers {
+    /// A new writer number for stream `id` of reuse scope `scope`, or `None` once the numbers
+    /// (all of `u32` but the empty tag's) are spent.
+    pub fn add(&mut self, id: SeqId, scope: u32) -> Option<u32> {
+        let n = u32::try_from(self.scope.len())
+            .ok()
+            .filter(|&n| n < u32::MAX)?;
+        self.scope.push(scope);
+        self.id.push(id);
+        Some(n)
+    }
+
+    /// The reuse scope writer `w` wrote under (`None` for the empty tag's number).
+    #[inline(always)]
+    pub fn scope(&self, w: u32) -> Option<u32> {
+        self.scope.get(w as usize).copied()
+    }
+
+    /// The stream id of writer `w`.
+    pub fn id(&self, w: u32) -> Option<SeqId> {
+        self.id.get(w as usize).copied()
+    }
+
+    /// Bytes the table holds, counted in `allocated_bytes`.
+    pub fn allocated_bytes(&self) -> u64 {
+        (self.scope.len() * (std::mem::size_of::<u32>() + std::mem::size_of::<SeqId>())) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_numbers_name_their_stream_and_scope_and_the_empty_number_none() {
+        let mut w = Writers::default();
+        assert_eq!(w.add(7, 3), Some(0));
+        assert_eq!(
+            w.add(7, 9),
+            Some(1),
+            "the same stream registered again: a new number"
+        );
+        assert_eq!((w.scope(0), w.id(0)), (Some(3), Some(7)));
+        assert_eq!((w.scope(1), w.id(1)), (Some(9), Some(7)));
+        assert_eq!((w.scope(2), w.id(u32::MAX)), (None, None));
+        assert_eq!(w.allocated_bytes(), 24);
+    }
 
     #[test]
     fn dense_and_sparse_ids_insert_look_up_and_remove() {

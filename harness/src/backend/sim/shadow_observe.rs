@@ -17,7 +17,7 @@ impl Shadow {
     pub(super) fn observe(
         &mut self,
         idx: u32,
-        layout: &SeqLayout<'_>,
+        layout: &Flat<'_>,
         n_read: u32,
         written_from: u32,
         step: u64,
@@ -25,16 +25,15 @@ impl Shadow {
         self.report.read_slots += u64::from(n_read);
         self.seqs[idx as usize].last_step = step;
         let unchanged = match *layout {
-            SeqLayout::Paged { block_size, blocks } => {
+            Flat::Paged { block_size, blocks } => {
                 self.observe_paged_grown(idx, block_size, blocks, n_read, written_from)
             }
-            SeqLayout::Contiguous {
+            Flat::Contiguous {
                 base_slot,
                 capacity_tokens,
             } => {
                 self.observe_contiguous_grown(idx, base_slot, capacity_tokens, n_read, written_from)
             }
-            SeqLayout::Grouped { .. } => false,
         };
         if !unchanged {
             self.observe_changed(idx, layout, n_read, written_from, step);
@@ -46,7 +45,7 @@ impl Shadow {
     pub(super) fn observe_changed(
         &mut self,
         idx: u32,
-        layout: &SeqLayout<'_>,
+        layout: &Flat<'_>,
         n_read: u32,
         written_from: u32,
         step: u64,
@@ -58,7 +57,7 @@ impl Shadow {
         changed.append(&mut s.recheck);
         let table = std::mem::replace(&mut s.table, Table::None);
         let new_table = match *layout {
-            SeqLayout::Paged { block_size, blocks } => Table::Paged(self.observe_paged(
+            Flat::Paged { block_size, blocks } => Table::Paged(self.observe_paged(
                 idx,
                 table,
                 block_size,
@@ -69,7 +68,7 @@ impl Shadow {
                 &mut changed,
                 step,
             )),
-            SeqLayout::Contiguous {
+            Flat::Contiguous {
                 base_slot,
                 capacity_tokens,
             } => self.observe_contiguous(
@@ -83,12 +82,6 @@ impl Shadow {
                 &mut changed,
                 step,
             ),
-            SeqLayout::Grouped { .. } => {
-                self.violation(format!(
-                    "step {step}: grouped layouts are not shadowed (stream index {idx})"
-                ));
-                Table::None
-            }
         };
         self.seqs[idx as usize].table = new_table;
         changed.clear();

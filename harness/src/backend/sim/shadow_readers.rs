@@ -1,7 +1,8 @@
 //! The shadow payload's reverse index: per grain of slots (a paged block, or a run of contiguous
 //! slots), the streams whose checked context covers it. A write asks it whether anyone but the
-//! writer could be affected; almost always the answer is "no" from one 24-byte entry, with no
-//! allocation: two readers are held inline (a stream and one fork), more spill into a side list.
+//! writer could be affected; almost always the answer is "no" from one 16-byte entry, with no
+//! allocation: two readers are held inline (a stream and one fork), more move, all of them, into
+//! a side list the entry names.
 
 use super::shadow_store::LazyArray;
 
@@ -15,28 +16,43 @@ pub(crate) struct Holder {
 
 /// Matches any chunk in [`Readers::only`].
 pub(crate) const ANY_CHUNK: u32 = u32::MAX;
-const NO_SPILL: u32 = u32::MAX;
-const INLINE: usize = 2;
+/// `seq` of an inline place that holds no reader. Stream indices stay below [`SPILLED`]: the
+/// stream table would need 2³² records of 128 bytes first.
+const VACANT: u32 = u32::MAX;
+/// `seq` of the first inline place when the grain's readers are in side list `chunk`.
+const SPILLED: u32 = u32::MAX - 1;
+const NOBODY: Holder = Holder {
+    seq: VACANT,
+    chunk: 0,
+};
 
 /// The readers of one grain, in the order a vector with push / swap-remove would keep them:
-/// `inline[..min(len, 2)]`, then the spill list.
+/// up to two inline (the first place filled first), or all of them in a side list. 16 bytes,
+/// so a page of the index holds half as many more grains as with a count and a list index.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    inline: [Holder; INLINE],
-    len: u32,
-    spill: u32,
+    inline: [Holder; 2],
 }
 
+/// `summary.json`'s `allocated_bytes` counts index pages of these.
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+
 const EMPTY: Entry = Entry {
-    inline: [Holder { seq: 0, chunk: 0 }; INLINE],
-    len: 0,
-    spill: NO_SPILL,
+    inline: [NOBODY; 2],
 };
+
+impl Entry {
+    /// The side list holding every reader, if the grain has more than two.
+    #[inline(always)]
+    fn spill(&self) -> Option<usize> {
+        (self.inline[0].seq == SPILLED).then_some(self.inline[0].chunk as usize)
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Readers {
     grains: LazyArray<Entry>,
-    /// Readers beyond the inline two, per spilled entry.
+    /// Readers of grains with more than two, per spilled entry.
     spills: Vec<Vec<Holder>>,
     free_spills: Vec<u32>,
 }
@@ -60,24 +76,37 @@ impl Readers {
     /// grain's sole reader before, if it had exactly one: it is not alone any more.
     pub fn hold(&mut self, g: u64, h: Holder) -> Option<Holder> {
         let e = self.grains.get_mut(g)?;
-        let n = e.len as usize;
-        let was_sole = (n == 1).then_some(e.inline[0]);
-        if n < INLINE {
-            e.inline[n] = h;
-        } else {
-            if e.spill == NO_SPILL {
-                e.spill = match self.free_spills.pop() {
-                    Some(i) => i,
-                    None => {
-                        self.spills.push(Vec::new());
-                        (self.spills.len() - 1) as u32
-                    }
-                };
-            }
-            self.spills[e.spill as usize].push(h);
+        if let Some(i) = e.spill() {
+            self.spills[i].push(h);
+            return None;
         }
-        e.len += 1;
-        was_sole
+        if e.inline[0].seq == VACANT {
+            e.inline[0] = h;
+            return None;
+        }
+        if e.inline[1].seq == VACANT {
+            e.inline[1] = h;
+            return Some(e.inline[0]);
+        }
+        // A third reader: all three into a side list.
+        let i = match self.free_spills.pop() {
+            Some(i) => i,
+            None => {
+                self.spills.push(Vec::new());
+                (self.spills.len() - 1) as u32
+            }
+        };
+        let list = &mut self.spills[i as usize];
+        list.clear();
+        list.extend_from_slice(&[e.inline[0], e.inline[1], h]);
+        e.inline = [
+            Holder {
+                seq: SPILLED,
+                chunk: i,
+            },
+            NOBODY,
+        ];
+        None
     }
 
     /// Whether stream `seq` is the one and only reader of grain `g`.
@@ -85,7 +114,7 @@ impl Readers {
     pub fn sole(&self, g: u64, seq: u32) -> bool {
         self.grains
             .get(g)
-            .is_some_and(|e| e.len == 1 && e.inline[0].seq == seq)
+            .is_some_and(|e| e.inline[0].seq == seq && e.inline[1].seq == VACANT)
     }
 
     /// Drop the first registration of `h` on grain `g`, moving the last reader into its place.
@@ -93,40 +122,32 @@ impl Readers {
         let Some(e) = self.grains.get_mut(g) else {
             return;
         };
-        // The common case: a stream leaving a grain only it read.
-        if e.len == 1 && e.inline[0] == h {
-            e.len = 0;
+        let Some(i) = e.spill() else {
+            // Inline: the last reader takes the place of the one leaving.
+            if e.inline[0] == h {
+                e.inline[0] = e.inline[1];
+                e.inline[1] = NOBODY;
+            } else if e.inline[1] == h {
+                e.inline[1] = NOBODY;
+            }
             return;
-        }
-        let n = e.len as usize;
-        let spill = (e.spill != NO_SPILL).then(|| &mut self.spills[e.spill as usize]);
-        let at = match e.inline[..n.min(INLINE)].iter().position(|&x| x == h) {
-            Some(i) => i,
-            None => match spill.as_ref().and_then(|s| s.iter().position(|&x| x == h)) {
-                Some(i) => INLINE + i,
-                None => return,
-            },
         };
-        let last = match spill {
-            Some(s) if n > INLINE => s.pop().unwrap_or(h),
-            _ => e.inline[n - 1],
+        let list = &mut self.spills[i];
+        let Some(at) = list.iter().position(|&x| x == h) else {
+            return;
         };
-        if at < INLINE {
-            e.inline[at] = last;
-        } else if at - INLINE < self.spills[e.spill as usize].len() {
-            self.spills[e.spill as usize][at - INLINE] = last;
-        }
-        e.len -= 1;
-        if e.len as usize == INLINE && e.spill != NO_SPILL {
-            self.free_spills.push(e.spill);
-            e.spill = NO_SPILL;
+        list.swap_remove(at);
+        if list.len() == 2 {
+            e.inline = [list[0], list[1]];
+            list.clear();
+            self.free_spills.push(i as u32);
         }
     }
 
     /// Whether nobody reads grain `g` (true past the end, as for [`Readers::only`]).
     #[inline]
     pub fn unread(&self, g: u64) -> bool {
-        self.grains.get(g).is_none_or(|e| e.len == 0)
+        self.grains.get(g).is_none_or(|e| e.inline[0].seq == VACANT)
     }
 
     /// Whether every reader of grain `g` is stream `seq` at `chunk` (or at any chunk with
@@ -137,13 +158,10 @@ impl Readers {
         let Some(e) = self.grains.get(g) else {
             return true;
         };
-        let own = |h: &Holder| h.seq == seq && (chunk == ANY_CHUNK || h.chunk == chunk);
-        match e.len {
-            0 => true,
-            1 => own(&e.inline[0]),
-            2 => own(&e.inline[0]) && own(&e.inline[1]),
-            _ => false,
-        }
+        let own = |h: &Holder| {
+            h.seq == VACANT || (h.seq == seq && (chunk == ANY_CHUNK || h.chunk == chunk))
+        };
+        own(&e.inline[0]) && own(&e.inline[1])
     }
 
     /// The readers of grain `g`, in order, into `out` (cleared first).
@@ -152,9 +170,9 @@ impl Readers {
         let Some(e) = self.grains.get(g) else {
             return;
         };
-        out.extend_from_slice(&e.inline[..(e.len as usize).min(INLINE)]);
-        if e.spill != NO_SPILL {
-            out.extend_from_slice(&self.spills[e.spill as usize]);
+        match e.spill() {
+            Some(i) => out.extend_from_slice(&self.spills[i]),
+            None => out.extend(e.inline.iter().filter(|h| h.seq != VACANT)),
         }
     }
 }
@@ -171,12 +189,6 @@ mod tests {
         let mut v = Vec::new();
         r.collect(g, &mut v);
         v
-    }
-
-    #[test]
-    fn entries_stay_24_bytes() {
-        // `allocated_bytes` in summary.json counts index pages of these.
-        assert_eq!(std::mem::size_of::<Entry>(), 24);
     }
 
     #[test]

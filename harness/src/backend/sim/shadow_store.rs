@@ -3,27 +3,30 @@
 //! 141 GB device with a tiny model has hundreds of millions of slots). The reverse index
 //! (`shadow_readers.rs`) uses the same array.
 
-/// What a slot holds in place of K/V: who wrote it, for which position, which token, under which
-/// reuse scope. 16 bytes a slot.
+/// What a slot holds in place of K/V: which position, which token, and who wrote it — a writer
+/// number (`shadow_ids.rs`' [`Writers`](super::shadow_ids::Writers)) that names the writing
+/// stream for messages and its reuse scope for the checks. 12 bytes a slot: the scope and the
+/// stream id are looked up through the writer number rather than carried in every slot, so a
+/// block of 16 tags takes three cache lines, not four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tag {
-    /// Low 32 bits of the writing sequence id (for messages; checks compare the other fields).
-    pub writer: u32,
     pub pos: u32,
     pub token: u32,
-    /// Interned reuse scope of the writer (see `Scopes`).
-    pub scope: u32,
+    /// Writer number of the writing stream (its scope and id, in `Writers`).
+    pub writer: u32,
 }
 
 impl Tag {
-    /// A slot nothing was ever written to.
+    /// A slot nothing was ever written to (no writer has this number).
     pub const EMPTY: Tag = Tag {
-        writer: u32::MAX,
         pos: u32::MAX,
         token: u32::MAX,
-        scope: u32::MAX,
+        writer: u32::MAX,
     };
 }
+
+/// `summary.json`'s `allocated_bytes` counts pages of tags: their size is part of the format.
+const _: () = assert!(std::mem::size_of::<Tag>() == 12);
 
 const PAGE_BITS: u32 = 16;
 const PAGE: usize = 1 << PAGE_BITS;
@@ -143,17 +146,16 @@ mod tests {
             "nothing but the page table before a write"
         );
         let t = Tag {
-            writer: 1,
             pos: 2,
             token: 3,
-            scope: 4,
+            writer: 1,
         };
         *a.get_mut(PAGE as u64 + 7).expect("in range") = t;
         assert_eq!(a.get(PAGE as u64 + 7), Some(&t));
         assert_eq!(a.get(PAGE as u64 + 8), Some(&Tag::EMPTY));
         assert_eq!(
             a.allocated_bytes(),
-            table + (PAGE * 16) as u64,
+            table + (PAGE * 12) as u64,
             "one page allocated"
         );
         assert_eq!(a.get(a.len()), None);

@@ -8,25 +8,13 @@ use super::*;
 /// Store the tags of positions `pos..` (tokens `tokens`) from `slot` on, page run by page run;
 /// returns how many fit before the end of the array.
 #[inline]
-fn store_run(
-    tags: &mut LazyArray<Tag>,
-    slot: u64,
-    tokens: &[u32],
-    pos: u32,
-    writer: u32,
-    scope: u32,
-) -> u64 {
+fn store_run(tags: &mut LazyArray<Tag>, slot: u64, tokens: &[u32], pos: u32, writer: u32) -> u64 {
     if let [token] = *tokens {
         // A decode: one tag.
         let Some(t) = tags.get_mut(slot) else {
             return 0;
         };
-        *t = Tag {
-            writer,
-            pos,
-            token,
-            scope,
-        };
+        *t = Tag { pos, token, writer };
         return 1;
     }
     let mut done = 0usize;
@@ -39,10 +27,9 @@ fn store_run(
         // Zipped, so the loop carries no bounds checks and stores a tag in a few instructions.
         for ((t, &token), p) in run.iter_mut().zip(&tokens[done..]).zip(from..) {
             *t = Tag {
-                writer,
                 pos: p,
                 token,
-                scope,
+                writer,
             };
         }
         done += n;
@@ -64,9 +51,13 @@ impl Shadow {
         let foreign = !self.readers.only(g, own, own_chunk);
         let Some(t) = self.tags.get_mut(slot) else {
             let n = self.tags.len();
+            let who = match self.writers.id(tag.writer) {
+                Some(id) => format!("stream {id}"),
+                None => "a copy of an unwritten slot".to_string(),
+            };
             self.violation(format!(
-                "step {step}: stream {} wrote position {} to slot {slot}, outside the cache's {n} slots",
-                tag.writer, tag.pos
+                "step {step}: {who} wrote position {} to slot {slot}, outside the cache's {n} slots",
+                tag.pos
             ));
             return;
         };
@@ -96,7 +87,9 @@ impl Shadow {
                 },
                 Table::None => continue,
             };
-            if pos >= u64::from(r.extent) || expects(&r.history, r.scope, pos as u32, &tag) {
+            if pos >= u64::from(r.extent)
+                || expects(&r.history, r.scope, pos as u32, &tag, &self.writers)
+            {
                 continue;
             }
             if !r.recheck.contains(&h.chunk) {
@@ -147,7 +140,7 @@ impl Shadow {
                 }
                 Table::None => return,
             };
-            let (writer, scope, known_sole) = (s.id as u32, s.scope, s.sole == g);
+            let (writer, known_sole) = (s.writer, s.sole == g);
             let alone = known_sole
                 || if self.readers.sole(g, idx) {
                     self.seqs[idx as usize].sole = g;
@@ -158,7 +151,7 @@ impl Shadow {
             let mut done = 0;
             if alone {
                 let tokens = &self.seqs[idx as usize].history[pos as usize..end as usize];
-                done = store_run(&mut self.tags, slot, tokens, pos, writer, scope);
+                done = store_run(&mut self.tags, slot, tokens, pos, writer);
                 self.report.written_slots += done;
             }
             if pos + (done as u32) < end {
@@ -180,16 +173,12 @@ impl Shadow {
         end: u32,
         step: u64,
     ) {
-        let (writer, scope) = (
-            self.seqs[idx as usize].id as u32,
-            self.seqs[idx as usize].scope,
-        );
+        let writer = self.seqs[idx as usize].writer;
         for p in from..end {
             let tag = Tag {
-                writer,
                 pos: p,
                 token: self.seqs[idx as usize].history[p as usize],
-                scope,
+                writer,
             };
             self.write(slot + u64::from(p - pos), tag, idx, step);
         }
@@ -273,12 +262,20 @@ impl Shadow {
             ));
             return;
         };
+        let Some(layout) = Flat::of(layout) else {
+            self.violation(format!(
+                "step {step}: swap of stream {seq}, whose layout is grouped in a run whose \
+                 layouts are not"
+            ));
+            return;
+        };
         match direction {
             SwapDirection::Out => {
                 self.observe(idx, &layout, tokens, tokens, step);
                 let host = (0..tokens)
                     .map(|p| {
-                        slot_of(&layout, p)
+                        layout
+                            .slot_of(p)
                             .and_then(|x| self.tags.get(x).copied())
                             .unwrap_or(Tag::EMPTY)
                     })
@@ -300,7 +297,7 @@ impl Shadow {
                     ));
                 }
                 for (p, tag) in (*host).into_iter().enumerate().take(tokens as usize) {
-                    match slot_of(&layout, p as u32) {
+                    match layout.slot_of(p as u32) {
                         Some(x) => self.write(x, tag, u32::MAX, step),
                         None => self.violation(format!(
                             "step {step}: swap-in of stream {seq}: position {p} is not mapped"
