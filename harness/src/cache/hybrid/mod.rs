@@ -5,8 +5,9 @@
 //! bytes, so a sliding layer's blocks live as long as the sequence and recurrent state is not in
 //! the budget. Here (`layout.rs` states the grouping rule and its waste) each table's blocks
 //! follow its own kind: full and MLA tables keep every block, sliding tables release the blocks
-//! wholly before the window as the sequence is written, and recurrent state is reserved per
-//! sequence outside the pool. `prefix.rs` states what a prefix hit may reuse per kind; `fit.rs`
+//! wholly before the window as the sequence is written, and a sequence's recurrent state is
+//! pages of the same pool, taken when it starts (the grouped contiguous baseline instead
+//! reserves states up front). `prefix.rs` states what a prefix hit may reuse per kind; `fit.rs`
 //! counts what fits against the summed-bytes slots and vLLM's grouping.
 //!
 //! `HybridCache` (`manager.rs`) is the self-contained manager with its own invariants
