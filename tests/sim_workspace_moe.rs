@@ -19,7 +19,6 @@ fn ledger_workspace(model: &ModelShape, tokens: u32) -> u64 {
         cache_slots: 1024,
         block_size: 16,
         seed: 1,
-        max_tokens_per_step: tokens,
         max_step_tokens: tokens,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
