@@ -831,7 +831,6 @@ fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
             cache_slots: total,
             block_size: 16,
             seed: 1,
-            max_tokens_per_step: 64,
             max_step_tokens: 64,
             swap_gbytes_per_s: None,
             workspace_bytes: None,
