@@ -394,7 +394,6 @@ fn recurrent_states_follow_forks_and_are_dropped_at_release() {
             cache_slots: setup.total_slots,
             block_size: s.block_size(),
             seed: setup.seed,
-            max_tokens_per_step: s.scheduler.max_tokens_per_step,
             max_step_tokens: setup.max_step_tokens,
             swap_gbytes_per_s: None,
             workspace_bytes: None,
