@@ -10,8 +10,6 @@ pub enum HybridError {
     DuplicateSeq(SeqId),
     #[error("{needed} pages needed, {free} free")]
     OutOfPages { needed: u64, free: u32 },
-    #[error("every one of the {0} reserved recurrent states is held")]
-    OutOfStates(u32),
     #[error("{0} does not fit in its integer type")]
     Overflow(&'static str),
     /// A state the manager's own bookkeeping should make impossible.

@@ -137,10 +137,6 @@ impl HybridKv {
                 needed_slots: needed.saturating_mul(self.page_slots()),
                 available_slots: self.free_page_slots(),
             },
-            HybridError::OutOfStates(_) => AllocError::NoSpace {
-                needed_slots: self.state_slots,
-                available_slots: 0,
-            },
             HybridError::Overflow(reason) | HybridError::Corrupt(reason) => {
                 AllocError::InvalidOp { seq, reason }
             }
