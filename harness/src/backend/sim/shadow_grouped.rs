@@ -231,7 +231,11 @@ impl Shadow {
         let mut outside: Option<u32> = None;
         for b in b0..b1 {
             let (plo, phi) = ((b * bt).max(lo), ((b + 1) * bt).min(end));
-            let Some((page, _)) = cell(shape, table, plo) else {
+            // The page of block `b` (`plo / bt == b`), as `cell` finds it, without the division.
+            let mapped = b
+                .checked_sub(table.first_block)
+                .and_then(|i| table.pages.get(usize::try_from(i).ok()?));
+            let Some(&page) = mapped else {
                 missing.get_or_insert(plo);
                 // Keep the record aligned: an unmapped block is re-checked once mapped.
                 seen.blocks.push(Block {
@@ -468,6 +472,14 @@ impl Shadow {
                 return;
             };
             for c in &done {
+                // The common case, a block read unchanged, costs one version look-up here.
+                if !c.forced {
+                    if let Kind::Grouped(cells) = &self.grouped.kind {
+                        if cells.ver(c.page) == Some(c.ver) {
+                            continue;
+                        }
+                    }
+                }
                 self.check_block(c, step);
             }
             done.clear();
