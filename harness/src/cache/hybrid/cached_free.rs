@@ -76,7 +76,7 @@ impl CachedFree {
 
     /// Cached-free pages, fenced or not.
     pub(crate) fn len(&self) -> usize {
-        self.evict.len() + self.fenced.len()
+        self.evict.len() + self.protected.len() + self.fenced.len()
     }
 
     /// Cached-free pages the policy may pop now.
@@ -295,6 +295,16 @@ impl CachedFree {
         let mut order = self.evict.order();
         order.extend(self.protected.order());
         order
+    }
+
+    /// `page`'s logical block while it is published (tests only).
+    pub(crate) fn block_of(&self, page: PageId) -> Option<BlockGroup> {
+        self.group.get(page as usize).copied().flatten()
+    }
+
+    /// Whether `page` is evictable but protected: its block is held in a table (tests only).
+    pub(crate) fn is_protected(&self, page: PageId) -> bool {
+        self.in_protected.get(page as usize).copied().unwrap_or(false)
     }
 
     /// What the policy weighs for `page` now.
