@@ -336,6 +336,9 @@ impl Recount {
 /// flush. After every operation: the invariants; the cached-free pages that left the cache
 /// other than by the operation's own hit are exactly the policy's next victims of the order
 /// before it, and counted as evictions. Returns the hit tokens and the evictions seen.
+/// Cached-free pages in eviction order, with what the policy weighs.
+type Order = Vec<(u32, Evictable)>;
+
 fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(s);
     let prefixes: Vec<Vec<u32>> = (0..3).map(|_| prompt(&mut rng, 30)).collect();
@@ -348,7 +351,7 @@ fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
         let ctx = format!("{} {} seed {s} op {i}", m.name, policy.name());
         let order_before = kv.eviction_order();
         // Blocks no table holds first, then the protected pages, each part in the policy's order.
-        let (free_part, held_part): (Vec<(u32, Evictable)>, Vec<(u32, Evictable)>) = order_before
+        let (free_part, held_part): (Order, Order) = order_before
             .iter()
             .partition(|&&(p, _)| !kv.eviction_protected(p));
         assert!(
@@ -388,9 +391,7 @@ fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
                 .filter(|p| !hits.contains(p))
                 .partition(|p| {
                     !protected_before.contains(p)
-                        && block_before
-                            .get(p)
-                            .is_none_or(|b| !hit_blocks.contains(b))
+                        && block_before.get(p).is_none_or(|b| !hit_blocks.contains(b))
                 });
             if gone.len() <= first.len() {
                 let victims: BTreeSet<u32> = first.iter().copied().take(gone.len()).collect();

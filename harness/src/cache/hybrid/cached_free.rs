@@ -304,7 +304,10 @@ impl CachedFree {
 
     /// Whether `page` is evictable but protected: its block is held in a table (tests only).
     pub(crate) fn is_protected(&self, page: PageId) -> bool {
-        self.in_protected.get(page as usize).copied().unwrap_or(false)
+        self.in_protected
+            .get(page as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// What the policy weighs for `page` now.
