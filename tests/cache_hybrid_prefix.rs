@@ -6,8 +6,9 @@
 //! while a step in flight at their release runs.
 //!
 //! Seeded operation strings over every mix and every `cache.eviction` policy: the invariants
-//! after every operation, each eviction takes the policy's next victims (and the policy's order
-//! weighs what it says), and the prefix statistics equal a recount from the operations; the
+//! after every operation, each eviction takes the policy's next victims among the blocks no
+//! table holds before any page of a held block (a block's pages leave together; each part of the
+//! order weighs what the policy says), and the prefix statistics equal a recount from the operations; the
 //! lookups count what the summed manager counts; a flush counts no eviction; a block's key is
 //! hashed once however often its sequence is probed; the planted `PublishEarly` (a block
 //! published before it is written) fires and the invariants catch it.
