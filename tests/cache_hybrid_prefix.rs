@@ -6,8 +6,9 @@
 //! while a step in flight at their release runs.
 //!
 //! Seeded operation strings over every mix and every `cache.eviction` policy: the invariants
-//! after every operation, each eviction takes the policy's next victims (and the policy's order
-//! weighs what it says), and the prefix statistics equal a recount from the operations; the
+//! after every operation, each eviction takes the policy's next victims among the blocks no
+//! table holds before any page of a held block (a block's pages leave together; each part of the
+//! order weighs what the policy says), and the prefix statistics equal a recount from the operations; the
 //! lookups count what the summed manager counts; a flush counts no eviction; a block's key is
 //! hashed once however often its sequence is probed; the planted `PublishEarly` (a block
 //! published before it is written) fires and the invariants catch it.
@@ -336,6 +337,9 @@ impl Recount {
 /// flush. After every operation: the invariants; the cached-free pages that left the cache
 /// other than by the operation's own hit are exactly the policy's next victims of the order
 /// before it, and counted as evictions. Returns the hit tokens and the evictions seen.
+/// Cached-free pages in eviction order, with what the policy weighs.
+type Order = Vec<(u32, Evictable)>;
+
 fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(s);
     let prefixes: Vec<Vec<u32>> = (0..3).map(|_| prompt(&mut rng, 30)).collect();
@@ -347,8 +351,27 @@ fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
     for i in 0..200 {
         let ctx = format!("{} {} seed {s} op {i}", m.name, policy.name());
         let order_before = kv.eviction_order();
-        assert_ordered(policy, &order_before, &ctx);
+        // Blocks no table holds first, then the protected pages, each part in the policy's order.
+        let (free_part, held_part): (Order, Order) = order_before
+            .iter()
+            .partition(|&&(p, _)| !kv.eviction_protected(p));
+        assert!(
+            order_before.len() == free_part.len() + held_part.len()
+                && order_before[..free_part.len()] == free_part[..],
+            "{ctx}: protected pages before free blocks' pages"
+        );
+        assert_ordered(policy, &free_part, &ctx);
+        assert_ordered(policy, &held_part, &ctx);
         let cached_before = cached_set(&kv);
+        let protected_before: BTreeSet<u32> = order_before
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|&p| kv.eviction_protected(p))
+            .collect();
+        let block_before: std::collections::BTreeMap<u32, (u64, u64)> = order_before
+            .iter()
+            .filter_map(|&(p, _)| kv.eviction_block(p).map(|b| (p, b)))
+            .collect();
         // The cached-free pages that left the cache since the snapshot, not by `hits`, are the
         // policy's next victims and count as evictions. Checked before a fill: a fill evicts
         // nothing, but a page evicted for a new prompt may be published and trimmed by it.
@@ -358,13 +381,29 @@ fn run_string(m: &Mix, policy: EvictionPolicy, s: u64) -> (u64, u64) {
                 .copied()
                 .filter(|p| !hits.contains(p))
                 .collect();
-            let victims: BTreeSet<u32> = order_before
+            // A block's pages leave together: the pages of blocks no table holds (none before
+            // the operation, none of a page it hit) go first, in the policy's order; the rest
+            // only once those are gone.
+            let hit_blocks: BTreeSet<(u64, u64)> =
+                hits.iter().filter_map(|&p| kv.eviction_block(p)).collect();
+            let (first, rest): (Vec<u32>, Vec<u32>) = order_before
                 .iter()
                 .map(|&(p, _)| p)
                 .filter(|p| !hits.contains(p))
-                .take(gone.len())
-                .collect();
-            assert_eq!(gone, victims, "{ctx}: evicted out of the policy's order");
+                .partition(|p| {
+                    !protected_before.contains(p)
+                        && block_before.get(p).is_none_or(|b| !hit_blocks.contains(b))
+                });
+            if gone.len() <= first.len() {
+                let victims: BTreeSet<u32> = first.iter().copied().take(gone.len()).collect();
+                assert_eq!(gone, victims, "{ctx}: evicted out of the policy's order");
+            } else {
+                let all: BTreeSet<u32> = first.iter().chain(&rest).copied().collect();
+                assert!(
+                    first.iter().all(|p| gone.contains(p)) && gone.is_subset(&all),
+                    "{ctx}: a held block's page evicted before a free block's: gone {gone:?}, first {first:?}"
+                );
+            }
             want.evictions += gone.len() as u64;
             assert_eq!(Recount::of(kv.prefix_stats()), *want, "{ctx}: stats");
         };

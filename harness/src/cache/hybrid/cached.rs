@@ -431,7 +431,7 @@ impl PrefixCache {
                         if (b + 1) * bt > entry.written {
                             self.published_early += 1;
                         }
-                        pool.publish(page, b);
+                        pool.publish(page, b, (seq, (b + 1) * bt));
                         let i = page as usize;
                         if self.page_key.len() <= i {
                             self.page_key.resize(i + 1, None);

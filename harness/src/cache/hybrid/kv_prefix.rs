@@ -48,6 +48,18 @@ impl HybridKv {
             .collect()
     }
 
+    /// The logical block `page` is published in: (publishing sequence, tokens up to its end).
+    /// Its pages in every table leave the cache together.
+    pub fn eviction_block(&self, page: PageId) -> Option<(u64, u64)> {
+        self.cache.pool.cached.block_of(page)
+    }
+
+    /// Whether cached-free `page` waits behind the wholly cached-free blocks because a table
+    /// still holds a page of its block.
+    pub fn eviction_protected(&self, page: PageId) -> bool {
+        self.cache.pool.cached.is_protected(page)
+    }
+
     /// Whether `page` is cached-free (published, in no table).
     pub fn is_cached_free(&self, page: PageId) -> bool {
         self.cache.pool.is_cached_free(page)

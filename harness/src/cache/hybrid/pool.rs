@@ -18,7 +18,7 @@ use kvbench_cache_api::StepId;
 
 use crate::cache::evict::EvictionPolicy;
 
-use super::cached_free::CachedFree;
+use super::cached_free::{BlockGroup, CachedFree};
 use super::error::HybridError;
 
 /// A page's index in the pool.
@@ -139,15 +139,15 @@ impl PagePool {
         self.cached.contains(page)
     }
 
-    /// `page` (held) is now in the prefix cache as block `depth` of its table's chain: its last
-    /// reference keeps it cached-free.
-    pub(crate) fn publish(&mut self, page: PageId, depth: u64) {
+    /// `page` (held) is now in the prefix cache as block `depth` of its table's chain, a page of
+    /// logical block `group`: its last reference keeps it cached-free.
+    pub(crate) fn publish(&mut self, page: PageId, depth: u64, group: BlockGroup) {
         if let Some(p) = self.published.get_mut(page as usize) {
             if !*p {
                 self.published_count += 1;
             }
             *p = true;
-            self.cached.published(page, depth);
+            self.cached.published(page, depth, group);
         }
     }
 
