@@ -100,7 +100,11 @@ fn swap_preemption_on_grouped_runs_is_shadowed_clean_and_priced_at_what_the_tabl
             assert_eq!(r["reclamation"]["ok"], true, "{scenario} {mode}");
             assert_eq!(r["invariants"]["ok"], true, "{scenario} {mode}");
             assert_eq!(r["shadow"]["violations"], 0, "{scenario} {mode}");
-            assert!(num(&r["shadow"]["checked_slots"]) > 0, "{scenario} {mode}");
+            // Swapped-in tags are checked when their stream reads them next; only the paged
+            // manager swaps (a stream's own writes are kept valid without re-reading them).
+            if mode == "paged" {
+                assert!(num(&r["shadow"]["checked_slots"]) > 0, "{scenario} {mode}");
+            }
         }
         let paged = run_of(&s, "paged");
         let preempted = num(&paged["preemptions"]);

@@ -404,6 +404,7 @@ impl Shadow {
     fn remove(&mut self, idx: u32) {
         let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
         self.unhold_from(idx, &table, 0);
+        self.drop_records(idx, NEVER);
         let s = &mut self.seqs[idx as usize];
         self.index.remove(s.id);
         s.history = Vec::new();

@@ -4,33 +4,41 @@
 //! the step that reads it retired, a missed page copy and a sliding table released too early all
 //! read back as a wrong tag (or as a position its table no longer holds).
 //!
-//! **Incremental by page version.** Each page carries a version bumped by every write that
-//! changes one of its tags. A stream remembers, per table and logical block, the page and
-//! version its cells were checked at; a step re-checks a block only when its page changed, its
-//! version moved or positions were added, and for every other block it reads asks at completion
-//! whether the page's version moved while the step was in flight (a write by a later step, or
-//! by another stream of the same step) — only then are its cells compared. So a decode costs one
-//! page of checks per table and a look at one version per block read, not the whole context.
+//! **Incremental, as the flat shadow.** A stream keeps, per table, the pages it was last checked
+//! against (logical blocks `first_block ..`) and the positions it read. A step compares each
+//! table with that record — one slice comparison when nothing moved — and checks only what is
+//! new to the stream: blocks that entered its reads or changed page, positions that entered its
+//! context without being written by the step itself. What keeps the unchanged part valid is the
+//! reverse index: every page lists the `(stream, table, block)` records that hold it, and a
+//! write that changes a cell one of them reads to something it does not expect marks that block
+//! for re-checking at the holder's next read — and, when a step of the holder's is still in
+//! flight, checks that cell at the step's completion (a device reading it late would see it).
+//! A record a step drops (a block leaving a sliding window, a block moved to another page) keeps
+//! its page held until the steps that read it retire, so a page reused before its fence is seen.
+//! So a decode costs a comparison of each table and one tag a table, not the whole context.
 //!
 //! **What a step reads.** In table `t`, positions `readable_from(shape, end) .. end` (the window
 //! of the step's last token for a sliding table, everything otherwise), `end` = context + new
-//! tokens: the context as it stands and the step's own writes, checked at completion. The
-//! earlier queries of a long prefill chunk reach further back into a sliding table; the manager
-//! keeps those pages fenced until the step retires, but the layout no longer names them, so they
-//! are not checked. Recurrent state lives outside the pool and is not shadowed.
+//! tokens: the context as it stands and the step's own writes. The earlier queries of a long
+//! prefill chunk reach further back into a sliding table; the manager keeps those pages fenced
+//! until the step retires, but the layout no longer names them, so they are not checked.
+//! Recurrent state lives outside the pool and is not shadowed.
 //!
 //! This file is a child module of `shadow.rs` (it reads the streams' histories and scopes and
-//! reports through the same [`ShadowReport`]); `shadow_grouped_cells.rs` holds the cell store.
+//! reports through the same [`ShadowReport`]); `shadow_grouped_cells.rs` holds the cell store,
+//! `shadow_grouped_moves.rs` copies, swaps, foreign writes and completion.
 
 use std::collections::VecDeque;
 
-use kvbench_cache_api::grouped::{cell, readable_from};
-use kvbench_cache_api::{CopyOp, GroupTable, TableShape};
+use kvbench_cache_api::grouped::readable_from;
+use kvbench_cache_api::{GroupTable, TableShape};
 
 use super::*;
 
 #[path = "shadow_grouped_cells.rs"]
 mod cells;
+#[path = "shadow_grouped_moves.rs"]
+mod moves;
 
 use cells::Cells;
 
@@ -48,19 +56,25 @@ pub(super) enum Kind {
 #[derive(Debug, Default)]
 pub(super) struct GroupedState {
     pub(super) kind: Kind,
+    /// Per page, the records that hold it (`Holder::chunk` = [`chunk`] of table and block).
+    readers: Option<Readers>,
     /// Per stream index (`Shadow::seqs`): what its tables were checked at.
     streams: Vec<Stream>,
-    /// The checks of each in-flight step, by step number (steps without grouped reads have no
-    /// entry).
-    in_flight: VecDeque<(u64, Vec<GCheck>)>,
-    /// Emptied check lists, reused.
-    spare: Vec<Vec<GCheck>>,
+    /// The steps in flight that ran grouped streams, oldest first.
+    in_flight: VecDeque<Flight>,
+    /// Emptied flights, reused.
+    spare: Vec<Flight>,
+    /// Readers of a page, copied out while a write looks at them.
+    scratch: Vec<Holder>,
+    /// Offsets a page copy changed.
+    changed: Vec<u32>,
 }
 
 impl GroupedState {
     pub(super) fn allocated_bytes(&self) -> u64 {
+        let readers = self.readers.as_ref().map_or(0, Readers::allocated_bytes);
         match &self.kind {
-            Kind::Grouped(c) => c.allocated_bytes(),
+            Kind::Grouped(c) => c.allocated_bytes() + readers,
             _ => 0,
         }
     }
@@ -70,28 +84,45 @@ impl GroupedState {
 #[derive(Debug, Default)]
 struct Stream {
     tables: Vec<Seen>,
+    /// `(table, block)`s a foreign write changed under the record: re-checked at the next read.
+    recheck: Vec<(u32, u64)>,
     /// Tags copied out by a swap-out, per table: `(first position, tags)`.
     host: Option<Vec<(u64, Vec<Tag>)>>,
 }
 
-/// One table of a stream as last checked: logical blocks `first_block ..`.
+/// One table of a stream as last checked: the pages of logical blocks `first_block ..`, each
+/// held in the reverse index, and the positions `lo .. end` the step read.
 #[derive(Debug, Default, Clone)]
 struct Seen {
     first_block: u64,
-    blocks: Vec<Block>,
+    pages: Vec<u32>,
+    lo: u64,
+    end: u64,
 }
 
-/// A block whose cells up to position `checked_to` were checked when its page was `page` at
-/// version `ver`.
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    page: u32,
-    ver: u64,
-    checked_to: u64,
+impl Seen {
+    fn end_block(&self) -> u64 {
+        self.first_block + self.pages.len() as u64
+    }
+
+    /// The page this record holds for block `b`.
+    fn page(&self, b: u64) -> Option<u32> {
+        let k = usize::try_from(b.checked_sub(self.first_block)?).ok()?;
+        self.pages.get(k).copied()
+    }
+}
+
+/// A step in flight: the cells to compare when it completes, and the holds its readers dropped
+/// since (released then).
+#[derive(Debug, Default)]
+struct Flight {
+    step: u64,
+    checks: Vec<GCheck>,
+    released: Vec<Released>,
 }
 
 /// At completion, positions `lo..hi` of table `table` of stream `seq` must hold its tokens in
-/// page `page` — compared when `forced`, or when the page's version is no longer `ver`.
+/// page `page`.
 #[derive(Debug, Clone, Copy)]
 struct GCheck {
     seq: u32,
@@ -99,8 +130,33 @@ struct GCheck {
     lo: u64,
     hi: u64,
     page: u32,
-    ver: u64,
-    forced: bool,
+    /// Queued by a write made while the step was in flight.
+    clobbered: bool,
+}
+
+/// A hold a record dropped while a step that read positions `lo..hi` through it was in flight.
+#[derive(Debug, Clone, Copy)]
+struct Released {
+    holder: Holder,
+    page: u32,
+    lo: u64,
+    hi: u64,
+}
+
+/// The reverse index's chunk for block `b` of table `t` among `tables`, if it fits 32 bits
+/// (positions are 32-bit, so it does unless blocks are a token and tables many).
+#[inline]
+fn chunk(tables: u32, t: u32, b: u64) -> Option<u32> {
+    let c = b
+        .checked_mul(u64::from(tables))?
+        .checked_add(u64::from(t))?;
+    u32::try_from(c).ok()
+}
+
+/// Positions `lo..hi` clipped to block `b` of `bt` tokens.
+#[inline]
+fn in_block(b: u64, bt: u64, lo: u64, hi: u64) -> (u64, u64) {
+    ((b * bt).max(lo), ((b + 1) * bt).min(hi))
 }
 
 impl Shadow {
@@ -124,8 +180,15 @@ impl Shadow {
             return false;
         };
         let slots = cache.accounting().total_slots.max(self.tags.len());
-        match Cells::new(page_slots, shapes, slots) {
-            Ok(c) => self.grouped.kind = Kind::Grouped(Box::new(c)),
+        let made = Cells::new(page_slots, shapes, slots).and_then(|c| {
+            let r = Readers::new(c.pages()).ok_or("the page index is too large")?;
+            Ok((c, r))
+        });
+        match made {
+            Ok((c, r)) => {
+                self.grouped.kind = Kind::Grouped(Box::new(c));
+                self.grouped.readers = Some(r);
+            }
             Err(why) => {
                 // Nothing can be checked; say so once and treat every layout as unshadowed.
                 self.violation(why);
@@ -136,8 +199,8 @@ impl Shadow {
         true
     }
 
-    /// Stream `idx`'s step through its grouped layout: queue the reads of every table, write the
-    /// step's new tokens into every table, check at completion.
+    /// Stream `idx`'s step through its grouped layout: follow every table (queueing checks of
+    /// what is new), then write the step's new tokens into every table.
     pub(super) fn step_grouped(
         &mut self,
         idx: u32,
@@ -160,47 +223,242 @@ impl Shadow {
             return;
         }
         let s = &mut self.seqs[idx as usize];
-        let first_step = s.last_step == NEVER;
+        let prev = s.last_step;
         s.last_step = step;
         let i = idx as usize;
         if self.grouped.streams.len() <= i {
             self.grouped.streams.resize_with(i + 1, Stream::default);
         }
-        let st = &mut self.grouped.streams[i];
-        if first_step {
+        if prev == NEVER {
             // A new stream in a reused index: nothing it holds was checked yet.
-            st.tables.clear();
-            st.host = None;
+            self.drop_records(idx, NEVER);
+            self.grouped.streams[i].host = None;
         }
-        st.tables.resize_with(tables.len(), Seen::default);
-        let end = u64::from(w.context_tokens) + u64::from(w.new_tokens);
-        let mut checks = self.take_checks(step);
+        self.grouped.streams[i]
+            .tables
+            .resize_with(tables.len(), Seen::default);
+        self.flight_of(step);
+        let context = u64::from(w.context_tokens);
+        let end = context + u64::from(w.new_tokens);
+        let recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.observe_table(idx, t, shape, table, end, step, &mut checks);
+            let forced = !recheck.is_empty() && recheck.iter().any(|&(rt, _)| rt == t as u32);
+            let span = (context, end);
+            if forced || !self.observe_unmoved(idx, t, shape, table, span, prev, step) {
+                self.observe_table(idx, t, shape, table, span, prev, step, &recheck);
+            }
         }
-        self.put_checks(step, checks);
+        let mut recheck = recheck;
+        recheck.clear();
+        let st = &mut self.grouped.streams[i];
+        if st.recheck.is_empty() {
+            st.recheck = recheck;
+        }
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
             self.write_table(idx, t, shape, table, w, step);
         }
     }
 
-    /// The check list of the step being submitted (its entry is the newest, if any).
-    fn take_checks(&mut self, step: u64) -> Vec<GCheck> {
-        match self.grouped.in_flight.back_mut() {
-            Some((s, v)) if *s == step => std::mem::take(v),
-            _ => self.grouped.spare.pop().unwrap_or_default(),
+    /// The flight of step `step`, opened if it is not yet.
+    fn flight_of(&mut self, step: u64) -> &mut Flight {
+        let g = &mut self.grouped;
+        if g.in_flight.back().is_none_or(|f| f.step != step) {
+            let mut f = g.spare.pop().unwrap_or_default();
+            f.step = step;
+            g.in_flight.push_back(f);
+        }
+        g.in_flight.back_mut().expect("just opened")
+    }
+
+    /// The flight of in-flight step `step`, if it ran grouped streams and has not completed.
+    fn flight_at(&mut self, step: u64) -> Option<&mut Flight> {
+        if step == NEVER || step < self.completed {
+            return None;
+        }
+        self.grouped
+            .in_flight
+            .iter_mut()
+            .rev()
+            .find(|f| f.step == step)
+    }
+
+    /// Queue positions `lo..hi` of table `t` (in `page`) for checking when `step` completes.
+    fn queue_grouped(&mut self, seq: u32, t: usize, page: u32, lo: u64, hi: u64, step: u64) {
+        if lo >= hi {
+            return;
+        }
+        if let Some(f) = self.flight_at(step) {
+            f.checks.push(GCheck {
+                seq,
+                table: t as u32,
+                lo,
+                hi,
+                page,
+                clobbered: false,
+            });
         }
     }
 
-    fn put_checks(&mut self, step: u64, checks: Vec<GCheck>) {
-        match self.grouped.in_flight.back_mut() {
-            Some((s, v)) if *s == step => *v = checks,
-            _ => self.grouped.in_flight.push_back((step, checks)),
+    /// Register stream `idx`'s block `b` of table `t` as a reader of `page`.
+    fn hold_page(&mut self, idx: u32, t: usize, b: u64, page: u32, step: u64) {
+        let Kind::Grouped(cells) = &self.grouped.kind else {
+            return;
+        };
+        let Some(c) = chunk(cells.tables(), t as u32, b) else {
+            self.violation(format!(
+                "step {step}: block {b} of table {t} is past what the shadow can index"
+            ));
+            return;
+        };
+        if let Some(r) = self.grouped.readers.as_mut() {
+            r.hold(u64::from(page), Holder { seq: idx, chunk: c });
         }
     }
 
-    /// Queue the reads of table `t` (positions `readable_from(shape, end) .. end`) and bring the
-    /// stream's record of it up to `table`.
+    /// Stream `idx`'s record drops block `b` of table `t` (page `page`; the step before read
+    /// positions `lo..hi` of it): unheld now, or when step `prev` retires if it is in flight.
+    #[allow(clippy::too_many_arguments)]
+    fn release_page(&mut self, idx: u32, t: usize, b: u64, page: u32, lo: u64, hi: u64, prev: u64) {
+        let Kind::Grouped(cells) = &self.grouped.kind else {
+            return;
+        };
+        let Some(c) = chunk(cells.tables(), t as u32, b) else {
+            return;
+        };
+        let holder = Holder { seq: idx, chunk: c };
+        if let Some(f) = self.flight_at(prev) {
+            f.released.push(Released {
+                holder,
+                page,
+                lo,
+                hi,
+            });
+            return;
+        }
+        if let Some(r) = self.grouped.readers.as_mut() {
+            r.unhold(u64::from(page), holder);
+        }
+    }
+
+    /// Drop every record of stream `idx` (a swap-out, a stream gone), keeping the pages held
+    /// until step `prev` retires if it is in flight.
+    pub(super) fn drop_records(&mut self, idx: u32, prev: u64) {
+        let Some(st) = self.grouped.streams.get_mut(idx as usize) else {
+            return;
+        };
+        let tables = std::mem::take(&mut st.tables);
+        st.recheck.clear();
+        for (t, seen) in tables.iter().enumerate() {
+            let Kind::Grouped(cells) = &self.grouped.kind else {
+                return;
+            };
+            let Some(bt) = cells.block_tokens(t as u32).map(u64::from) else {
+                continue;
+            };
+            for (b, &page) in (seen.first_block..).zip(&seen.pages) {
+                let (lo, hi) = in_block(b, bt, seen.lo, seen.end);
+                self.release_page(idx, t, b, page, lo, hi, prev);
+            }
+        }
+    }
+
+    /// The common case of a table, in place: nothing was invalidated, the window did not move
+    /// back, the positions read before are still read and the pages they lie in are the ones
+    /// checked last time. Blocks that left the read range are released, blocks that entered it
+    /// are held and checked. Returns false, having changed nothing, otherwise.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn observe_unmoved(
+        &mut self,
+        idx: u32,
+        t: usize,
+        shape: &TableShape,
+        table: &GroupTable,
+        (context, end): (u64, u64),
+        prev: u64,
+        step: u64,
+    ) -> bool {
+        let bt = u64::from(shape.block_tokens.max(1));
+        let lo = readable_from(shape, end);
+        let seen = &self.grouped.streams[idx as usize].tables[t];
+        if lo >= end || seen.pages.is_empty() || lo < seen.lo || context < seen.end || seen.end < lo
+        {
+            return false;
+        }
+        let (b0, b1) = (lo / bt, (end - 1) / bt + 1);
+        let (s0, s1) = (seen.first_block, seen.end_block());
+        let (m0, m1) = (table.first_block, table.end_block());
+        // The table maps everything read; the record starts at or before the read range and
+        // ends inside it (a decode adds at most a block at the end).
+        if b0 < s0 || b0 < m0 || b1 > m1 || s1 > b1 || s1 <= b0 {
+            return false;
+        }
+        let (k0, k1) = ((b0 - s0) as usize, (s1 - s0) as usize);
+        let (j0, j1) = ((b0 - m0) as usize, (s1 - m0) as usize);
+        if seen.pages[k0..k1] != table.pages[j0..j1] {
+            return false;
+        }
+        // Unmoved. Positions `seen.end .. context` entered without this step writing them.
+        let (old_lo, old_end) = (seen.lo, seen.end);
+        self.report.read_slots += end - lo;
+        for b in s0..b0 {
+            let page = self.grouped.streams[idx as usize].tables[t].pages[(b - s0) as usize];
+            let (plo, phi) = in_block(b, bt, old_lo, old_end);
+            self.release_page(idx, t, b, page, plo, phi, prev);
+        }
+        let seen = &mut self.grouped.streams[idx as usize].tables[t];
+        seen.pages.drain(..k0);
+        seen.first_block = b0;
+        seen.lo = lo;
+        seen.end = end;
+        if old_end < context {
+            for b in (old_end / bt)..s1 {
+                let page = self.grouped.streams[idx as usize].tables[t].pages[(b - b0) as usize];
+                let (plo, phi) = in_block(b, bt, old_end, context);
+                self.queue_grouped(idx, t, page, plo, phi, step);
+            }
+        }
+        for b in s1..b1 {
+            let page = table.pages[(b - m0) as usize];
+            self.enter_block(idx, t, b, page, bt, (lo, context), step);
+            self.grouped.streams[idx as usize].tables[t]
+                .pages
+                .push(page);
+        }
+        true
+    }
+
+    /// Block `b` (page `page`) enters stream `idx`'s record of table `t`: held, and its
+    /// positions in `lo..context` (the rest the step writes itself) checked at completion.
+    #[allow(clippy::too_many_arguments)]
+    fn enter_block(
+        &mut self,
+        idx: u32,
+        t: usize,
+        b: u64,
+        page: u32,
+        bt: u64,
+        (lo, context): (u64, u64),
+        step: u64,
+    ) {
+        let Kind::Grouped(cells) = &self.grouped.kind else {
+            return;
+        };
+        if !cells.has_page(page) {
+            let id = self.seqs[idx as usize].id;
+            self.violation(format!(
+                "step {step}: stream {id}'s table {t} names page {page}, outside the pool"
+            ));
+            return;
+        }
+        self.hold_page(idx, t, b, page, step);
+        let (plo, phi) = in_block(b, bt, lo, context);
+        self.queue_grouped(idx, t, page, plo, phi, step);
+    }
+
+    /// Bring stream `idx`'s record of table `t` up to `table` for a read of positions
+    /// `readable_from(shape, end) .. end`, block by block: release what left, hold and check
+    /// what entered or moved, re-check what a foreign write invalidated.
     #[allow(clippy::too_many_arguments)]
     fn observe_table(
         &mut self,
@@ -208,94 +466,77 @@ impl Shadow {
         t: usize,
         shape: &TableShape,
         table: &GroupTable,
-        end: u64,
+        (context, end): (u64, u64),
+        prev: u64,
         step: u64,
-        checks: &mut Vec<GCheck>,
+        recheck: &[(u32, u64)],
     ) {
-        let Kind::Grouped(cells) = &self.grouped.kind else {
-            return;
-        };
         let bt = u64::from(shape.block_tokens.max(1));
         let lo = readable_from(shape, end);
-        self.report.read_slots += end - lo;
-        if lo >= end {
-            return;
-        }
-        let (b0, b1) = (lo / bt, (end - 1) / bt + 1);
-        let old = std::mem::take(&mut self.grouped.streams[idx as usize].tables[t]);
-        let mut seen = Seen {
-            first_block: b0,
-            blocks: Vec::with_capacity((b1 - b0) as usize),
+        self.report.read_slots += end.saturating_sub(lo);
+        let (m0, m1) = (table.first_block, table.end_block());
+        let (mut b0, mut b1) = if lo < end {
+            (lo / bt, (end - 1) / bt + 1)
+        } else {
+            (0, 0)
         };
-        let mut missing: Option<u64> = None;
-        let mut outside: Option<u32> = None;
-        for b in b0..b1 {
-            let (plo, phi) = ((b * bt).max(lo), ((b + 1) * bt).min(end));
-            // The page of block `b` (`plo / bt == b`), as `cell` finds it, without the division.
-            let mapped = b
-                .checked_sub(table.first_block)
-                .and_then(|i| table.pages.get(usize::try_from(i).ok()?));
-            let Some(&page) = mapped else {
-                missing.get_or_insert(plo);
-                // Keep the record aligned: an unmapped block is re-checked once mapped.
-                seen.blocks.push(Block {
-                    page: u32::MAX,
-                    ver: 0,
-                    checked_to: 0,
-                });
-                continue;
-            };
-            let Some(ver) = cells.ver(page) else {
-                outside.get_or_insert(page);
-                seen.blocks.push(Block {
-                    page: u32::MAX,
-                    ver: 0,
-                    checked_to: 0,
-                });
-                continue;
-            };
-            let known = b
-                .checked_sub(old.first_block)
-                .and_then(|k| old.blocks.get(usize::try_from(k).ok()?));
-            let forced =
-                !matches!(known, Some(k) if k.page == page && k.ver == ver && k.checked_to >= phi);
-            checks.push(GCheck {
-                seq: idx,
-                table: t as u32,
-                lo: plo,
-                hi: phi,
-                page,
-                ver,
-                forced,
-            });
-            seen.blocks.push(Block {
-                page,
-                ver,
-                checked_to: phi,
-            });
-        }
-        self.grouped.streams[idx as usize].tables[t] = seen;
-        let id = self.seqs[idx as usize].id;
-        if let Some(pos) = missing {
-            let why = if (pos / bt) < table.first_block {
-                "which the table no longer holds (released)"
+        if b0 < b1 && (b0 < m0 || b1 > m1) {
+            let (pos, why) = if b0 < m0 {
+                (lo, "which the table no longer holds (released)")
             } else {
-                "which the table does not map"
+                ((m1 * bt).max(lo), "which the table does not map")
             };
+            let id = self.seqs[idx as usize].id;
             self.violation(format!(
                 "step {step}: stream {id} reads position {pos} of table {t}, {why}"
             ));
+            // Record only what is mapped: the rest is looked at again next step.
+            b0 = b0.max(m0);
+            b1 = b1.min(m1).max(b0);
         }
-        if let Some(page) = outside {
-            self.violation(format!(
-                "step {step}: stream {id}'s table {t} names page {page}, outside the pool"
-            ));
+        let old = std::mem::take(&mut self.grouped.streams[idx as usize].tables[t]);
+        for (b, &page) in (old.first_block..).zip(&old.pages) {
+            if b < b0 || b >= b1 || table.pages[(b - m0) as usize] != page {
+                let (plo, phi) = in_block(b, bt, old.lo, old.end);
+                self.release_page(idx, t, b, page, plo, phi, prev);
+            }
         }
+        let mut pages = Vec::with_capacity((b1 - b0) as usize);
+        for b in b0..b1 {
+            let page = table.pages[(b - m0) as usize];
+            pages.push(page);
+            if old.page(b) != Some(page) {
+                self.enter_block(idx, t, b, page, bt, (lo, context), step);
+                continue;
+            }
+            let (plo, phi) = in_block(b, bt, lo, context);
+            if recheck.contains(&(t as u32, b)) {
+                self.queue_grouped(idx, t, page, plo, phi, step);
+                continue;
+            }
+            // Positions of the block read now but not read (or not written) last time.
+            if plo < old.lo.min(phi) {
+                self.queue_grouped(idx, t, page, plo, old.lo.min(phi), step);
+            }
+            let from = old.end.max(plo);
+            if from < phi {
+                self.queue_grouped(idx, t, page, from, phi, step);
+            }
+        }
+        self.grouped.streams[idx as usize].tables[t] = Seen {
+            first_block: b0,
+            pages,
+            lo,
+            end,
+        };
     }
 
-    /// Write the step's new tokens (`context .. end`) into table `t`. A position before the
-    /// window of the step's last token that the table no longer maps is not written (its layers
-    /// never read it again); any other unmapped position is a violation.
+    /// Write the step's new tokens (`context .. end`) into table `t`, a block's run at a time.
+    /// A position before the window of the step's last token that the table no longer maps is
+    /// not written (its layers never read it again); any other unmapped position is a
+    /// violation. A write that changes a cell someone else holds is shown to them
+    /// (`shadow_grouped_moves.rs`); where the writer alone holds the page, the run is stored
+    /// blind.
     fn write_table(
         &mut self,
         idx: u32,
@@ -305,39 +546,35 @@ impl Shadow {
         w: &SeqWork,
         step: u64,
     ) {
-        let Kind::Grouped(cells) = &mut self.grouped.kind else {
-            return;
-        };
-        let s = &self.seqs[idx as usize];
         let (from, to) = (
             u64::from(w.context_tokens),
             u64::from(w.context_tokens) + u64::from(w.new_tokens),
         );
         let lo = readable_from(shape, to);
+        let bt = u64::from(shape.block_tokens.max(1));
         let mut bad: Option<(u64, &str)> = None;
-        for pos in from..to {
-            let Some(&token) = s.history.get(pos as usize) else {
-                bad.get_or_insert((pos, "whose token is unknown"));
-                break;
+        let known = (self.seqs[idx as usize].history.len() as u64).min(to);
+        if known < to {
+            bad = Some((known.max(from), "whose token is unknown"));
+        }
+        let mut pos = from;
+        while pos < known {
+            let b = pos / bt;
+            let run_end = ((b + 1) * bt).min(known);
+            let Some(page) = b
+                .checked_sub(table.first_block)
+                .and_then(|k| table.pages.get(usize::try_from(k).ok()?).copied())
+            else {
+                if run_end > lo {
+                    bad.get_or_insert((pos.max(lo), "which the table does not map"));
+                }
+                pos = run_end;
+                continue;
             };
-            match cell(shape, table, pos) {
-                Some((page, off)) => {
-                    let tag = Tag {
-                        pos: pos as u32,
-                        token,
-                        writer: s.writer,
-                    };
-                    if cells.write(page, off, tag) {
-                        self.report.written_slots += 1;
-                    } else {
-                        bad.get_or_insert((pos, "into a page outside the pool"));
-                    }
-                }
-                None if pos < lo => {}
-                None => {
-                    bad.get_or_insert((pos, "which the table does not map"));
-                }
+            if !self.write_block_run(idx, t, b, page, (pos, run_end), bt) {
+                bad.get_or_insert((pos, "into a page outside the pool"));
             }
+            pos = run_end;
         }
         if let Some((pos, why)) = bad {
             self.violation(format!(
@@ -347,195 +584,58 @@ impl Shadow {
         }
     }
 
-    /// A grouped run's copy: whole pages (`CopyOp` slots are `page × page_slots`), every cell.
-    pub(super) fn copy_grouped(&mut self, c: &CopyOp, step: u64) {
-        let Kind::Grouped(cells) = &mut self.grouped.kind else {
-            return;
-        };
-        let ps = u64::from(cells.page_slots());
-        let len = u64::from(c.len_tokens);
-        if !c.src_slot.is_multiple_of(ps)
-            || !c.dst_slot.is_multiple_of(ps)
-            || !len.is_multiple_of(ps)
-        {
-            self.violation(format!(
-                "step {step}: copy of {len} slots from slot {} to slot {} is not whole pages of \
-                 {ps} slots",
-                c.src_slot, c.dst_slot
-            ));
-            return;
-        }
-        for k in 0..len / ps {
-            let (src, dst) = (c.src_slot / ps + k, c.dst_slot / ps + k);
-            let (Ok(src), Ok(dst)) = (u32::try_from(src), u32::try_from(dst)) else {
-                self.violation(format!(
-                    "step {step}: copy from page {src} to page {dst}, outside the pool"
-                ));
-                return;
-            };
-            match cells.copy_page(src, dst) {
-                Some(n) => self.report.written_slots += n,
-                None => {
-                    self.violation(format!(
-                        "step {step}: copy from page {src} to page {dst}, outside the pool"
-                    ));
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A swap-out keeps the tags of what every table still reads on the host; a swap-in writes
-    /// them back through the layout handed out now.
-    pub(super) fn swap_grouped(
+    /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
+    /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
+    /// False when the page is outside the pool.
+    fn write_block_run(
         &mut self,
-        seq: SeqId,
-        direction: SwapDirection,
-        tokens: u32,
-        cache: &dyn KvCacheManager,
-        step: u64,
-    ) {
-        let Some(idx) = self.idx_of(seq, step, "a swap") else {
-            return;
-        };
-        let Some(SeqLayout::Grouped { shapes, tables, .. }) = cache.layout(seq) else {
-            self.violation(format!(
-                "step {step}: swap of stream {seq}, which has no grouped layout"
-            ));
-            return;
-        };
+        idx: u32,
+        t: usize,
+        b: u64,
+        page: u32,
+        (from, to): (u64, u64),
+        bt: u64,
+    ) -> bool {
         let Kind::Grouped(cells) = &mut self.grouped.kind else {
-            return;
+            return true;
         };
-        let i = idx as usize;
-        if self.grouped.streams.len() <= i {
-            self.grouped.streams.resize_with(i + 1, Stream::default);
-        }
-        let end = u64::from(tokens);
-        match direction {
-            SwapDirection::Out => {
-                let host = shapes
-                    .iter()
-                    .zip(tables)
-                    .map(|(shape, table)| {
-                        let lo = readable_from(shape, end);
-                        let tags = (lo..end)
-                            .map(|p| {
-                                cell(shape, table, p)
-                                    .and_then(|(page, off)| cells.get(page, off))
-                                    .unwrap_or(Tag::EMPTY)
-                            })
-                            .collect();
-                        (lo, tags)
-                    })
-                    .collect();
-                self.grouped.streams[i].host = Some(host);
-                self.seqs[i].last_step = step;
-            }
-            SwapDirection::In => {
-                let Some(host) = self.grouped.streams[i].host.take() else {
-                    self.violation(format!(
-                        "step {step}: swap-in of stream {seq}, which was never swapped out"
-                    ));
-                    return;
-                };
-                let mut unmapped = None;
-                for ((shape, table), (lo, tags)) in shapes.iter().zip(tables).zip(host) {
-                    for (p, tag) in (lo..).zip(tags).take_while(|(p, _)| *p < end) {
-                        match cell(shape, table, p) {
-                            Some((page, off)) if cells.write(page, off, tag) => {
-                                self.report.written_slots += 1;
-                            }
-                            _ => {
-                                unmapped.get_or_insert(p);
-                            }
-                        }
-                    }
-                }
-                if let Some(p) = unmapped {
-                    self.violation(format!(
-                        "step {step}: swap-in of stream {seq}: position {p} is not mapped"
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Step `step` completed: compare the cells of every block it read that was new, moved or
-    /// rewritten since it was last checked.
-    pub(super) fn complete_grouped(&mut self, step: u64) {
-        while let Some((s, _)) = self.grouped.in_flight.front() {
-            if *s > step {
-                return;
-            }
-            let Some((_, mut done)) = self.grouped.in_flight.pop_front() else {
-                return;
+        let s = &self.seqs[idx as usize];
+        let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
+        let alone = own.is_some_and(|h| {
+            self.grouped
+                .readers
+                .as_ref()
+                .is_none_or(|r| r.only(u64::from(page), h.seq, h.chunk))
+        });
+        let tokens = &s.history[from as usize..to as usize];
+        let off = (from % bt) as u32;
+        if alone {
+            let Some(_) = cells.write_run(page, off, tokens, from as u32, s.writer) else {
+                return false;
             };
-            for c in &done {
-                // The common case, a block read unchanged, costs one version look-up here.
-                if !c.forced {
-                    if let Kind::Grouped(cells) = &self.grouped.kind {
-                        if cells.ver(c.page) == Some(c.ver) {
-                            continue;
-                        }
-                    }
-                }
-                self.check_block(c, step);
-            }
-            done.clear();
-            self.grouped.spare.push(done);
+            self.report.written_slots += to - from;
+            return true;
         }
-    }
-
-    fn check_block(&mut self, c: &GCheck, step: u64) {
-        let Kind::Grouped(cells) = &self.grouped.kind else {
-            return;
-        };
-        if !c.forced && cells.ver(c.page) == Some(c.ver) {
-            return;
-        }
-        let r = &self.seqs[c.seq as usize];
-        let Some(bt) = cells.block_tokens(c.table) else {
-            return;
-        };
-        let mut first_bad = None;
-        let mut bad = 0u64;
-        for pos in c.lo..c.hi {
-            let tag = cells
-                .get(c.page, (pos % u64::from(bt)) as u32)
-                .unwrap_or(Tag::EMPTY);
-            if !expects(&r.history, r.scope, pos as u32, &tag, &self.writers) {
-                bad += 1;
-                first_bad.get_or_insert((pos, tag));
-            }
-        }
-        self.report.checked_slots += c.hi - c.lo;
-        if let Some((pos, tag)) = first_bad {
-            let why = mismatch(
-                &r.history,
-                r.scope,
-                pos as u32,
-                &tag,
-                &self.writers,
-                &self.scope_keys,
-            )
-            .unwrap_or_default();
-            let more = if bad > 1 {
-                format!(" ({} more in the block)", bad - 1)
-            } else {
-                String::new()
+        let writer = s.writer;
+        for pos in from..to {
+            let tag = Tag {
+                pos: pos as u32,
+                token: self.seqs[idx as usize].history[pos as usize],
+                writer,
             };
-            let msg = format!(
-                "step {step}: stream {} read position {pos} of table {} at page {} offset {}, \
-                 but {why}{more}",
-                r.id,
-                c.table,
-                c.page,
-                pos % u64::from(bt)
-            );
-            self.violation(msg);
-            // Every wrong cell counts, as in the flat shadow; one message a block.
-            self.report.violations += bad - 1;
+            let off = (pos % bt) as u32;
+            let changed = match &mut self.grouped.kind {
+                Kind::Grouped(cells) => cells.write(page, off, tag),
+                _ => None,
+            };
+            let Some(changed) = changed else {
+                return false;
+            };
+            self.report.written_slots += 1;
+            if changed {
+                self.clobber(page, off, tag, own);
+            }
         }
+        true
     }
 }

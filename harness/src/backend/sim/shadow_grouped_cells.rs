@@ -1,7 +1,7 @@
 //! The cell store of the grouped shadow: one [`Tag`] per cell `(page, offset)` of the pool (every
 //! page as long as the largest table's `block_tokens`, so a page keeps its cells whichever
-//! table maps it next), and one version per page, bumped by every write that changes a tag.
-//! Allocated page by page on first touch, like the flat store.
+//! table maps it next). Allocated page by page on first touch, like the flat store. A write
+//! says whether it changed the cell: only a change can surprise a reader.
 
 use kvbench_cache_api::{GroupTable, TableShape};
 
@@ -10,7 +10,6 @@ use crate::backend::sim::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 #[derive(Debug)]
 pub(in crate::backend::sim) struct Cells {
     tags: LazyArray<Tag>,
-    vers: LazyArray<u64>,
     /// Cells a page (the largest `block_tokens` of the run).
     stride: u32,
     page_slots: u32,
@@ -46,10 +45,8 @@ impl Cells {
                 )
             })?;
         let tags = LazyArray::new(cells, Tag::EMPTY).ok_or("cell store too large")?;
-        let vers = LazyArray::new(pages, 0u64).ok_or("page versions too large")?;
         Ok(Cells {
             tags,
-            vers,
             stride,
             page_slots,
             pages,
@@ -98,57 +95,95 @@ impl Cells {
             .then(|| u64::from(page) * u64::from(self.stride) + u64::from(off))
     }
 
-    /// The page's version, or `None` outside the pool.
-    pub fn ver(&self, page: u32) -> Option<u64> {
-        self.vers.get(u64::from(page)).copied()
+    /// Pages in the pool.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// The number of tables of the run's layouts.
+    pub fn tables(&self) -> u32 {
+        self.shapes.len() as u32
+    }
+
+    pub fn has_page(&self, page: u32) -> bool {
+        u64::from(page) < self.pages
     }
 
     pub fn get(&self, page: u32, off: u32) -> Option<Tag> {
         self.tags.get(self.index(page, off)?).copied()
     }
 
-    /// Store `tag`; false outside the pool.
-    pub fn write(&mut self, page: u32, off: u32, tag: Tag) -> bool {
-        let Some(i) = self.index(page, off) else {
-            return false;
-        };
-        let Some(t) = self.tags.get_mut(i) else {
-            return false;
-        };
-        if *t == tag {
-            return true;
-        }
+    /// Store `tag`: whether the cell changed, or `None` outside the pool.
+    #[inline]
+    pub fn write(&mut self, page: u32, off: u32, tag: Tag) -> Option<bool> {
+        let t = self.tags.get_mut(self.index(page, off)?)?;
+        let changed = *t != tag;
         *t = tag;
-        self.bump(page);
-        true
+        Some(changed)
     }
 
-    fn bump(&mut self, page: u32) {
-        if let Some(v) = self.vers.get_mut(u64::from(page)) {
-            *v = v.wrapping_add(1);
+    /// Store the tags of positions `pos..` (tokens `tokens`, writer `writer`) from cell `(page,
+    /// off)` on, within the page: whether any cell changed, or `None` when the run leaves the
+    /// page or the pool.
+    #[inline]
+    pub fn write_run(
+        &mut self,
+        page: u32,
+        off: u32,
+        tokens: &[u32],
+        pos: u32,
+        writer: u32,
+    ) -> Option<bool> {
+        let len = u32::try_from(tokens.len()).ok()?;
+        if off.checked_add(len)? > self.stride {
+            return None;
         }
-    }
-
-    /// Copy every cell of page `src` to page `dst`; the cells written, or `None` outside the
-    /// pool.
-    pub fn copy_page(&mut self, src: u32, dst: u32) -> Option<u64> {
-        let (s0, d0) = (self.index(src, 0)?, self.index(dst, 0)?);
+        let mut i = self.index(page, off)?;
+        let mut done = 0usize;
         let mut changed = false;
-        for k in 0..u64::from(self.stride) {
-            let tag = self.tags.get(s0 + k).copied().unwrap_or(Tag::EMPTY);
-            if let Some(t) = self.tags.get_mut(d0 + k) {
+        while done < tokens.len() {
+            // Within one page of cells a run may still cross a page of the lazy store.
+            let run = self.tags.run_mut(i, (tokens.len() - done) as u64)?;
+            let n = run.len();
+            let from = pos + done as u32;
+            for ((t, &token), p) in run.iter_mut().zip(&tokens[done..]).zip(from..) {
+                let tag = Tag {
+                    pos: p,
+                    token,
+                    writer,
+                };
                 changed |= *t != tag;
                 *t = tag;
             }
+            done += n;
+            i += n as u64;
         }
-        if changed {
-            self.bump(dst);
+        Some(changed)
+    }
+
+    /// Copy every cell of page `src` to page `dst`, the offsets whose cell changed into
+    /// `changed` (cleared first); the cells written, or `None` outside the pool.
+    pub fn copy_page(&mut self, src: u32, dst: u32, changed: &mut Vec<u32>) -> Option<u64> {
+        let (s0, d0) = (self.index(src, 0)?, self.index(dst, 0)?);
+        changed.clear();
+        for k in 0..self.stride {
+            let tag = self
+                .tags
+                .get(s0 + u64::from(k))
+                .copied()
+                .unwrap_or(Tag::EMPTY);
+            if let Some(t) = self.tags.get_mut(d0 + u64::from(k)) {
+                if *t != tag {
+                    *t = tag;
+                    changed.push(k);
+                }
+            }
         }
         Some(u64::from(self.stride))
     }
 
     pub fn allocated_bytes(&self) -> u64 {
-        self.tags.allocated_bytes() + self.vers.allocated_bytes()
+        self.tags.allocated_bytes()
     }
 }
 
@@ -178,30 +213,49 @@ mod tests {
     }
 
     #[test]
-    fn a_changing_write_or_copy_moves_the_page_version_and_the_same_tag_does_not() {
+    fn a_write_or_copy_says_which_cells_changed_and_the_same_tag_changes_none() {
         let mut c = Cells::new(4, &shapes(), 4 * 10 + 3).expect("fits");
-        assert_eq!(c.ver(9), Some(0));
-        assert_eq!(c.ver(10), None, "10 pages: 43 slots hold 10 pages of 4");
-        assert!(
+        assert!(c.has_page(9));
+        assert!(!c.has_page(10), "10 pages: 43 slots hold 10 pages of 4");
+        assert_eq!(
             c.write(2, 7, tag(7)),
+            Some(true),
             "a page holds the largest block: 8 cells"
         );
-        assert!(!c.write(2, 8, tag(8)), "offset past the largest block");
-        assert!(!c.write(10, 0, tag(0)), "page past the pool");
-        assert_eq!(c.ver(2), Some(1));
-        assert!(c.write(2, 7, tag(7)));
-        assert_eq!(c.ver(2), Some(1), "the same tag again changes nothing");
-        assert_eq!(c.copy_page(2, 5), Some(8));
+        assert_eq!(c.write(2, 8, tag(8)), None, "offset past the largest block");
+        assert_eq!(c.write(10, 0, tag(0)), None, "page past the pool");
+        assert_eq!(
+            c.write(2, 7, tag(7)),
+            Some(false),
+            "the same tag again changes nothing"
+        );
+        let mut changed = vec![99];
+        assert_eq!(c.copy_page(2, 5, &mut changed), Some(8));
+        assert_eq!(changed, vec![7]);
         assert_eq!(c.get(5, 7), Some(tag(7)));
         assert_eq!(c.get(5, 0), Some(Tag::EMPTY));
-        assert_eq!(c.ver(5), Some(1));
-        assert_eq!(c.copy_page(2, 5), Some(8));
-        assert_eq!(
-            c.ver(5),
-            Some(1),
+        assert_eq!(c.copy_page(2, 5, &mut changed), Some(8));
+        assert!(
+            changed.is_empty(),
             "a copy of the same cells changes nothing"
         );
-        assert_eq!(c.copy_page(2, 10), None);
+        assert_eq!(c.copy_page(2, 10, &mut changed), None);
+    }
+
+    #[test]
+    fn a_run_writes_within_its_page_and_says_whether_it_changed_anything() {
+        let mut c = Cells::new(4, &shapes(), 4 * 10).expect("fits");
+        assert_eq!(c.write_run(3, 2, &[5, 6], 10, 1), Some(true));
+        assert_eq!(c.get(3, 2).map(|t| (t.pos, t.token)), Some((10, 5)));
+        assert_eq!(c.get(3, 3).map(|t| (t.pos, t.token)), Some((11, 6)));
+        assert_eq!(c.write_run(3, 2, &[5, 6], 10, 1), Some(false));
+        assert_eq!(c.write_run(3, 2, &[5, 7], 10, 1), Some(true));
+        assert_eq!(
+            c.write_run(3, 7, &[5, 6], 10, 1),
+            None,
+            "past the page's 8 cells"
+        );
+        assert_eq!(c.write_run(10, 0, &[5], 10, 1), None, "past the pool");
     }
 
     #[test]
