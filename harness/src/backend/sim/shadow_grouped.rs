@@ -92,13 +92,31 @@ struct Stream {
 
 /// One table of a stream as last checked: the pages of logical blocks `first_block ..`, each
 /// held in the reverse index, and the positions `lo .. end` the step read.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 struct Seen {
     first_block: u64,
     pages: Vec<u32>,
     lo: u64,
     end: u64,
+    /// A page this record is known to be the only reader of ([`NO_PAGE`] if none): the
+    /// stream's writes there need no look at the reverse index. Cleared when anyone else
+    /// starts reading the page or the record lets it go.
+    sole: u32,
 }
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            first_block: 0,
+            pages: Vec::new(),
+            lo: 0,
+            end: 0,
+            sole: NO_PAGE,
+        }
+    }
+}
+
+const NO_PAGE: u32 = u32::MAX;
 
 impl Seen {
     fn end_block(&self) -> u64 {
@@ -240,7 +258,10 @@ impl Shadow {
         self.flight_of(step);
         let context = u64::from(w.context_tokens);
         let end = context + u64::from(w.new_tokens);
-        let recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
+        let mut recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
+        // Every table followed before any is written: a write through one table then meets
+        // every record of the stream as this step reads it (a record not yet followed would
+        // still name pages the manager let go since, and read as clobbered).
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
             let forced = !recheck.is_empty() && recheck.iter().any(|&(rt, _)| rt == t as u32);
             let span = (context, end);
@@ -248,14 +269,13 @@ impl Shadow {
                 self.observe_table(idx, t, shape, table, span, prev, step, &recheck);
             }
         }
-        let mut recheck = recheck;
+        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
+            self.write_table(idx, t, shape, table, w, step);
+        }
         recheck.clear();
         let st = &mut self.grouped.streams[i];
         if st.recheck.is_empty() {
             st.recheck = recheck;
-        }
-        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.write_table(idx, t, shape, table, w, step);
         }
     }
 
@@ -310,8 +330,22 @@ impl Shadow {
             ));
             return;
         };
-        if let Some(r) = self.grouped.readers.as_mut() {
-            r.hold(u64::from(page), Holder { seq: idx, chunk: c });
+        let tables = cells.tables().max(1);
+        let was = self
+            .grouped
+            .readers
+            .as_mut()
+            .and_then(|r| r.hold(u64::from(page), Holder { seq: idx, chunk: c }));
+        if let Some(was) = was {
+            // Not alone any more.
+            let seen = self
+                .grouped
+                .streams
+                .get_mut(was.seq as usize)
+                .and_then(|st| st.tables.get_mut((was.chunk % tables) as usize));
+            if let Some(seen) = seen.filter(|s| s.sole == page) {
+                seen.sole = NO_PAGE;
+            }
         }
     }
 
@@ -326,6 +360,14 @@ impl Shadow {
             return;
         };
         let holder = Holder { seq: idx, chunk: c };
+        let seen = self
+            .grouped
+            .streams
+            .get_mut(idx as usize)
+            .and_then(|st| st.tables.get_mut(t));
+        if let Some(seen) = seen.filter(|s| s.sole == page) {
+            seen.sole = NO_PAGE;
+        }
         if let Some(f) = self.flight_at(prev) {
             f.released.push(Released {
                 holder,
@@ -388,6 +430,18 @@ impl Shadow {
         let (b0, b1) = (lo / bt, (end - 1) / bt + 1);
         let (s0, s1) = (seen.first_block, seen.end_block());
         let (m0, m1) = (table.first_block, table.end_block());
+        // A decode inside the blocks read last time: compare, move the read range, done.
+        if b0 == s0 && b1 == s1 && m0 <= b0 && b1 <= m1 && context == seen.end {
+            let j0 = (b0 - m0) as usize;
+            if seen.pages[..] != table.pages[j0..j0 + seen.pages.len()] {
+                return false;
+            }
+            self.report.read_slots += end - lo;
+            let seen = &mut self.grouped.streams[idx as usize].tables[t];
+            seen.lo = lo;
+            seen.end = end;
+            return true;
+        }
         // The table maps everything read; the record starts at or before the read range and
         // ends inside it (a decode adds at most a block at the end).
         if b0 < s0 || b0 < m0 || b1 > m1 || s1 > b1 || s1 <= b0 {
@@ -528,6 +582,7 @@ impl Shadow {
             pages,
             lo,
             end,
+            sole: NO_PAGE,
         };
     }
 
@@ -601,12 +656,33 @@ impl Shadow {
         };
         let s = &self.seqs[idx as usize];
         let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
-        let alone = own.is_some_and(|h| {
-            self.grouped
-                .readers
-                .as_ref()
-                .is_none_or(|r| r.only(u64::from(page), h.seq, h.chunk))
-        });
+        let seen = self
+            .grouped
+            .streams
+            .get_mut(idx as usize)
+            .and_then(|st| st.tables.get_mut(t));
+        let alone = match seen {
+            Some(seen) if seen.sole == page && seen.page(b) == Some(page) => true,
+            seen => {
+                let alone = own.is_some_and(|h| {
+                    self.grouped
+                        .readers
+                        .as_ref()
+                        .is_some_and(|r| r.only(u64::from(page), h.seq, h.chunk))
+                });
+                // Known alone from here on if this record is the page's one reader.
+                let sole = alone
+                    && self
+                        .grouped
+                        .readers
+                        .as_ref()
+                        .is_some_and(|r| r.sole(u64::from(page), idx));
+                if let Some(seen) = seen.filter(|_| sole) {
+                    seen.sole = page;
+                }
+                alone
+            }
+        };
         let tokens = &s.history[from as usize..to as usize];
         let off = (from % bt) as u32;
         if alone {
