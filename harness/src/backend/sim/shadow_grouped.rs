@@ -26,7 +26,8 @@
 //!
 //! This file is a child module of `shadow.rs` (it reads the streams' histories and scopes and
 //! reports through the same [`ShadowReport`]); `shadow_grouped_cells.rs` holds the cell store,
-//! `shadow_grouped_moves.rs` copies, swaps, foreign writes and completion.
+//! `shadow_grouped_write.rs` a step's writes and the fused decode, `shadow_grouped_moves.rs`
+//! copies, swaps, foreign writes and completion.
 
 use std::collections::VecDeque;
 
@@ -39,6 +40,8 @@ use super::*;
 mod cells;
 #[path = "shadow_grouped_moves.rs"]
 mod moves;
+#[path = "shadow_grouped_write.rs"]
+mod write;
 
 use cells::Cells;
 
@@ -68,6 +71,8 @@ pub(super) struct GroupedState {
     scratch: Vec<Holder>,
     /// Offsets a page copy changed.
     changed: Vec<u32>,
+    /// Tables of a fused decode whose write goes through the reverse index.
+    slow: Vec<u32>,
 }
 
 impl GroupedState {
@@ -256,6 +261,9 @@ impl Shadow {
             .tables
             .resize_with(tables.len(), Seen::default);
         self.flight_of(step);
+        if self.decode_grouped(idx, shapes, tables, w, step) {
+            return;
+        }
         let context = u64::from(w.context_tokens);
         let end = context + u64::from(w.new_tokens);
         let mut recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
@@ -584,134 +592,5 @@ impl Shadow {
             end,
             sole: NO_PAGE,
         };
-    }
-
-    /// Write the step's new tokens (`context .. end`) into table `t`, a block's run at a time.
-    /// A position before the window of the step's last token that the table no longer maps is
-    /// not written (its layers never read it again); any other unmapped position is a
-    /// violation. A write that changes a cell someone else holds is shown to them
-    /// (`shadow_grouped_moves.rs`); where the writer alone holds the page, the run is stored
-    /// blind.
-    fn write_table(
-        &mut self,
-        idx: u32,
-        t: usize,
-        shape: &TableShape,
-        table: &GroupTable,
-        w: &SeqWork,
-        step: u64,
-    ) {
-        let (from, to) = (
-            u64::from(w.context_tokens),
-            u64::from(w.context_tokens) + u64::from(w.new_tokens),
-        );
-        let lo = readable_from(shape, to);
-        let bt = u64::from(shape.block_tokens.max(1));
-        let mut bad: Option<(u64, &str)> = None;
-        let known = (self.seqs[idx as usize].history.len() as u64).min(to);
-        if known < to {
-            bad = Some((known.max(from), "whose token is unknown"));
-        }
-        let mut pos = from;
-        while pos < known {
-            let b = pos / bt;
-            let run_end = ((b + 1) * bt).min(known);
-            let Some(page) = b
-                .checked_sub(table.first_block)
-                .and_then(|k| table.pages.get(usize::try_from(k).ok()?).copied())
-            else {
-                if run_end > lo {
-                    bad.get_or_insert((pos.max(lo), "which the table does not map"));
-                }
-                pos = run_end;
-                continue;
-            };
-            if !self.write_block_run(idx, t, b, page, (pos, run_end), bt) {
-                bad.get_or_insert((pos, "into a page outside the pool"));
-            }
-            pos = run_end;
-        }
-        if let Some((pos, why)) = bad {
-            self.violation(format!(
-                "step {step}: stream {} writes position {pos} of table {t}, {why}",
-                w.seq
-            ));
-        }
-    }
-
-    /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
-    /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
-    /// False when the page is outside the pool.
-    fn write_block_run(
-        &mut self,
-        idx: u32,
-        t: usize,
-        b: u64,
-        page: u32,
-        (from, to): (u64, u64),
-        bt: u64,
-    ) -> bool {
-        let Kind::Grouped(cells) = &mut self.grouped.kind else {
-            return true;
-        };
-        let s = &self.seqs[idx as usize];
-        let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
-        let seen = self
-            .grouped
-            .streams
-            .get_mut(idx as usize)
-            .and_then(|st| st.tables.get_mut(t));
-        let alone = match seen {
-            Some(seen) if seen.sole == page && seen.page(b) == Some(page) => true,
-            seen => {
-                let alone = own.is_some_and(|h| {
-                    self.grouped
-                        .readers
-                        .as_ref()
-                        .is_some_and(|r| r.only(u64::from(page), h.seq, h.chunk))
-                });
-                // Known alone from here on if this record is the page's one reader.
-                let sole = alone
-                    && self
-                        .grouped
-                        .readers
-                        .as_ref()
-                        .is_some_and(|r| r.sole(u64::from(page), idx));
-                if let Some(seen) = seen.filter(|_| sole) {
-                    seen.sole = page;
-                }
-                alone
-            }
-        };
-        let tokens = &s.history[from as usize..to as usize];
-        let off = (from % bt) as u32;
-        if alone {
-            let Some(_) = cells.write_run(page, off, tokens, from as u32, s.writer) else {
-                return false;
-            };
-            self.report.written_slots += to - from;
-            return true;
-        }
-        let writer = s.writer;
-        for pos in from..to {
-            let tag = Tag {
-                pos: pos as u32,
-                token: self.seqs[idx as usize].history[pos as usize],
-                writer,
-            };
-            let off = (pos % bt) as u32;
-            let changed = match &mut self.grouped.kind {
-                Kind::Grouped(cells) => cells.write(page, off, tag),
-                _ => None,
-            };
-            let Some(changed) = changed else {
-                return false;
-            };
-            self.report.written_slots += 1;
-            if changed {
-                self.clobber(page, off, tag, own);
-            }
-        }
-        true
     }
 }

@@ -1,0 +1,275 @@
+//! A grouped step's writes: the fused decode (one new token through tables that did not move,
+//! the common stream-step) and the general write of a step's new tokens, a block's run at a
+//! time. A child of `shadow_grouped.rs`, for its records.
+
+use kvbench_cache_api::grouped::readable_from;
+use kvbench_cache_api::{GroupTable, TableShape};
+
+use super::*;
+
+impl Shadow {
+    /// A decode through tables that all read the same blocks as last step, through the same
+    /// pages: compare each table with its record, move the read ranges and store the token's
+    /// tag in every table — blind where the record alone holds its last page. The shape's
+    /// arithmetic is done once per run of tables of one shape (the tables of a layer kind are
+    /// adjacent). Returns false, having changed nothing, when any table needs the general path
+    /// (a block entered or left, a page moved, a re-check is due, the stream is new).
+    pub(super) fn decode_grouped(
+        &mut self,
+        idx: u32,
+        shapes: &[TableShape],
+        tables: &[GroupTable],
+        w: &SeqWork,
+        step: u64,
+    ) -> bool {
+        if w.new_tokens != 1 {
+            return false;
+        }
+        let i = idx as usize;
+        let context = u64::from(w.context_tokens);
+        let end = context + 1;
+        let g = &mut self.grouped;
+        let Some(st) = g.streams.get_mut(i) else {
+            return false;
+        };
+        if !st.recheck.is_empty() || st.tables.len() != tables.len() {
+            return false;
+        }
+        let s = &self.seqs[i];
+        let Some(&token) = s.history.get(context as usize) else {
+            return false;
+        };
+        let Ok(pos) = u32::try_from(context) else {
+            return false;
+        };
+        let tag = Tag {
+            pos,
+            token,
+            writer: s.writer,
+        };
+        // What a shape reads: `lo`, blocks `b0..b1`; recomputed when the shape changes.
+        let span = |shape: &TableShape| {
+            let bt = u64::from(shape.block_tokens.max(1));
+            let lo = readable_from(shape, end);
+            (bt, lo, lo / bt, (end - 1) / bt + 1)
+        };
+        let mut last: Option<(&TableShape, (u64, u64, u64, u64))> = None;
+        for ((shape, table), seen) in shapes.iter().zip(tables).zip(&st.tables) {
+            let (_, lo, b0, b1) = match last {
+                Some((sh, v)) if sh == shape => v,
+                _ => {
+                    let v = span(shape);
+                    last = Some((shape, v));
+                    v
+                }
+            };
+            let m0 = table.first_block;
+            if lo >= end
+                || b0 != seen.first_block
+                || b1 != seen.end_block()
+                || context != seen.end
+                || lo < seen.lo
+                || b0 < m0
+                || b1 > table.end_block()
+            {
+                return false;
+            }
+            let j0 = (b0 - m0) as usize;
+            if seen.pages[..] != table.pages[j0..j0 + seen.pages.len()] {
+                return false;
+            }
+        }
+        // Unmoved everywhere: move the read ranges, store the tag.
+        let Kind::Grouped(cells) = &mut g.kind else {
+            return false;
+        };
+        let mut slow = std::mem::take(&mut g.slow);
+        slow.clear();
+        let (mut read, mut written, mut outside) = (0u64, 0u64, None);
+        let mut last: Option<(&TableShape, (u64, u64, u64, u64))> = None;
+        for (t, (shape, seen)) in shapes.iter().zip(st.tables.iter_mut()).enumerate() {
+            let (bt, lo, _, _) = match last {
+                Some((sh, v)) if sh == shape => v,
+                _ => {
+                    let v = span(shape);
+                    last = Some((shape, v));
+                    v
+                }
+            };
+            seen.lo = lo;
+            seen.end = end;
+            read += end - lo;
+            // The token's block is the record's last (`b1 − 1`), through the same page.
+            let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
+            if seen.sole != page {
+                slow.push(t as u32);
+                continue;
+            }
+            match cells.write(page, (context % bt) as u32, tag) {
+                Some(_) => written += 1,
+                None => {
+                    outside.get_or_insert((t, page));
+                }
+            }
+        }
+        g.slow = slow;
+        self.report.read_slots += read;
+        self.report.written_slots += written;
+        if let Some((t, page)) = outside {
+            self.violation(format!(
+                "step {step}: stream {} writes position {context} of table {t}, into page \
+                 {page} outside the pool",
+                w.seq
+            ));
+        }
+        // Tables whose page someone else may read: through the reverse index.
+        let slow = std::mem::take(&mut self.grouped.slow);
+        for &t in &slow {
+            let t = t as usize;
+            let bt = u64::from(shapes[t].block_tokens.max(1));
+            let page = self.grouped.streams[i].tables[t]
+                .pages
+                .last()
+                .copied()
+                .unwrap_or(NO_PAGE);
+            if !self.write_block_run(idx, t, context / bt, page, (context, end), bt) {
+                self.violation(format!(
+                    "step {step}: stream {} writes position {context} of table {t}, into \
+                     page {page} outside the pool",
+                    w.seq
+                ));
+            }
+        }
+        self.grouped.slow = slow;
+        true
+    }
+
+    /// Write the step's new tokens (`context .. end`) into table `t`, a block's run at a time.
+    /// A position before the window of the step's last token that the table no longer maps is
+    /// not written (its layers never read it again); any other unmapped position is a
+    /// violation. A write that changes a cell someone else holds is shown to them
+    /// (`shadow_grouped_moves.rs`); where the writer alone holds the page, the run is stored
+    /// blind.
+    pub(super) fn write_table(
+        &mut self,
+        idx: u32,
+        t: usize,
+        shape: &TableShape,
+        table: &GroupTable,
+        w: &SeqWork,
+        step: u64,
+    ) {
+        let (from, to) = (
+            u64::from(w.context_tokens),
+            u64::from(w.context_tokens) + u64::from(w.new_tokens),
+        );
+        let lo = readable_from(shape, to);
+        let bt = u64::from(shape.block_tokens.max(1));
+        let mut bad: Option<(u64, &str)> = None;
+        let known = (self.seqs[idx as usize].history.len() as u64).min(to);
+        if known < to {
+            bad = Some((known.max(from), "whose token is unknown"));
+        }
+        let mut pos = from;
+        while pos < known {
+            let b = pos / bt;
+            let run_end = ((b + 1) * bt).min(known);
+            let Some(page) = b
+                .checked_sub(table.first_block)
+                .and_then(|k| table.pages.get(usize::try_from(k).ok()?).copied())
+            else {
+                if run_end > lo {
+                    bad.get_or_insert((pos.max(lo), "which the table does not map"));
+                }
+                pos = run_end;
+                continue;
+            };
+            if !self.write_block_run(idx, t, b, page, (pos, run_end), bt) {
+                bad.get_or_insert((pos, "into a page outside the pool"));
+            }
+            pos = run_end;
+        }
+        if let Some((pos, why)) = bad {
+            self.violation(format!(
+                "step {step}: stream {} writes position {pos} of table {t}, {why}",
+                w.seq
+            ));
+        }
+    }
+
+    /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
+    /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
+    /// False when the page is outside the pool.
+    fn write_block_run(
+        &mut self,
+        idx: u32,
+        t: usize,
+        b: u64,
+        page: u32,
+        (from, to): (u64, u64),
+        bt: u64,
+    ) -> bool {
+        let Kind::Grouped(cells) = &mut self.grouped.kind else {
+            return true;
+        };
+        let s = &self.seqs[idx as usize];
+        let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
+        let seen = self
+            .grouped
+            .streams
+            .get_mut(idx as usize)
+            .and_then(|st| st.tables.get_mut(t));
+        let alone = match seen {
+            Some(seen) if seen.sole == page && seen.page(b) == Some(page) => true,
+            seen => {
+                let alone = own.is_some_and(|h| {
+                    self.grouped
+                        .readers
+                        .as_ref()
+                        .is_some_and(|r| r.only(u64::from(page), h.seq, h.chunk))
+                });
+                // Known alone from here on if this record is the page's one reader.
+                let sole = alone
+                    && self
+                        .grouped
+                        .readers
+                        .as_ref()
+                        .is_some_and(|r| r.sole(u64::from(page), idx));
+                if let Some(seen) = seen.filter(|_| sole) {
+                    seen.sole = page;
+                }
+                alone
+            }
+        };
+        let tokens = &s.history[from as usize..to as usize];
+        let off = (from % bt) as u32;
+        if alone {
+            let Some(_) = cells.write_run(page, off, tokens, from as u32, s.writer) else {
+                return false;
+            };
+            self.report.written_slots += to - from;
+            return true;
+        }
+        let writer = s.writer;
+        for pos in from..to {
+            let tag = Tag {
+                pos: pos as u32,
+                token: self.seqs[idx as usize].history[pos as usize],
+                writer,
+            };
+            let off = (pos % bt) as u32;
+            let changed = match &mut self.grouped.kind {
+                Kind::Grouped(cells) => cells.write(page, off, tag),
+                _ => None,
+            };
+            let Some(changed) = changed else {
+                return false;
+            };
+            self.report.written_slots += 1;
+            if changed {
+                self.clobber(page, off, tag, own);
+            }
+        }
+        true
+    }
+}
