@@ -4,6 +4,7 @@
 //! are accepted where `tiny` is.
 
 mod cpu_groups_support;
+mod support;
 
 use std::process::Command;
 

@@ -87,14 +87,7 @@ fn the_grouped_ledger_is_slots_times_a_page_share_and_contiguous_reserves_the_wi
         assert!(rows.len() > 10, "{mode}: every step is a row");
         let mut peak_allocated = 0;
         for row in &rows {
-            let parts = [
-                "kv_live_bytes",
-                "kv_allocated_unfilled_bytes",
-                "kv_cached_free_bytes",
-                "kv_pending_free_bytes",
-                "kv_free_bytes",
-            ]
-            .map(|k| col(row, k));
+            let parts = LEDGER_COLUMNS.map(|k| col(row, k));
             for (k, b) in parts.iter().enumerate() {
                 assert_eq!(
                     b % slot_bytes(),
@@ -319,16 +312,7 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget_by_the_ba
         let mut checked = 0;
         for row in memory_rows(&out, mode) {
             let live = col(&row, "kv_live_bytes");
-            let total: u64 = [
-                "kv_live_bytes",
-                "kv_allocated_unfilled_bytes",
-                "kv_cached_free_bytes",
-                "kv_pending_free_bytes",
-                "kv_free_bytes",
-            ]
-            .iter()
-            .map(|k| col(&row, k))
-            .sum();
+            let total: u64 = LEDGER_COLUMNS.iter().map(|k| col(&row, k)).sum();
             assert_eq!(total, total_bytes, "{mode}: {row:?}");
             let t: f64 = row["t_ms"].parse().expect("t_ms");
             let holding = held.iter().filter(|&&(a, f)| a < t && f > t).count() as u64;

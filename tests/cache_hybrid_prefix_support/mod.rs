@@ -13,12 +13,7 @@ pub const RECURRENT: usize = 1;
 pub const MLA: usize = 2;
 
 pub fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026);
-    println!("seed {seed} (KVBENCH_SEED={seed} replays)");
-    seed
+    crate::support::seed_or(0x5eed_2026)
 }
 
 pub fn prompt(rng: &mut ChaCha8Rng, len: usize) -> Vec<u32> {

@@ -127,11 +127,7 @@ pub fn run_ops(
                 next_seq += 1;
                 let got = cache.start(seq);
                 if sp > free_pages {
-                    if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
-                        return Err(at(format!(
-                            "expected OutOfPages for the state, got {got:?}"
-                        )));
-                    }
+                    state_refused(got, sp).map_err(at)?;
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
                     let empty = vec![BTreeMap::new(); specs.len()];
@@ -163,11 +159,7 @@ pub fn run_ops(
                 let got = cache.fork(parent, child);
                 let copies = cache.take_copies();
                 if sp > free_pages {
-                    if !matches!(got, Err(HybridError::OutOfPages { needed, .. }) if needed == sp) {
-                        return Err(at(format!(
-                            "expected OutOfPages for the state, got {got:?}"
-                        )));
-                    }
+                    state_refused(got, sp).map_err(at)?;
                 } else {
                     got.map_err(|e| at(e.to_string()))?;
                     // The parent's state is copied page by page into the child's own pages.
@@ -202,6 +194,15 @@ pub fn run_ops(
         return Err(format!("{}: not quiescent: {}", mix.name, bad.join("; ")));
     }
     Ok(())
+}
+
+/// A start or fork the pool cannot give a recurrent state's `sp` pages must be refused for
+/// exactly those pages.
+fn state_refused(got: Result<(), HybridError>, sp: u64) -> Result<(), String> {
+    match got {
+        Err(HybridError::OutOfPages { needed, .. }) if needed == sp => Ok(()),
+        _ => Err(format!("expected OutOfPages for the state, got {got:?}")),
+    }
 }
 
 /// The manager holds what the model says: the same sequences, lengths and logical blocks, one

@@ -15,12 +15,7 @@ pub fn root() -> PathBuf {
 
 /// The seed of the run and of the hand-driven sequences: `KVBENCH_SEED` replays another.
 pub fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    println!("seed {seed} (replay with KVBENCH_SEED={seed})");
-    seed
+    crate::support::seed_or(7)
 }
 
 /// A run on `cpu` with `seed`, everything else the default.

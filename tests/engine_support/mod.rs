@@ -80,20 +80,7 @@ pub fn sim_setup(model: &ModelShape, cfg: &EngineConfig, cache_slots: u64) -> Ru
 }
 
 pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
-    let setup = RunSetup {
-        model: ModelShape::tiny(),
-        device: "cpu".into(),
-        scenario_dir: None,
-        cache_slots: total_slots,
-        block_size: cfg.block_size,
-        seed: 1,
-        max_step_tokens: cfg.scheduler.max_tokens_per_step,
-        swap_gbytes_per_s: None,
-        workspace_bytes: None,
-        profile: Some(engine_test_device()),
-        clock: Default::default(),
-        tiers: Default::default(),
-    };
+    let setup = sim_setup(&ModelShape::tiny(), cfg, total_slots);
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let mut cache = kvbench::cache::build(
         cfg.mode,

@@ -130,6 +130,15 @@ pub fn memory_rows(dir: &Path, cache: &str) -> Vec<std::collections::BTreeMap<St
         .collect()
 }
 
+/// `memory.csv`'s columns that split the pool: every byte of it in exactly one of them.
+pub const LEDGER_COLUMNS: [&str; 5] = [
+    "kv_live_bytes",
+    "kv_allocated_unfilled_bytes",
+    "kv_cached_free_bytes",
+    "kv_pending_free_bytes",
+    "kv_free_bytes",
+];
+
 pub fn col(r: &std::collections::BTreeMap<String, String>, k: &str) -> u64 {
     r[k].parse().unwrap_or_else(|e| panic!("{k}: {e}"))
 }
