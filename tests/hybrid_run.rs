@@ -266,16 +266,15 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget_by_the_ba
         path.to_str().expect("utf-8"),
         &out,
         &[
-            "--no-shadow",
-            "--check-every",
-            "0",
-            "--memory-resolution-ms",
-            "0",
-            "--set",
-            "traffic.requests=60",
-            "--set",
-            "scheduler.max_seqs_per_step=64",
-        ],
+            &LEDGER_RUN[..],
+            &[
+                "--set",
+                "traffic.requests=60",
+                "--set",
+                "scheduler.max_seqs_per_step=64",
+            ],
+        ]
+        .concat(),
     );
     assert_eq!(s["cache_manager"], "hybrid");
     let page_bytes: u64 = 12 * 16 * (2 * 2 * 256 * 2);

@@ -67,6 +67,16 @@ pub fn summary(out: &Path) -> Value {
     serde_json::from_str(&text).expect("json")
 }
 
+/// Flags of a run read for its memory ledger: a `memory.csv` row every step, invariants checked
+/// at the end, no shadow (the grouped shadow has its own tests).
+pub const LEDGER_RUN: [&str; 5] = [
+    "--no-shadow",
+    "--check-every",
+    "0",
+    "--memory-resolution-ms",
+    "0",
+];
+
 /// Run gpt-oss-120b under pressure (1 GiB, 512-token steps, 40 requests/s) with `manager`.
 pub fn run_pressed(out: &Path, manager: &str) -> Value {
     let set_manager = format!("cache.manager={manager}");
@@ -74,24 +84,23 @@ pub fn run_pressed(out: &Path, manager: &str) -> Value {
         GPT_OSS,
         out,
         &[
-            "--no-shadow",
-            "--check-every",
-            "0",
-            "--memory-resolution-ms",
-            "0",
-            "--set",
-            "memory.kv_budget=1 GiB",
-            "--set",
-            "traffic.requests=120",
-            "--set",
-            "traffic.arrival.rate_per_s=40",
-            "--set",
-            "scheduler.max_tokens_per_step=512",
-            "--set",
-            "scheduler.prefix_cache=false",
-            "--set",
-            &set_manager,
-        ],
+            &LEDGER_RUN[..],
+            &[
+                "--set",
+                "memory.kv_budget=1 GiB",
+                "--set",
+                "traffic.requests=120",
+                "--set",
+                "traffic.arrival.rate_per_s=40",
+                "--set",
+                "scheduler.max_tokens_per_step=512",
+                "--set",
+                "scheduler.prefix_cache=false",
+                "--set",
+                &set_manager,
+            ],
+        ]
+        .concat(),
     );
     assert!(
         text.contains(&format!("cache manager `{manager}`")),
