@@ -347,7 +347,6 @@ fn engine_run(
     fault: Option<Fault>,
 ) -> (kvbench::engine::RunRecord, u64) {
     use kvbench::backend::sim::SimBackend;
-    use kvbench::backend::RunSetup;
     use kvbench_cache_api::CacheMode;
 
     // Besides `pages` for the tables, the states of 8 sequences (where there is one).
@@ -370,20 +369,7 @@ fn engine_run(
         })
         .collect();
     let w = engine_support::workload(requests);
-    let setup = RunSetup {
-        model: shape.clone(),
-        device: "cpu".into(),
-        scenario_dir: None,
-        cache_slots: total,
-        block_size: 16,
-        seed: 1,
-        max_step_tokens: 64,
-        swap_gbytes_per_s: None,
-        workspace_bytes: None,
-        profile: Some(engine_support::engine_test_device()),
-        clock: Default::default(),
-        tiers: Default::default(),
-    };
+    let setup = engine_support::sim_setup(shape, &cfg, total);
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let r = kvbench::engine::run(&cfg, &w, &mut kv, &mut backend).expect("engine run");
     (r, kv.fault_fired())

@@ -92,6 +92,23 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
 
+/// Every constant the fit solves for came back within `tol` of the one the times were made with.
+fn assert_recovers(fitted: &DeviceProfile, truth: &DeviceProfile, tol: f64) {
+    for key in PARAMS {
+        let (got, want) = (fitted.value(key), truth.value(key));
+        let (got, want) = (got.expect(key), want.expect(key));
+        assert!(rel(got, want) < tol, "{key}: fitted {got:e}, true {want:e}");
+    }
+}
+
+/// The profile `fit` writes for `grid` parses back as the fitted profile; returns its text.
+fn loads_back(f: &fit::Fit, grid: &Grid, device: &str) -> (String, DeviceProfile) {
+    let text = profile_toml(f, grid, device);
+    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
+    assert_eq!(back, f.profile);
+    (text, back)
+}
+
 #[test]
 fn the_fit_recovers_the_constants_that_generated_the_times() {
     let seed = seed();
@@ -99,14 +116,7 @@ fn the_fit_recovers_the_constants_that_generated_the_times() {
     let base = DeviceProfile::load("cpu", None).expect("cpu");
     // Without noise: exact recovery of every constant.
     let f = fit::fit(&synthetic_grid(&t, 0.0, seed), &base, "fitted").expect("fit");
-    for key in PARAMS {
-        let (got, want) = (f.profile.value(key), t.value(key));
-        let (got, want) = (got.expect(key), want.expect(key));
-        assert!(
-            rel(got, want) < 1e-6,
-            "{key}: fitted {got:e}, true {want:e}"
-        );
-    }
+    assert_recovers(&f.profile, &t, 1e-6);
     assert!(f.r2 > 0.999_999, "{}", f.r2);
     assert!(f.origins.iter().all(|o| *o == Origin::Fitted));
     // With 1% noise per sample: the constants that carry most of the time come back within a
@@ -141,9 +151,7 @@ fn a_fitted_profile_loads_back_as_itself() {
     let base = DeviceProfile::load("cpu", None).expect("cpu");
     let grid = synthetic_grid(&truth(), 0.02, seed);
     let f = fit::fit(&grid, &base, "cpu").expect("fit");
-    let text = profile_toml(&f, &grid, "cpu");
-    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
-    assert_eq!(back, f.profile);
+    let (text, _) = loads_back(&f, &grid, "cpu");
     // Every constant names its source.
     for key in PARAMS {
         let at = text.find(&format!("\n{key} = ")).expect(key);
@@ -184,18 +192,9 @@ fn the_fit_recovers_the_attention_half_saturation_length() {
     assert_eq!(f.half_tokens_origin, Origin::Fitted);
     let half = f.profile.attention_half_tokens.expect("fitted");
     assert!(rel(half, 64.0) < 1e-3, "attention_half_tokens {half}");
-    for key in PARAMS {
-        let (got, want) = (f.profile.value(key), t.value(key));
-        let (got, want) = (got.expect(key), want.expect(key));
-        assert!(
-            rel(got, want) < 1e-3,
-            "{key}: fitted {got:e}, true {want:e}"
-        );
-    }
+    assert_recovers(&f.profile, &t, 1e-3);
     assert!(f.max_abs_rel_err < 1e-4, "{}", f.max_abs_rel_err);
-    let text = profile_toml(&f, &grid, "cpu");
-    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
-    assert_eq!(back, f.profile);
+    let (text, _) = loads_back(&f, &grid, "cpu");
     let at = text.find("\nattention_half_tokens = ").expect("written");
     let comment = text[..at].lines().last().unwrap_or_default();
     assert!(comment.starts_with("# Fitted on"), "{comment}");
@@ -225,19 +224,10 @@ fn a_tp_2_grid_is_fitted_with_its_all_reduces_separated_by_the_link() {
     base.nvlink_bytes_per_s = t.nvlink_bytes_per_s;
     base.nvlink_latency_s = t.nvlink_latency_s;
     let f = fit::fit(&grid, &base, "fitted").expect("fit");
-    for key in PARAMS {
-        let (got, want) = (f.profile.value(key), t.value(key));
-        let (got, want) = (got.expect(key), want.expect(key));
-        assert!(
-            rel(got, want) < 1e-6,
-            "{key}: fitted {got:e}, true {want:e}"
-        );
-    }
+    assert_recovers(&f.profile, &t, 1e-6);
     assert!(f.max_abs_rel_err < 1e-6, "{}", f.max_abs_rel_err);
-    let text = profile_toml(&f, &grid, "cpu");
-    let back = DeviceProfile::parse(&text, Some(Path::new("fitted.toml"))).expect("loads");
+    let (_, back) = loads_back(&f, &grid, "cpu");
     assert_eq!(back.nvlink_bytes_per_s, Some(5e9));
-    assert_eq!(back, f.profile);
     // A base profile without a device link cannot separate them: refused, naming the key.
     let cpu = DeviceProfile::load("cpu", None).expect("cpu");
     let err = fit::fit(&grid, &cpu, "fitted")
@@ -436,16 +426,18 @@ fn a_fit_on_its_bounds_or_below_the_r2_floor_is_refused_and_writes_nothing() {
     let seed = seed();
     let base = DeviceProfile::load("cpu", None).expect("cpu");
     // The true fit is accepted.
-    let good = fit::fit(&synthetic_grid(&truth(), 0.0, seed), &base, "fitted").expect("fit");
+    let true_grid = synthetic_grid(&truth(), 0.0, seed);
+    let good = fit::fit(&true_grid, &base, "fitted").expect("fit");
     assert_eq!(good.refusal(), None);
     // Swaps that cost nothing measurable: the host link's rate sits on its range's bound.
     let mut t = truth();
     t.host_link_bytes_per_s = 1e30;
-    let f = fit::fit(&synthetic_grid(&t, 0.0, seed), &base, "fitted").expect("fit");
+    let free_swaps = synthetic_grid(&t, 0.0, seed);
+    let f = fit::fit(&free_swaps, &base, "fitted").expect("fit");
     let why = f.refusal().expect("refused");
     assert!(why.contains("host_link_bytes_per_s"), "{why}");
     // Times the model cannot explain (each point timed as another one): R² below the floor.
-    let mut g = synthetic_grid(&truth(), 0.0, seed);
+    let mut g = true_grid;
     let times: Vec<Vec<f64>> = g.points.iter().map(|p| p.samples_s.clone()).collect();
     for (p, t) in g.points.iter_mut().zip(times.into_iter().rev()) {
         p.samples_s = t;
@@ -456,15 +448,9 @@ fn a_fit_on_its_bounds_or_below_the_r2_floor_is_refused_and_writes_nothing() {
     assert!(f.refusal().expect("refused").contains("R²"));
 
     // Through the binary: exit non-zero, no profile written.
-    let mut t = truth();
-    t.host_link_bytes_per_s = 1e30;
     let dir = tempfile::tempdir().expect("tempdir");
     let grid = dir.path().join("g.grid.json");
-    std::fs::write(
-        &grid,
-        serde_json::to_string(&synthetic_grid(&t, 0.0, seed)).expect("json"),
-    )
-    .expect("write grid");
+    std::fs::write(&grid, serde_json::to_string(&free_swaps).expect("json")).expect("write grid");
     let out = dir.path().join("p.toml");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_kvbench"))
         .args(["calibrate", "--from-grid"])

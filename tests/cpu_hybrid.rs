@@ -6,55 +6,26 @@
 //!
 //! Every run is seeded: `KVBENCH_SEED` replays another seed (printed by each test).
 
+mod cpu_groups_support;
 mod support;
+use cpu_groups_support::{cpu, root, seed, tiny};
 use support::kvbench;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kvbench::backend::cpu::{kv_tolerance, CpuBackend};
-use kvbench::backend::{BackendKind, Clock, RunSetup};
+use kvbench::backend::{Clock, RunSetup};
 use kvbench::engine::sink::Collect;
 use kvbench::engine::EngineConfig;
 use kvbench::experiment::{self, RunOptions};
 use kvbench::scenario::{CacheManager, Scenario};
 use kvbench_cache_api::{CacheMode, Fault};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    println!("seed {seed} (replay with KVBENCH_SEED={seed})");
-    seed
-}
-
 /// `file` (under `scenarios/`) with `preset`, `dtype` KV, the grouped managers, `requests`
-/// requests and `sets` besides; a recurrent model with the prefix cache off (the cpu refuses
-/// it otherwise: a hit would skip the recurrent layers' prefill).
+/// requests and `sets` besides.
 fn scenario(file: &str, preset: &str, dtype: &str, requests: u32, sets: &[&str]) -> Scenario {
-    let mut all = vec![
-        format!("traffic.requests={requests}"),
-        format!("model.preset={preset}"),
-        format!("model.kv_dtype={dtype}"),
-        "cache.manager=hybrid".to_string(),
-    ];
-    if preset == "tiny-hybrid" {
-        all.push("scheduler.prefix_cache=false".to_string());
-    }
-    all.extend(sets.iter().map(|s| s.to_string()));
-    kvbench::scenario::load(&root().join("scenarios").join(file), &all).expect("scenario")
-}
-
-fn cpu(seed: u64) -> RunOptions {
-    RunOptions {
-        backend: BackendKind::Cpu,
-        seed: Some(seed),
-        ..RunOptions::default()
-    }
+    let all = [&["cache.manager=hybrid"], sets].concat();
+    tiny(file, preset, dtype, requests, &all)
 }
 
 /// Runs `s` on cpu in both modes and checks that the grouped managers ran, every check passed

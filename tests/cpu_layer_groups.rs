@@ -3,45 +3,25 @@
 //! the cpu path and the oracle disagree on what a layer attends to (planted faults); the presets
 //! are accepted where `tiny` is.
 
-use std::path::PathBuf;
+mod cpu_groups_support;
+mod support;
+
 use std::process::Command;
+
+use cpu_groups_support::{cpu, seed, tiny, tiny_as_given};
 
 use kvbench::backend::cpu::{
     kv_tolerance, layer_kinds, oracle_for, seeded_model, BF16_TOLERANCE, F32_TOLERANCE,
     FP8_E5M2_TOLERANCE,
 };
-use kvbench::backend::BackendKind;
 use kvbench::experiment::{self, RunOptions};
 use kvbench::model::{Dtype, ModelShape, TINY_SLIDING_WINDOW};
 use kvbench_cache_api::{CacheMode, Fault};
 use kvbench_kernels::{KvCache, LayerKind, PagedTable, StepSeq, Transformer};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The seed of the run and of the hand-driven sequences: `KVBENCH_SEED` replays another.
-fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    println!("seed {seed} (replay with KVBENCH_SEED={seed})");
-    seed
-}
-
-/// `quick-basic` with `preset` and `dtype` KV; a recurrent model's with the prefix cache off,
-/// which `cpu` refuses it with.
+/// `quick-basic` with `preset` and `dtype` KV.
 fn quick(preset: &str, dtype: &str) -> kvbench::scenario::Scenario {
-    let mut sets = vec![
-        "traffic.requests=10".to_string(),
-        format!("model.preset={preset}"),
-        format!("model.kv_dtype={dtype}"),
-    ];
-    if preset == "tiny-hybrid" {
-        sets.push("scheduler.prefix_cache=false".to_string());
-    }
-    kvbench::scenario::load(&root().join("scenarios/quick-basic.toml"), &sets).expect("scenario")
+    tiny("quick-basic.toml", preset, dtype, 10, &[])
 }
 
 /// Runs `preset` on `quick-basic` in both cache modes on `cpu` with `dtype` KV and checks that
@@ -52,11 +32,7 @@ fn passes_the_oracle(preset: &str, dtype: &str, seed: u64) -> f64 {
     let shape = s.model_shape().expect("shape");
     assert_eq!(shape.name, preset);
     let tol = kv_tolerance(shape.kv_dtype);
-    let opts = RunOptions {
-        backend: BackendKind::Cpu,
-        seed: Some(seed),
-        ..RunOptions::default()
-    };
+    let opts = cpu(seed);
     let exp = experiment::run_scenario(&s, &opts).expect("cpu run");
     assert!(
         exp.failures().is_empty(),
@@ -109,22 +85,11 @@ fn tiny_mla_passes_the_oracle_in_bf16_and_both_fp8_formats() {
 fn a_planted_fault_fails_each_tiny_variant_under_fp8_e5m2() {
     let seed = seed();
     for preset in ["tiny-sliding", "tiny-mla", "tiny-hybrid"] {
-        let mut sets = vec![
-            "traffic.requests=24".to_string(),
-            format!("model.preset={preset}"),
-            "model.kv_dtype=fp8_e5m2".to_string(),
-        ];
-        if preset == "tiny-hybrid" {
-            sets.push("scheduler.prefix_cache=false".to_string());
-        }
-        let s = kvbench::scenario::load(&root().join("scenarios/quick-mixed.toml"), &sets)
-            .expect("scenario");
+        let s = tiny("quick-mixed.toml", preset, "fp8_e5m2", 24, &[]);
         let opts = RunOptions {
-            backend: BackendKind::Cpu,
-            seed: Some(seed),
             fault: Some(Fault::SkipCow),
             invariant_check_every: 0,
-            ..RunOptions::default()
+            ..cpu(seed)
         };
         let exp = experiment::run_scenario(&s, &opts).expect("cpu run");
         assert!(exp.fault_fired() > 0, "{preset} seed {seed}: never fired");
@@ -389,14 +354,9 @@ fn the_tiny_variants_are_presets_where_tiny_is() {
     }
 }
 
+/// `quick-mixed` on `tiny-hybrid` in bf16, its prefix cache as `sets` leave it.
 fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
-    let mut all = vec![
-        "traffic.requests=24".to_string(),
-        "model.preset=tiny-hybrid".to_string(),
-        "model.kv_dtype=bf16".to_string(),
-    ];
-    all.extend(sets.iter().map(|s| s.to_string()));
-    kvbench::scenario::load(&root().join("scenarios/quick-mixed.toml"), &all).expect("scenario")
+    tiny_as_given("quick-mixed.toml", "tiny-hybrid", "bf16", 24, sets)
 }
 
 /// Forks copy the recurrent state, preemption by recompute rebuilds it, swaps keep it: a
@@ -406,11 +366,7 @@ fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
 #[test]
 fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
     let seed = seed();
-    let opts = RunOptions {
-        backend: BackendKind::Cpu,
-        seed: Some(seed),
-        ..RunOptions::default()
-    };
+    let opts = cpu(seed);
     let exp = experiment::run_scenario(&mixed(&["scheduler.prefix_cache=false"]), &opts)
         .expect("cpu run");
     assert!(

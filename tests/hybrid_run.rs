@@ -87,14 +87,7 @@ fn the_grouped_ledger_is_slots_times_a_page_share_and_contiguous_reserves_the_wi
         assert!(rows.len() > 10, "{mode}: every step is a row");
         let mut peak_allocated = 0;
         for row in &rows {
-            let parts = [
-                "kv_live_bytes",
-                "kv_allocated_unfilled_bytes",
-                "kv_cached_free_bytes",
-                "kv_pending_free_bytes",
-                "kv_free_bytes",
-            ]
-            .map(|k| col(row, k));
+            let parts = LEDGER_COLUMNS.map(|k| col(row, k));
             for (k, b) in parts.iter().enumerate() {
                 assert_eq!(
                     b % slot_bytes(),
@@ -230,26 +223,17 @@ fn auto_picks_hybrid_on_sim_with_or_without_the_prefix_cache() {
         let dir = tmp.path().join(format!("prefix-{prefix}"));
         let (path, _) = grouped_scenario(&dir, "manager = \"auto\"\n", prefix);
         let out = dir.join("out");
-        let (code, text) = kvbench(&[
-            "run",
+        let (_, s) = run_sim(
             path.to_str().expect("utf-8"),
-            "--backend",
-            "sim",
-            "--no-shadow",
-            "--check-every",
-            "0",
-            "--trace-level",
-            "requests",
-            "--set",
-            "traffic.requests=20",
-            "--out",
-            out.to_str().expect("utf-8"),
-        ]);
-        assert_eq!(code, 0, "{text}");
-        let s: Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("summary.json")).expect("summary"),
-        )
-        .expect("json");
+            &out,
+            &[
+                "--no-shadow",
+                "--check-every",
+                "0",
+                "--set",
+                "traffic.requests=20",
+            ],
+        );
         assert_eq!(s["cache_manager"], want, "prefix_cache = {prefix}");
         let report = std::fs::read_to_string(out.join("report.md")).expect("report");
         assert!(
@@ -278,29 +262,20 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget_by_the_ba
     let path = tmp.path().join("qwen3-next.toml");
     std::fs::write(&path, text).expect("write scenario");
     let out = tmp.path().join("out");
-    let (code, text) = kvbench(&[
-        "run",
+    let (_, s) = run_sim(
         path.to_str().expect("utf-8"),
-        "--backend",
-        "sim",
-        "--no-shadow",
-        "--check-every",
-        "0",
-        "--trace-level",
-        "requests",
-        "--memory-resolution-ms",
-        "0",
-        "--set",
-        "traffic.requests=60",
-        "--set",
-        "scheduler.max_seqs_per_step=64",
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(code, 0, "{text}");
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
-            .expect("json");
+        &out,
+        &[
+            &LEDGER_RUN[..],
+            &[
+                "--set",
+                "traffic.requests=60",
+                "--set",
+                "scheduler.max_seqs_per_step=64",
+            ],
+        ]
+        .concat(),
+    );
     assert_eq!(s["cache_manager"], "hybrid");
     let page_bytes: u64 = 12 * 16 * (2 * 2 * 256 * 2);
     let slot_bytes = page_bytes / 16;
@@ -336,16 +311,7 @@ fn a_recurrent_state_is_live_in_the_ledger_and_reserved_off_the_budget_by_the_ba
         let mut checked = 0;
         for row in memory_rows(&out, mode) {
             let live = col(&row, "kv_live_bytes");
-            let total: u64 = [
-                "kv_live_bytes",
-                "kv_allocated_unfilled_bytes",
-                "kv_cached_free_bytes",
-                "kv_pending_free_bytes",
-                "kv_free_bytes",
-            ]
-            .iter()
-            .map(|k| col(&row, k))
-            .sum();
+            let total: u64 = LEDGER_COLUMNS.iter().map(|k| col(&row, k)).sum();
             assert_eq!(total, total_bytes, "{mode}: {row:?}");
             let t: f64 = row["t_ms"].parse().expect("t_ms");
             let holding = held.iter().filter(|&&(a, f)| a < t && f > t).count() as u64;
@@ -406,27 +372,19 @@ fn plan_shows_the_hybrid_layout_of_a_grouped_model() {
 fn hybrid_with_the_prefix_cache_hits_shared_prompts_under_the_shadow() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("out");
-    let (code, text) = kvbench(&[
-        "run",
+    let (text, s) = run_sim(
         "scenarios/shared-prompts-8b-h200.toml",
-        "--backend",
-        "sim",
-        "--trace-level",
-        "requests",
-        "--set",
-        "model.preset=gemma3-27b",
-        "--set",
-        "cache.manager=hybrid",
-        "--set",
-        "traffic.requests=20",
-        "--out",
-        out.to_str().expect("utf-8 temp path"),
-    ]);
-    assert_eq!(code, 0, "{text}");
+        &out,
+        &[
+            "--set",
+            "model.preset=gemma3-27b",
+            "--set",
+            "cache.manager=hybrid",
+            "--set",
+            "traffic.requests=20",
+        ],
+    );
     assert!(text.contains("cache manager `hybrid`"), "{text}");
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
-            .expect("json");
     assert_eq!(s["shadow"], true, "the shadow ran");
     assert_eq!(s["checks"]["ok"], true, "{}", s["checks"]);
     let paged = run_of(&s, "paged");
@@ -504,19 +462,11 @@ fn plan_lays_out_per_block_fp8_scales_in_each_page() {
 fn the_qwen3_next_scenario_matches_its_committed_reference() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("qwen3-next-80b-h200");
-    let (code, text) = kvbench(&[
-        "run",
+    let (_, s) = run_sim(
         "scenarios/qwen3-next-80b-h200.toml",
-        "--backend",
-        "sim",
-        "--check-every",
-        "0",
-        "--trace-level",
-        "requests",
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(code, 0, "{text}");
+        &out,
+        &["--check-every", "0"],
+    );
     let reference =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("results/reference/sim/qwen3-next-80b-h200");
     for file in ["summary.json", "report.md"] {
@@ -524,9 +474,6 @@ fn the_qwen3_next_scenario_matches_its_committed_reference() {
         let got = std::fs::read_to_string(out.join(file)).expect("fresh result");
         assert!(want == got, "{file} differs from the committed reference");
     }
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
-            .expect("json");
     assert_eq!(s["cache_manager"], "hybrid");
     // A sequence's state is 37.7 MiB: at its peak of 163 sequences the paged run's live bytes
     // are mostly states.

@@ -7,7 +7,6 @@ mod engine_support;
 mod hybrid_run_support;
 mod support;
 use hybrid_run_support::*;
-use support::kvbench;
 
 use serde_json::Value;
 
@@ -16,15 +15,9 @@ use serde_json::Value;
 fn swap_run(scenario: &str, extra: &[&str]) -> (Value, Vec<Value>) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("out");
-    let mut args = vec![
-        "run",
-        scenario,
-        "--backend",
-        "sim",
+    let mut flags = vec![
         "--check-every",
         "0",
-        "--trace-level",
-        "requests",
         "--set",
         "traffic.requests=60",
         "--set",
@@ -39,15 +32,9 @@ fn swap_run(scenario: &str, extra: &[&str]) -> (Value, Vec<Value>) {
         "scheduler.watermark=0",
         "--set",
         "scheduler.max_tokens_per_step=512",
-        "--out",
-        out.to_str().expect("utf-8"),
     ];
-    args.extend_from_slice(extra);
-    let (code, text) = kvbench(&args);
-    assert_eq!(code, 0, "{scenario}: {text}");
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
-            .expect("json");
+    flags.extend_from_slice(extra);
+    let (_, s) = run_sim(scenario, &out, &flags);
     let swaps = std::fs::read_to_string(out.join("trace.jsonl"))
         .expect("trace")
         .lines()
@@ -246,7 +233,6 @@ impl kvbench_cache_api::KvCacheManager for Pressed {
 #[test]
 fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
     use kvbench::backend::sim::SimBackend;
-    use kvbench::backend::RunSetup;
     use kvbench::cache::hybrid::{HybridKv, HybridLayout};
     use kvbench::engine::TraceKind;
     use kvbench::model::ModelShape;
@@ -289,20 +275,7 @@ fn swap_preemption_restores_grouped_sequences_under_the_shadow_in_both_modes() {
             refused: 0,
         };
         let total = cache.inner.accounting().total_slots;
-        let setup = RunSetup {
-            model: shape.clone(),
-            device: "cpu".into(),
-            scenario_dir: None,
-            cache_slots: total,
-            block_size: 16,
-            seed: 1,
-            max_step_tokens: 64,
-            swap_gbytes_per_s: None,
-            workspace_bytes: None,
-            profile: Some(engine_support::engine_test_device()),
-            clock: Default::default(),
-            tiers: Default::default(),
-        };
+        let setup = engine_support::sim_setup(&shape, &cfg, total);
         let mut backend = SimBackend::new(&setup)
             .and_then(|b| b.with_shadow())
             .expect("sim backend");

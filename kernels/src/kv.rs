@@ -6,6 +6,8 @@
 //! layout, so one slot index addresses the same bytes whichever manager handed it out.
 //! Fresh storage is NaN: reading a slot nobody wrote poisons the output instead of passing.
 
+use std::ops::Range;
+
 use crate::elem::KvElem;
 use crate::error::{check_len, KernelError};
 use crate::kv_buf::KvBuf;
@@ -238,17 +240,22 @@ impl<E: KvElem> KvCache<E> {
             expected: self.layers.len(),
             got: layer,
         })?;
-        let (rk, rv) = self.rows_of(layer);
-        let sr = self.scale_row_of(layer);
-        out.extend_from_slice(&l.k[first * rk..(first + len) * rk]);
-        out.extend_from_slice(&l.v[first * rv..(first + len) * rv]);
-        for s in self.scales.get(layer).into_iter().flatten() {
-            out.extend(
-                s[first * sr..(first + len) * sr]
-                    .iter()
-                    .map(|&x| E::from_f32(x)),
-            );
-        }
+        let scales = self.scales.get(layer);
+        let rows = self.rows_of(layer);
+        walk_layer_slots(
+            first,
+            len,
+            rows,
+            self.scale_row_of(layer),
+            |part, cache, _| match (part, scales) {
+                (SwapPart::Rows(0), _) => out.extend_from_slice(&l.k[cache]),
+                (SwapPart::Rows(_), _) => out.extend_from_slice(&l.v[cache]),
+                (SwapPart::Scales(i), Some(s)) => {
+                    out.extend(s[i][cache].iter().map(|&x| E::from_f32(x)));
+                }
+                (SwapPart::Scales(_), None) => {}
+            },
+        );
         Ok(())
     }
 
@@ -276,25 +283,26 @@ impl<E: KvElem> KvCache<E> {
                 got: data.len(),
             });
         }
-        let n = self.num_slots.max(1);
-        let mut at = 0;
+        let (rows, scale_row) = (self.rows_of(layer), self.scale_row_of(layer));
         let l = &mut self.layers[layer];
-        for buf in [&mut l.k, &mut l.v] {
-            let row = buf.len() / n;
-            buf[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
-            at += len * row;
-        }
-        for s in self.scales.get_mut(layer).into_iter().flatten() {
-            let sr = s.len() / n;
-            for (d, x) in s[first * sr..(first + len) * sr]
-                .iter_mut()
-                .zip(&data[at..at + len * sr])
-            {
-                *d = x.to_f32();
-            }
-            at += len * sr;
-        }
-        Ok(at)
+        let mut scales = self.scales.get_mut(layer);
+        Ok(walk_layer_slots(
+            first,
+            len,
+            rows,
+            scale_row,
+            |part, cache, buf| match part {
+                SwapPart::Rows(0) => l.k[cache].copy_from_slice(&data[buf]),
+                SwapPart::Rows(_) => l.v[cache].copy_from_slice(&data[buf]),
+                SwapPart::Scales(i) => {
+                    if let Some(s) = scales.as_deref_mut() {
+                        for (d, x) in s[i][cache].iter_mut().zip(&data[buf]) {
+                            *d = x.to_f32();
+                        }
+                    }
+                }
+            },
+        ))
     }
 
     /// Writes back what [`read_slots`](Self::read_slots) produced for `len` slots (swap in),
@@ -315,26 +323,43 @@ impl<E: KvElem> KvCache<E> {
             });
         }
         let mut at = 0;
-        let n = self.num_slots.max(1);
-        for (i, layer) in self.layers.iter_mut().enumerate() {
-            for buf in [&mut layer.k, &mut layer.v] {
-                let row = buf.len() / n;
-                buf[first * row..(first + len) * row].copy_from_slice(&data[at..at + len * row]);
-                at += len * row;
-            }
-            for s in self.scales.get_mut(i).into_iter().flatten() {
-                let sr = s.len() / n;
-                for (d, x) in s[first * sr..(first + len) * sr]
-                    .iter_mut()
-                    .zip(&data[at..at + len * sr])
-                {
-                    *d = x.to_f32();
-                }
-                at += len * sr;
-            }
+        for layer in 0..self.layers.len() {
+            at += self.write_layer_slots(layer, first, len, &data[at..])?;
         }
         Ok(at)
     }
+}
+
+/// One part of a layer's slots in a swap buffer: K (0) or V (1) rows, or their scales.
+#[derive(Clone, Copy)]
+enum SwapPart {
+    Rows(usize),
+    Scales(usize),
+}
+
+/// Walks `len` slots from `first` of a layer whose slot holds `rows` (K, V) elements and
+/// `scale_row` scales of each, in the order a swap buffer holds them — K rows, V rows, then K and
+/// V scales where the cache has them — handing `visit` each part's range in the layer's buffer
+/// and in the swap buffer; returns the elements the swap buffer holds. Gather and scatter both
+/// walk it, so the layout they must agree on is written once; generic over the closure, it
+/// compiles to the loop each wrote by hand.
+fn walk_layer_slots(
+    first: usize,
+    len: usize,
+    (rk, rv): (usize, usize),
+    scale_row: usize,
+    mut visit: impl FnMut(SwapPart, Range<usize>, Range<usize>),
+) -> usize {
+    let mut at = 0;
+    let scales = if scale_row == 0 { 0 } else { 2 };
+    let parts = [(SwapPart::Rows(0), rk), (SwapPart::Rows(1), rv)]
+        .into_iter()
+        .chain((0..scales).map(|i| (SwapPart::Scales(i), scale_row)));
+    for (part, row) in parts {
+        visit(part, first * row..(first + len) * row, at..at + len * row);
+        at += len * row;
+    }
+    at
 }
 
 /// Writes new tokens' K and V (`[n, kv_heads*head_dim]` each) into the slots named by

@@ -59,12 +59,15 @@ pub fn config(mode: CacheMode, scheduler: SchedulerSpec) -> EngineConfig {
     }
 }
 
-pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
-    let setup = RunSetup {
-        model: ModelShape::tiny(),
+/// The `sim` set-up of an engine run of `model` under `cfg` over `cache_slots` slots, as the
+/// engine tests' runs share it: their device profile, seed 1, the step bound and block size
+/// `cfg` runs with, no swap link, workspace or lower tier.
+pub fn sim_setup(model: &ModelShape, cfg: &EngineConfig, cache_slots: u64) -> RunSetup {
+    RunSetup {
+        model: model.clone(),
         device: "cpu".into(),
         scenario_dir: None,
-        cache_slots: total_slots,
+        cache_slots,
         block_size: cfg.block_size,
         seed: 1,
         max_step_tokens: cfg.scheduler.max_tokens_per_step,
@@ -73,7 +76,11 @@ pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
         profile: Some(engine_test_device()),
         clock: Default::default(),
         tiers: Default::default(),
-    };
+    }
+}
+
+pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
+    let setup = sim_setup(&ModelShape::tiny(), cfg, total_slots);
     let mut backend = SimBackend::new(&setup).expect("sim backend");
     let mut cache = kvbench::cache::build(
         cfg.mode,

@@ -41,43 +41,72 @@ pub fn contiguous_sequence_bytes() -> u64 {
     (full_pages + ring_pages) * page_bytes()
 }
 
+/// `kvbench run SCENARIO --backend sim --trace-level requests FLAGS --out OUT`: the grouped-run
+/// tests' common invocation (`--trace-level requests` so `requests.csv` and `trace.jsonl`'s
+/// request lines are there to recompute from); asserts exit 0 and returns the output and
+/// `summary.json`.
+pub fn run_sim(scenario: &str, out: &Path, flags: &[&str]) -> (String, Value) {
+    let mut args = vec![
+        "run",
+        scenario,
+        "--backend",
+        "sim",
+        "--trace-level",
+        "requests",
+    ];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--out", out.to_str().expect("utf-8 temp path")]);
+    let (code, text) = kvbench(&args);
+    assert_eq!(code, 0, "{scenario} {flags:?}: {text}");
+    (text, summary(out))
+}
+
+/// A run folder's `summary.json`.
+pub fn summary(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// Flags of a run read for its memory ledger: a `memory.csv` row every step, invariants checked
+/// at the end, no shadow (the grouped shadow has its own tests).
+pub const LEDGER_RUN: [&str; 5] = [
+    "--no-shadow",
+    "--check-every",
+    "0",
+    "--memory-resolution-ms",
+    "0",
+];
+
 /// Run gpt-oss-120b under pressure (1 GiB, 512-token steps, 40 requests/s) with `manager`.
 pub fn run_pressed(out: &Path, manager: &str) -> Value {
     let set_manager = format!("cache.manager={manager}");
-    let (code, text) = kvbench(&[
-        "run",
+    let (text, s) = run_sim(
         GPT_OSS,
-        "--backend",
-        "sim",
-        "--no-shadow",
-        "--check-every",
-        "0",
-        "--trace-level",
-        "requests",
-        "--memory-resolution-ms",
-        "0",
-        "--set",
-        "memory.kv_budget=1 GiB",
-        "--set",
-        "traffic.requests=120",
-        "--set",
-        "traffic.arrival.rate_per_s=40",
-        "--set",
-        "scheduler.max_tokens_per_step=512",
-        "--set",
-        "scheduler.prefix_cache=false",
-        "--set",
-        &set_manager,
-        "--out",
-        out.to_str().expect("utf-8 temp path"),
-    ]);
-    assert_eq!(code, 0, "{manager}: {text}");
+        out,
+        &[
+            &LEDGER_RUN[..],
+            &[
+                "--set",
+                "memory.kv_budget=1 GiB",
+                "--set",
+                "traffic.requests=120",
+                "--set",
+                "traffic.arrival.rate_per_s=40",
+                "--set",
+                "scheduler.max_tokens_per_step=512",
+                "--set",
+                "scheduler.prefix_cache=false",
+                "--set",
+                &set_manager,
+            ],
+        ]
+        .concat(),
+    );
     assert!(
         text.contains(&format!("cache manager `{manager}`")),
         "the terminal names the managers: {text}"
     );
-    let summary = std::fs::read_to_string(out.join("summary.json")).expect("summary");
-    serde_json::from_str(&summary).expect("json")
+    s
 }
 
 pub fn run_of<'a>(s: &'a Value, cache: &str) -> &'a Value {
@@ -109,6 +138,15 @@ pub fn memory_rows(dir: &Path, cache: &str) -> Vec<std::collections::BTreeMap<St
         .filter(|r| r["cache"] == cache)
         .collect()
 }
+
+/// `memory.csv`'s columns that split the pool: every byte of it in exactly one of them.
+pub const LEDGER_COLUMNS: [&str; 5] = [
+    "kv_live_bytes",
+    "kv_allocated_unfilled_bytes",
+    "kv_cached_free_bytes",
+    "kv_pending_free_bytes",
+    "kv_free_bytes",
+];
 
 pub fn col(r: &std::collections::BTreeMap<String, String>, k: &str) -> u64 {
     r[k].parse().unwrap_or_else(|e| panic!("{k}: {e}"))

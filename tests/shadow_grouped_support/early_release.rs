@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 use kvbench_cache_api::grouped::readable_from;
 use kvbench_cache_api::{
     Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, GroupedPool, KvCacheManager,
-    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId,
+    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TierOp,
+    TierStats,
 };
 
 /// Hands out the inner manager's layouts with every sliding table's first needed block dropped
 /// (the block holding the first position the window of the last written token reads), as a
-/// manager that releases one block too early would.
+/// manager that releases one block too early would. Every other call reaches the inner manager
+/// as it is (a restore, a swap's price, a token appended), so only the cut is planted.
 pub struct EarlyRelease {
     pub inner: Box<dyn KvCacheManager>,
     pub shapes: Vec<kvbench_cache_api::TableShape>,
@@ -83,8 +85,21 @@ impl KvCacheManager for EarlyRelease {
         self.refresh();
         Ok(())
     }
+    fn restore(&mut self, seq: SeqId, n_tokens: u32) -> Result<(), AllocError> {
+        self.inner.restore(seq, n_tokens)?;
+        self.refresh();
+        Ok(())
+    }
+    fn swap_slots(&self, seq: SeqId, tokens: u32) -> u64 {
+        self.inner.swap_slots(seq, tokens)
+    }
     fn append(&mut self, seq: SeqId) -> Result<Vec<CopyOp>, AllocError> {
         let r = self.inner.append(seq)?;
+        self.refresh();
+        Ok(r)
+    }
+    fn append_token(&mut self, seq: SeqId, token: u32) -> Result<Vec<CopyOp>, AllocError> {
+        let r = self.inner.append_token(seq, token)?;
         self.refresh();
         Ok(r)
     }
@@ -134,6 +149,12 @@ impl KvCacheManager for EarlyRelease {
     }
     fn flush_prefix_cache(&mut self) {
         self.inner.flush_prefix_cache();
+    }
+    fn drain_tier_ops(&mut self, out: &mut Vec<TierOp>) {
+        self.inner.drain_tier_ops(out);
+    }
+    fn tier_stats(&self) -> Vec<TierStats> {
+        self.inner.tier_stats()
     }
     fn check_invariants(&self) -> Result<(), String> {
         self.inner.check_invariants()

@@ -86,6 +86,17 @@ pub fn pairwise_auc(hits: &[f64], misses: &[f64]) -> f64 {
     score / (hits.len() * misses.len()) as f64
 }
 
+/// The seed a seeded test runs: `KVBENCH_SEED` when set (to replay a printed failure), else
+/// `default`; printed either way.
+pub fn seed_or(default: u64) -> u64 {
+    let seed = std::env::var("KVBENCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    println!("seed {seed} (replay with KVBENCH_SEED={seed})");
+    seed
+}
+
 /// The seeds a seeded test sweeps: `KVBENCH_SEED` alone (to replay a printed failure), or
 /// `count_var` seeds (`default` when unset) from `first` on.
 pub fn seeds(count_var: &str, default: u64, first: u64) -> Vec<u64> {
