@@ -4,7 +4,8 @@
 //!
 //! Per token: four hidden-size vectors (the residual stream, the normed input, the attention
 //! output and the layer's output), the MLP's widest intermediate (gate and up, two vectors of
-//! its width), in the weight dtype, and f32 logits over the vocabulary. A dense MLP's
+//! its width), in the activation dtype (`activation_dtype_bytes`), and f32 logits over the
+//! vocabulary. A dense MLP's
 //! intermediate is `2 × ffn_dim`. An MoE layer's is what its tokens are routed to: each token's
 //! `active_experts` routed experts and the `shared_experts`, each a gated MLP of
 //! `expert_ffn_dim`, so `2 × expert_ffn_dim × (active_experts + shared_experts)`, plus the
@@ -12,7 +13,17 @@
 //! dense layers before its MoE ones (DeepSeek-V3) holds the wider of the two. Everything is split
 //! over `tp` devices like the weights.
 
-use crate::model::ModelShape;
+use crate::model::{Dtype, ModelShape};
+
+/// The bytes of one activation value. Activations are not held in the weights' storage type:
+/// serving stacks keep them in bf16 (or fp16) and feed FP8 weights to their GEMMs with bf16
+/// activations (DeepSeek-V3's FP8 checkpoint is served with bf16 activations, as is any model
+/// whose weights are quantized for storage), so an FP8 model's workspace is counted at 2 bytes a
+/// value, not the weights' 1. A model stored wider than 2 bytes (the cpu backend's f32 `tiny`)
+/// computes in its own dtype, so a value takes its weights' bytes.
+pub fn activation_dtype_bytes(m: &ModelShape) -> u64 {
+    m.weight_dtype.bytes().max(Dtype::Bf16.bytes())
+}
 
 /// The bytes of activation workspace one token of a step holds, on all devices together.
 pub fn bytes_per_token(m: &ModelShape) -> u64 {
@@ -27,7 +38,7 @@ pub fn bytes_per_token(m: &ModelShape) -> u64 {
         }
     };
     (4 * m.d_model as u64 + mlp)
-        .saturating_mul(m.weight_dtype.bytes())
+        .saturating_mul(activation_dtype_bytes(m))
         .saturating_add(router_bytes)
         .saturating_add(4 * m.vocab as u64)
 }
