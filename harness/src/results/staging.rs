@@ -15,6 +15,10 @@
 //! the first compiling thread) over the process's, and that handler ends the process with status
 //! 4 through `exit` while other threads still compile — or crashes (SIGSEGV) or hangs in the
 //! destructors `exit` runs. A blocked signal never reaches any handler, whoever installed it.
+//! What blocking cannot keep: NVRTC also sets SIGINT to SIG_IGN for a moment as each compile
+//! starts (and, when compiles overlap, can leave it there), and setting SIG_IGN discards a
+//! pending SIGINT, blocked or not — a SIGINT that lands in that moment is lost and the run goes
+//! on (a second one ends it). SIGTERM and SIGHUP are never set to SIG_IGN by NVRTC.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
