@@ -140,10 +140,11 @@ pub fn main() -> ExitCode {
         Command::Merge(a) => merge::run(a),
         Command::Calibrate(a) => calibrate::run(a),
     };
+    // An interrupt that arrived while the command finished decides the exit status.
+    crate::results::staging::wait_if_interrupted();
     match result {
         Ok(code) => code,
         Err(err) => {
-            crate::results::staging::wait_if_interrupted();
             eprintln!("error: {err:#}");
             let code = err
                 .chain()

@@ -9,6 +9,16 @@
 //! SIGTERM, SIGHUP) removes them all and exits with 128 + the signal number, as a shell reports a
 //! killed process; the final renames take the registry's lock, so an interrupt either finds the
 //! temporary folder (and removes it) or finds the result already in place — never half of a swap.
+//!
+//! The three signals are blocked in every thread and taken by one thread with `sigwait`, never
+//! by a signal handler: NVRTC installs its own SIGINT and SIGTERM handlers (with `signal`, from
+//! the first compiling thread) over the process's, and that handler ends the process with status
+//! 4 through `exit` while other threads still compile — or crashes (SIGSEGV) or hangs in the
+//! destructors `exit` runs. A blocked signal never reaches any handler, whoever installed it.
+//! What blocking cannot keep: NVRTC also sets SIGINT to SIG_IGN for a moment as each compile
+//! starts (and, when compiles overlap, can leave it there), and setting SIG_IGN discards a
+//! pending SIGINT, blocked or not — a SIGINT that lands in that moment is lost and the run goes
+//! on (a second one ends it). SIGTERM and SIGHUP are never set to SIG_IGN by NVRTC.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +29,7 @@ use super::{io, ResultsError};
 /// Temporary folders to remove if the process is interrupted.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 static NEXT: AtomicU64 = AtomicU64::new(0);
 static INSTALL: Once = Once::new();
 
@@ -27,41 +38,83 @@ fn live() -> MutexGuard<'static, Vec<PathBuf>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Install the interrupt handler (once per process; later calls do nothing).
-///
-/// The handler runs on an ordinary thread (signal-hook's iterator), not inside the signal
-/// handler, so removing folders there is safe.
+/// The signals that interrupt a run.
+fn interrupt_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set; sigaddset only adds valid signal numbers to it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Never runs while the signals are blocked; installed so that an inherited SIG_IGN (a shell's
+/// background job ignores SIGINT) does not discard them before `sigwait` takes them.
+extern "C" fn caught(_sig: libc::c_int) {}
+
+/// Install the interrupt handling (once per process; later calls do nothing). Call it before
+/// any other thread starts: threads inherit the blocked signals from the one that spawns them,
+/// and a thread started earlier could still run a handler NVRTC installs.
 pub fn install_interrupt_cleanup() -> std::io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut result = Ok(());
-    INSTALL.call_once(|| {
-        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
-            Ok(s) => s,
-            Err(e) => {
-                result = Err(e);
-                return;
-            }
-        };
-        std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                // Held until exit: no rename can start after this point.
-                let dirs = live();
-                INTERRUPTED.store(true, Ordering::SeqCst);
-                for d in dirs.iter() {
-                    if remove(d).is_ok() {
-                        eprintln!("interrupted: removed {}", d.display());
-                    }
-                }
-                // `_exit`, not `std::process::exit`: `exit` runs the C++ static destructors of
-                // loaded libraries (NVRTC's) while other threads may still be compiling inside
-                // them, which crashed an interrupted `doctor` or `kernel-bench` (SIGSEGV or
-                // `free(): invalid pointer`) instead of exiting 128 + the signal. Nothing is
-                // left to flush: stderr is unbuffered and results are written by renames.
-                signal_hook::low_level::exit(128 + sig);
-            }
-        });
-    });
+    INSTALL.call_once(|| result = install());
     result
+}
+
+fn install() -> std::io::Result<()> {
+    let set = interrupt_signals();
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a valid handler and an empty mask; the old one is not
+        // wanted.
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = caught as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigaction(sig, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: `set` is initialised; the old mask is not wanted.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is initialised and blocked in this thread (inherited); `sig` is a
+            // valid out-pointer.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                interrupted(sig);
+            }
+        })?;
+    INSTALLED.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Remove every live temporary and exit with 128 + `sig`; never returns.
+fn interrupted(sig: libc::c_int) -> ! {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    // Held until exit: no rename can start after this point.
+    let dirs = live();
+    for d in dirs.iter() {
+        if remove(d).is_ok() {
+            eprintln!("interrupted: removed {}", d.display());
+        }
+    }
+    // `_exit`, not `std::process::exit`: `exit` runs the C++ static destructors of loaded
+    // libraries (NVRTC's) while other threads may still be compiling inside them, which crashed
+    // an interrupted `doctor` or `kernel-bench` (SIGSEGV or `free(): invalid pointer`). Nothing
+    // is left to flush: stderr is unbuffered and results are written by renames.
+    // SAFETY: `_exit` has no preconditions.
+    unsafe { libc::_exit(128 + sig) }
 }
 
 /// Remove a temporary folder or file.
@@ -73,12 +126,32 @@ fn remove(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// If an interrupt is being handled, wait for its handler to exit the process (an I/O error
-/// caused by the handler removing a folder must not race it to an exit code of its own).
+/// Called by `main` before it returns, with or without an error. An interrupt that arrived
+/// while the process was finishing is handled here rather than lost: one still pending is taken
+/// and handled on this thread; one the interrupt thread has taken is waited for (its exit
+/// status, not this one, is the process's). Without this a SIGTERM during the last
+/// milliseconds of a run could end in status 0, and an I/O error caused by the handler removing
+/// a folder could race it to an exit code of its own.
 pub fn wait_if_interrupted() {
+    if !INSTALLED.load(Ordering::SeqCst) {
+        return;
+    }
+    let set = interrupt_signals();
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `set` is initialised and blocked in this thread; a null info pointer is allowed.
+    let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &now) };
+    if sig > 0 {
+        interrupted(sig);
+    }
     if INTERRUPTED.load(Ordering::SeqCst) {
-        let _blocks_until_exit = live();
-        // Unreachable in practice: the handler exits while holding the lock.
+        // The interrupt thread exits the process. Not its lock: taken here first, it would
+        // keep that thread from ever reaching its exit.
+        loop {
+            std::thread::park();
+        }
     }
 }
 
