@@ -2,6 +2,7 @@
 
 use kvbench_cache_api::{KvCacheManager, SeqLayout};
 
+use super::by_id::ById;
 use super::ContiguousCache;
 
 pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
@@ -16,18 +17,37 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
                 r.filled_tokens, r.len_tokens, r.capacity_tokens
             ));
         }
-        if let Some(SeqLayout::Contiguous { base_slot, .. }) = c.layout(id) {
-            if base_slot != r.base_slot {
-                problems.push(format!(
-                    "seq {id}: layout base {base_slot} but region base {}",
-                    r.base_slot
-                ));
+        match c.layout(id) {
+            Some(SeqLayout::Contiguous {
+                base_slot,
+                capacity_tokens,
+            }) => {
+                if base_slot != r.base_slot {
+                    problems.push(format!(
+                        "seq {id}: layout base {base_slot} but region base {}",
+                        r.base_slot
+                    ));
+                }
+                if capacity_tokens != r.capacity_tokens {
+                    problems.push(format!(
+                        "seq {id}: layout capacity {capacity_tokens} but region capacity {}",
+                        r.capacity_tokens
+                    ));
+                }
             }
+            _ => problems.push(format!("seq {id}: live, but no contiguous layout")),
         }
         ranges.push((
             r.base_slot,
             u64::from(r.capacity_tokens),
             format!("seq {id}"),
+        ));
+    }
+    let covered = c.seqs.keys().filter(|&&id| ById::covers(id)).count();
+    if c.by_id.live() != covered {
+        problems.push(format!(
+            "the layout index holds {} regions, but {covered} sequences are live",
+            c.by_id.live()
         ));
     }
     for (step, &(s, l)) in c.fence.pending() {
