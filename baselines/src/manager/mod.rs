@@ -8,6 +8,7 @@
 //! free extents (merged with its neighbours) once every step up to that fence has retired.
 
 mod arena;
+mod by_id;
 mod check;
 mod grouped;
 mod grouped_check;
@@ -24,6 +25,7 @@ use kvbench_cache_api::{
 };
 
 use arena::Arena;
+use by_id::{ById, Placed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Region {
@@ -47,6 +49,8 @@ pub struct ContiguousCache {
     pub(crate) arena: Arena,
     /// BTreeMap: invariant reports iterate in sequence order.
     pub(crate) seqs: BTreeMap<SeqId, Region>,
+    /// Where each live region lies, by id: what `layout` reads (kept with `seqs`).
+    pub(crate) by_id: ById,
     /// Released regions (base, len) withheld behind fences.
     pub(crate) fence: FenceQueue<(u64, u64)>,
     pub(crate) pending_slots: u64,
@@ -61,6 +65,7 @@ impl ContiguousCache {
         ContiguousCache {
             arena: Arena::new(total_slots),
             seqs: BTreeMap::new(),
+            by_id: ById::default(),
             fence: FenceQueue::new(),
             pending_slots: 0,
             faults: Faults::default(),
@@ -94,6 +99,30 @@ impl ContiguousCache {
             }
         }
         Some(base)
+    }
+
+    /// A region enters `seqs`, and `by_id` with it.
+    fn insert_region(&mut self, seq: SeqId, r: Region) {
+        self.seqs.insert(seq, r);
+        self.by_id.insert(
+            seq,
+            Placed {
+                base_slot: r.base_slot,
+                capacity_tokens: r.capacity_tokens,
+            },
+        );
+    }
+
+    /// Where `seq`'s region lies: from `by_id` for the ids it keeps, else from `seqs`.
+    #[inline]
+    pub(crate) fn placed(&self, seq: SeqId) -> Option<Placed> {
+        if ById::covers(seq) {
+            return self.by_id.get(seq);
+        }
+        self.seqs.get(&seq).map(|r| Placed {
+            base_slot: r.base_slot,
+            capacity_tokens: r.capacity_tokens,
+        })
     }
 
     fn free_region(&mut self, base: u64, len: u64) {
@@ -152,7 +181,7 @@ impl KvCacheManager for ContiguousCache {
             len_tokens: req.tokens.len() as u32,
             filled_tokens: 0,
         };
-        self.seqs.insert(req.seq, region);
+        self.insert_region(req.seq, region);
         Ok(Started::default())
     }
 
@@ -214,7 +243,7 @@ impl KvCacheManager for ContiguousCache {
             needed_slots: len,
             available_slots: self.arena.largest_extent(),
         })?;
-        self.seqs.insert(
+        self.insert_region(
             child,
             Region {
                 base_slot: base,
@@ -233,6 +262,7 @@ impl KvCacheManager for ContiguousCache {
 
     fn release(&mut self, seq: SeqId, _why: ReleaseReason) -> Result<(), AllocError> {
         let r = self.seqs.remove(&seq).ok_or(AllocError::UnknownSeq(seq))?;
+        self.by_id.remove(seq);
         if self.faults.leak && !self.faults.leaked_once {
             self.faults.leaked_once = true;
             return Ok(());
@@ -258,7 +288,7 @@ impl KvCacheManager for ContiguousCache {
     }
 
     fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>> {
-        let r = self.seqs.get(&seq)?;
+        let r = self.placed(seq)?;
         // The planted bad-block-table fault shifts the region by one slot.
         let base_slot = r.base_slot + u64::from(self.faults.bad_layout);
         Some(SeqLayout::Contiguous {

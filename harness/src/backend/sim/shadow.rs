@@ -178,6 +178,8 @@ pub struct Shadow {
     index: SeqIndex,
     /// Emptied check lists, reused.
     spare: Vec<Vec<Check>>,
+    /// Block-table buffers of removed streams, reused by the next paged tables.
+    spare_tables: Vec<Vec<u32>>,
     scope_keys: Vec<ScopeKey>,
     scope_ids: HashMap<ScopeKey, u32>,
     /// Scope and id of every writer number a tag may carry.
@@ -272,6 +274,7 @@ impl Shadow {
             free: Vec::new(),
             index: SeqIndex::default(),
             spare: Vec::new(),
+            spare_tables: Vec::new(),
             scope_keys: Vec::new(),
             scope_ids: HashMap::new(),
             writers: Writers::default(),
@@ -365,21 +368,37 @@ impl Shadow {
             },
             None => PRIVATE_SCOPE | (seq as u32 & (PRIVATE_SCOPE - 1)),
         };
-        let s = self.new_seq(seq, prompt.to_vec(), scope);
+        let mut history = self.spare_history();
+        history.extend_from_slice(prompt);
+        let s = self.new_seq(seq, history, scope);
         self.add_seq(seq, s);
+    }
+
+    /// An empty history buffer: the one of the record `add_seq` fills next, kept by `remove`, so
+    /// a new stream neither allocates nor regrows (by doubling, as it decodes) what a finished
+    /// one already held.
+    fn spare_history(&mut self) -> Vec<u32> {
+        let mut h = match self.free.last() {
+            Some(&i) => std::mem::take(&mut self.seqs[i as usize].history),
+            None => Vec::new(),
+        };
+        h.clear();
+        h
     }
 
     /// `child` continues `parent` from the parent's latest sample, taking `token` there.
     pub fn fork(&mut self, parent: SeqId, child: SeqId, token: u32) {
-        let Some(p) = self.index.get(parent).map(|i| &self.seqs[i as usize]) else {
+        let Some(pi) = self.index.get(parent) else {
             self.violation(format!("fork of unknown stream {parent}"));
             return;
         };
-        let Some(pos) = p.last_sample_pos else {
+        let Some(pos) = self.seqs[pi as usize].last_sample_pos else {
             self.violation(format!("fork of stream {parent} before it sampled a token"));
             return;
         };
-        let mut history = p.history[..(pos as usize).min(p.history.len())].to_vec();
+        let mut history = self.spare_history();
+        let p = &self.seqs[pi as usize];
+        history.extend_from_slice(&p.history[..(pos as usize).min(p.history.len())]);
         history.push(token);
         let scope = p.scope;
         let s = self.new_seq(child, history, scope);
@@ -405,9 +424,12 @@ impl Shadow {
         let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
         self.unhold_from(idx, &table, 0);
         self.drop_records(idx, NEVER);
+        if let Table::Paged(v) = table {
+            self.spare_tables.push(v);
+        }
         let s = &mut self.seqs[idx as usize];
         self.index.remove(s.id);
-        s.history = Vec::new();
+        s.history.clear();
         s.recheck = Vec::new();
         s.host = None;
         self.free.push(idx);

@@ -221,7 +221,10 @@ impl Shadow {
             Table::Paged(v) => v,
             other => {
                 self.unhold_from(idx, &other, 0);
-                Vec::new()
+                // A finished stream's table buffer: no allocation, no regrowth block by block.
+                let mut v = self.spare_tables.pop().unwrap_or_default();
+                v.clear();
+                v
             }
         };
         // The common case of a decode: the table is the one checked last step, perhaps with one
