@@ -1,6 +1,6 @@
-//! The hybrid manager's prefix cache under eviction, through the engine's trait: a sliding
-//! table whose window pages were evicted leaves no hit while the full table's pages are still
-//! cached; cached pages are evicted under pressure and never handed out while a step in flight
+//! The hybrid manager's prefix cache under eviction, through the engine's trait: a logical block
+//! is evicted whole (every table's page), deepest first, so the head of an evicted prompt still
+//! hits; cached pages are evicted under pressure and never handed out while a step in flight
 //! at their release runs; a flush counts no eviction.
 //!
 //! Seeded operation strings over every mix and every `cache.eviction` policy: the invariants
@@ -29,14 +29,14 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 #[test]
-fn a_sliding_window_evicted_leaves_no_hit_while_the_full_table_is_cached() {
+fn a_logical_block_is_evicted_whole_tail_first_and_the_head_still_hits() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
     let m = &mixes()[SLIDING];
     let mut kv = build(m);
     let p = prompt(&mut rng, 24); // 6 full blocks a table, every one published
-                                  // Chunks of 4: each sliding table lets go of the blocks behind its window as it goes, so
-                                  // they are released (cached-free) first; the release then frees the sliding tables' pages
-                                  // before the full table's (layout order), so the sliding pages are the oldest.
+                                  // Chunks of 4: each sliding table lets go of the blocks behind its window as it goes
+                                  // (cached-free, protected while the full table holds the block); the release frees
+                                  // the blocks tail first, so the deepest blocks are the oldest.
     start(&mut kv, 1, &p).unwrap();
     for n in [4; 6] {
         kv.fill(1, n).unwrap();
@@ -44,8 +44,8 @@ fn a_sliding_window_evicted_leaves_no_hit_while_the_full_table_is_cached() {
     }
     kv.release(1, ReleaseReason::Finish).unwrap();
     ok(&kv);
-    // 6 blocks × 3 tables cached; 48 − 18 = 30 free. Taking 30 + 12 pages evicts exactly the
-    // 12 sliding pages (two tables × 6 blocks).
+    // 6 blocks × 3 tables cached; 48 − 18 = 30 free. Taking 30 + 12 pages evicts 4 logical
+    // blocks whole, the deepest first: every table's pages of blocks 2..6.
     let other = prompt(&mut rng, 14 * 4);
     start(&mut kv, 3, &other).unwrap();
     ok(&kv);
@@ -54,16 +54,17 @@ fn a_sliding_window_evicted_leaves_no_hit_while_the_full_table_is_cached() {
     assert_eq!(
         a.cached_free_slots,
         6 * u64::from(kv.block_size()),
-        "the full table's 6 pages"
+        "blocks 0 and 1, every table's page"
     );
-    assert_eq!(probe_cached(&kv, 2, &p).0, 0);
+    // Blocks 0..2 whole: 8 tokens hit (the sliding window at 8 reaches back to block 0).
+    assert_eq!(probe_cached(&kv, 2, &p).0, 8);
     let s = start(&mut kv, 2, &p);
-    // 18 fresh pages needed, only the 6 cached ones left: refused, nothing changed.
+    // 12 fresh pages needed past the hit, none left: refused, nothing changed.
     assert!(matches!(s, Err(AllocError::NoSpace { .. })), "{s:?}");
     ok(&kv);
     kv.release(3, ReleaseReason::Finish).unwrap();
     let s = start(&mut kv, 2, &p).unwrap();
-    assert_eq!(s.cached_tokens, 0, "no window at any hit is cached");
+    assert_eq!(s.cached_tokens, 8, "the head blocks, whole, still hit");
     ok(&kv);
 }
 

@@ -185,12 +185,14 @@ impl PrefixCache {
     /// summed manager counts evictions for new content only) since the last call.
     pub(crate) fn sync(&mut self, pool: &mut PagePool) {
         for page in std::mem::take(&mut pool.evicted) {
+            pool.touch(page);
             if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
                 self.index.remove(&key);
                 self.stats.evictions += 1;
             }
         }
         for page in std::mem::take(&mut pool.unpublished) {
+            pool.touch(page);
             if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
                 self.index.remove(&key);
             }
@@ -203,6 +205,12 @@ impl PrefixCache {
             let p = p as PageId;
             k.map(|k| (p, self.index.get(&k).is_some_and(|e| e.page == p)))
         })
+    }
+
+    /// Whether `page` is indexed, and if so whether its entry names it.
+    pub(crate) fn indexed(&self, page: PageId) -> Option<bool> {
+        let key = self.page_key.get(page as usize).copied().flatten()?;
+        Some(self.index.get(&key).is_some_and(|e| e.page == page))
     }
 
     /// blake3 block keys computed so far.

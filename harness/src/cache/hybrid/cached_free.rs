@@ -11,14 +11,20 @@
 //! what the step reads).
 //!
 //! A logical block's pages leave together: a hit needs every table's page of a block (a full
-//! table's, or a sliding table's inside the window), so a cached-free page whose block still
-//! has a page held in another table — a sliding page trimmed out of the window while its
-//! sequence still holds the block in the full tables — is *protected*: the policy pops it only
-//! when no page of a wholly cached-free block is left, and it joins the policy's set (with the
-//! rest of its block, as the most recent) when the block's last held page goes. Without this a
-//! shared prompt's sliding pages, released mid-prefill, were evicted long before their full
-//! pages and cut every later hit of that prompt to nothing. A block is what one sequence
-//! published up to one token position, in every table.
+//! table's, or a sliding table's inside the window), so the policy orders *blocks*, not pages —
+//! one entry a block, weighed as the summed manager weighs its one block (its depth, the hits
+//! it served: a hit shares every table's page of it at once, so the most any page of it
+//! served; shared by one) — and its victim is a whole block: every evictable cached-free page of
+//! it goes at once. Ordering pages one by one let `lfu` and `priority` split a block (a sliding
+//! page out of a hit's window is never hit, so it sorted apart from the full pages of the same
+//! block) and cut their hit rate to a third of the summed manager's. A block whose cached-free
+//! pages wait while a table still holds another page of it — a sliding page trimmed out of the
+//! window while its sequence still holds the block in the full tables — is *protected*: the
+//! policy pops it only when no wholly cached-free block is left (and then only its cached-free
+//! pages), and it joins the first set, as the most recent, when the block's last held page goes.
+//! Without this a shared prompt's sliding pages, released mid-prefill, were evicted long before
+//! their full pages and cut every later hit of that prompt to nothing. A block is what one
+//! sequence published up to one token position, in every table.
 //!
 //! This file only orders; `pool.rs` owns every page transition and tells it what happened.
 
@@ -31,31 +37,51 @@ use super::pool::PageId;
 /// A logical block: the sequence that published it and the tokens up to its end.
 pub(crate) type BlockGroup = (u64, u64);
 
-/// The published pages of one logical block and how many of them a table holds.
+/// Which of the policy's sets a block is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Set {
+    /// No evictable page: in neither.
+    #[default]
+    None,
+    Evict,
+    Protected,
+}
+
+/// The published pages of one logical block, how many of them a table holds, how many are
+/// evictable now, and what the policy weighs for the block.
 #[derive(Debug, Clone, Default)]
 struct Group {
+    key: BlockGroup,
     held: u32,
     pages: Vec<PageId>,
+    evictable: u32,
+    info: Evictable,
+    set: Set,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct CachedFree {
-    /// The evictable cached-free pages of blocks no table holds, in the policy's order.
+    /// Blocks with evictable pages that no table holds, in the policy's order (by block id).
     evict: AnyEvictor,
-    /// The evictable cached-free pages whose block a table still holds, in the policy's order:
-    /// popped only when `evict` is empty.
+    /// Blocks with evictable pages that a table still holds, in the policy's order: popped
+    /// only when `evict` is empty.
     protected: AnyEvictor,
-    /// Whether each evictable page is in `protected` (else `evict`).
-    in_protected: Vec<bool>,
-    /// Each published page's block.
-    group: Vec<Option<BlockGroup>>,
-    groups: HashMap<BlockGroup, Group>,
+    /// Blocks by id (an id is reused once its block has no published page left, so ids stay
+    /// below the pool's page count: every live block has a published page of its own).
+    blocks: Vec<Group>,
+    free_ids: Vec<u32>,
+    ids: HashMap<BlockGroup, u32>,
+    /// Each published page's block id.
+    group: Vec<Option<u32>>,
+    /// Whether each page is cached-free and in its block's policy entry (not fenced).
+    evictable: Vec<bool>,
+    evictable_pages: usize,
     /// Cached-free pages released while a step was in flight, by release tick, until it retires.
     fenced: BTreeMap<u64, PageId>,
     /// Each cached-free page's release tick (0: not cached-free).
     tick: Vec<u64>,
-    /// What the policy weighs, per published page (reset when the page leaves the cache).
-    info: Vec<Evictable>,
+    /// Prefix hits each published page served (reset when the page leaves the cache).
+    hits: Vec<u32>,
     clock: u64,
 }
 
@@ -64,24 +90,27 @@ impl CachedFree {
         CachedFree {
             evict: policy.build(pages),
             protected: policy.build(pages),
-            in_protected: vec![false; pages as usize],
+            blocks: Vec::new(),
+            free_ids: Vec::new(),
+            ids: HashMap::new(),
             group: vec![None; pages as usize],
-            groups: HashMap::new(),
+            evictable: vec![false; pages as usize],
+            evictable_pages: 0,
             fenced: BTreeMap::new(),
             tick: vec![0; pages as usize],
-            info: vec![Evictable::default(); pages as usize],
+            hits: vec![0; pages as usize],
             clock: 0,
         }
     }
 
     /// Cached-free pages, fenced or not.
     pub(crate) fn len(&self) -> usize {
-        self.evict.len() + self.protected.len() + self.fenced.len()
+        self.evictable_pages + self.fenced.len()
     }
 
     /// Cached-free pages the policy may pop now.
     pub(crate) fn evictable_len(&self) -> usize {
-        self.evict.len() + self.protected.len()
+        self.evictable_pages
     }
 
     /// Cached-free pages still waiting on the step in flight at their release.
@@ -95,99 +124,141 @@ impl CachedFree {
 
     /// Cached-free and in the policy's set (not waiting on a fence).
     pub(crate) fn is_evictable(&self, page: PageId) -> bool {
-        match self.tick.get(page as usize) {
-            Some(&t) if t != 0 => !self.fenced.contains_key(&t),
-            _ => false,
+        self.evictable.get(page as usize).copied().unwrap_or(false)
+    }
+
+    /// Take block `id` out of whichever set holds it.
+    fn unset(&mut self, id: u32) {
+        match self.blocks[id as usize].set {
+            Set::None => {}
+            Set::Evict => self.evict.remove(id),
+            Set::Protected => self.protected.remove(id),
         }
+        self.blocks[id as usize].set = Set::None;
+    }
+
+    /// Put block `id` in the set it belongs in now (none without an evictable page; protected
+    /// while a table holds a page of it). A block already in its set keeps its place.
+    fn place(&mut self, id: u32) {
+        let g = &self.blocks[id as usize];
+        let want = if g.evictable == 0 {
+            Set::None
+        } else if g.held > 0 {
+            Set::Protected
+        } else {
+            Set::Evict
+        };
+        if want == g.set {
+            return;
+        }
+        let info = g.info;
+        self.unset(id);
+        match want {
+            Set::None => {}
+            Set::Evict => self.evict.insert(id, info),
+            Set::Protected => self.protected.insert(id, info),
+        }
+        self.blocks[id as usize].set = want;
     }
 
     /// `page` (held) was published as block `depth` of its table's chain, a page of logical
     /// block `group`: nothing hit it yet.
     pub(crate) fn published(&mut self, page: PageId, depth: u64, group: BlockGroup) {
-        let Some(i) = self.info.get_mut(page as usize) else {
+        let i = page as usize;
+        if i >= self.hits.len() {
             return;
-        };
-        *i = Evictable {
-            depth: u32::try_from(depth).unwrap_or(u32::MAX),
-            hits: 0,
-            shared: false,
-        };
+        }
+        self.hits[i] = 0;
         self.leave_group(page, true);
-        self.group[page as usize] = Some(group);
-        let g = self.groups.entry(group).or_default();
+        let id = match self.ids.get(&group) {
+            Some(&id) => id,
+            None => {
+                let fresh = Group {
+                    key: group,
+                    info: Evictable {
+                        depth: u32::try_from(depth).unwrap_or(u32::MAX),
+                        hits: 0,
+                        shared: false,
+                    },
+                    ..Group::default()
+                };
+                let id = match self.free_ids.pop() {
+                    Some(id) => {
+                        self.blocks[id as usize] = fresh;
+                        id
+                    }
+                    None => {
+                        self.blocks.push(fresh);
+                        (self.blocks.len() - 1) as u32
+                    }
+                };
+                self.ids.insert(group, id);
+                id
+            }
+        };
+        self.group[i] = Some(id);
+        let g = &mut self.blocks[id as usize];
         g.held += 1;
         g.pages.push(page);
+        self.place(id);
     }
 
-    /// `page` leaves its block (evicted or unpublished); `held` if a table still held it.
+    /// `page` leaves its block (evicted or unpublished; not evictable any more); `held` if a
+    /// table still held it.
     fn leave_group(&mut self, page: PageId, held: bool) {
-        let Some(key) = self.group.get_mut(page as usize).and_then(Option::take) else {
+        let Some(id) = self.group.get_mut(page as usize).and_then(Option::take) else {
             return;
         };
-        let Some(g) = self.groups.get_mut(&key) else {
-            return;
-        };
+        let g = &mut self.blocks[id as usize];
         g.pages.retain(|&p| p != page);
         if held {
             g.held = g.held.saturating_sub(1);
         }
         if g.pages.is_empty() {
-            self.groups.remove(&key);
-        } else if held && g.held == 0 {
-            self.release_group(key);
+            self.unset(id);
+            let key = self.blocks[id as usize].key;
+            self.ids.remove(&key);
+            self.blocks[id as usize] = Group::default();
+            self.free_ids.push(id);
+        } else {
+            self.place(id);
         }
     }
 
-    /// No table holds block `key` any more: its protected pages join the policy's set.
-    fn release_group(&mut self, key: BlockGroup) {
-        let Some(g) = self.groups.get(&key) else {
-            return;
-        };
-        for &p in &g.pages {
-            let i = p as usize;
-            if self.in_protected[i] {
-                self.in_protected[i] = false;
-                self.protected.remove(p);
-                self.evict.insert(p, self.info[i]);
-            }
-        }
-    }
-
-    /// A table holds block `key` again: its evictable pages are protected.
-    fn hold_group(&mut self, key: BlockGroup) {
-        let Some(g) = self.groups.get(&key) else {
-            return;
-        };
-        for &p in &g.pages {
-            let i = p as usize;
-            let evictable = self.tick[i] != 0 && !self.fenced.contains_key(&self.tick[i]);
-            if evictable && !self.in_protected[i] {
-                self.in_protected[i] = true;
-                self.evict.remove(p);
-                self.protected.insert(p, self.info[i]);
-            }
-        }
-    }
-
-    /// `page` joins the policy's sets: protected while its block is held elsewhere.
+    /// `page` joins its block's policy entry.
     fn make_evictable(&mut self, page: PageId) {
         let i = page as usize;
-        let held = self.group[i]
-            .and_then(|k| self.groups.get(&k))
-            .is_some_and(|g| g.held > 0);
-        self.in_protected[i] = held;
-        if held {
-            self.protected.insert(page, self.info[i]);
-        } else {
-            self.evict.insert(page, self.info[i]);
+        self.evictable[i] = true;
+        self.evictable_pages += 1;
+        if let Some(id) = self.group[i] {
+            self.blocks[id as usize].evictable += 1;
+            self.place(id);
         }
     }
 
-    /// A prefix hit shared `page`.
+    /// A prefix hit shared `page`: its block served one more hit (a hit shares every page of a
+    /// block it needs at once, so the block's count is the most any of its pages served).
     pub(crate) fn hit(&mut self, page: PageId) {
-        if let Some(i) = self.info.get_mut(page as usize) {
-            i.hits = i.hits.saturating_add(1);
-            i.shared = true;
+        let i = page as usize;
+        let Some(h) = self.hits.get_mut(i) else {
+            return;
+        };
+        *h = h.saturating_add(1);
+        let h = *h;
+        let Some(id) = self.group[i] else {
+            return;
+        };
+        let g = &mut self.blocks[id as usize];
+        if g.info.hits >= h && g.info.shared {
+            return;
+        }
+        g.info.hits = g.info.hits.max(h);
+        g.info.shared = true;
+        // Re-weighed: a block in a set goes back in under its new worth.
+        let set = g.set;
+        if set != Set::None {
+            self.unset(id);
+            self.place(id);
         }
     }
 
@@ -196,18 +267,15 @@ impl CachedFree {
         let i = page as usize;
         self.clock += 1;
         self.tick[i] = self.clock;
+        if let Some(id) = self.group[i] {
+            let g = &mut self.blocks[id as usize];
+            g.held = g.held.saturating_sub(1);
+            self.place(id);
+        }
         if fenced {
             self.fenced.insert(self.clock, page);
         } else {
             self.make_evictable(page);
-        }
-        if let Some(key) = self.group[i] {
-            if let Some(g) = self.groups.get_mut(&key) {
-                g.held = g.held.saturating_sub(1);
-                if g.held == 0 {
-                    self.release_group(key);
-                }
-            }
         }
     }
 
@@ -217,71 +285,93 @@ impl CachedFree {
             return false;
         };
         let i = page as usize;
-        if self.fenced.remove(&t).is_none() {
-            if self.in_protected[i] {
-                self.protected.remove(page);
-            } else {
-                self.evict.remove(page);
-            }
-        }
-        self.in_protected[i] = false;
+        let was_evictable = self.fenced.remove(&t).is_none();
         self.tick[i] = 0;
-        if let Some(key) = self.group[i] {
-            if let Some(g) = self.groups.get_mut(&key) {
-                g.held += 1;
-                if g.held == 1 {
-                    self.hold_group(key);
-                }
+        if was_evictable {
+            self.evictable[i] = false;
+            self.evictable_pages -= 1;
+        }
+        if let Some(id) = self.group[i] {
+            let g = &mut self.blocks[id as usize];
+            if was_evictable {
+                g.evictable -= 1;
             }
+            g.held += 1;
+            self.place(id);
         }
         true
     }
 
-    /// The policy's victim, out of the cache (its worth forgotten).
-    pub(crate) fn pop_victim(&mut self) -> Option<PageId> {
-        let page = match self.evict.pop_victim() {
-            Some(p) => p,
-            None => self.protected.pop_victim()?,
+    /// The policy's victim block: its evictable pages, out of the cache (their worth
+    /// forgotten); empty when nothing is evictable.
+    pub(crate) fn pop_victims(&mut self) -> Vec<PageId> {
+        let id = match self.evict.pop_victim() {
+            Some(id) => id,
+            None => match self.protected.pop_victim() {
+                Some(id) => id,
+                None => return Vec::new(),
+            },
         };
-        self.forget(page);
-        Some(page)
+        self.blocks[id as usize].set = Set::None;
+        let pages: Vec<PageId> = self.blocks[id as usize]
+            .pages
+            .iter()
+            .copied()
+            .filter(|&p| self.evictable[p as usize])
+            .collect();
+        for &page in &pages {
+            self.forget(page);
+        }
+        pages
     }
 
     fn forget(&mut self, page: PageId) {
         let i = page as usize;
         self.tick[i] = 0;
-        self.in_protected[i] = false;
-        self.info[i] = Evictable::default();
+        self.hits[i] = 0;
+        if self.evictable[i] {
+            self.evictable[i] = false;
+            self.evictable_pages -= 1;
+            if let Some(id) = self.group[i] {
+                self.blocks[id as usize].evictable -= 1;
+            }
+        }
         self.leave_group(page, false);
     }
 
     /// A published page left the cache without being evicted (a flush of a held page).
     pub(crate) fn unpublished(&mut self, page: PageId) {
-        if let Some(i) = self.info.get_mut(page as usize) {
-            *i = Evictable::default();
+        if let Some(h) = self.hits.get_mut(page as usize) {
+            *h = 0;
             self.leave_group(page, true);
         }
     }
 
-    /// The fenced pages whose step retired (`retired(page)`) become evictable, in release order.
-    pub(crate) fn unfence(&mut self, retired: impl Fn(PageId) -> bool) {
+    /// The fenced pages whose step retired (`retired(page)`) become evictable, in release
+    /// order; returned.
+    pub(crate) fn unfence(&mut self, retired: impl Fn(PageId) -> bool) -> Vec<PageId> {
         let ready: Vec<(u64, PageId)> = self
             .fenced
             .iter()
             .filter(|(_, &p)| retired(p))
             .map(|(&t, &p)| (t, p))
             .collect();
-        for (t, page) in ready {
+        for &(t, page) in &ready {
             self.fenced.remove(&t);
             self.make_evictable(page);
         }
+        ready.into_iter().map(|(_, p)| p).collect()
     }
 
     /// Every cached-free page out of the cache: (page, whether it was still fenced).
     pub(crate) fn drain(&mut self) -> Vec<(PageId, bool)> {
         let mut out: Vec<(PageId, bool)> = Vec::with_capacity(self.len());
-        while let Some(page) = self.pop_victim() {
-            out.push((page, false));
+        loop {
+            let victims = self.pop_victims();
+            if victims.is_empty() {
+                break;
+            }
+            out.extend(victims.into_iter().map(|p| (p, false)));
         }
         for (_, page) in std::mem::take(&mut self.fenced) {
             self.forget(page);
@@ -290,28 +380,44 @@ impl CachedFree {
         out
     }
 
-    /// The evictable pages in the order the policy would evict them (tests and checks only).
+    /// The evictable pages in the order the policy would evict them, block by block (tests
+    /// and checks only).
     pub(crate) fn order(&self) -> Vec<PageId> {
-        let mut order = self.evict.order();
-        order.extend(self.protected.order());
+        let mut order = Vec::with_capacity(self.evictable_pages);
+        for id in self.evict.order().into_iter().chain(self.protected.order()) {
+            order.extend(
+                self.blocks[id as usize]
+                    .pages
+                    .iter()
+                    .copied()
+                    .filter(|&p| self.evictable[p as usize]),
+            );
+        }
         order
     }
 
     /// `page`'s logical block while it is published (tests only).
     pub(crate) fn block_of(&self, page: PageId) -> Option<BlockGroup> {
-        self.group.get(page as usize).copied().flatten()
+        let id = self.group.get(page as usize).copied().flatten()?;
+        Some(self.blocks[id as usize].key)
     }
 
     /// Whether `page` is evictable but protected: its block is held in a table (tests only).
     pub(crate) fn is_protected(&self, page: PageId) -> bool {
-        self.in_protected
-            .get(page as usize)
-            .copied()
-            .unwrap_or(false)
+        self.is_evictable(page)
+            && self.group[page as usize]
+                .is_some_and(|id| self.blocks[id as usize].set == Set::Protected)
     }
 
-    /// What the policy weighs for `page` now.
+    /// What the policy weighs for `page` now: its block's worth.
     pub(crate) fn info(&self, page: PageId) -> Option<Evictable> {
-        self.info.get(page as usize).copied()
+        let i = page as usize;
+        if i >= self.hits.len() {
+            return None;
+        }
+        Some(match self.group[i] {
+            Some(id) => self.blocks[id as usize].info,
+            None => Evictable::default(),
+        })
     }
 }

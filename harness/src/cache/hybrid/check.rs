@@ -11,8 +11,11 @@
 //! token of it written (publishing a block a chunk has not written yet would hand a later
 //! prompt positions nobody wrote).
 
+use kvbench_cache_api::SeqId;
+
 use super::manager::HybridCache;
-use super::pool::Freed;
+use super::pool::{Freed, PageId};
+use super::table::SeqEntry;
 
 impl HybridCache {
     /// Every violation found, described; empty when the state is consistent.
@@ -21,34 +24,10 @@ impl HybridCache {
         let pages = self.pool.pages() as usize;
         let mut counted = vec![0u64; pages];
         for (&seq, entry) in &self.seqs {
-            if entry.tables.len() != self.layout.tables.len() {
-                bad.push(format!(
-                    "seq {seq}: {} tables, layout has {}",
-                    entry.tables.len(),
-                    self.layout.tables.len()
-                ));
+            if !self.check_seq(seq, entry, &mut bad) {
                 continue;
             }
-            if !(entry.trimmed <= entry.written && entry.written <= entry.tokens) {
-                bad.push(format!(
-                    "seq {seq}: trimmed {} written {} mapped {} out of order",
-                    entry.trimmed, entry.written, entry.tokens
-                ));
-            }
-            for (t, (spec, table)) in self.layout.tables.iter().zip(&entry.tables).enumerate() {
-                let end = entry.tokens.div_ceil(u64::from(spec.block_tokens.max(1)));
-                let first = spec.held_blocks(entry.trimmed).0.min(end);
-                if (table.first_block, table.end_block()) != (first, end) {
-                    bad.push(format!(
-                        "seq {seq} table {t} ({:?}) holds blocks {}..{} at {} tokens ({} written, trimmed at {}), should hold {first}..{end}",
-                        spec.kind,
-                        table.first_block,
-                        table.end_block(),
-                        entry.tokens,
-                        entry.written,
-                        entry.trimmed
-                    ));
-                }
+            for (t, table) in entry.tables.iter().enumerate() {
                 for &page in &table.pages {
                     match counted.get_mut(page as usize) {
                         Some(c) => *c += 1,
@@ -56,20 +35,10 @@ impl HybridCache {
                     }
                 }
             }
-            if entry.state.len() != self.pool.state_pages() as usize {
-                bad.push(format!(
-                    "seq {seq}: a state of {} pages, the layout's takes {}",
-                    entry.state.len(),
-                    self.pool.state_pages()
-                ));
-            }
             for &page in &entry.state {
                 match counted.get_mut(page as usize) {
                     Some(c) => *c += 1,
                     None => bad.push(format!("seq {seq} state: page {page} out of range")),
-                }
-                if self.pool.refs(page) != Some(1) {
-                    bad.push(format!("seq {seq}: state page {page} is shared"));
                 }
             }
         }
@@ -110,56 +79,8 @@ impl HybridCache {
         let mut cached_pages = 0u32;
         for page in 0..pages {
             let (count, free, pending) = (counted[page], free_seen[page], pending_seen[page]);
-            let id = page as u32;
-            if self.pool.is_published(id) {
-                let (w, bt) = (self.pool.written(id), self.pool.block_tokens(id));
-                if w != bt {
-                    bad.push(format!(
-                        "published page {page} holds {} of its {} tokens written",
-                        w.unwrap_or(0),
-                        bt.unwrap_or(0)
-                    ));
-                }
-            }
-            if self.pool.is_cached_free(id) {
+            if self.check_page(page as u32, count, free, pending, &mut bad) {
                 cached_pages += 1;
-                let fence = self.pool.release_fence(id);
-                let in_flight = fence != 0 && !self.pool.fence.is_retired(fence);
-                if in_flight && self.pool.cached.is_evictable(id) && !self.pool.ignore_fence {
-                    bad.push(format!(
-                        "cached-free page {page} is evictable while step {fence}, in flight at its release, has not retired"
-                    ));
-                }
-            }
-            let refs = self.pool.refs(page as u32).unwrap_or(0) as u64;
-            if free && pending {
-                bad.push(format!("page {page} is both free and fenced"));
-            }
-            if (free || pending) && count > 0 {
-                bad.push(format!(
-                    "page {page} is {} and in {count} tables",
-                    if free { "free" } else { "fenced" }
-                ));
-            }
-            let cached = self.pool.is_cached_free(page as u32);
-            if cached && (free || pending || count > 0 || !self.pool.is_published(page as u32)) {
-                bad.push(format!(
-                    "cached-free page {page}: published {}, free {free}, fenced {pending}, in {count} tables",
-                    self.pool.is_published(page as u32)
-                ));
-            }
-            if self.pool.is_published(page as u32) && (free || pending) {
-                bad.push(format!("page {page} is published and free or fenced"));
-            }
-            if !free && !pending && !cached && count == 0 {
-                bad.push(format!(
-                    "page {page} is neither free nor in any table (leaked)"
-                ));
-            }
-            if refs != count {
-                bad.push(format!(
-                    "page {page}: {refs} references counted, {count} in tables"
-                ));
             }
         }
         if cached_pages != self.pool.cached_count() {
@@ -168,6 +89,60 @@ impl HybridCache {
                 self.pool.cached_count()
             ));
         }
+        self.check_states(&mut bad);
+        bad
+    }
+
+    /// One sequence's own invariants (its lengths in order, each table holding exactly the
+    /// blocks its kind keeps, a state of the layout's pages held by it alone); `false` when its
+    /// tables do not match the layout (nothing more of it can be read).
+    pub(crate) fn check_seq(&self, seq: SeqId, entry: &SeqEntry, bad: &mut Vec<String>) -> bool {
+        if entry.tables.len() != self.layout.tables.len() {
+            bad.push(format!(
+                "seq {seq}: {} tables, layout has {}",
+                entry.tables.len(),
+                self.layout.tables.len()
+            ));
+            return false;
+        }
+        if !(entry.trimmed <= entry.written && entry.written <= entry.tokens) {
+            bad.push(format!(
+                "seq {seq}: trimmed {} written {} mapped {} out of order",
+                entry.trimmed, entry.written, entry.tokens
+            ));
+        }
+        for (t, (spec, table)) in self.layout.tables.iter().zip(&entry.tables).enumerate() {
+            let end = entry.tokens.div_ceil(u64::from(spec.block_tokens.max(1)));
+            let first = spec.held_blocks(entry.trimmed).0.min(end);
+            if (table.first_block, table.end_block()) != (first, end) {
+                bad.push(format!(
+                    "seq {seq} table {t} ({:?}) holds blocks {}..{} at {} tokens ({} written, trimmed at {}), should hold {first}..{end}",
+                    spec.kind,
+                    table.first_block,
+                    table.end_block(),
+                    entry.tokens,
+                    entry.written,
+                    entry.trimmed
+                ));
+            }
+        }
+        if entry.state.len() != self.pool.state_pages() as usize {
+            bad.push(format!(
+                "seq {seq}: a state of {} pages, the layout's takes {}",
+                entry.state.len(),
+                self.pool.state_pages()
+            ));
+        }
+        for &page in &entry.state {
+            if self.pool.refs(page) != Some(1) {
+                bad.push(format!("seq {seq}: state page {page} is shared"));
+            }
+        }
+        true
+    }
+
+    /// One recurrent state per live sequence of a recurrent model, none otherwise.
+    pub(crate) fn check_states(&self, bad: &mut Vec<String>) {
         let live = self.seqs.len() as u64;
         let held = self.pool.states_held() as u64;
         let want = if self.pool.state_pages() == 0 {
@@ -181,7 +156,71 @@ impl HybridCache {
                 self.pool.state_pages()
             ));
         }
-        bad
+    }
+
+    /// One page's invariants, given how many table (and state) references to it the
+    /// sequences hold (`count`) and whether it is on the free list or the fence queue; `true`
+    /// when it is cached-free. (A free page's release fence is checked by the caller, which
+    /// walks the free list.)
+    pub(crate) fn check_page(
+        &self,
+        id: PageId,
+        count: u64,
+        free: bool,
+        pending: bool,
+        bad: &mut Vec<String>,
+    ) -> bool {
+        let page = id as usize;
+        if self.pool.is_published(id) {
+            let (w, bt) = (self.pool.written(id), self.pool.block_tokens(id));
+            if w != bt {
+                bad.push(format!(
+                    "published page {page} holds {} of its {} tokens written",
+                    w.unwrap_or(0),
+                    bt.unwrap_or(0)
+                ));
+            }
+        }
+        if self.pool.is_cached_free(id) {
+            let fence = self.pool.release_fence(id);
+            let in_flight = fence != 0 && !self.pool.fence.is_retired(fence);
+            if in_flight && self.pool.cached.is_evictable(id) && !self.pool.ignore_fence {
+                bad.push(format!(
+                    "cached-free page {page} is evictable while step {fence}, in flight at its release, has not retired"
+                ));
+            }
+        }
+        let refs = self.pool.refs(page as u32).unwrap_or(0) as u64;
+        if free && pending {
+            bad.push(format!("page {page} is both free and fenced"));
+        }
+        if (free || pending) && count > 0 {
+            bad.push(format!(
+                "page {page} is {} and in {count} tables",
+                if free { "free" } else { "fenced" }
+            ));
+        }
+        let cached = self.pool.is_cached_free(page as u32);
+        if cached && (free || pending || count > 0 || !self.pool.is_published(page as u32)) {
+            bad.push(format!(
+                "cached-free page {page}: published {}, free {free}, fenced {pending}, in {count} tables",
+                self.pool.is_published(page as u32)
+            ));
+        }
+        if self.pool.is_published(page as u32) && (free || pending) {
+            bad.push(format!("page {page} is published and free or fenced"));
+        }
+        if !free && !pending && !cached && count == 0 {
+            bad.push(format!(
+                "page {page} is neither free nor in any table (leaked)"
+            ));
+        }
+        if refs != count {
+            bad.push(format!(
+                "page {page}: {refs} references counted, {count} in tables"
+            ));
+        }
+        cached
     }
 
     /// What is still held when nothing should be: sequences, pages out of the pool, states.

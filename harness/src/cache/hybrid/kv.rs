@@ -21,7 +21,7 @@
 //! held state's pages are `state_slots` live (its bytes, rounded up to slots), the rest of
 //! them allocated-unfilled; fenced pages are pending, whatever they held.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use kvbench_cache_api::{
@@ -30,6 +30,7 @@ use kvbench_cache_api::{
 };
 
 use super::cached::{Lookup, PrefixCache};
+use super::check_incremental::Incremental;
 use super::error::HybridError;
 use super::layout::HybridLayout;
 use super::manager::{HybridCache, PageCopy};
@@ -59,6 +60,8 @@ pub struct HybridKv {
     /// Protocol errors and planted bugs seen as they happened, reported by `check_invariants`.
     pub(crate) violations: Vec<String>,
     pub(crate) prefix: PrefixCache,
+    /// What the last invariant check saw, so the next checks only what changed.
+    pub(crate) incremental: RefCell<Incremental>,
 }
 
 impl HybridKv {
@@ -74,6 +77,7 @@ impl HybridKv {
             bad_layouts_read: Cell::new(0),
             violations: Vec::new(),
             prefix: PrefixCache::default(),
+            incremental: RefCell::new(Incremental::default()),
         }
     }
 
@@ -570,8 +574,10 @@ impl KvCacheManager for HybridKv {
         self.prefix.sync(&mut self.cache.pool);
     }
 
+    /// Incremental: what changed since the last check, a full walk every
+    /// `check_incremental::FULL_EVERY` checks (see `check_incremental.rs`).
     fn check_invariants(&self) -> Result<(), String> {
-        super::kv_check::check(self)
+        super::check_incremental::check(self)
     }
 
     fn assert_quiescent(&self) -> Result<(), String> {

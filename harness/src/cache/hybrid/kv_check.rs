@@ -2,6 +2,8 @@
 //! what their kind keeps, fences and states counted right), the violations seen as they
 //! happened, the live slots recomputed from the sequences' written tokens (never from the
 //! pool's counter they check), conservation, and the layout handed out matching the tables.
+//! This is the full walk; the engine's every-step check is `check_incremental.rs`, which runs it
+//! every so many checks, and `assert_quiescent` (the run's end) always runs it.
 
 use kvbench_cache_api::{KvCacheManager, SeqLayout};
 
@@ -10,7 +12,7 @@ use super::kv::HybridKv;
 /// At most this many problems are listed, so one report stays readable.
 const MAX_PROBLEMS: usize = 20;
 
-fn into_result(mut bad: Vec<String>) -> Result<(), String> {
+pub(crate) fn into_result(mut bad: Vec<String>) -> Result<(), String> {
     if bad.is_empty() {
         return Ok(());
     }
@@ -18,14 +20,46 @@ fn into_result(mut bad: Vec<String>) -> Result<(), String> {
     Err(bad.join("; "))
 }
 
-pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
-    let cache = &kv.cache;
+/// The problems recorded as they happened: protocol errors, planted bugs, early reuse.
+pub(crate) fn recorded(kv: &HybridKv) -> Vec<String> {
     let mut bad = kv.violations.clone();
-    for &(page, fence) in &cache.pool.early_reuse {
+    for &(page, fence) in &kv.cache.pool.early_reuse {
         bad.push(format!(
             "page {page} handed out for new content while its fence step {fence} was in flight"
         ));
     }
+    let acc = kv.accounting();
+    if !acc.is_conserved() {
+        bad.push(format!("accounting not conserved: {acc:?}"));
+    }
+    bad
+}
+
+/// The layout handed out for each of `seqs` is its block tables (a sequence with no corrupted
+/// layout armed is handed its tables themselves).
+pub(crate) fn check_layouts(
+    kv: &HybridKv,
+    seqs: impl Iterator<Item = kvbench_cache_api::SeqId>,
+    bad: &mut Vec<String>,
+) {
+    for seq in seqs {
+        let Some(entry) = kv.cache.seqs.get(&seq) else {
+            continue;
+        };
+        if let Some(SeqLayout::Grouped { tables, .. }) = kv.layout(seq) {
+            if tables != entry.tables.as_slice() {
+                bad.push(format!(
+                    "seq {seq}: the layout handed out differs from its block tables"
+                ));
+            }
+        }
+    }
+}
+
+/// Every invariant, recomputed from the whole state.
+pub(crate) fn check_full(kv: &HybridKv) -> Result<(), String> {
+    let cache = &kv.cache;
+    let mut bad = recorded(kv);
     bad.extend(cache.check_invariants());
 
     // Live slots, recomputed: each held page's written tokens from its holders' lengths.
@@ -85,25 +119,13 @@ pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
             cache.pool.published_count()
         ));
     }
-    let acc = kv.accounting();
-    if !acc.is_conserved() {
-        bad.push(format!("accounting not conserved: {acc:?}"));
-    }
-    for (&seq, entry) in &cache.seqs {
-        if let Some(SeqLayout::Grouped { tables, .. }) = kv.layout(seq) {
-            if tables != entry.tables.as_slice() {
-                bad.push(format!(
-                    "seq {seq}: the layout handed out differs from its block tables"
-                ));
-            }
-        }
-    }
+    check_layouts(kv, cache.seqs.keys().copied(), &mut bad);
     into_result(bad)
 }
 
 pub(crate) fn quiescent(kv: &HybridKv) -> Result<(), String> {
     let mut bad = Vec::new();
-    if let Err(e) = check(kv) {
+    if let Err(e) = check_full(kv) {
         bad.push(e);
     }
     bad.extend(kv.cache.check_quiescent());

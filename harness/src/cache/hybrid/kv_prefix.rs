@@ -60,6 +60,18 @@ impl HybridKv {
         self.cache.pool.cached.is_protected(page)
     }
 
+    /// Every invariant recomputed from the whole state, as the run's end does (the engine's
+    /// `check_invariants` is incremental).
+    pub fn check_invariants_full(&self) -> Result<(), String> {
+        super::kv_check::check_full(self)
+    }
+
+    /// Full walks the invariant checks ran so far (the first check, then every
+    /// `FULL_EVERY`-th, and the check after any problem).
+    pub fn invariant_full_walks(&self) -> u64 {
+        self.incremental.borrow().full_walks
+    }
+
     /// Whether `page` is cached-free (published, in no table).
     pub fn is_cached_free(&self, page: PageId) -> bool {
         self.cache.pool.is_cached_free(page)

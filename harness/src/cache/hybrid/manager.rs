@@ -329,10 +329,13 @@ impl HybridCache {
     }
 
     /// Every page and the state of `seq` go back (behind the fence of the steps in flight).
+    /// Tail first, as the summed manager releases: a block's last page goes (and the block
+    /// joins the eviction order) deepest block first, so under `lru` a sequence's prefix
+    /// blocks are evicted after its tail, never its head (which every later hit needs) first.
     pub fn release(&mut self, seq: SeqId) -> Result<(), HybridError> {
         let entry = self.seqs.remove(&seq).ok_or(HybridError::UnknownSeq(seq))?;
         for table in entry.tables {
-            for page in table.pages {
+            for page in table.pages.into_iter().rev() {
                 self.pool.drop_ref(page)?;
             }
         }

@@ -22,6 +22,7 @@
 mod cached;
 mod cached_free;
 mod check;
+mod check_incremental;
 mod error;
 mod fit;
 mod kv;

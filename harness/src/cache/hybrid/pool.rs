@@ -13,6 +13,8 @@
 //! accounting are a counter: a page of a table with `block_tokens` tokens counts
 //! `⌊written × page_slots / block_tokens⌋` slots live.
 
+use std::cell::RefCell;
+
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
@@ -23,6 +25,40 @@ use super::error::HybridError;
 
 /// A page's index in the pool.
 pub type PageId = u32;
+
+/// The pages whose state changed since the incremental invariant check last looked (each once):
+/// the check re-examines only these (and the pages of sequences whose tables changed).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Touched {
+    pub(crate) pages: Vec<PageId>,
+    mark: Vec<bool>,
+}
+
+impl Touched {
+    fn new(pages: u32) -> Touched {
+        Touched {
+            pages: Vec::new(),
+            mark: vec![false; pages as usize],
+        }
+    }
+
+    fn touch(&mut self, page: PageId) {
+        if let Some(m) = self.mark.get_mut(page as usize) {
+            if !*m {
+                *m = true;
+                self.pages.push(page);
+            }
+        }
+    }
+
+    /// The pages touched since the last call, forgotten.
+    pub(crate) fn take(&mut self) -> Vec<PageId> {
+        for &p in &self.pages {
+            self.mark[p as usize] = false;
+        }
+        std::mem::take(&mut self.pages)
+    }
+}
 
 /// What a fence withholds: a page (a recurrent state's pages are withheld one by one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +104,8 @@ pub(crate) struct PagePool {
     pub(crate) evicted: Vec<PageId>,
     /// Published pages a flush unpublished since the prefix index last looked (not evictions).
     pub(crate) unpublished: Vec<PageId>,
+    /// Pages changed since the incremental check last looked (it takes them through `&self`).
+    pub(crate) touched: RefCell<Touched>,
 }
 
 impl PagePool {
@@ -93,7 +131,13 @@ impl PagePool {
             published_count: 0,
             evicted: Vec::new(),
             unpublished: Vec::new(),
+            touched: RefCell::new(Touched::new(pages)),
         }
+    }
+
+    /// `page` changed state: the incremental check looks at it next time.
+    pub(crate) fn touch(&mut self, page: PageId) {
+        self.touched.get_mut().touch(page);
     }
 
     /// Which cached-free page is evicted first (before any page is cached).
@@ -148,6 +192,7 @@ impl PagePool {
             }
             *p = true;
             self.cached.published(page, depth, group);
+            self.touch(page);
         }
     }
 
@@ -182,20 +227,24 @@ impl PagePool {
         self.free_count() + self.evictable(except)
     }
 
-    /// Evict the eviction policy's victim among the cached-free pages whose fence is clear onto
-    /// the free list; `false` when there is none.
+    /// Evict the eviction policy's victim block — every cached-free page of it whose fence is
+    /// clear — onto the free list; `false` when there is none.
     fn evict_one(&mut self) -> bool {
-        let Some(page) = self.cached.pop_victim() else {
+        let victims = self.cached.pop_victims();
+        if victims.is_empty() {
             return false;
-        };
-        self.unpublish_free(page);
-        self.evicted.push(page);
-        self.free.push(page);
+        }
+        for page in victims {
+            self.unpublish_free(page);
+            self.evicted.push(page);
+            self.free.push(page);
+        }
         true
     }
 
     /// A cached-free page (already out of `cached`) is no longer published nor written.
     fn unpublish_free(&mut self, page: PageId) {
+        self.touch(page);
         let i = page as usize;
         if self.published[i] {
             self.published_count -= 1;
@@ -225,6 +274,7 @@ impl PagePool {
                 self.published_count -= 1;
                 self.cached.unpublished(i as PageId);
                 self.unpublished.push(i as PageId);
+                self.touched.get_mut().touch(i as PageId);
             }
         }
     }
@@ -238,6 +288,7 @@ impl PagePool {
             ));
         }
         self.cached.hit(page);
+        self.touch(page);
         self.refs[i] = 1;
         self.live_slots += self.live_of(i);
         Ok(())
@@ -280,6 +331,7 @@ impl PagePool {
             .free
             .pop()
             .ok_or(HybridError::OutOfPages { needed: 1, free: 0 })?;
+        self.touch(page);
         let i = page as usize;
         let fence = self.release_fence[i];
         if fence != 0 && !self.fence.is_retired(fence) {
@@ -306,6 +358,7 @@ impl PagePool {
             return Err(HybridError::Corrupt("shared a free page"));
         }
         *r = r.checked_add(1).ok_or(HybridError::Overflow("page refs"))?;
+        self.touch(page);
         Ok(())
     }
 
@@ -315,6 +368,7 @@ impl PagePool {
         if self.refs.get(i).copied().unwrap_or(0) == 0 {
             return Err(HybridError::Corrupt("wrote a page nobody holds"));
         }
+        self.touch(page);
         let before = self.live_of(i);
         self.written[i] = tokens.min(self.block_tokens[i]);
         self.live_slots = self.live_slots - before + self.live_of(i);
@@ -332,13 +386,15 @@ impl PagePool {
         *r = r
             .checked_sub(1)
             .ok_or(HybridError::Corrupt("dropped a free page"))?;
-        if *r == 0 && self.published[i] {
+        let last = *r == 0;
+        self.touch(page);
+        if last && self.published[i] {
             // Kept for prefix hits: its tokens stay, it counts cached-free, not live.
             self.live_slots -= self.live_of(i);
             self.release_fence[i] = self.fence.newest_in_flight().unwrap_or(0);
             let fenced = self.release_fence[i] != 0 && !self.ignore_fence;
             self.cached.insert(page, fenced);
-        } else if *r == 0 {
+        } else if last {
             self.live_slots -= self.live_of(i);
             self.written[i] = 0;
             self.block_tokens[i] = 0;
@@ -359,14 +415,20 @@ impl PagePool {
         match self.fence.defer(item) {
             Some(item) => self.settle(item),
             None => match item {
-                Freed::Page(_) => self.pending_pages += 1,
+                Freed::Page(page) => {
+                    self.touch(page);
+                    self.pending_pages += 1;
+                }
             },
         }
     }
 
     fn settle(&mut self, item: Freed) {
         match item {
-            Freed::Page(page) => self.free.push(page),
+            Freed::Page(page) => {
+                self.touch(page);
+                self.free.push(page);
+            }
         }
     }
 
@@ -385,8 +447,12 @@ impl PagePool {
         if self.cached.fenced_len() > 0 {
             let fence = &self.fence;
             let fences = &self.release_fence;
-            self.cached
+            let unfenced = self
+                .cached
                 .unfence(|p| fence.is_retired(fences[p as usize]));
+            for page in unfenced {
+                self.touch(page);
+            }
         }
         for item in ready {
             match item {
