@@ -11,12 +11,14 @@
 //! counts what fits against the summed-bytes slots and vLLM's grouping.
 //!
 //! `HybridCache` (`manager.rs`) is the self-contained manager with its own invariants
-//! (`check.rs`) and tests (`tests/cache_hybrid.rs`). `HybridKv` (`kv.rs`, invariants in
+//! (`check.rs`) and tests (`tests/cache_hybrid.rs`; layouts and fits in
+//! `tests/cache_hybrid_layout.rs`). `HybridKv` (`kv.rs`, invariants in
 //! `kv_check.rs`, tests in `tests/cache_hybrid_kv.rs`) puts it behind the engine's
 //! `KvCacheManager` trait — prompts mapped whole at start and trimmed as they are written,
 //! fences on every released page and state, grouped accounting in slots, planted faults — and
 //! is driven through the trait by the engine where the run selects it. Its prefix cache
-//! (`cached.rs`, tests in `tests/cache_hybrid_prefix.rs`) publishes each table's full blocks
+//! (`cached.rs`, tests in `tests/cache_hybrid_prefix.rs` and, under eviction,
+//! `tests/cache_hybrid_prefix_evict.rs`) publishes each table's full blocks
 //! under a chained scoped key and keeps released published pages cached-free in the pool.
 
 mod cached;
