@@ -141,7 +141,10 @@ mod tests {
             },
         );
         let e = super::check(&c).expect_err("moved region");
-        assert!(e.contains("seq 3: layout base 100") && e.contains("layout capacity 4"), "{e}");
+        assert!(
+            e.contains("seq 3: layout base 100") && e.contains("layout capacity 4"),
+            "{e}"
+        );
         c.by_id.remove(3);
         let e = super::check(&c).expect_err("missing entry");
         assert!(e.contains("seq 3: live, but no contiguous layout"), "{e}");
