@@ -51,11 +51,16 @@ impl Shadow {
         let span = |shape: &TableShape| {
             let bt = u64::from(shape.block_tokens.max(1));
             let lo = readable_from(shape, end);
-            (bt, lo, lo / bt, (end - 1) / bt + 1)
+            Span {
+                bt,
+                lo,
+                b0: lo / bt,
+                b1: (end - 1) / bt + 1,
+            }
         };
-        let mut last: Option<(&TableShape, (u64, u64, u64, u64))> = None;
+        let mut last: Option<(&TableShape, Span)> = None;
         for ((shape, table), seen) in shapes.iter().zip(tables).zip(&st.tables) {
-            let (_, lo, b0, b1) = match last {
+            let Span { lo, b0, b1, .. } = match last {
                 Some((sh, v)) if sh == shape => v,
                 _ => {
                     let v = span(shape);
@@ -86,9 +91,9 @@ impl Shadow {
         let mut slow = std::mem::take(&mut g.slow);
         slow.clear();
         let (mut read, mut written, mut outside) = (0u64, 0u64, None);
-        let mut last: Option<(&TableShape, (u64, u64, u64, u64))> = None;
+        let mut last: Option<(&TableShape, Span)> = None;
         for (t, (shape, seen)) in shapes.iter().zip(st.tables.iter_mut()).enumerate() {
-            let (bt, lo, _, _) = match last {
+            let Span { bt, lo, .. } = match last {
                 Some((sh, v)) if sh == shape => v,
                 _ => {
                     let v = span(shape);
@@ -272,4 +277,14 @@ impl Shadow {
         }
         true
     }
+}
+
+/// What one table shape reads at a decode: block tokens, the first readable position, and the
+/// blocks `b0..b1` it spans — the same for every table of the shape, so computed once a run of them.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    bt: u64,
+    lo: u64,
+    b0: u64,
+    b1: u64,
 }
