@@ -26,15 +26,6 @@ use rand_chacha::ChaCha8Rng;
 const FULL_EVERY: u64 = 64;
 const OPS: usize = 400;
 
-fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026);
-    println!("seed {seed} (KVBENCH_SEED={seed} replays)");
-    seed
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Plant {
     None,
@@ -152,7 +143,7 @@ fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
 
 #[test]
 fn clean_strings_pass_both_checks_and_walk_the_pool_only_every_so_often() {
-    let base = seed();
+    let base = support::seed_or(0x5eed_2026);
     for (mi, m) in mixes().iter().enumerate() {
         for round in 0..6u64 {
             let s = base ^ (mi as u64) << 32 ^ round;
@@ -166,7 +157,7 @@ fn clean_strings_pass_both_checks_and_walk_the_pool_only_every_so_often() {
 /// walk does (the assertion inside `run_string`, at every operation).
 #[test]
 fn every_planted_fault_is_caught_at_the_same_operation_as_the_full_walk() {
-    let base = seed();
+    let base = support::seed_or(0x5eed_2026);
     let mut plants = vec![
         Plant::Hybrid(HybridFault::KeepOutOfWindow),
         Plant::Hybrid(HybridFault::PublishEarly),

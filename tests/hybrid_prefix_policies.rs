@@ -27,15 +27,6 @@ use rand_chacha::ChaCha8Rng;
 const BLOCKS: u64 = 24;
 const BLOCK_TOKENS: u32 = 4;
 
-fn seed() -> u64 {
-    let seed = std::env::var("KVBENCH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026);
-    println!("seed {seed} (KVBENCH_SEED={seed} replays)");
-    seed
-}
-
 fn mix() -> Mix {
     Mix {
         name: "2 sliding : 1 full",
@@ -116,7 +107,7 @@ fn run(kv: &mut dyn KvCacheManager, requests: &[Request]) -> (u64, u64) {
 /// evicts (both pools hold far fewer blocks than the prompts span).
 #[test]
 fn one_request_at_a_time_the_hybrid_manager_hits_what_the_summed_one_hits() {
-    let base = seed();
+    let base = support::seed_or(0x5eed_2026);
     for policy in EvictionPolicy::ALL {
         for round in 0..4u64 {
             let s = base ^ round;
