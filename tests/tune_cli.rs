@@ -196,7 +196,7 @@ fn finds_the_known_optimum_and_every_figure_in_tune_md_comes_from_tune_json() {
         );
         assert!(
             text.contains(&format!(
-                "reproduce: kvbench sweep {scenario} --set scheduler.max_seqs_per_step=8"
+                "reproduce: kvbench sweep {scenario} --backend sim --set scheduler.max_seqs_per_step=8"
             )),
             "{text}"
         );

@@ -507,7 +507,8 @@ fn order(v: Verdict) -> u8 {
     }
 }
 
-/// A few lines for the terminal: per mode the best and the `--set` line that reproduces it.
+/// A few lines for the terminal: per mode the best and the `--set` line that reproduces it
+/// (with the backend the search ran on: `sweep`'s default, `auto`, may pick another).
 pub fn summary_lines(j: &TuneJson) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -531,7 +532,7 @@ pub fn summary_lines(j: &TuneJson) -> String {
     for m in &j.modes {
         let line = match m.best.and_then(|i| j.configurations.get(i)) {
             Some(b) => format!(
-                "best rate at target {} req/s {} ({} configurations, {} probes){}\n             reproduce: kvbench sweep {}{base}{}{}",
+                "best rate at target {} req/s {} ({} configurations, {} probes){}\n             reproduce: kvbench sweep {} --backend {}{base}{}{}",
                 opt(b.rate_at_target_rps),
                 ci(b.rate_at_target_rps_ci),
                 m.configurations,
@@ -542,6 +543,7 @@ pub fn summary_lines(j: &TuneJson) -> String {
                     ""
                 },
                 shell_word(&j.scenario_file),
+                shell_word(&j.backend),
                 if b.set.is_empty() { "" } else { " " },
                 b.set
             ),
