@@ -29,14 +29,12 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
-use serde::Serialize;
-
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
 use super::shadow_ids::{SeqIndex, Writers};
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
+use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
 
 // A child module, so the layout-following half keeps access to the shadow's private state.
 #[path = "shadow_observe.rs"]
@@ -53,54 +51,15 @@ mod tiers;
 // Grouped layouts (one block table per table over one page pool), for the same reason.
 #[path = "shadow_grouped.rs"]
 mod grouped;
+// What a run's shadow saw, as `summary.json` carries it.
+#[path = "shadow_report.rs"]
+mod report;
+pub use report::ShadowReport;
 
 /// Grain of the reverse index for contiguous layouts, slots.
 const CONTIGUOUS_GRAIN: u32 = 16;
-/// Violation messages kept (all are counted).
-const MAX_MESSAGES: usize = 16;
 const NEVER: u64 = u64::MAX;
 const NO_GRAIN: u64 = u64::MAX;
-
-/// What the shadow saw in one run (`summary.json` `runs[].shadow`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ShadowReport {
-    /// Context positions the steps read (Σ context + new tokens over scheduled sequences, plus
-    /// swap-outs): what the shadow vouches for.
-    pub read_slots: u64,
-    /// Tags compared with the reader's expectation: positions a stream reads that it did not
-    /// write through its current layout (prefix hits, forks, changed or invalidated table
-    /// entries, swapped-in data, slots overwritten while a step read them). A stream's own
-    /// writes are checked as they are made and kept valid by the reverse index.
-    pub checked_slots: u64,
-    /// Tags written (steps, copies, swap-ins).
-    pub written_slots: u64,
-    pub violations: u64,
-    /// The first violations, in order.
-    pub messages: Vec<String>,
-    /// Memory the shadow allocated (tag and reverse index pages, the writers' table), bytes.
-    pub allocated_bytes: u64,
-    /// Tier transfers into a lower tier (offloads, moves to disk) the shadow carried out; absent
-    /// from `summary.json` when there were none.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub offloads: u64,
-    /// Tier transfers into the device (onloads) the shadow carried out, each then read by the
-    /// per-reader checks; absent when there were none.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub onloads: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-impl ShadowReport {
-    fn violation(&mut self, msg: String) {
-        self.violations += 1;
-        if self.messages.len() < MAX_MESSAGES {
-            self.messages.push(msg);
-        }
-    }
-}
 
 /// The layout a stream was last checked against.
 #[derive(Debug, Clone)]
