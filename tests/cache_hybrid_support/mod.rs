@@ -6,17 +6,9 @@
 pub mod model;
 
 use kvbench::cache::hybrid::{HybridCache, HybridLayout};
-use kvbench::model::{LayerGroup, ModelShape};
+use kvbench::model::LayerGroup;
 
-pub use crate::support::groups::{full, mix as shape, sliding};
-
-/// One mix: its shape, block size and pages in the pool (recurrent states come out of them).
-pub struct Mix {
-    pub name: &'static str,
-    pub shape: ModelShape,
-    pub block_size: u32,
-    pub pages: u64,
-}
+pub use crate::support::groups::{full, mix as shape, sliding, Mix};
 
 pub fn mixes() -> Vec<Mix> {
     vec![

@@ -7,21 +7,13 @@ pub mod checker;
 pub mod model;
 
 use kvbench::cache::hybrid::{HybridKv, HybridLayout};
-use kvbench::model::{LayerGroup, ModelShape};
+use kvbench::model::LayerGroup;
 use kvbench_cache_api::{AllocError, KvCacheManager, StartRequest};
 
 // ---------------------------------------------------------------------------------------------
 // Group mixes
 
-pub use crate::support::groups::{full, mix as shape, sliding};
-
-pub struct Mix {
-    pub name: &'static str,
-    pub shape: ModelShape,
-    pub block_size: u32,
-    /// Pages of the pool (recurrent states come out of them).
-    pub pages: u64,
-}
+pub use crate::support::groups::{full, mix as shape, sliding, Mix};
 
 pub fn mixes() -> Vec<Mix> {
     vec![

@@ -4,6 +4,15 @@
 
 use kvbench::model::{Dtype, LayerGroup, ModelShape};
 
+/// One named mix of groups for a hybrid manager: its shape, block size and pages in the pool
+/// (recurrent states come out of them).
+pub struct Mix {
+    pub name: &'static str,
+    pub shape: ModelShape,
+    pub block_size: u32,
+    pub pages: u64,
+}
+
 /// The tiny model with `groups` as its layers, named `name`.
 pub fn shape(name: &str, groups: Vec<LayerGroup>) -> ModelShape {
     let layers = groups.iter().map(|g| g.layers()).sum();
