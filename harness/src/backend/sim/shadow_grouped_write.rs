@@ -10,10 +10,11 @@ use super::*;
 impl Shadow {
     /// A decode through tables that all read the same blocks as last step, through the same
     /// pages: compare each table with its record, move the read ranges and store the token's
-    /// tag in every table — blind where the record alone holds its last page. The shape's
-    /// arithmetic is done once per run of tables of one shape (the tables of a layer kind are
-    /// adjacent). Returns false, having changed nothing, when any table needs the general path
-    /// (a block entered or left, a page moved, a re-check is due, the stream is new).
+    /// tag in every table — blind where the record alone holds its last page. A shape's
+    /// arithmetic is done once a decode (`Cells::classes`: Gemma 3's 31 tables have two
+    /// shapes), and the per-table work is the comparison, a few bounds and one store. Returns
+    /// false, having changed nothing, when any table needs the general path (a block entered or
+    /// left, a page moved, a re-check is due, the stream is new).
     pub(super) fn decode_grouped(
         &mut self,
         idx: u32,
@@ -29,10 +30,16 @@ impl Shadow {
         let context = u64::from(w.context_tokens);
         let end = context + 1;
         let g = &mut self.grouped;
-        let Some(st) = g.streams.get_mut(i) else {
+        let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(i), &mut g.kind) else {
             return false;
         };
-        if !st.recheck.is_empty() || st.tables.len() != tables.len() {
+        let (distinct, class) = cells.classes();
+        // The caller checked the layout against the run's shapes (`Cells::refuses`).
+        if !st.recheck.is_empty()
+            || st.tables.len() != tables.len()
+            || class.len() != tables.len()
+            || shapes.len() != tables.len()
+        {
             return false;
         }
         let s = &self.seqs[i];
@@ -47,60 +54,51 @@ impl Shadow {
             token,
             writer: s.writer,
         };
-        // What a shape reads: `lo`, blocks `b0..b1`; recomputed when the shape changes.
-        let span = |shape: &TableShape| {
+        // What each shape reads: `lo`, blocks `b0..b1`, the token's offset in its block. On
+        // the stack: a run with more distinct shapes than `MAX_SHAPES` takes the general path.
+        if distinct.len() > MAX_SHAPES {
+            return false;
+        }
+        let mut spans = [Span::default(); MAX_SHAPES];
+        for (span, shape) in spans.iter_mut().zip(distinct) {
             let bt = u64::from(shape.block_tokens.max(1));
             let lo = readable_from(shape, end);
-            Span {
-                bt,
+            if lo >= end {
+                return false;
+            }
+            *span = Span {
                 lo,
                 b0: lo / bt,
                 b1: (end - 1) / bt + 1,
-            }
-        };
-        let mut last: Option<(&TableShape, Span)> = None;
-        for ((shape, table), seen) in shapes.iter().zip(tables).zip(&st.tables) {
-            let Span { lo, b0, b1, .. } = match last {
-                Some((sh, v)) if sh == shape => v,
-                _ => {
-                    let v = span(shape);
-                    last = Some((shape, v));
-                    v
-                }
+                off: (context % bt) as u32,
             };
+        }
+        let mut ok = true;
+        for ((table, seen), &c) in tables.iter().zip(&st.tables).zip(class) {
+            let Span { lo, b0, b1, .. } = spans[c as usize];
             let m0 = table.first_block;
-            if lo >= end
-                || b0 != seen.first_block
-                || b1 != seen.end_block()
+            let n = seen.pages.len();
+            if b0 != seen.first_block
+                || b1 != b0 + n as u64
                 || context != seen.end
                 || lo < seen.lo
                 || b0 < m0
                 || b1 > table.end_block()
+                || seen.pages[..] != table.pages[(b0 - m0) as usize..(b0 - m0) as usize + n]
             {
-                return false;
-            }
-            let j0 = (b0 - m0) as usize;
-            if seen.pages[..] != table.pages[j0..j0 + seen.pages.len()] {
-                return false;
+                ok = false;
+                break;
             }
         }
-        // Unmoved everywhere: move the read ranges, store the tag.
-        let Kind::Grouped(cells) = &mut g.kind else {
+        if !ok {
             return false;
-        };
+        }
+        // Unmoved everywhere: move the read ranges, store the tag.
         let mut slow = std::mem::take(&mut g.slow);
         slow.clear();
         let (mut read, mut written, mut outside) = (0u64, 0u64, None);
-        let mut last: Option<(&TableShape, Span)> = None;
-        for (t, (shape, seen)) in shapes.iter().zip(st.tables.iter_mut()).enumerate() {
-            let Span { bt, lo, .. } = match last {
-                Some((sh, v)) if sh == shape => v,
-                _ => {
-                    let v = span(shape);
-                    last = Some((shape, v));
-                    v
-                }
-            };
+        for (t, seen) in st.tables.iter_mut().enumerate() {
+            let Span { lo, off, .. } = spans[cells.class_of(t) as usize];
             seen.lo = lo;
             seen.end = end;
             read += end - lo;
@@ -108,13 +106,10 @@ impl Shadow {
             let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
             if seen.sole != page {
                 slow.push(t as u32);
-                continue;
-            }
-            match cells.write(page, (context % bt) as u32, tag) {
-                Some(_) => written += 1,
-                None => {
-                    outside.get_or_insert((t, page));
-                }
+            } else if cells.store(page, off, tag) {
+                written += 1;
+            } else {
+                outside.get_or_insert((t, page));
             }
         }
         g.slow = slow;
@@ -249,7 +244,7 @@ impl Shadow {
         let tokens = &s.history[from as usize..to as usize];
         let off = (from % bt) as u32;
         if alone {
-            let Some(_) = cells.write_run(page, off, tokens, from as u32, s.writer) else {
+            let Some(()) = cells.store_run(page, off, tokens, from as u32, s.writer) else {
                 return false;
             };
             self.report.written_slots += to - from;
@@ -279,12 +274,15 @@ impl Shadow {
     }
 }
 
-/// What one table shape reads at a decode: block tokens, the first readable position, and the
-/// blocks `b0..b1` it spans — the same for every table of the shape, so computed once a run of them.
-#[derive(Debug, Clone, Copy)]
+/// Distinct table shapes a fused decode handles (Gemma 3 and gpt-oss have two, Qwen3-Next one).
+const MAX_SHAPES: usize = 4;
+
+/// What one table shape reads at a decode: the first readable position, the blocks `b0..b1` it
+/// spans and the new token's offset in its block — the same for every table of the shape.
+#[derive(Debug, Clone, Copy, Default)]
 struct Span {
-    bt: u64,
     lo: u64,
     b0: u64,
     b1: u64,
+    off: u32,
 }
