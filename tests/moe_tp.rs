@@ -10,7 +10,7 @@ use std::process::Command;
 use kvbench::backend::sim::cost::CostModel;
 use kvbench::backend::sim::profile::DeviceProfile;
 use kvbench::backend::SeqWork;
-use kvbench::model::{ModelShape, Moe};
+use kvbench::model::{Dtype, ModelShape, Moe};
 use kvbench::plan::{PlanInput, TierPlan};
 use kvbench::scenario::{self, Origin, Reservation};
 use rand::{Rng, SeedableRng};
@@ -262,6 +262,43 @@ fn a_tp_step_pays_two_ring_all_reduces_per_layer_recomputed_from_the_profile() {
         "{why}"
     );
     assert_eq!(cpu.tp_refusal(1), None);
+}
+
+#[test]
+fn an_fp8_model_reduces_bf16_activations_not_its_weights_dtype() {
+    // DeepSeek-V3's FP8 checkpoint at tp 8 on H200: each all-reduce carries `new tokens ×
+    // d_model` bf16 values (2 bytes), not FP8 ones — the same bytes as the bf16 model of the
+    // same shape, recomputed here from the profile.
+    let h200 = DeviceProfile::load("h200", None).expect("h200");
+    let link = h200.nvlink_bytes_per_s.expect("h200 states its NVLink");
+    let latency = h200.nvlink_latency_s.unwrap_or(0.0);
+    let mut fp8 = ModelShape::deepseek_v3();
+    fp8.tp = 8;
+    assert_eq!(fp8.weight_dtype, Dtype::Fp8E4m3);
+    let mut bf16 = fp8.clone();
+    bf16.weight_dtype = Dtype::Bf16;
+    let seqs: Vec<_> = (0..7).map(|i| decode(i, 500)).collect();
+    let (n, d) = (8.0, fp8.d_model as f64);
+    let sent = 2.0 * (n - 1.0) / n * 7.0 * d * 2.0;
+    let want = 2.0 * fp8.layers as f64 * (latency + sent / link);
+    for m in [&fp8, &bf16] {
+        let cost = CostModel::new(m, &h200, None);
+        let load = cost.load(&seqs, &[], &[]);
+        assert_eq!(load.all_reduces, 2 * u64::from(m.layers));
+        assert!(
+            rel(load.all_reduce_bytes, 2.0 * fp8.layers as f64 * sent) < 1e-12,
+            "{:?}: {} bytes",
+            m.weight_dtype,
+            load.all_reduce_bytes
+        );
+        let c = cost.time(&load, true);
+        assert!(
+            rel(c.all_reduce_s, want) < 1e-12,
+            "{:?}: {} vs {want}",
+            m.weight_dtype,
+            c.all_reduce_s
+        );
+    }
 }
 
 #[test]

@@ -31,7 +31,9 @@
 //!
 //! Tensor parallelism (`tp = N`, Megatron-style): each device holds `1/N` of every weight and of
 //! the KV heads, computes `1/N` of the FLOPs, and every layer ends its attention and its MLP with
-//! an all-reduce of the step's activations (`new tokens × d_model` elements of the weight dtype).
+//! an all-reduce of the step's activations (`new tokens × d_model` elements of the activation
+//! dtype, [`super::workspace::activation_dtype_bytes`]: bf16 for an FP8-weight model, which
+//! reduces its activations, not its weights).
 //! A ring all-reduce of `S` bytes sends `2 · (N − 1)/N · S` bytes from each device, so each
 //! costs `nvlink_latency_s + 2 · (N − 1)/N · S ÷ nvlink_bytes_per_s`, twice per layer; it follows
 //! the layer's compute and is added, not overlapped. At `tp = 1` there is none. Pipeline and
@@ -209,7 +211,7 @@ impl CostModel {
                 per_step: 2 * model.layers as u64,
                 sent_bytes_per_token: 2.0 * (n - 1.0) / n
                     * model.d_model as f64
-                    * model.weight_dtype.bytes() as f64,
+                    * super::workspace::activation_dtype_bytes(model) as f64,
                 // A profile without the link is refused before a run (`tp_refusal`); here it
                 // would cost nothing.
                 bandwidth: device.nvlink_bytes_per_s.unwrap_or(f64::INFINITY),
