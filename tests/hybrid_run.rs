@@ -403,6 +403,11 @@ fn hybrid_with_the_prefix_cache_hits_shared_prompts_under_the_shadow() {
     assert_eq!(paged["reclamation"]["ok"], true, "{}", paged["reclamation"]);
     assert_eq!(num(&paged["reclamation"]["leaked_blocks"]), 0);
     assert_eq!(paged["invariants"]["ok"], true, "{}", paged["invariants"]);
+    // One cache of whole blocks does not bound a pool of per-table pages: no bounds, and why.
+    let pc = &paged["prefix_cache"];
+    assert!(pc.get("bounds").is_none_or(Value::is_null), "{pc}");
+    let why = pc["bounds_unavailable"].as_str().unwrap_or_default();
+    assert!(why.contains("hybrid") && why.contains("summed"), "{pc}");
 }
 
 /// gpt-oss-120b with an FP8 KV cache and per-block scales: a token of a layer is 2 × 8 × 64

@@ -410,6 +410,7 @@ fn assemble(
     let prefix_bounds = crate::metrics::prefix_bounds::compute(
         scenario,
         &workload,
+        setup.cache_manager,
         setup.total_slots,
         host_blocks.saturating_add(disk_blocks),
     );

@@ -10,12 +10,14 @@
 //!
 //! Where the list does not say what a run looks up, no bound is given and the reason is: a
 //! multi-turn session's later turn is built during the run from the outputs the run produced, so
-//! its prompt is not in the list. A list that reads more than [`MAX_BLOCK_READS`] content blocks
+//! its prompt is not in the list. Nor on the hybrid manager: its pool holds a page a table, and
+//! a sliding table lets a cached block's pages go one by one, so one cache of whole blocks is
+//! not its model (its slots counted as blocks made a ceiling of pages, not of prefixes). A list that reads more than [`MAX_BLOCK_READS`] content blocks
 //! is left to `kvbench trace stats` rather than held beside the run.
 
 use serde::Serialize;
 
-use crate::scenario::{PrefixScope, Scenario};
+use crate::scenario::{CacheManager, PrefixScope, Scenario};
 use crate::workload::trace::evict::PolicyKind;
 use crate::workload::trace::{access_string, eviction_bounds};
 use crate::workload::Workload;
@@ -47,12 +49,21 @@ pub struct PrefixBounds {
 pub fn compute(
     scenario: &Scenario,
     workload: &Workload,
+    manager: CacheManager,
     total_slots: u64,
     tier_blocks: u64,
 ) -> Result<PrefixBounds, String> {
     let scope = scenario.scheduler.prefix_scope;
     if !scenario.scheduler.prefix_cache || scope == PrefixScope::None {
         return Err("no prefix cache in this scenario".into());
+    }
+    if manager == CacheManager::Hybrid {
+        return Err(
+            "the hybrid manager caches a page a table, and a sliding table lets a cached \
+             block's pages go one by one: one cache of whole blocks does not bound it (run with \
+             cache.manager = \"summed\" for the bounds)"
+                .into(),
+        );
     }
     if workload
         .requests
@@ -161,22 +172,24 @@ mod tests {
         let bs = u64::from(s.block_size());
         // Two identical 4-id rows of 16-token ids: the second hits all but its last block.
         let w = list(vec![row(0, 16, 4), row(1, 16, 4)]);
-        let b = compute(&s, &w, 64 * bs, 0).expect("bounds");
+        let b = compute(&s, &w, CacheManager::Summed, 64 * bs, 0).expect("bounds");
         assert_eq!(b.capacity_blocks, 64);
         assert_eq!(b.lookup_tokens, 128);
         assert_eq!(b.ceiling_hit_tokens, 3 * bs);
         assert_eq!(b.optimum_hit_tokens, 3 * bs);
         // One block of room: the optimum keeps the first block, and so hits one.
-        let tight = compute(&s, &w, bs, 0).expect("bounds");
+        let tight = compute(&s, &w, CacheManager::Summed, bs, 0).expect("bounds");
         assert_eq!(tight.optimum_hit_tokens, bs);
         assert!(tight.optimum_hit_rate < tight.ceiling_hit_rate);
         // A lower tier's blocks count as room: one device block and two host slots bound like
         // three device blocks.
-        let tiered = compute(&s, &w, bs, 2).expect("bounds");
+        let tiered = compute(&s, &w, CacheManager::Summed, bs, 2).expect("bounds");
         assert_eq!(tiered.capacity_blocks, 3);
         assert_eq!(tiered.optimum_hit_tokens, 3 * bs);
+        let why = compute(&s, &w, CacheManager::Hybrid, 64 * bs, 0).expect_err("hybrid");
+        assert!(why.contains("hybrid") && why.contains("summed"), "{why}");
         let off = scenario(&["scheduler.prefix_cache=false"]);
-        assert!(compute(&off, &w, 64 * bs, 0).is_err());
+        assert!(compute(&off, &w, CacheManager::Summed, 64 * bs, 0).is_err());
     }
 
     #[test]
@@ -187,7 +200,7 @@ mod tests {
         // descriptors).
         let ids = (MAX_BLOCK_READS / 2 * u64::from(bs) / 4096) as usize + 1;
         let w = list(vec![row(0, 4096, ids), row(1, 4096, ids)]);
-        let why = compute(&s, &w, 1024, 0).expect_err("too long");
+        let why = compute(&s, &w, CacheManager::Summed, 1024, 0).expect_err("too long");
         assert!(why.contains("trace stats"), "{why}");
     }
 }
