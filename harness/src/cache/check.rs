@@ -174,29 +174,25 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             ));
         }
     }
-    let count = |at: usize| counts[at];
-    if count(FREE) != pool.free_blocks() {
+    if counts[FREE] != pool.free_blocks() {
         p.push(format!(
             "{} free blocks but {} on the free list",
-            count(FREE),
+            counts[FREE],
             pool.free_blocks()
         ));
     }
-    if count(CACHED) != evictable.len() as u32 || count(CACHED) != pool.cached_blocks {
+    if counts[CACHED] != evictable.len() as u32 || counts[CACHED] != pool.cached_blocks {
         p.push(format!(
             "{} cached blocks, {} in the eviction order, counter {}",
-            count(CACHED),
+            counts[CACHED],
             evictable.len(),
             pool.cached_blocks
         ));
     }
-    if count(PENDING) != pool.pending_blocks || count(MAPPED) != pool.mapped_blocks {
+    if counts[PENDING] != pool.pending_blocks || counts[MAPPED] != pool.mapped_blocks {
         p.push(format!(
             "pending {} (counter {}), mapped {} (counter {})",
-            count(PENDING),
-            pool.pending_blocks,
-            count(MAPPED),
-            pool.mapped_blocks
+            counts[PENDING], pool.pending_blocks, counts[MAPPED], pool.mapped_blocks
         ));
     }
     let fenced = pool
@@ -207,10 +203,10 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             m.state == BlockState::Pending && m.generation == *generation
         })
         .count();
-    if fenced as u32 != count(PENDING) {
+    if fenced as u32 != counts[PENDING] {
         p.push(format!(
             "{} pending blocks but {fenced} live fence entries",
-            count(PENDING)
+            counts[PENDING]
         ));
     }
     if live_slots != pool.live_slots {

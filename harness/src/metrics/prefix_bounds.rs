@@ -12,8 +12,9 @@
 //! multi-turn session's later turn is built during the run from the outputs the run produced, so
 //! its prompt is not in the list. Nor on the hybrid manager: its pool holds a page a table, and
 //! a sliding table lets a cached block's pages go one by one, so one cache of whole blocks is
-//! not its model (its slots counted as blocks made a ceiling of pages, not of prefixes). A list that reads more than [`MAX_BLOCK_READS`] content blocks
-//! is left to `kvbench trace stats` rather than held beside the run.
+//! not its model (its slots counted as blocks made a ceiling of pages, not of prefixes). A list
+//! that reads more than [`MAX_BLOCK_READS`] content blocks is left to `kvbench trace stats`
+//! rather than held beside the run.
 
 use serde::Serialize;
 
