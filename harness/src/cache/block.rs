@@ -15,12 +15,15 @@
 //! `Pending → Cached|Free` ([`BlockPool::retire_step`]), `Cached → Free`
 //! ([`BlockPool::flush_cached`]).
 
+use std::cell::RefCell;
+
 use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
 use super::evict::{AnyEvictor, Evictable, EvictionPolicy, Evictor};
-use super::free::{FreeBlocks, Placement};
+use super::free::{FreeBlocks, FreeView, Placement};
 use super::prefix::PrefixKey;
+use super::touched::Touched;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BlockState {
@@ -90,6 +93,8 @@ pub(crate) struct BlockPool {
     pub ignore_fence: bool,
     /// Releases whose fence `ignore_fence` skipped (a step was in flight): early-reuse fired.
     pub fences_ignored: u64,
+    /// Blocks changed since the incremental check last looked (it takes them through `&self`).
+    pub touched: RefCell<Touched>,
 }
 
 impl BlockPool {
@@ -126,7 +131,15 @@ impl BlockPool {
             early_reuse: Vec::new(),
             ignore_fence: false,
             fences_ignored: 0,
+            touched: RefCell::new(Touched::new(total_blocks)),
         }
+    }
+
+    /// `block`'s metadata changed: the incremental check looks at it next time. Every
+    /// transition below calls it; so must anything else that writes `meta` (publishing a key).
+    #[inline]
+    pub fn touch(&mut self, block: u32) {
+        self.touched.get_mut().touch(block);
     }
 
     pub fn total_blocks(&self) -> u32 {
@@ -147,9 +160,23 @@ impl BlockPool {
         self.free.to_vec()
     }
 
+    /// The free set as it is stored, for the incremental check to compare with its copy.
+    pub fn free_view(&self) -> FreeView<'_> {
+        self.free.view()
+    }
+
     /// The evictable blocks in eviction order (head first).
     pub fn eviction_order(&self) -> Vec<u32> {
         self.evict.order()
+    }
+
+    /// Whether the eviction policy holds `block`, and how many it holds (the incremental check).
+    pub fn is_evictable(&self, block: u32) -> bool {
+        self.evict.contains(block)
+    }
+
+    pub fn evictable_len(&self) -> usize {
+        self.evict.len()
     }
 
     /// Hand out a block for new content to a sequence whose last block is `after`: a free one
@@ -175,6 +202,7 @@ impl BlockPool {
         if fence != 0 && !self.fence.is_retired(fence) {
             self.early_reuse.push((block, fence));
         }
+        self.touch(block);
         let m = &mut self.meta[block as usize];
         m.state = BlockState::Mapped;
         m.ref_count = 1;
@@ -188,6 +216,7 @@ impl BlockPool {
 
     /// A prefix hit maps a cached or pending block again with its content intact.
     pub fn revive(&mut self, block: u32) {
+        self.touch(block);
         let m = &mut self.meta[block as usize];
         m.hits = m.hits.saturating_add(1);
         let state = m.state;
@@ -216,6 +245,7 @@ impl BlockPool {
     }
 
     pub fn add_ref(&mut self, block: u32) {
+        self.touch(block);
         let m = &mut self.meta[block as usize];
         debug_assert_eq!(m.state, BlockState::Mapped);
         m.ref_count += 1;
@@ -225,6 +255,7 @@ impl BlockPool {
     pub fn note_written(&mut self, block: u32, written_slots: u32) {
         let m = &mut self.meta[block as usize];
         if written_slots > m.written_slots {
+            self.touched.get_mut().touch(block);
             self.live_slots += u64::from(written_slots - m.written_slots);
             m.written_slots = written_slots;
         }
@@ -234,6 +265,7 @@ impl BlockPool {
     /// nothing in flight, makes it cached or free at once).
     pub fn drop_ref(&mut self, block: u32) -> Dropped {
         let fence = self.fence.newest_in_flight().unwrap_or(0);
+        self.touch(block);
         let m = &mut self.meta[block as usize];
         debug_assert_eq!(m.state, BlockState::Mapped);
         m.ref_count -= 1;
@@ -281,6 +313,7 @@ impl BlockPool {
 
     /// A block with no holder and no fence: cached if it carries a key, else free.
     fn settle(&mut self, block: u32) -> Dropped {
+        self.touch(block);
         let m = &mut self.meta[block as usize];
         if m.key.is_some() {
             m.state = BlockState::Cached;
@@ -305,6 +338,7 @@ impl BlockPool {
     pub fn flush_cached(&mut self) -> Vec<PrefixKey> {
         let mut keys = Vec::new();
         for block in self.evict.order() {
+            self.touch(block);
             self.evict.remove(block);
             self.cached_blocks -= 1;
             let m = &mut self.meta[block as usize];

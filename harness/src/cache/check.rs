@@ -1,10 +1,13 @@
 //! Structural invariants of the paged cache, recomputed from scratch (never from the counters
-//! they check), and the quiescence check run after every scenario.
+//! they check), and the quiescence check run after every scenario. The engine's per-step check
+//! is incremental (`check_incremental.rs`: what changed since the last check, this full walk
+//! every `walk_period` checks and whenever it finds anything); the pieces below are shared by both.
 
 use kvbench_cache_api::{KvCacheManager, SeqId};
 
-use super::block::BlockState;
+use super::block::{BlockMeta, BlockState};
 use super::state::PagedCache;
+use super::table::Seq;
 
 /// Collects problems instead of stopping at the first, so one report explains a failure.
 struct Problems(Vec<String>);
@@ -24,26 +27,92 @@ impl Problems {
     }
 }
 
-/// Indices of [`check_paged`]'s per-state block counts.
-const FREE: usize = 0;
-const MAPPED: usize = 1;
-const PENDING: usize = 2;
-const CACHED: usize = 3;
+/// Indices of the per-state block counts (`BlockState as usize`).
+const FREE: usize = BlockState::Free as usize;
+const MAPPED: usize = BlockState::Mapped as usize;
+const PENDING: usize = BlockState::Pending as usize;
+const CACHED: usize = BlockState::Cached as usize;
 
+/// The engine's per-step check: incremental (see `check_incremental.rs`), reporting what the
+/// full walk reports whenever it finds anything.
 pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
+    let mut inc = c.incremental.borrow_mut();
+    if inc.full_due(c.pool.total_blocks()) || inc.update(&c.pool, &c.seqs).is_err() {
+        inc.full_walks += 1;
+        let out = check_full(c);
+        if out.is_ok() {
+            inc.rebuild(&c.pool, &c.seqs);
+        } else {
+            inc.invalidate();
+        }
+        return out;
+    }
+    let mut p = Problems(Vec::new());
+    // Handing out a layout counts corrupted ones (`fault_fired`): a check that ends in the full
+    // walk below must count them once, as the walk alone did.
+    let bad_layouts_read = c.bad_layouts_read.get();
+    recorded(c, &mut p);
+    let bs = c.pool.block_size;
+    for id in inc.changed() {
+        if let Some(s) = c.seqs.get(id) {
+            check_seq(*id, s, bs, &mut p);
+        }
+    }
+    for (&id, s) in &c.seqs {
+        if s.bad_layout.is_some() {
+            check_layout(c, id, s, &mut p);
+        }
+    }
+    let pool = &c.pool;
+    for &b in inc.dirty() {
+        let m = &pool.meta[b as usize];
+        check_block(c, b, m, inc.refs(b), &mut p);
+        let free = inc.on_free(b);
+        if free > 1 {
+            p.push(format!("block {b} is on the free list twice"));
+        }
+        if (free > 0) != (m.state == BlockState::Free) {
+            p.push(format!(
+                "block {b} is {:?} and on the free list {free} times",
+                m.state
+            ));
+        }
+        let evictable = pool.is_evictable(b);
+        if evictable != (m.state == BlockState::Cached) {
+            p.push(format!(
+                "block {b} is {:?} and in the eviction order: {evictable}",
+                m.state
+            ));
+        }
+    }
+    totals(
+        c,
+        &inc.counts,
+        inc.live_slots,
+        inc.keyed,
+        pool.evictable_len(),
+        &mut p,
+    );
+    inc.clear_dirty();
+    if p.0.is_empty() {
+        return Ok(());
+    }
+    // Reported as the full walk words it (what it finds first, in its order); the copies are
+    // rebuilt by the next check's walk.
+    inc.invalidate();
+    inc.full_walks += 1;
+    c.bad_layouts_read.set(bad_layouts_read);
+    check_full(c).and(p.into_result())
+}
+
+/// Every invariant recomputed from the whole state: every block, the whole free list and
+/// eviction order.
+pub(crate) fn check_full(c: &PagedCache) -> Result<(), String> {
     let mut p = Problems(Vec::new());
     let pool = &c.pool;
     let bs = pool.block_size;
     let total = pool.total_blocks() as usize;
-
-    for v in &c.violations {
-        p.push(v.clone());
-    }
-    for &(block, fence) in &pool.early_reuse {
-        p.push(format!(
-            "block {block} handed out for new content while its fence step {fence} was in flight"
-        ));
-    }
+    recorded(c, &mut p);
 
     // Ref count = block-table references (the prefix cache holds none).
     let mut table_refs = vec![0u32; total];
@@ -51,33 +120,14 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     ids.sort_unstable();
     for &id in &ids {
         let s = &c.seqs[&id];
-        if s.blocks.len() as u32 != s.len_tokens.div_ceil(bs) {
-            p.push(format!(
-                "seq {id}: {} blocks for {} tokens",
-                s.blocks.len(),
-                s.len_tokens
-            ));
-        }
-        if s.filled_tokens > s.len_tokens {
-            p.push(format!(
-                "seq {id}: {} filled of {} tokens",
-                s.filled_tokens, s.len_tokens
-            ));
-        }
+        check_seq(id, s, bs, &mut p);
         for &b in &s.blocks {
             match table_refs.get_mut(b as usize) {
                 Some(r) => *r += 1,
                 None => p.push(format!("seq {id} maps block {b} beyond the pool")),
             }
         }
-        if let Some(kvbench_cache_api::SeqLayout::Paged { blocks, .. }) = c.layout(id) {
-            if let Some(i) = blocks.iter().zip(&s.blocks).position(|(a, b)| a != b) {
-                p.push(format!(
-                    "seq {id}: layout maps logical block {i} to {} but the block table says {}",
-                    blocks[i], s.blocks[i]
-                ));
-            }
-        }
+        check_layout(c, id, s, &mut p);
     }
 
     // Blocks in each state, counted in an array (a map keyed by the state's name compared
@@ -86,67 +136,12 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
     let mut live_slots = 0u64;
     let mut keyed = 0usize;
     for (b, m) in pool.meta.iter().enumerate() {
-        let (name, at) = match m.state {
-            BlockState::Free => ("free", FREE),
-            BlockState::Mapped => ("mapped", MAPPED),
-            BlockState::Pending => ("pending", PENDING),
-            BlockState::Cached => ("cached", CACHED),
-        };
-        counts[at] += 1;
-        if m.ref_count != table_refs[b] {
-            p.push(format!(
-                "block {b}: ref count {} but {} block-table references",
-                m.ref_count, table_refs[b]
-            ));
-        }
-        if (m.state == BlockState::Mapped) != (table_refs[b] > 0) {
-            p.push(format!(
-                "block {b} is {name} with {} block-table references",
-                table_refs[b]
-            ));
-        }
+        counts[m.state as usize] += 1;
+        check_block(c, b as u32, m, table_refs[b], &mut p);
         if m.state == BlockState::Mapped {
             live_slots += u64::from(m.written_slots);
         }
-        if m.state == BlockState::Cached && m.key.is_none() {
-            p.push(format!("block {b} is cached without a prefix key"));
-        }
-        if m.state == BlockState::Free && m.key.is_some() {
-            p.push(format!("block {b} is free but still published"));
-        }
-        if let Some(key) = &m.key {
-            keyed += 1;
-            match c.index.get(key) {
-                Some(e) if e.block == b as u32 => {}
-                _ => p.push(format!(
-                    "block {b} carries a key the index does not map to it"
-                )),
-            }
-        }
-    }
-    // Every keyed block's key maps to it, so the keys are distinct and all in the index: the
-    // index holds nothing else exactly when it has as many keys. Only then is it walked, to
-    // name what it holds besides (walking and sorting it at every step was most of a run
-    // checked at every step).
-    if c.index.len() != keyed {
-        let mut misnamed: Vec<u32> = c
-            .index
-            .entries()
-            .filter(|&(b, key)| pool.meta.get(b as usize).and_then(|m| m.key) != Some(key))
-            .map(|(b, _)| b)
-            .collect();
-        misnamed.sort_unstable();
-        for &b in &misnamed {
-            p.push(format!(
-                "index names block {b} which does not carry that key"
-            ));
-        }
-        if misnamed.is_empty() {
-            p.push(format!(
-                "the index holds {} keys but {keyed} blocks carry one",
-                c.index.len()
-            ));
-        }
+        keyed += usize::from(m.key.is_some());
     }
 
     let mut on_free = vec![false; total];
@@ -174,6 +169,122 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             ));
         }
     }
+    totals(c, &counts, live_slots, keyed, evictable.len(), &mut p);
+    p.into_result()
+}
+
+/// What the manager recorded as it went: protocol errors, fault effects, early reuse.
+fn recorded(c: &PagedCache, p: &mut Problems) {
+    for v in &c.violations {
+        p.push(v.clone());
+    }
+    for &(block, fence) in &c.pool.early_reuse {
+        p.push(format!(
+            "block {block} handed out for new content while its fence step {fence} was in flight"
+        ));
+    }
+}
+
+/// One sequence's lengths against its table.
+fn check_seq(id: SeqId, s: &Seq, bs: u32, p: &mut Problems) {
+    if s.blocks.len() as u32 != s.len_tokens.div_ceil(bs) {
+        p.push(format!(
+            "seq {id}: {} blocks for {} tokens",
+            s.blocks.len(),
+            s.len_tokens
+        ));
+    }
+    if s.filled_tokens > s.len_tokens {
+        p.push(format!(
+            "seq {id}: {} filled of {} tokens",
+            s.filled_tokens, s.len_tokens
+        ));
+    }
+}
+
+/// The layout handed out (what a backend reads) against the block table.
+fn check_layout(c: &PagedCache, id: SeqId, s: &Seq, p: &mut Problems) {
+    if let Some(kvbench_cache_api::SeqLayout::Paged { blocks, .. }) = c.layout(id) {
+        if let Some(i) = blocks.iter().zip(&s.blocks).position(|(a, b)| a != b) {
+            p.push(format!(
+                "seq {id}: layout maps logical block {i} to {} but the block table says {}",
+                blocks[i], s.blocks[i]
+            ));
+        }
+    }
+}
+
+/// One block's state against its `table_refs` block-table references and the prefix index.
+fn check_block(c: &PagedCache, b: u32, m: &BlockMeta, table_refs: u32, p: &mut Problems) {
+    if m.ref_count != table_refs {
+        p.push(format!(
+            "block {b}: ref count {} but {table_refs} block-table references",
+            m.ref_count
+        ));
+    }
+    if (m.state == BlockState::Mapped) != (table_refs > 0) {
+        let name = match m.state {
+            BlockState::Free => "free",
+            BlockState::Mapped => "mapped",
+            BlockState::Pending => "pending",
+            BlockState::Cached => "cached",
+        };
+        p.push(format!(
+            "block {b} is {name} with {table_refs} block-table references"
+        ));
+    }
+    if m.state == BlockState::Cached && m.key.is_none() {
+        p.push(format!("block {b} is cached without a prefix key"));
+    }
+    if m.state == BlockState::Free && m.key.is_some() {
+        p.push(format!("block {b} is free but still published"));
+    }
+    if let Some(key) = &m.key {
+        match c.index.get(key) {
+            Some(e) if e.block == b => {}
+            _ => p.push(format!(
+                "block {b} carries a key the index does not map to it"
+            )),
+        }
+    }
+}
+
+/// The pool's counters against the blocks counted per state (`counts`), their live slots and
+/// keyed blocks, and the eviction order's length; the fence queue, the index's size, the
+/// accounting and the lower tiers.
+fn totals(
+    c: &PagedCache,
+    counts: &[u32; 4],
+    live_slots: u64,
+    keyed: usize,
+    evictable: usize,
+    p: &mut Problems,
+) {
+    let pool = &c.pool;
+    // Every keyed block's key maps to it, so the keys are distinct and all in the index: the
+    // index holds nothing else exactly when it has as many keys. Only then is it walked, to
+    // name what it holds besides (walking and sorting it at every step was most of a run
+    // checked at every step).
+    if c.index.len() != keyed {
+        let mut misnamed: Vec<u32> = c
+            .index
+            .entries()
+            .filter(|&(b, key)| pool.meta.get(b as usize).and_then(|m| m.key) != Some(key))
+            .map(|(b, _)| b)
+            .collect();
+        misnamed.sort_unstable();
+        for &b in &misnamed {
+            p.push(format!(
+                "index names block {b} which does not carry that key"
+            ));
+        }
+        if misnamed.is_empty() {
+            p.push(format!(
+                "the index holds {} keys but {keyed} blocks carry one",
+                c.index.len()
+            ));
+        }
+    }
     if counts[FREE] != pool.free_blocks() {
         p.push(format!(
             "{} free blocks but {} on the free list",
@@ -181,12 +292,10 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             pool.free_blocks()
         ));
     }
-    if counts[CACHED] != evictable.len() as u32 || counts[CACHED] != pool.cached_blocks {
+    if counts[CACHED] != evictable as u32 || counts[CACHED] != pool.cached_blocks {
         p.push(format!(
-            "{} cached blocks, {} in the eviction order, counter {}",
-            counts[CACHED],
-            evictable.len(),
-            pool.cached_blocks
+            "{} cached blocks, {evictable} in the eviction order, counter {}",
+            counts[CACHED], pool.cached_blocks
         ));
     }
     if counts[PENDING] != pool.pending_blocks || counts[MAPPED] != pool.mapped_blocks {
@@ -199,8 +308,9 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
         .fence
         .pending()
         .filter(|(_, (b, generation))| {
-            let m = &pool.meta[*b as usize];
-            m.state == BlockState::Pending && m.generation == *generation
+            pool.meta
+                .get(*b as usize)
+                .is_some_and(|m| m.state == BlockState::Pending && m.generation == *generation)
         })
         .count();
     if fenced as u32 != counts[PENDING] {
@@ -226,12 +336,11 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
             p.push(f);
         }
     }
-    p.into_result()
 }
 
 pub(crate) fn quiescent_paged(c: &PagedCache) -> Result<(), String> {
     let mut p = Problems(Vec::new());
-    if let Err(e) = check_paged(c) {
+    if let Err(e) = check_full(c) {
         p.push(e);
     }
     if !c.seqs.is_empty() {
@@ -281,6 +390,20 @@ pub(crate) fn quiescent_paged(c: &PagedCache) -> Result<(), String> {
         ));
     }
     p.into_result()
+}
+
+impl PagedCache {
+    /// Every invariant recomputed from the whole state, as the run's end does (the engine's
+    /// `check_invariants` is incremental).
+    pub fn check_invariants_full(&self) -> Result<(), String> {
+        check_full(self)
+    }
+
+    /// Full walks the invariant checks ran so far (the first check, then one every
+    /// `max(64, blocks / 8)` checks, and the check after any problem).
+    pub fn invariant_full_walks(&self) -> u64 {
+        self.incremental.borrow().full_walks
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +479,46 @@ mod tests {
             "{why}"
         );
         c.index.remove(&other);
+        c.check_invariants().expect("restored");
+    }
+
+    /// A table entry changed behind the pool's back (no block touched): the incremental check
+    /// sees it by comparing the table with its copy, and words it as the full walk does.
+    #[test]
+    fn a_table_changed_behind_the_pools_back_is_reported_as_the_full_walk_words_it() {
+        let mut c = cached_prompt();
+        let tokens: Vec<u32> = (100..108).collect();
+        c.start(&StartRequest {
+            seq: 2,
+            tokens: &tokens,
+            scope: None,
+            reserve_tokens: 8,
+        })
+        .expect("fits");
+        for _ in 0..3 {
+            c.check_invariants().expect("consistent");
+        }
+        let walks = c.invariant_full_walks();
+        let seq = c.seqs.get_mut(&2).expect("seq 2");
+        let was = seq.blocks[0];
+        seq.blocks[0] = (was + 1) % c.pool.total_blocks();
+        let full = c
+            .check_invariants_full()
+            .expect_err("the full walk sees it");
+        let why = c
+            .check_invariants()
+            .expect_err("the incremental check sees it");
+        assert_eq!(why, full);
+        assert!(
+            why.contains(&format!("block {was}: ref count 1 but 0")),
+            "{why}"
+        );
+        assert_eq!(
+            c.invariant_full_walks(),
+            walks + 1,
+            "worded by one full walk"
+        );
+        c.seqs.get_mut(&2).expect("seq 2").blocks[0] = was;
         c.check_invariants().expect("restored");
     }
 }

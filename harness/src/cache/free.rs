@@ -46,6 +46,13 @@ pub(crate) enum FreeBlocks {
     Extents(ExtentMap),
 }
 
+/// [`FreeBlocks::view`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FreeView<'a> {
+    Stack(&'a [u32]),
+    Bits(&'a [u64]),
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ExtentMap {
     /// Bit `i` of word `w`: block `w·64 + i` is free.
@@ -93,6 +100,16 @@ impl FreeBlocks {
         match self {
             FreeBlocks::Stack(v) => v.clone(),
             FreeBlocks::Extents(m) => (0..m.total).filter(|&b| m.is_free(b)).collect(),
+        }
+    }
+
+    /// The free set as stored: the stack in order, or the bitmap's words (bit `i` of word `w`:
+    /// block `w·64 + i` is free). The incremental check compares it with its copy: a stack
+    /// changes at its end, a bitmap in the words of the blocks that moved.
+    pub fn view(&self) -> FreeView<'_> {
+        match self {
+            FreeBlocks::Stack(v) => FreeView::Stack(v),
+            FreeBlocks::Extents(m) => FreeView::Bits(&m.words),
         }
     }
 

@@ -9,6 +9,7 @@
 
 mod block;
 mod check;
+mod check_incremental;
 pub mod evict;
 mod free;
 pub mod fuzz;
@@ -19,6 +20,7 @@ mod prefix;
 mod state;
 mod table;
 mod tier;
+mod touched;
 
 pub use block::BlockAllocator;
 pub use evict::EvictionPolicy;

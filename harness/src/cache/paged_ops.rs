@@ -153,6 +153,7 @@ impl PagedCache {
             // leave this one unpublished rather than orphan the other.
             return;
         }
+        self.pool.touch(block);
         let m = &mut self.pool.meta[block as usize];
         m.key = Some(key);
         m.depth = depth;
@@ -198,6 +199,7 @@ impl PagedCache {
             let meta = &mut self.pool.meta[block as usize];
             if meta.key.is_none() && !self.index.contains(&key) {
                 meta.key = Some(key);
+                self.pool.touched.get_mut().touch(block);
                 meta.depth = i as u32;
                 self.index.insert(
                     key,

@@ -3,13 +3,14 @@
 //! manager: `paged_ops.rs` (the steps the operations share), `paged.rs` (the `KvCacheManager`
 //! implementation) and `check.rs` (the invariants) all build on it, and it imports none of them.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use kvbench_cache_api::SeqId;
 
 use super::block::BlockPool;
+use super::check_incremental::Incremental;
 use super::evict::EvictionPolicy;
 use super::free::Placement;
 use super::prefix::PrefixIndex;
@@ -49,6 +50,9 @@ pub struct PagedCache {
     pub(crate) bad_layouts_read: Cell<u64>,
     /// The lower tiers (`None`: the device cache alone, exactly as without tiers).
     pub(crate) tiers: Option<Tiers>,
+    /// What the last invariant check saw (`check_incremental.rs`); a `RefCell` because a check
+    /// is a read.
+    pub(crate) incremental: RefCell<Incremental>,
 }
 
 impl PagedCache {
@@ -78,6 +82,7 @@ impl PagedCache {
             violations: Vec::new(),
             bad_layouts_read: Cell::new(0),
             tiers: Tiers::new(&tiers, config.block_size.max(1)),
+            incremental: RefCell::new(Incremental::default()),
         }
     }
 

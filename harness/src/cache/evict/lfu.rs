@@ -49,6 +49,10 @@ impl Evictor for Lfu {
         self.order.len()
     }
 
+    fn contains(&self, slot: u32) -> bool {
+        self.keys.get(slot as usize).is_some_and(Option::is_some)
+    }
+
     fn order(&self) -> Vec<u32> {
         self.order.iter().map(|&(_, _, s)| s).collect()
     }

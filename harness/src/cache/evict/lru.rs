@@ -72,6 +72,11 @@ impl Evictor for Lru {
         self.len
     }
 
+    fn contains(&self, slot: u32) -> bool {
+        let s = slot as usize;
+        s < self.next.len() && (self.head == slot || self.prev[s] != NIL)
+    }
+
     fn order(&self) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.len);
         let mut s = self.head;

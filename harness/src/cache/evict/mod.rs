@@ -47,6 +47,8 @@ pub trait Evictor {
     fn pop_victim(&mut self) -> Option<u32>;
     /// Slots in the set.
     fn len(&self) -> usize;
+    /// Whether `slot` is in the set (the incremental invariant check; O(1)).
+    fn contains(&self, slot: u32) -> bool;
     /// Whether the set is empty.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -126,6 +128,9 @@ impl Evictor for AnyEvictor {
     }
     fn len(&self) -> usize {
         each!(self, e => e.len())
+    }
+    fn contains(&self, slot: u32) -> bool {
+        each!(self, e => e.contains(slot))
     }
     fn order(&self) -> Vec<u32> {
         each!(self, e => e.order())

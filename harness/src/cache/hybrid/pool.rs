@@ -19,57 +19,13 @@ use kvbench_cache_api::fence::FenceQueue;
 use kvbench_cache_api::StepId;
 
 use crate::cache::evict::EvictionPolicy;
+use crate::cache::touched::Touched;
 
 use super::cached_free::{BlockGroup, CachedFree};
 use super::error::HybridError;
 
 /// A page's index in the pool.
 pub type PageId = u32;
-
-/// The pages whose state changed since the incremental invariant check last looked (each once):
-/// the check re-examines only these (and the pages of sequences whose tables changed).
-///
-/// Nothing is recorded until the check first takes the list: its first look is a full walk that
-/// marks every page anyway, and a run with checks off (`--check-every 0`) then pays nothing for
-/// them (a mark and a push on every page write was 2.5% of `gemma3-27b-h100` on `sim`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Touched {
-    pub(crate) pages: Vec<PageId>,
-    mark: Vec<bool>,
-    tracking: bool,
-}
-
-impl Touched {
-    fn new(pages: u32) -> Touched {
-        Touched {
-            pages: Vec::new(),
-            mark: vec![false; pages as usize],
-            tracking: false,
-        }
-    }
-
-    fn touch(&mut self, page: PageId) {
-        if !self.tracking {
-            return;
-        }
-        if let Some(m) = self.mark.get_mut(page as usize) {
-            if !*m {
-                *m = true;
-                self.pages.push(page);
-            }
-        }
-    }
-
-    /// The pages touched since the last call, forgotten; from the first call on, touches are
-    /// recorded.
-    pub(crate) fn take(&mut self) -> Vec<PageId> {
-        self.tracking = true;
-        for &p in &self.pages {
-            self.mark[p as usize] = false;
-        }
-        std::mem::take(&mut self.pages)
-    }
-}
 
 /// What a fence withholds: a page (a recurrent state's pages are withheld one by one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
