@@ -11,14 +11,12 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
+#[path = "support/check_strings.rs"]
+mod check_strings;
 mod support;
 
 use kvbench::cache::{EvictionPolicy, PagedCache, PagedConfig, Placement, PlantedBug};
-use kvbench_cache_api::{
-    Fault, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest, StepId,
-};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use kvbench_cache_api::{Fault, KvCacheManager, ReuseScope, ScopeKey};
 
 /// The incremental check's period of full walks: `max(64, blocks / 8)` checks
 /// (`check_incremental::walk_period`), 64 on these 40-block pools.
@@ -30,10 +28,6 @@ enum Plant {
     None,
     Trait(Fault),
     Bug(PlantedBug),
-}
-
-fn ids(rng: &mut ChaCha8Rng, len: usize) -> Vec<u32> {
-    (0..len).map(|_| rng.gen_range(0..50_000)).collect()
 }
 
 fn cache(placement: Placement, eviction: EvictionPolicy) -> PagedCache {
@@ -56,8 +50,6 @@ fn run_string(
     plant: Plant,
     s: u64,
 ) -> (u64, u64, PagedCache) {
-    let mut rng = ChaCha8Rng::seed_from_u64(s);
-    let prefixes: Vec<Vec<u32>> = (0..3).map(|_| ids(&mut rng, 10)).collect();
     let scopes: Vec<ScopeKey> = (0..2)
         .map(|t| ScopeKey {
             model: "m".into(),
@@ -65,70 +57,20 @@ fn run_string(
             reuse: ReuseScope::Tenant(t),
         })
         .collect();
+    let prompts = check_strings::Prompts {
+        prefix_tokens: 10,
+        extra_tokens: 10,
+        scopes: &scopes,
+    };
     let mut c = cache(placement, eviction);
     match plant {
         Plant::None => {}
         Plant::Trait(f) => c.inject_fault(f),
         Plant::Bug(b) => c.plant_bug(b),
     }
-    // (seq, prompt tokens left to fill)
-    let mut live: Vec<(u64, u32)> = Vec::new();
-    let mut steps: Vec<StepId> = Vec::new();
-    let mut next = 1u64;
     let (mut failed, mut checks) = (0u64, 0u64);
-    for i in 0..OPS {
-        match rng.gen_range(0..12) {
-            0..=2 => {
-                let mut p = prefixes[rng.gen_range(0..3)].clone();
-                let extra = rng.gen_range(0..10);
-                p.extend(ids(&mut rng, extra));
-                let started = c.start(&StartRequest {
-                    seq: next,
-                    tokens: &p,
-                    scope: Some(&scopes[rng.gen_range(0..2)]),
-                    reserve_tokens: p.len() as u32,
-                });
-                if let Ok(st) = started {
-                    live.push((next, p.len() as u32 - st.cached_tokens));
-                }
-                next += 1;
-            }
-            3 | 4 if !live.is_empty() => {
-                let k = rng.gen_range(0..live.len());
-                let (seq, left) = live[k];
-                if left > 0 {
-                    let n = rng.gen_range(1..=left);
-                    if c.fill(seq, n).is_ok() {
-                        live[k].1 -= n;
-                    }
-                } else {
-                    let _ = c.append_token(seq, rng.gen_range(0..50_000));
-                }
-            }
-            5 if !live.is_empty() => {
-                let (seq, left) = live[rng.gen_range(0..live.len())];
-                if left == 0 && c.fork(seq, next).is_ok() {
-                    live.push((next, 0));
-                }
-                next += 1;
-            }
-            6 if !live.is_empty() => {
-                let (seq, _) = live.swap_remove(rng.gen_range(0..live.len()));
-                let why = if rng.gen_bool(0.3) {
-                    ReleaseReason::Preempt
-                } else {
-                    ReleaseReason::Finish
-                };
-                c.release(seq, why).unwrap();
-            }
-            7 | 8 => steps.push(c.begin_step()),
-            9 if rng.gen_bool(0.05) => c.flush_prefix_cache(),
-            _ if !steps.is_empty() => {
-                let step = steps.remove(0);
-                c.retire_step(step);
-            }
-            _ => {}
-        }
+    let clean = matches!(plant, Plant::None);
+    check_strings::run(&mut c, &prompts, s, OPS, clean, |c, i| {
         let full = c.check_invariants_full();
         let incremental = c.check_invariants();
         checks += 1;
@@ -139,14 +81,8 @@ fn run_string(
              full walk {full:?}"
         );
         failed += u64::from(full.is_err());
-    }
-    if matches!(plant, Plant::None) {
-        for (seq, _) in live {
-            c.release(seq, ReleaseReason::Finish).unwrap();
-        }
-        for step in steps {
-            c.retire_step(step);
-        }
+    });
+    if clean {
         c.assert_quiescent().unwrap();
     }
     (failed, checks, c)

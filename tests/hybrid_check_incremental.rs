@@ -11,16 +11,14 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
+#[path = "support/check_strings.rs"]
+mod check_strings;
 mod hybrid_kv_support;
 mod support;
 
 use hybrid_kv_support::{build, mixes, Mix};
 use kvbench::cache::hybrid::{HybridFault, HybridKv};
-use kvbench_cache_api::{
-    Fault, KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest, StepId,
-};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use kvbench_cache_api::{Fault, KvCacheManager, ReuseScope, ScopeKey};
 
 /// The incremental check's period of full walks (`check_incremental::FULL_EVERY`).
 const FULL_EVERY: u64 = 64;
@@ -33,19 +31,18 @@ enum Plant {
     Trait(Fault),
 }
 
-fn ids(rng: &mut ChaCha8Rng, len: usize) -> Vec<u32> {
-    (0..len).map(|_| rng.gen_range(0..50_000)).collect()
-}
-
 /// One seeded string on `m` with `plant` armed, both checks after every operation. Returns
 /// (operations after which the full walk failed, incremental checks run).
 fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
-    let mut rng = ChaCha8Rng::seed_from_u64(s);
-    let prefixes: Vec<Vec<u32>> = (0..3).map(|_| ids(&mut rng, 30)).collect();
-    let scope = ScopeKey {
+    let scopes = [ScopeKey {
         model: "mix".into(),
         tokenizer: "tok".into(),
         reuse: ReuseScope::Global,
+    }];
+    let prompts = check_strings::Prompts {
+        prefix_tokens: 30,
+        extra_tokens: 12,
+        scopes: &scopes,
     };
     let mut kv: HybridKv = build(m);
     match plant {
@@ -53,64 +50,9 @@ fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
         Plant::Hybrid(f) => kv.plant_fault(f),
         Plant::Trait(f) => kv.inject_fault(f),
     }
-    // (seq, prompt tokens left to fill)
-    let mut live: Vec<(u64, u32)> = Vec::new();
-    let mut steps: Vec<StepId> = Vec::new();
-    let mut next = 1u64;
     let (mut failed, mut checks) = (0u64, 0u64);
-    for i in 0..OPS {
-        match rng.gen_range(0..12) {
-            0..=2 => {
-                let mut p = prefixes[rng.gen_range(0..3)].clone();
-                let extra = rng.gen_range(0..12);
-                p.extend(ids(&mut rng, extra));
-                let st = kv.start(&StartRequest {
-                    seq: next,
-                    tokens: &p,
-                    scope: Some(&scope),
-                    reserve_tokens: p.len() as u32,
-                });
-                if let Ok(st) = st {
-                    live.push((next, p.len() as u32 - st.cached_tokens));
-                }
-                next += 1;
-            }
-            3 | 4 if !live.is_empty() => {
-                let k = rng.gen_range(0..live.len());
-                let (seq, left) = live[k];
-                if left > 0 {
-                    let n = rng.gen_range(1..=left);
-                    if kv.fill(seq, n).is_ok() {
-                        live[k].1 -= n;
-                    }
-                } else {
-                    let _ = kv.append_token(seq, rng.gen_range(0..50_000));
-                }
-            }
-            5 if !live.is_empty() => {
-                let (seq, left) = live[rng.gen_range(0..live.len())];
-                if left == 0 && kv.fork(seq, next).is_ok() {
-                    live.push((next, 0));
-                }
-                next += 1;
-            }
-            6 if !live.is_empty() => {
-                let (seq, _) = live.swap_remove(rng.gen_range(0..live.len()));
-                let why = if rng.gen_bool(0.3) {
-                    ReleaseReason::Preempt
-                } else {
-                    ReleaseReason::Finish
-                };
-                kv.release(seq, why).unwrap();
-            }
-            7 | 8 => steps.push(kv.begin_step()),
-            9 if rng.gen_bool(0.05) => kv.flush_prefix_cache(),
-            _ if !steps.is_empty() => {
-                let step = steps.remove(0);
-                kv.retire_step(step);
-            }
-            _ => {}
-        }
+    let clean = matches!(plant, Plant::None);
+    check_strings::run(&mut kv, &prompts, s, OPS, clean, |kv, i| {
         let full = kv.check_invariants_full();
         let incremental = kv.check_invariants();
         checks += 1;
@@ -121,14 +63,8 @@ fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
             m.name
         );
         failed += u64::from(full.is_err());
-    }
-    if matches!(plant, Plant::None) {
-        for (seq, _) in live {
-            kv.release(seq, ReleaseReason::Finish).unwrap();
-        }
-        for step in steps {
-            kv.retire_step(step);
-        }
+    });
+    if clean {
         kv.assert_quiescent().unwrap();
         // The first check and every FULL_EVERY-th walk the pool; the rest only what changed.
         assert_eq!(
