@@ -90,13 +90,33 @@ pub(crate) fn verdict(mut problems: Vec<String>) -> Result<(), String> {
     }
 }
 
+/// What holds a range of the arena, named in the tiling check's messages only (a label
+/// formatted for every range at every check was most of a check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    Seq(u64),
+    /// Released while this step was in flight.
+    Pending(u64),
+    Free,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Seq(id) => write!(f, "seq {id}"),
+            Holder::Pending(step) => write!(f, "pending on step {step}"),
+            Holder::Free => f.write_str("free"),
+        }
+    }
+}
+
 /// The arena's tiling invariant, shared by both contiguous managers: the held `ranges` (start,
 /// length, what holds it), the pending ones and the free extents cover `0..total_slots` exactly
 /// once, no two free extents meet unmerged, and `accounting` is conserved. `unit` names the arena's unit in messages
 /// ("slot", "page"); problems are appended to `problems`.
 pub(crate) fn check_tiling(
     arena: &Arena,
-    mut ranges: Vec<(u64, u64, String)>,
+    mut ranges: Vec<(u64, u64, Holder)>,
     unit: &str,
     accounting: kvbench_cache_api::Accounting,
     problems: &mut Vec<String>,
@@ -104,7 +124,7 @@ pub(crate) fn check_tiling(
     let mut free = 0;
     for (s, l) in arena.extents() {
         free += l;
-        ranges.push((s, l, "free".to_string()));
+        ranges.push((s, l, Holder::Free));
     }
     if free != arena.free_slots() {
         problems.push(format!(
@@ -124,7 +144,7 @@ pub(crate) fn check_tiling(
         } else if *s > cursor {
             problems.push(format!("{unit}s {cursor}..{s} belong to nothing"));
         }
-        let is_free = what == "free";
+        let is_free = *what == Holder::Free;
         if is_free && prev_free && *s == cursor {
             problems.push(format!(
                 "free extents meet at {unit} {s} without being merged"

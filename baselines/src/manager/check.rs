@@ -2,6 +2,7 @@
 
 use kvbench_cache_api::{KvCacheManager, SeqLayout};
 
+use super::arena::Holder;
 use super::by_id::ById;
 use super::ContiguousCache;
 
@@ -9,7 +10,7 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
     let mut problems: Vec<String> = c.violations.clone();
     // Every slot range: live regions, pending regions, free extents. Sorted, they must tile the
     // arena exactly (conservation, no overlap).
-    let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    let mut ranges: Vec<(u64, u64, Holder)> = Vec::new();
     for (&id, r) in &c.seqs {
         if r.filled_tokens > r.len_tokens || r.len_tokens > r.capacity_tokens {
             problems.push(format!(
@@ -37,11 +38,7 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
             }
             _ => problems.push(format!("seq {id}: live, but no contiguous layout")),
         }
-        ranges.push((
-            r.base_slot,
-            u64::from(r.capacity_tokens),
-            format!("seq {id}"),
-        ));
+        ranges.push((r.base_slot, u64::from(r.capacity_tokens), Holder::Seq(id)));
     }
     let covered = c.seqs.keys().filter(|&&id| ById::covers(id)).count();
     if c.by_id.live() != covered {
@@ -51,7 +48,7 @@ pub(crate) fn check(c: &ContiguousCache) -> Result<(), String> {
         ));
     }
     for (step, &(s, l)) in c.fence.pending() {
-        ranges.push((s, l, format!("pending on step {step}")));
+        ranges.push((s, l, Holder::Pending(step)));
     }
     super::arena::check_tiling(&c.arena, ranges, "slot", c.accounting(), &mut problems);
     super::arena::verdict(problems)

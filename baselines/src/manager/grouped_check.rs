@@ -3,6 +3,7 @@
 
 use kvbench_cache_api::{GroupTable, KvCacheManager};
 
+use super::arena::Holder;
 use super::grouped::GroupedContiguous;
 use super::grouped_seq::{cut_tables, expected_blocks, Reservation};
 
@@ -53,17 +54,23 @@ fn check_reservation(c: &GroupedContiguous, id: u64, r: &Reservation, problems: 
             continue;
         }
         let share = r.base_page + cut.offset_pages;
-        let ring = u64::from(cut.pages.max(1));
-        for (i, &page) in table.pages.iter().enumerate() {
+        let ring = cut.pages.max(1);
+        // Block `first + i` on page `share + (first + i) % ring`: the remainder stepped, not
+        // divided for every page, and the message formatted outside the loop.
+        let mut at = (first % u64::from(ring)) as u32;
+        let wrong = table.pages.iter().position(|&page| {
+            let want = share + at;
+            at = if at + 1 == ring { 0 } else { at + 1 };
+            page != want
+        });
+        if let Some(i) = wrong {
             let b = first + i as u64;
-            let want = share + (b % ring) as u32;
-            if page != want {
-                problems.push(format!(
-                    "seq {id} table {t}: block {b} on page {page}, its share {share}..{} puts it on {want}",
-                    share + cut.pages
-                ));
-                break;
-            }
+            let want = share + (b % u64::from(ring)) as u32;
+            problems.push(format!(
+                "seq {id} table {t}: block {b} on page {}, its share {share}..{} puts it on {want}",
+                table.pages[i],
+                share + cut.pages
+            ));
         }
     }
 }
@@ -72,7 +79,7 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
     let mut problems: Vec<String> = c.violations.clone();
     // Every page range: reservations, pending runs, free extents. Sorted, they must tile the
     // arena exactly (no page in two reservations, conservation).
-    let mut ranges: Vec<(u64, u64, String)> = Vec::new();
+    let mut ranges: Vec<(u64, u64, Holder)> = Vec::new();
     let mut states = 0u64;
     for (&id, r) in &c.seqs {
         check_reservation(c, id, r, &mut problems);
@@ -80,7 +87,7 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
         ranges.push((
             u64::from(r.base_page),
             u64::from(r.pages()),
-            format!("seq {id}"),
+            Holder::Seq(id),
         ));
     }
     let (mut pending_pages, mut pending_states) = (0u64, 0u64);
@@ -96,7 +103,7 @@ pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
         ranges.push((
             u64::from(f.base_page),
             u64::from(f.pages),
-            format!("pending on step {step}"),
+            Holder::Pending(step),
         ));
     }
     if (pending_pages, pending_states) != (c.pending_pages, c.pending_states) {

@@ -33,22 +33,10 @@ use kvbench_cache_api::SeqId;
 use super::block::{BlockPool, BlockState};
 use super::free::FreeView;
 use super::table::{Seq, SeqIdHasher};
+use super::touched::walk_period;
 
 /// The manager's tables, as `PagedCache` keeps them.
 type Seqs = HashMap<SeqId, Seq, BuildHasherDefault<SeqIdHasher>>;
-
-/// A full walk at least every this many checks (the first check and, through
-/// `assert_quiescent`, the run's end are full walks too)...
-pub(crate) const FULL_EVERY: u64 = 64;
-/// ...or, on a larger pool, every `blocks / WALK_SHARE` checks: the walks' cost spread over the
-/// checks between them stays at about `WALK_SHARE` blocks a check (a 10,240-block pool walked
-/// every 64th step was most of a checked Azure replay).
-const WALK_SHARE: u64 = 8;
-
-/// Checks from one full walk to the next on a pool of `blocks`.
-pub(crate) fn walk_period(blocks: u32) -> u64 {
-    FULL_EVERY.max(u64::from(blocks) / WALK_SHARE)
-}
 
 /// What a block's per-state count, live slots and keyed count were taken from.
 #[derive(Debug, Clone, Copy)]

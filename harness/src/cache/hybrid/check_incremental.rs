@@ -1,5 +1,5 @@
 //! `HybridKv`'s invariant check made incremental: what changed since the last check, and a
-//! full walk every [`FULL_EVERY`] checks.
+//! full walk every `touched::walk_period` checks (64, or a page in 8 on a larger pool).
 //!
 //! The full walk (`kv_check::check_full`) visits every page of the pool and every page of every
 //! table, and with checks every step that was 20–30× the summed manager's cost a sequence a
@@ -30,10 +30,7 @@ use kvbench_cache_api::{GroupTable, SeqId};
 use super::kv::HybridKv;
 use super::pool::{Freed, PageId};
 use super::table::SeqEntry;
-
-/// A full walk every this many checks (the first check and, through `assert_quiescent`, the
-/// run's end are full walks too).
-pub(crate) const FULL_EVERY: u64 = 64;
+use crate::cache::touched::walk_period;
 
 /// The tables' holders of one page by the written tokens each gives it: two distinct counts at
 /// most (holders of a page agree — a prefix hit shares full blocks, a fork copies its parent's
@@ -406,7 +403,11 @@ impl Incremental {
 pub(crate) fn check(kv: &HybridKv) -> Result<(), String> {
     let mut inc = kv.incremental.borrow_mut();
     inc.checks += 1;
-    if !inc.ready || inc.checks.is_multiple_of(FULL_EVERY) {
+    if !inc.ready
+        || inc
+            .checks
+            .is_multiple_of(walk_period(kv.cache.pool.pages()))
+    {
         return full(kv, &mut inc);
     }
     let changed = match inc.update(kv) {

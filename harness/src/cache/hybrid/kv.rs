@@ -575,7 +575,7 @@ impl KvCacheManager for HybridKv {
     }
 
     /// Incremental: what changed since the last check, a full walk every
-    /// `check_incremental::FULL_EVERY` checks (see `check_incremental.rs`).
+    /// `touched::walk_period` checks (see `check_incremental.rs`).
     fn check_invariants(&self) -> Result<(), String> {
         super::check_incremental::check(self)
     }

@@ -67,7 +67,7 @@ impl HybridKv {
     }
 
     /// Full walks the invariant checks ran so far (the first check, then every
-    /// `FULL_EVERY`-th, and the check after any problem).
+    /// `touched::walk_period`-th, and the check after any problem).
     pub fn invariant_full_walks(&self) -> u64 {
         self.incremental.borrow().full_walks
     }
