@@ -357,6 +357,7 @@ fn recurrent_states_follow_forks_and_are_dropped_at_release() {
             setup.max_step_tokens,
             s.scheduler.async_steps,
             s.cache.eviction,
+            s.cache.evict_protected,
         );
         let run_setup = RunSetup {
             model: setup.model.clone(),

@@ -4,8 +4,9 @@
 //! Seeded operation strings over the mixes (shared prompts, chunked fills, generated tokens,
 //! forks, releases for finish and preemption, steps begun and retired, flushes), the check run
 //! after every operation: the incremental check (`check_invariants`, what the engine calls at
-//! `--check-every 1`) fails exactly when the full walk (`check_invariants_full`) fails. Clean,
-//! both pass and the full walks are the first check and one every `FULL_EVERY`; with each
+//! `--check-every 1`) fails exactly when the full walk (`check_invariants_full`) fails. Clean
+//! (starts allowed to evict protected blocks' pages or not, `cache.evict_protected`), both pass
+//! and the full walks are the first check and one every `FULL_EVERY`; with each
 //! planted fault (`HybridFault`s and the trait's `Fault`s) armed, the fault fires and the
 //! incremental check reports it at the first operation the full walk does.
 //!
@@ -17,7 +18,7 @@ mod hybrid_kv_support;
 mod support;
 
 use hybrid_kv_support::{build, mixes, Mix};
-use kvbench::cache::hybrid::{HybridFault, HybridKv};
+use kvbench::cache::hybrid::{EvictProtected, HybridFault, HybridKv};
 use kvbench_cache_api::{Fault, KvCacheManager, ReuseScope, ScopeKey};
 
 /// The incremental check's period of full walks (`check_incremental::FULL_EVERY`).
@@ -34,6 +35,11 @@ enum Plant {
 /// One seeded string on `m` with `plant` armed, both checks after every operation. Returns
 /// (operations after which the full walk failed, incremental checks run).
 fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
+    run_string_evicting(m, plant, s, EvictProtected::Always)
+}
+
+/// [`run_string`] with starts allowed to evict protected blocks' pages or not.
+fn run_string_evicting(m: &Mix, plant: Plant, s: u64, evict: EvictProtected) -> (u64, u64) {
     let scopes = [ScopeKey {
         model: "mix".into(),
         tokenizer: "tok".into(),
@@ -44,7 +50,7 @@ fn run_string(m: &Mix, plant: Plant, s: u64) -> (u64, u64) {
         extra_tokens: 12,
         scopes: &scopes,
     };
-    let mut kv: HybridKv = build(m);
+    let mut kv: HybridKv = build(m).with_evict_protected(evict);
     match plant {
         Plant::None => {}
         Plant::Hybrid(f) => kv.plant_fault(f),
@@ -83,8 +89,10 @@ fn clean_strings_pass_both_checks_and_walk_the_pool_only_every_so_often() {
     for (mi, m) in mixes().iter().enumerate() {
         for round in 0..6u64 {
             let s = base ^ (mi as u64) << 32 ^ round;
-            let (failed, _) = run_string(m, Plant::None, s);
-            assert_eq!(failed, 0, "{} seed {s}", m.name);
+            for evict in [EvictProtected::Always, EvictProtected::ToGrow] {
+                let (failed, _) = run_string_evicting(m, Plant::None, s, evict);
+                assert_eq!(failed, 0, "{} {evict:?} seed {s}", m.name);
+            }
         }
     }
 }

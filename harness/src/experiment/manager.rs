@@ -8,7 +8,7 @@ use kvbench_cache_api::{CacheMode, KvCacheManager};
 
 use super::ExperimentError;
 use crate::backend::BackendKind;
-use crate::cache::hybrid::HybridLayout;
+use crate::cache::hybrid::{EvictProtected, HybridLayout};
 use crate::model::ModelShape;
 use crate::scenario::{CacheManager, ManagerChoice, Scenario};
 
@@ -42,6 +42,20 @@ pub fn resolve(
         ExperimentError::Scenario(d.to_string())
     };
     let manager = scenario.cache_manager(model, kind.name());
+    if manager == CacheManager::Summed && scenario.cache.evict_protected != EvictProtected::Always {
+        let d = crate::scenario::locate_in_source(
+            scenario.source.as_deref(),
+            "cache.evict_protected",
+            format!(
+                "\"{}\" applies to the hybrid manager's protected blocks, and this run uses \
+                 the summed managers on {} (as cache.manager, the model or a lower tier \
+                 decided); remove the key, or run cache.manager = \"hybrid\" on sim or cpu",
+                scenario.cache.evict_protected.name(),
+                kind.name()
+            ),
+        );
+        return Err(ExperimentError::Scenario(d.to_string()));
+    }
     if manager == CacheManager::Summed {
         let slot_bytes = model.kv_bytes_per_token();
         return Ok(ManagerSetup {
@@ -111,11 +125,14 @@ pub fn build_grouped(
     max_step_tokens: u32,
     async_steps: bool,
     eviction: crate::cache::EvictionPolicy,
+    evict_protected: EvictProtected,
 ) -> Box<dyn KvCacheManager> {
     match mode {
-        CacheMode::Paged => {
-            Box::new(crate::cache::hybrid::HybridKv::new(layout.clone()).with_eviction(eviction))
-        }
+        CacheMode::Paged => Box::new(
+            crate::cache::hybrid::HybridKv::new(layout.clone())
+                .with_eviction(eviction)
+                .with_evict_protected(evict_protected),
+        ),
         CacheMode::Contiguous => Box::new(kvbench_baselines::manager::GroupedContiguous::new(
             layout.grouped_pool(),
             ring_tokens(max_step_tokens, async_steps),

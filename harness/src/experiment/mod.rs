@@ -266,6 +266,7 @@ fn run_mode_with(
             setup.max_step_tokens,
             scheduler.async_steps,
             scenario.cache.eviction,
+            scenario.cache.evict_protected,
         ),
         None => tiers::build_cache(scenario, setup, mode, &tier_plan),
     };

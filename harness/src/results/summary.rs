@@ -156,6 +156,10 @@ pub struct PrefixSummary {
     /// cache).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eviction: Option<&'static str>,
+    /// `to_grow` where the scenario keeps protected blocks from starts
+    /// (`cache.evict_protected`; hybrid runs only); absent at the default, `always`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evict_protected: Option<&'static str>,
     /// Each request's prefix hit at its first admission (`requests.csv`'s `cached_prompt_tokens`
     /// of the rows without a parent) over `bounds.lookup_tokens`: the share read against the
     /// bounds (`hit_rate` above counts every lookup, restarts after preemption included).
@@ -365,6 +369,7 @@ fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
         hit_blocks: 0,
         evictions: 0,
         eviction: None,
+        evict_protected: None,
         achieved_hit_rate: None,
         request_hit_tokens: None,
         bounds: None,
@@ -374,6 +379,10 @@ fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
         return out;
     }
     out.eviction = Some(exp.scenario.cache.eviction.name());
+    let evict = exp.scenario.cache.evict_protected;
+    if evict != crate::cache::hybrid::EvictProtected::Always {
+        out.evict_protected = Some(evict.name());
+    }
     match &exp.prefix_bounds {
         Ok(b) => {
             let hits = r.metrics.request_prefix_hit_tokens;

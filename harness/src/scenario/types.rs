@@ -96,6 +96,13 @@ pub struct CacheSpec {
     /// no prefix cache. Left out of a rendered scenario when default, like `placement`.
     #[serde(default, skip_serializing_if = "is_lru")]
     pub eviction: crate::cache::EvictionPolicy,
+    /// Whether a start may evict the cached pages of a block a running sequence still holds in
+    /// another table (the hybrid manager's *protected* blocks, a shared prompt's sliding pages
+    /// behind the window): `always` (the default) or `to_grow` (only a running sequence's
+    /// growth may; a start waits). Hybrid runs only. Left out of a rendered scenario when
+    /// default, like `placement`.
+    #[serde(default, skip_serializing_if = "is_always")]
+    pub evict_protected: crate::cache::hybrid::EvictProtected,
     /// A host-memory tier below the device's prefix cache (absent: none). Paged runs only; the
     /// contiguous baseline stays the simple server without tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,6 +165,10 @@ impl Capacities {
 
 fn is_lifo(p: &crate::cache::Placement) -> bool {
     *p == crate::cache::Placement::Lifo
+}
+
+fn is_always(p: &crate::cache::hybrid::EvictProtected) -> bool {
+    *p == crate::cache::hybrid::EvictProtected::Always
 }
 
 fn is_lru(p: &crate::cache::EvictionPolicy) -> bool {

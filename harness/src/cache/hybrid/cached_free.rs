@@ -57,6 +57,9 @@ struct Group {
     evictable: u32,
     info: Evictable,
     set: Set,
+    /// Its evictable pages as counted in `CachedFree::protected_pages` (all of them while it is
+    /// protected, none otherwise).
+    counted: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +81,11 @@ pub(crate) struct CachedFree {
     evictable_pages: usize,
     /// Cached-free pages released while a step was in flight, by release tick, until it retires.
     fenced: BTreeMap<u64, PageId>,
+    /// Evictable pages of protected blocks (a table still holds a page of their block).
+    protected_pages: usize,
+    /// While set, `pop_victims` leaves protected blocks alone (`EvictProtected::ToGrow`: a
+    /// start is being mapped).
+    pub(crate) keep_protected: bool,
     /// Each cached-free page's release tick (0: not cached-free).
     tick: Vec<u64>,
     /// Prefix hits each published page served (reset when the page leaves the cache).
@@ -97,6 +105,8 @@ impl CachedFree {
             evictable: vec![false; pages as usize],
             evictable_pages: 0,
             fenced: BTreeMap::new(),
+            protected_pages: 0,
+            keep_protected: false,
             tick: vec![0; pages as usize],
             hits: vec![0; pages as usize],
             clock: 0,
@@ -111,6 +121,51 @@ impl CachedFree {
     /// Cached-free pages the policy may pop now.
     pub(crate) fn evictable_len(&self) -> usize {
         self.evictable_pages
+    }
+
+    /// Evictable pages whose block no table holds: what a start may evict when protected
+    /// blocks are kept (`EvictProtected::ToGrow`).
+    pub(crate) fn unprotected_len(&self) -> usize {
+        self.evictable_pages - self.protected_pages
+    }
+
+    /// Evictable pages of unprotected blocks among the blocks of `pages`: a prefix hit sharing
+    /// `pages` makes their blocks held, so a start that hits them cannot evict any of them when
+    /// protected blocks are kept.
+    pub(crate) fn unprotected_in_blocks_of(&self, pages: &[PageId]) -> usize {
+        let mut ids: Vec<u32> = pages
+            .iter()
+            .filter_map(|&p| self.group.get(p as usize).copied().flatten())
+            .filter(|&id| self.blocks[id as usize].set == Set::Evict)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.iter()
+            .map(|&id| self.blocks[id as usize].evictable as usize)
+            .sum()
+    }
+
+    /// Recomputed from the blocks (the invariant check compares it with the counter).
+    pub(crate) fn protected_pages_recounted(&self) -> (usize, usize) {
+        let walked = self
+            .blocks
+            .iter()
+            .filter(|g| g.set == Set::Protected)
+            .map(|g| g.evictable as usize)
+            .sum();
+        (walked, self.protected_pages)
+    }
+
+    /// Block `id`'s share of `protected_pages` brought up to date with its set and count.
+    fn recount(&mut self, id: u32) {
+        let g = &mut self.blocks[id as usize];
+        let now = if g.set == Set::Protected {
+            g.evictable
+        } else {
+            0
+        };
+        self.protected_pages = self.protected_pages - g.counted as usize + now as usize;
+        g.counted = now;
     }
 
     /// Cached-free pages still waiting on the step in flight at their release.
@@ -135,6 +190,7 @@ impl CachedFree {
             Set::Protected => self.protected.remove(id),
         }
         self.blocks[id as usize].set = Set::None;
+        self.recount(id);
     }
 
     /// Put block `id` in the set it belongs in now (none without an evictable page; protected
@@ -148,17 +204,17 @@ impl CachedFree {
         } else {
             Set::Evict
         };
-        if want == g.set {
-            return;
+        if want != g.set {
+            let info = g.info;
+            self.unset(id);
+            match want {
+                Set::None => {}
+                Set::Evict => self.evict.insert(id, info),
+                Set::Protected => self.protected.insert(id, info),
+            }
+            self.blocks[id as usize].set = want;
         }
-        let info = g.info;
-        self.unset(id);
-        match want {
-            Set::None => {}
-            Set::Evict => self.evict.insert(id, info),
-            Set::Protected => self.protected.insert(id, info),
-        }
-        self.blocks[id as usize].set = want;
+        self.recount(id);
     }
 
     /// `page` (held) was published as block `depth` of its table's chain, a page of logical
@@ -307,12 +363,14 @@ impl CachedFree {
     pub(crate) fn pop_victims(&mut self) -> Vec<PageId> {
         let id = match self.evict.pop_victim() {
             Some(id) => id,
+            None if self.keep_protected => return Vec::new(),
             None => match self.protected.pop_victim() {
                 Some(id) => id,
                 None => return Vec::new(),
             },
         };
         self.blocks[id as usize].set = Set::None;
+        self.recount(id);
         let pages: Vec<PageId> = self.blocks[id as usize]
             .pages
             .iter()
@@ -366,6 +424,7 @@ impl CachedFree {
     /// Every cached-free page out of the cache: (page, whether it was still fenced).
     pub(crate) fn drain(&mut self) -> Vec<(PageId, bool)> {
         let mut out: Vec<(PageId, bool)> = Vec::with_capacity(self.len());
+        let keep = std::mem::replace(&mut self.keep_protected, false);
         loop {
             let victims = self.pop_victims();
             if victims.is_empty() {
@@ -373,6 +432,7 @@ impl CachedFree {
             }
             out.extend(victims.into_iter().map(|p| (p, false)));
         }
+        self.keep_protected = keep;
         for (_, page) in std::mem::take(&mut self.fenced) {
             self.forget(page);
             out.push((page, true));

@@ -29,6 +29,8 @@ use kvbench_cache_api::{
     Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
 };
 
+use serde::{Deserialize, Serialize};
+
 use super::cached::{Lookup, PrefixCache};
 use super::check_incremental::Incremental;
 use super::error::HybridError;
@@ -62,6 +64,31 @@ pub struct HybridKv {
     pub(crate) prefix: PrefixCache,
     /// What the last invariant check saw, so the next checks only what changed.
     pub(crate) incremental: RefCell<Incremental>,
+    /// Whether a start may evict a protected block's cached pages (`cache.evict_protected`).
+    pub(crate) evict_protected: EvictProtected,
+}
+
+/// Whether a start may evict the cached pages of a *protected* block — one a running sequence
+/// still holds in another table, typically a shared prompt's sliding pages released behind the
+/// window while its full pages stay held (`cache.evict_protected`, the hybrid manager only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvictProtected {
+    /// Any allocation may, once no wholly cached-free block is left (the historical behaviour).
+    #[default]
+    Always,
+    /// Only a running sequence growing (a fill, an append) may; a start (an admission or a
+    /// swap-in) takes free pages and unprotected blocks' pages only, and waits otherwise.
+    ToGrow,
+}
+
+impl EvictProtected {
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictProtected::Always => "always",
+            EvictProtected::ToGrow => "to_grow",
+        }
+    }
 }
 
 impl HybridKv {
@@ -78,6 +105,7 @@ impl HybridKv {
             violations: Vec::new(),
             prefix: PrefixCache::default(),
             incremental: RefCell::new(Incremental::default()),
+            evict_protected: EvictProtected::Always,
         }
     }
 
@@ -201,7 +229,10 @@ impl HybridKv {
             })
             .fold(self.state_pages, u64::saturating_add);
         let shared: Vec<u32> = hit.all_pages().collect();
-        let avail = self.cache.pool.available_except(&shared);
+        let avail = match self.evict_protected {
+            EvictProtected::Always => self.cache.pool.available_except(&shared),
+            EvictProtected::ToGrow => self.cache.pool.available_to_start(&shared),
+        };
         (pages, pages <= u64::from(avail))
     }
 
@@ -299,16 +330,20 @@ impl KvCacheManager for HybridKv {
                 available_slots: a.free_slots + a.cached_free_slots,
             });
         }
-        self.cache
-            .start(req.seq)
-            .map_err(|e| self.alloc_error(req.seq, e))?;
-        // Checked above: the fresh pages can be had, so this cannot refuse; if it did, the
-        // start is undone (the shared pages go back where they were, cached-free or shared).
-        let mapped = self
-            .share_hit(req.seq, &hit)
-            .and_then(|()| self.cache.map(req.seq, prompt - hit.hit_tokens));
+        // Checked above: the fresh pages can be had (without a protected block's, where
+        // those are kept), so this cannot refuse; if it did, the start is undone (the shared
+        // pages go back where they were, cached-free or shared).
+        let keep = self.evict_protected == EvictProtected::ToGrow;
+        self.cache.pool.keep_protected(keep);
+        let mapped = self.cache.start(req.seq).and_then(|()| {
+            self.share_hit(req.seq, &hit)
+                .and_then(|()| self.cache.map(req.seq, prompt - hit.hit_tokens))
+                .inspect_err(|_| {
+                    let _ = self.cache.release(req.seq);
+                })
+        });
+        self.cache.pool.keep_protected(false);
         if let Err(e) = mapped {
-            let _ = self.cache.release(req.seq);
             self.prefix.sync(&mut self.cache.pool);
             return Err(self.alloc_error(req.seq, e));
         }

@@ -119,6 +119,12 @@ pub(crate) fn check_full(kv: &HybridKv) -> Result<(), String> {
             cache.pool.published_count()
         ));
     }
+    let (walked, counted) = cache.pool.cached.protected_pages_recounted();
+    if walked != counted {
+        bad.push(format!(
+            "{walked} evictable pages in protected blocks, the counter says {counted}"
+        ));
+    }
     check_layouts(kv, cache.seqs.keys().copied(), &mut bad);
     into_result(bad)
 }

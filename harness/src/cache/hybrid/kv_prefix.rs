@@ -5,7 +5,7 @@
 use crate::cache::evict::Evictable;
 use crate::cache::EvictionPolicy;
 
-use super::kv::HybridKv;
+use super::kv::{EvictProtected, HybridKv};
 use super::manager::HybridFault;
 use super::pool::PageId;
 
@@ -15,6 +15,17 @@ impl HybridKv {
     pub fn with_eviction(mut self, policy: EvictionPolicy) -> HybridKv {
         self.cache.pool.set_eviction(policy);
         self
+    }
+
+    /// Whether a start may evict a protected block's cached pages (`cache.evict_protected`).
+    pub fn with_evict_protected(mut self, evict: EvictProtected) -> HybridKv {
+        self.evict_protected = evict;
+        self
+    }
+
+    /// Evictable pages of protected blocks (tests read it).
+    pub fn protected_pages(&self) -> usize {
+        self.cache.pool.cached.protected_pages_recounted().1
     }
 
     /// Plant a bug (tests only: proves the checks catch it). `PublishEarly` is the prefix

@@ -38,7 +38,7 @@ mod table;
 
 pub use error::HybridError;
 pub use fit::{compare_fit, vllm_layers_per_table, FitComparison};
-pub use kv::HybridKv;
+pub use kv::{EvictProtected, HybridKv};
 pub use layout::{HybridLayout, LayoutError, TableKind, TableSpec};
 pub use manager::{HybridCache, HybridFault, PageCopy};
 pub use pool::PageId;

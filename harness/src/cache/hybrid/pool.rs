@@ -194,6 +194,23 @@ impl PagePool {
         self.free_count() + self.evictable(except)
     }
 
+    /// Pages a start sharing the cached-free pages `except` can take when protected blocks are
+    /// kept (`EvictProtected::ToGrow`): free ones and the evictable pages of blocks no table
+    /// holds — less those of the blocks the start's hit is about to hold.
+    pub(crate) fn available_to_start(&self, except: &[PageId]) -> u32 {
+        let unprotected = self
+            .cached
+            .unprotected_len()
+            .saturating_sub(self.cached.unprotected_in_blocks_of(except));
+        self.free_count() + unprotected as u32
+    }
+
+    /// While `keep` is set, taking a page evicts no protected block (a start under
+    /// `EvictProtected::ToGrow`; `available_to_start` said how much it may take).
+    pub(crate) fn keep_protected(&mut self, keep: bool) {
+        self.cached.keep_protected = keep;
+    }
+
     /// Evict the eviction policy's victim block — every cached-free page of it whose fence is
     /// clear — onto the free list; `false` when there is none.
     fn evict_one(&mut self) -> bool {
