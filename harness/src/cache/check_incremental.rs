@@ -71,6 +71,13 @@ enum FreeCopy {
 /// A change the copies cannot follow: walk everything.
 pub(crate) struct Fallback;
 
+/// Which per-block count [`Blocks::bump`] moves.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Refs,
+    OnFree,
+}
+
 /// Per block: references from the tables, places on the free list, and whether it is to be
 /// re-examined.
 #[derive(Debug, Default)]
@@ -91,16 +98,25 @@ impl Blocks {
         }
     }
 
-    fn table_ref(&mut self, block: u32, add: bool) -> Result<(), Fallback> {
-        let r = self.refs.get_mut(block as usize).ok_or(Fallback)?;
-        *r = if add {
-            r.checked_add(1)
+    /// One more (or one fewer) of `block` in `counts`, and the block re-examined.
+    fn bump(&mut self, which: Count, block: u32, add: bool) -> Result<(), Fallback> {
+        let counts = match which {
+            Count::Refs => &mut self.refs,
+            Count::OnFree => &mut self.on_free,
+        };
+        let c = counts.get_mut(block as usize).ok_or(Fallback)?;
+        *c = if add {
+            c.checked_add(1)
         } else {
-            r.checked_sub(1)
+            c.checked_sub(1)
         }
         .ok_or(Fallback)?;
         self.dirty(block);
         Ok(())
+    }
+
+    fn table_ref(&mut self, block: u32, add: bool) -> Result<(), Fallback> {
+        self.bump(Count::Refs, block, add)
     }
 
     /// Table `old` became `new`: the entries that differ move their references.
@@ -122,15 +138,7 @@ impl Blocks {
     }
 
     fn free_place(&mut self, block: u32, add: bool) -> Result<(), Fallback> {
-        let c = self.on_free.get_mut(block as usize).ok_or(Fallback)?;
-        *c = if add {
-            c.checked_add(1)
-        } else {
-            c.checked_sub(1)
-        }
-        .ok_or(Fallback)?;
-        self.dirty(block);
-        Ok(())
+        self.bump(Count::OnFree, block, add)
     }
 }
 
