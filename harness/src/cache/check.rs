@@ -91,6 +91,7 @@ pub(crate) fn check_paged(c: &PagedCache) -> Result<(), String> {
         inc.live_slots,
         inc.keyed,
         pool.evictable_len(),
+        false,
         &mut p,
     );
     inc.clear_dirty();
@@ -169,7 +170,7 @@ pub(crate) fn check_full(c: &PagedCache) -> Result<(), String> {
             ));
         }
     }
-    totals(c, &counts, live_slots, keyed, evictable.len(), &mut p);
+    totals(c, &counts, live_slots, keyed, evictable.len(), true, &mut p);
     p.into_result()
 }
 
@@ -251,13 +252,14 @@ fn check_block(c: &PagedCache, b: u32, m: &BlockMeta, table_refs: u32, p: &mut P
 
 /// The pool's counters against the blocks counted per state (`counts`), their live slots and
 /// keyed blocks, and the eviction order's length; the fence queue, the index's size, the
-/// accounting and the lower tiers.
+/// accounting and the lower tiers — every slot of them with `tier_walk`, else their counters.
 fn totals(
     c: &PagedCache,
     counts: &[u32; 4],
     live_slots: u64,
     keyed: usize,
     evictable: usize,
+    tier_walk: bool,
     p: &mut Problems,
 ) {
     let pool = &c.pool;
@@ -331,7 +333,11 @@ fn totals(
     }
     if let Some(tiers) = &c.tiers {
         let mut found = Vec::new();
-        tiers.check(&mut found);
+        if tier_walk {
+            tiers.check(&mut found);
+        } else {
+            tiers.check_counters(&mut found);
+        }
         for f in found {
             p.push(f);
         }

@@ -306,6 +306,11 @@ fn stale_onload_lets_a_pending_onloads_slot_be_reused_and_the_checks_say_so() {
     let b: Vec<u32> = (100..105).collect();
     serve(&mut c, 1, &a, &s);
     serve(&mut c, 2, &b, &s);
+    // Checked clean first, so the check below is an incremental one (the tiers' counters, not
+    // a walk of their slots) and must still see the reuse.
+    c.check_invariants().expect("clean so far");
+    c.check_invariants().expect("clean so far, incrementally");
+    let walks = c.invariant_full_walks();
     // a's start evicts b's block; without the pin the host's only slot (a, being onloaded) is
     // handed to b's offload while the onload may still be reading it.
     c.start(&StartRequest {
@@ -326,6 +331,11 @@ fn stale_onload_lets_a_pending_onloads_slot_be_reused_and_the_checks_say_so() {
     assert!(c.fault_fired() > 0);
     let err = c.check_invariants().expect_err("the reuse is reported");
     assert!(err.contains("reused while an onload"), "{err}");
+    assert_eq!(
+        c.invariant_full_walks(),
+        walks + 1,
+        "worded by the full walk"
+    );
 }
 
 #[test]
