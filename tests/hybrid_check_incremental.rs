@@ -21,7 +21,8 @@ use hybrid_kv_support::{build, mixes, Mix};
 use kvbench::cache::hybrid::{EvictProtected, HybridFault, HybridKv};
 use kvbench_cache_api::{Fault, KvCacheManager, ReuseScope, ScopeKey};
 
-/// The incremental check's period of full walks (`check_incremental::FULL_EVERY`).
+/// The incremental check's period of full walks: `max(64, pages / 8)` checks
+/// (`cache::touched::walk_period`), 64 on these pools of at most 56 pages.
 const FULL_EVERY: u64 = 64;
 const OPS: usize = 400;
 
