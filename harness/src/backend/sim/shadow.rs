@@ -30,7 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
-use super::shadow_ids::{SeqIndex, Writers};
+use super::shadow_ids::{SeqIndex, Writers, NO_WRITER};
 use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
@@ -218,7 +218,7 @@ impl Shadow {
         host_blocks: u32,
         disk_blocks: u32,
     ) -> Result<Shadow, BackendError> {
-        let tags = LazyArray::new(total_slots, Tag::EMPTY).ok_or_else(|| {
+        let tags = LazyArray::zeroed(total_slots).ok_or_else(|| {
             BackendError::Config(format!(
                 "the shadow payload tracks at most {MAX_ENTRIES} slots, the cache has {total_slots} \
                  (run with --no-shadow)"
@@ -295,7 +295,7 @@ impl Shadow {
                         u32::MAX
                     ));
                 }
-                Tag::EMPTY.writer
+                NO_WRITER
             }
         };
         SeqShadow {

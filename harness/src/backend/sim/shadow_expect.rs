@@ -87,13 +87,13 @@ mod tests {
         }];
         let history = [10, 11, 12];
         let mut writers = Writers::default();
-        // Writer 0: stream 4 under scope 0; writer 1: stream 4 again, private to stream 5.
-        assert_eq!(writers.add(4, 0), Some(0));
-        assert_eq!(writers.add(4, PRIVATE_SCOPE | 5), Some(1));
+        // Writer 1: stream 4 under scope 0; writer 2: stream 4 again, private to stream 5.
+        assert_eq!(writers.add(4, 0), Some(1));
+        assert_eq!(writers.add(4, PRIVATE_SCOPE | 5), Some(2));
         let good = Tag {
             pos: 1,
             token: 11,
-            writer: 0,
+            writer: 1,
         };
         assert!(expects(&history, 0, 1, &good, &writers));
         assert_eq!(mismatch(&history, 0, 1, &good, &writers, &scopes), None);
@@ -108,22 +108,22 @@ mod tests {
             why(Tag { token: 9, ..good }),
             "it holds stream 4's token 9 there, expected 11"
         );
-        let other = Tag { writer: 1, ..good };
+        let other = Tag { writer: 2, ..good };
         assert!(!expects(&history, 0, 1, &other, &writers));
         assert_eq!(
             why(other),
             "it holds stream 4's data of reuse scope private to stream 5, the reader's scope is \
              tenant:3 (tokens match)"
         );
-        let unknown = Tag { writer: 2, ..good };
+        let unknown = Tag { writer: 3, ..good };
         assert!(!expects(&history, 0, 1, &unknown, &writers));
         assert_eq!(
             why(unknown),
-            "it holds unknown writer #2's data, of no known reuse scope (tokens match)"
+            "it holds unknown writer #3's data, of no known reuse scope (tokens match)"
         );
         assert_eq!(
             why(Tag { pos: 2, ..unknown }),
-            "it holds unknown writer #2's position 2"
+            "it holds unknown writer #3's position 2"
         );
         let past = Tag { pos: 7, ..good };
         assert!(!expects(&history, 0, 7, &past, &writers));

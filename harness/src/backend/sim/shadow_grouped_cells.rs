@@ -49,7 +49,7 @@ impl Cells {
                      {pages} pages of up to {stride} tokens (run with --no-shadow)"
                 )
             })?;
-        let tags = LazyArray::new(cells, Tag::EMPTY).ok_or("cell store too large")?;
+        let tags = LazyArray::zeroed(cells).ok_or("cell store too large")?;
         let mut distinct: Vec<TableShape> = Vec::new();
         let class = shapes
             .iter()

@@ -10,6 +10,9 @@ use kvbench_cache_api::SeqId;
 /// Ids below this are looked up in the dense vector (at most 64 MiB of it).
 const DENSE_IDS: u64 = 1 << 24;
 const NONE: u32 = u32::MAX;
+/// A writer number no stream has: what a stream's tags carry once the numbers are spent, so
+/// that they read as an unknown writer's.
+pub(crate) const NO_WRITER: u32 = u32::MAX;
 
 #[derive(Debug, Default)]
 pub(crate) struct SeqIndex {
@@ -53,7 +56,9 @@ impl SeqIndex {
 /// reader's check compares, and its id, which violation messages name. A tag carries the writer
 /// number in place of both, so a slot is 12 bytes and not 20. Numbers are never reused: a tag
 /// outlives its writer (a released block, a prefix hit, a lower tier), so the table keeps every
-/// writer of the run, 12 bytes each.
+/// writer of the run, 12 bytes each. Numbers start at 1: 0 is the empty tag's
+/// ([`Tag::EMPTY`](super::shadow_store::Tag::EMPTY) is all zeros), and [`NO_WRITER`] is
+/// nobody's either (the number tags carry once the numbers are spent).
 #[derive(Debug, Default)]
 pub(crate) struct Writers {
     scope: Vec<u32>,
@@ -62,25 +67,26 @@ pub(crate) struct Writers {
 
 impl Writers {
     /// A new writer number for stream `id` of reuse scope `scope`, or `None` once the numbers
-    /// (all of `u32` but the empty tag's) are spent.
+    /// (all of `u32` but 0 and [`NO_WRITER`]) are spent.
     pub fn add(&mut self, id: SeqId, scope: u32) -> Option<u32> {
-        let n = u32::try_from(self.scope.len())
+        let n = u32::try_from(self.scope.len() + 1)
             .ok()
-            .filter(|&n| n < u32::MAX)?;
+            .filter(|&n| n < NO_WRITER)?;
         self.scope.push(scope);
         self.id.push(id);
         Some(n)
     }
 
-    /// The reuse scope writer `w` wrote under (`None` for the empty tag's number).
+    /// The reuse scope writer `w` wrote under (`None` for the empty tag's number and
+    /// [`NO_WRITER`]).
     #[inline(always)]
     pub fn scope(&self, w: u32) -> Option<u32> {
-        self.scope.get(w as usize).copied()
+        self.scope.get((w as usize).wrapping_sub(1)).copied()
     }
 
     /// The stream id of writer `w`.
     pub fn id(&self, w: u32) -> Option<SeqId> {
-        self.id.get(w as usize).copied()
+        self.id.get((w as usize).wrapping_sub(1)).copied()
     }
 
     /// Bytes the table holds, counted in `allocated_bytes`.
@@ -96,15 +102,17 @@ mod tests {
     #[test]
     fn writer_numbers_name_their_stream_and_scope_and_the_empty_number_none() {
         let mut w = Writers::default();
-        assert_eq!(w.add(7, 3), Some(0));
+        assert_eq!(w.add(7, 3), Some(1), "0 is the empty tag's number");
         assert_eq!(
             w.add(7, 9),
-            Some(1),
+            Some(2),
             "the same stream registered again: a new number"
         );
-        assert_eq!((w.scope(0), w.id(0)), (Some(3), Some(7)));
-        assert_eq!((w.scope(1), w.id(1)), (Some(9), Some(7)));
-        assert_eq!((w.scope(2), w.id(u32::MAX)), (None, None));
+        assert_eq!((w.scope(1), w.id(1)), (Some(3), Some(7)));
+        assert_eq!((w.scope(2), w.id(2)), (Some(9), Some(7)));
+        assert_eq!((w.scope(0), w.id(0)), (None, None), "the empty tag's");
+        assert_eq!((w.scope(3), w.id(NO_WRITER)), (None, None));
+        assert_eq!(w.scope(NO_WRITER), None);
         assert_eq!(w.allocated_bytes(), 24);
     }
 

@@ -9,6 +9,7 @@
 /// stream id are looked up through the writer number rather than carried in every slot, so a
 /// block of 16 tags takes three cache lines, not four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct Tag {
     pub pos: u32,
     pub token: u32,
@@ -17,13 +18,19 @@ pub(crate) struct Tag {
 }
 
 impl Tag {
-    /// A slot nothing was ever written to (no writer has this number).
+    /// A slot nothing was ever written to: all zeros, so that a page of the store comes from
+    /// the allocator already zeroed ([`LazyArray::zeroed`]) rather than filled line by line —
+    /// the fill pushed every line out of the cache before the first tag was stored there, so
+    /// each was missed twice. No writer has number 0 (`shadow_ids.rs` numbers from 1).
     pub const EMPTY: Tag = Tag {
-        pos: u32::MAX,
-        token: u32::MAX,
-        writer: u32::MAX,
+        pos: 0,
+        token: 0,
+        writer: 0,
     };
 }
+
+// SAFETY: three `u32`s, no padding (`repr(C)`, 12 bytes); all zeros is a valid `Tag`, the empty one.
+unsafe impl bytemuck::Zeroable for Tag {}
 
 /// `summary.json`'s `allocated_bytes` counts pages of tags: their size is part of the format.
 const _: () = assert!(std::mem::size_of::<Tag>() == 12);
@@ -33,17 +40,38 @@ const PAGE: usize = 1 << PAGE_BITS;
 /// Larger pools are refused (the top-level table alone would not be small any more).
 pub(crate) const MAX_ENTRIES: u64 = 1 << 38;
 
+/// Allocates a zeroed page of `len` entries.
+type ZeroedPage<T> = fn(usize) -> Box<[T]>;
+
 /// A fixed-length array whose pages are allocated on first write; unwritten entries read as
 /// `empty`.
 #[derive(Debug)]
-pub(crate) struct LazyArray<T: Clone> {
+pub(crate) struct LazyArray<T: Copy> {
     pages: Vec<Option<Box<[T]>>>,
     len: u64,
     empty: T,
+    /// Where pages come zeroed from the allocator (`empty` is all zeros): a large allocation is
+    /// a fresh mapping the kernel zeroes at the first write to each of its pages, where a fill
+    /// writes every line first (and pushed them out of the cache before their first real
+    /// write). `None`: pages are filled with `empty`.
+    zeroed: Option<ZeroedPage<T>>,
 }
 
-impl<T: Clone> LazyArray<T> {
+impl<T: Copy> LazyArray<T> {
+    /// An array of `len` entries reading `empty` until written; pages filled with `empty`.
     pub fn new(len: u64, empty: T) -> Option<Self> {
+        Self::with_pages(len, empty, None)
+    }
+
+    /// An array of `len` entries reading all zeros until written; pages come zeroed.
+    pub fn zeroed(len: u64) -> Option<Self>
+    where
+        T: bytemuck::Zeroable,
+    {
+        Self::with_pages(len, T::zeroed(), Some(bytemuck::zeroed_slice_box::<T>))
+    }
+
+    fn with_pages(len: u64, empty: T, zeroed: Option<ZeroedPage<T>>) -> Option<Self> {
         if len > MAX_ENTRIES {
             return None;
         }
@@ -54,6 +82,7 @@ impl<T: Clone> LazyArray<T> {
             pages: v,
             len,
             empty,
+            zeroed,
         })
     }
 
@@ -79,9 +108,14 @@ impl<T: Clone> LazyArray<T> {
         if i >= self.len {
             return None;
         }
-        let page = self.pages[(i >> PAGE_BITS) as usize]
-            .get_or_insert_with(|| vec![self.empty.clone(); PAGE].into_boxed_slice());
-        Some(&mut page[(i as usize) & (PAGE - 1)])
+        let slot = &mut self.pages[(i >> PAGE_BITS) as usize];
+        if slot.is_none() {
+            *slot = Some(fresh_page(self.empty, self.zeroed));
+        }
+        match slot {
+            Some(page) => page.get_mut((i as usize) & (PAGE - 1)),
+            None => None,
+        }
     }
 
     /// Entries `i..` up to `max` of them, stopping at the end of `i`'s page (callers loop), or
@@ -110,10 +144,15 @@ impl<T: Clone> LazyArray<T> {
             return None;
         }
         let n = run_len(i, max, self.len);
-        let page = self.pages[(i >> PAGE_BITS) as usize]
-            .get_or_insert_with(|| vec![self.empty.clone(); PAGE].into_boxed_slice());
+        let slot = &mut self.pages[(i >> PAGE_BITS) as usize];
+        if slot.is_none() {
+            *slot = Some(fresh_page(self.empty, self.zeroed));
+        }
         let at = (i as usize) & (PAGE - 1);
-        Some(&mut page[at..at + n])
+        match slot {
+            Some(page) => page.get_mut(at..at + n),
+            None => None,
+        }
     }
 
     /// Bytes allocated so far.
@@ -121,6 +160,17 @@ impl<T: Clone> LazyArray<T> {
         let pages = self.pages.iter().filter(|p| p.is_some()).count() as u64;
         pages * (PAGE * std::mem::size_of::<T>()) as u64
             + (self.pages.len() * std::mem::size_of::<Option<Box<[T]>>>()) as u64
+    }
+}
+
+/// A new page: zeroed by `zeroed` where the array was built so, else filled with `empty`. Out of
+/// line: it runs once a page, and inlined it lengthened every store's fast path.
+#[cold]
+#[inline(never)]
+fn fresh_page<T: Copy>(empty: T, zeroed: Option<ZeroedPage<T>>) -> Box<[T]> {
+    match zeroed {
+        Some(zeroed) => zeroed(PAGE),
+        None => vec![empty; PAGE].into_boxed_slice(),
     }
 }
 

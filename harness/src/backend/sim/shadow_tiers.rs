@@ -117,7 +117,7 @@ impl Shadow {
                 continue;
             }
             let len = u64::from(blocks) * u64::from(block_size);
-            match LazyArray::new(len, Tag::EMPTY) {
+            match LazyArray::zeroed(len) {
                 Some(a) => match tier {
                     Tier::Host => self.tiers.host = Some(a),
                     _ => self.tiers.disk = Some(a),
