@@ -55,15 +55,7 @@ fn check_reservation(c: &GroupedContiguous, id: u64, r: &Reservation, problems: 
         }
         let share = r.base_page + cut.offset_pages;
         let ring = cut.pages.max(1);
-        // Block `first + i` on page `share + (first + i) % ring`: the remainder stepped, not
-        // divided for every page, and the message formatted outside the loop.
-        let mut at = (first % u64::from(ring)) as u32;
-        let wrong = table.pages.iter().position(|&page| {
-            let want = share + at;
-            at = if at + 1 == ring { 0 } else { at + 1 };
-            page != want
-        });
-        if let Some(i) = wrong {
+        if let Some(i) = off_ring(&table.pages, share, ring, first) {
             let b = first + i as u64;
             let want = share + (b % u64::from(ring)) as u32;
             problems.push(format!(
@@ -73,6 +65,40 @@ fn check_reservation(c: &GroupedContiguous, id: u64, r: &Reservation, problems: 
             ));
         }
     }
+}
+
+/// The first index `i` of `pages` not on page `share + (first + i) % ring` (block `first + i`
+/// of a table whose share of the reservation starts at page `share` and holds `ring` pages).
+///
+/// Checked every step for every table of every reservation, so it is the bulk of a checked
+/// grouped run: the expected pages are ascending runs that wrap at the ring's end, and each run
+/// is compared by folding `page ^ want` with `|` — a loop without an early exit, which the
+/// compiler vectorizes — and searched one by one only once a run is known to hold the mismatch.
+fn off_ring(pages: &[u32], share: u32, ring: u32, first: u64) -> Option<usize> {
+    let ring = ring.max(1);
+    let mut at = (first % u64::from(ring)) as u32;
+    let mut i = 0usize;
+    while i < pages.len() {
+        // From ring position `at` to the ring's end, or to the table's.
+        let n = ((ring - at) as usize).min(pages.len() - i);
+        let run = &pages[i..i + n];
+        let base = share.wrapping_add(at);
+        let diff = run
+            .iter()
+            .zip(0u32..)
+            .fold(0u32, |acc, (&p, k)| acc | (p ^ base.wrapping_add(k)));
+        if diff != 0 {
+            let k = run
+                .iter()
+                .zip(0u32..)
+                .position(|(&p, k)| p != base.wrapping_add(k))
+                .unwrap_or(0);
+            return Some(i + k);
+        }
+        i += n;
+        at = 0;
+    }
+    None
 }
 
 pub(crate) fn check(c: &GroupedContiguous) -> Result<(), String> {
@@ -173,5 +199,42 @@ impl GroupedContiguous {
     pub(crate) fn layout_unrecorded(&self, seq: u64) -> Option<&[GroupTable]> {
         let r = self.seqs.get(&seq)?;
         Some(r.bad_tables.as_deref().unwrap_or(&r.tables))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::off_ring;
+
+    /// The pages a table of `len` blocks from `first` holds on a ring of `ring` pages at `share`.
+    fn on_ring(share: u32, ring: u32, first: u64, len: usize) -> Vec<u32> {
+        (0..len as u64)
+            .map(|i| share + ((first + i) % u64::from(ring)) as u32)
+            .collect()
+    }
+
+    #[test]
+    fn every_misplaced_page_is_found_first_across_wraps() {
+        for (ring, first, len) in [(1, 0, 1), (4, 0, 4), (4, 3, 9), (7, 12, 20), (64, 100, 64)] {
+            let good = on_ring(10, ring, first, len);
+            assert_eq!(
+                off_ring(&good, 10, ring, first),
+                None,
+                "{ring} {first} {len}"
+            );
+            assert_eq!(off_ring(&[], 10, ring, first), None);
+            for wrong in 0..len {
+                let mut bad = good.clone();
+                bad[wrong] += 1;
+                if wrong + 1 < len {
+                    bad[len - 1] = 0; // a later mismatch must not be reported first
+                }
+                assert_eq!(
+                    off_ring(&bad, 10, ring, first),
+                    Some(wrong),
+                    "ring {ring} first {first} len {len}, page {wrong} moved"
+                );
+            }
+        }
     }
 }

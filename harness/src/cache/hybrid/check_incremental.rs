@@ -102,6 +102,8 @@ pub(crate) struct Incremental {
     indexed_total: u64,
     dirty: Vec<PageId>,
     dirty_mark: Vec<bool>,
+    /// Per table of the sequence being diffed, whether it differs from its copy (reused).
+    moved: Vec<bool>,
 }
 
 /// A change the copies cannot follow: walk everything.
@@ -142,6 +144,26 @@ impl Incremental {
         } else {
             r.checked_sub(1).ok_or(Fallback)?
         };
+        self.dirty(page);
+        Ok(())
+    }
+
+    /// A holder of `page` whose written tokens went from `from` to `to` (the decode's block of
+    /// each table): what a removal and an addition do, the reference count left as it is and
+    /// the live slots recomputed once.
+    fn holder_moved(
+        &mut self,
+        page: PageId,
+        (from, to): (u32, u32),
+        bt: u32,
+        ps: u64,
+    ) -> Result<(), Fallback> {
+        let h = self.holders.get_mut(page as usize).ok_or(Fallback)?;
+        let before = h.live(ps);
+        h.remove(from).ok_or(Fallback)?;
+        h.add(to, bt).ok_or(Fallback)?;
+        let after = h.live(ps);
+        self.live_slots = self.live_slots - before + after;
         self.dirty(page);
         Ok(())
     }
@@ -218,14 +240,42 @@ impl Incremental {
         Ok(())
     }
 
+    /// A table that did not change while its sequence's written tokens went from `ow` to `nw`
+    /// (a decode, for every table of every sequence at every step): only the blocks whose
+    /// written tokens moved move their holder — what [`Incremental::diff_table`] does for equal
+    /// tables, without comparing them again.
+    fn written_moved(
+        &mut self,
+        table: &GroupTable,
+        (ow, nw): (u64, u64),
+        bt: u32,
+        ps: u64,
+    ) -> Result<(), Fallback> {
+        let b64 = u64::from(bt.max(1));
+        let w_of = |w: u64, b: u64| -> u32 { w.saturating_sub(b * b64).min(b64) as u32 };
+        let from = (ow.min(nw) / b64).max(table.first_block);
+        let to = ow.max(nw).div_ceil(b64).min(table.end_block());
+        for b in from..to {
+            let (owb, nwb) = (w_of(ow, b), w_of(nw, b));
+            if owb == nwb {
+                continue;
+            }
+            let p = table.pages[(b - table.first_block) as usize];
+            self.holder_moved(p, (owb, nwb), bt, ps)?;
+        }
+        Ok(())
+    }
+
     /// `old` (the copy; none for a new sequence) becomes `new` (none once released); `true`
-    /// when anything of it changed.
+    /// when anything of it changed. `moved` gets, per table, whether it differs from its copy:
+    /// each table is compared once, here, and the copy updated from this.
     fn diff_seq(
         &mut self,
         old: Option<&SeqEntry>,
         new: Option<&SeqEntry>,
         block_tokens: &[u32],
         ps: u64,
+        moved: &mut Vec<bool>,
     ) -> Result<bool, Fallback> {
         let empty = SeqEntry::default();
         let (o, n) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
@@ -241,13 +291,19 @@ impl Incremental {
             || o.state != n.state
             || old.is_none() != new.is_none();
         let none = GroupTable::default();
+        moved.clear();
         for (t, &bt) in block_tokens.iter().enumerate() {
             let ot = o.tables.get(t).unwrap_or(&none);
             let nt = n.tables.get(t).unwrap_or(&none);
-            if o.written == n.written && ot == nt {
+            let same = ot == nt;
+            moved.push(!same);
+            if same {
+                if o.written != n.written {
+                    self.written_moved(nt, (o.written, n.written), bt, ps)?;
+                }
                 continue;
             }
-            changed |= ot != nt;
+            changed = true;
             self.diff_table(ot, o.written, nt, n.written, bt, ps)?;
         }
         if o.state != n.state {
@@ -282,15 +338,18 @@ impl Incremental {
             .filter(|s| !cache.seqs.contains_key(s))
             .copied()
             .collect();
+        let mut moved = std::mem::take(&mut self.moved);
         for seq in gone {
             if let Some(old) = self.seqs.remove(&seq) {
-                self.diff_seq(Some(&old), None, &block_tokens, ps)?;
+                self.diff_seq(Some(&old), None, &block_tokens, ps, &mut moved)?;
             }
         }
         let mut changed = Vec::new();
         for (&seq, entry) in &cache.seqs {
-            let old = self.seqs.remove(&seq);
-            if self.diff_seq(old.as_ref(), Some(entry), &block_tokens, ps)? {
+            // Taken out and put back in place: a removal and an insertion rebalanced the map
+            // for every sequence at every check. (On a fallback the next walk rebuilds it all.)
+            let old = self.seqs.get_mut(&seq).map(std::mem::take);
+            if self.diff_seq(old.as_ref(), Some(entry), &block_tokens, ps, &mut moved)? {
                 changed.push(seq);
             }
             let mut copy = old.unwrap_or_default();
@@ -300,14 +359,24 @@ impl Incremental {
             copy.state.clone_from(&entry.state);
             copy.tables
                 .resize_with(entry.tables.len(), GroupTable::default);
-            for (c, t) in copy.tables.iter_mut().zip(&entry.tables) {
-                if c != t {
-                    c.first_block = t.first_block;
-                    c.pages.clone_from(&t.pages);
+            for ((c, t), _) in copy
+                .tables
+                .iter_mut()
+                .zip(&entry.tables)
+                .zip(&moved)
+                .filter(|(_, &m)| m)
+            {
+                c.first_block = t.first_block;
+                c.pages.clone_from(&t.pages);
+            }
+            match self.seqs.get_mut(&seq) {
+                Some(slot) => *slot = copy,
+                None => {
+                    self.seqs.insert(seq, copy);
                 }
             }
-            self.seqs.insert(seq, copy);
         }
+        self.moved = moved;
         // The free list: it grows and shrinks at its end, so compare from the start.
         let free = pool.free_pages();
         let n = free.len().min(self.free_copy.len());
