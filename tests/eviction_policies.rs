@@ -412,28 +412,9 @@ fn an_unknown_policy_is_refused_at_its_key() {
     let text = std::fs::read_to_string("scenarios/quick-basic.toml").expect("scenario");
     let bad = text.replacen("[cache]\n", "[cache]\neviction = \"mru\"\n", 1);
     assert_ne!(bad, text, "quick-basic has a [cache] table");
-    let line = bad
-        .lines()
-        .position(|l| l.starts_with("eviction"))
-        .expect("line")
-        + 1;
-    let path = tmp.path().join("bad.toml");
-    std::fs::write(&path, &bad).expect("write");
+    let said = support::run_refused(tmp.path(), "bad.toml", &bad, "eviction");
+    assert!(said.contains("cache.eviction"), "{said}");
     let out = tmp.path().join("out");
-    let (code, text) = kvbench(&[
-        "run",
-        path.to_str().expect("utf-8"),
-        "--backend",
-        "sim",
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(code, 2, "{text}");
-    assert!(
-        text.contains(&format!("bad.toml:{line}:")) && text.contains("cache.eviction"),
-        "{text}"
-    );
-    assert!(!out.exists(), "nothing is written for a refused scenario");
     let (code, text) = kvbench(&[
         "run",
         "scenarios/quick-basic.toml",

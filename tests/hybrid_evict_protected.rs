@@ -140,26 +140,12 @@ fn evict_protected_off_the_hybrid_manager_or_misspelt_is_refused_naming_the_key(
     ];
     for (i, (lines, words)) in cases.iter().enumerate() {
         let scenario = text.replace("[cache]\n", &format!("[cache]\n{lines}"));
-        let line = scenario
-            .lines()
-            .position(|l| l.starts_with("evict_protected"))
-            .expect("the key's line")
-            + 1;
-        let path = tmp.path().join(format!("case{i}.toml"));
-        std::fs::write(&path, scenario).expect("write scenario");
-        let out = tmp.path().join(format!("out{i}"));
-        let (code, said) = support::kvbench(&[
-            "run",
-            path.to_str().expect("utf-8 path"),
-            "--backend",
-            "sim",
-            "--out",
-            out.to_str().expect("utf-8 path"),
-        ]);
-        assert_eq!(code, 2, "case {i}: {said}");
-        assert!(!out.exists(), "case {i}: the refused run wrote its folder");
-        let at = format!("{}:{line}", path.display());
-        assert!(said.contains(&at), "case {i}: no {at} in {said}");
+        let said = support::run_refused(
+            tmp.path(),
+            &format!("case{i}.toml"),
+            &scenario,
+            "evict_protected",
+        );
         for w in *words {
             assert!(said.contains(w), "case {i}: no {w:?} in {said}");
         }

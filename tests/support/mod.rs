@@ -68,6 +68,33 @@ pub fn run_sim(scenario: &str, out: &Path, extra: &[&str]) {
     assert_eq!(code, 0, "{text}");
 }
 
+/// Writes scenario `text` to `dir/NAME` and runs it on `sim`, which must refuse it: exit 2, no
+/// results folder, and a message naming `FILE:LINE` of the first line that starts with `key`.
+/// Returns the message, for the caller's own words to look for.
+pub fn run_refused(dir: &Path, name: &str, text: &str, key: &str) -> String {
+    let line = text
+        .lines()
+        .position(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no line starts with {key:?}"))
+        + 1;
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write scenario");
+    let out = dir.join(format!("{name}.out"));
+    let (code, said) = kvbench(&[
+        "run",
+        path.to_str().expect("utf-8 path"),
+        "--backend",
+        "sim",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(code, 2, "{name}: {said}");
+    assert!(!out.exists(), "{name}: the refused run wrote its folder");
+    let at = format!("{}:{line}:", path.display());
+    assert!(said.contains(&at), "{name}: no {at} in {said}");
+    said
+}
+
 /// The directed AUC (a hit faster than a miss) by brute force over every (hit, miss) pair:
 /// written out independently of the library's rank-based estimator.
 pub fn pairwise_auc(hits: &[f64], misses: &[f64]) -> f64 {
