@@ -108,14 +108,17 @@ impl<T: Copy> LazyArray<T> {
         if i >= self.len {
             return None;
         }
+        self.page_mut(i)?.get_mut((i as usize) & (PAGE - 1))
+    }
+
+    /// The page holding entry `i` (in range), allocated if it is not yet.
+    #[inline(always)]
+    fn page_mut(&mut self, i: u64) -> Option<&mut [T]> {
         let slot = &mut self.pages[(i >> PAGE_BITS) as usize];
         if slot.is_none() {
             *slot = Some(fresh_page(self.empty, self.zeroed));
         }
-        match slot {
-            Some(page) => page.get_mut((i as usize) & (PAGE - 1)),
-            None => None,
-        }
+        slot.as_deref_mut()
     }
 
     /// Entries `i..` up to `max` of them, stopping at the end of `i`'s page (callers loop), or
@@ -144,15 +147,8 @@ impl<T: Copy> LazyArray<T> {
             return None;
         }
         let n = run_len(i, max, self.len);
-        let slot = &mut self.pages[(i >> PAGE_BITS) as usize];
-        if slot.is_none() {
-            *slot = Some(fresh_page(self.empty, self.zeroed));
-        }
         let at = (i as usize) & (PAGE - 1);
-        match slot {
-            Some(page) => page.get_mut(at..at + n),
-            None => None,
-        }
+        self.page_mut(i)?.get_mut(at..at + n)
     }
 
     /// Bytes allocated so far.

@@ -78,6 +78,12 @@ impl Holders {
     }
 }
 
+/// Of a sequence's `w` written tokens, those in its block `b` of `bt` tokens.
+#[inline]
+fn written_in(w: u64, b: u64, bt: u64) -> u32 {
+    w.saturating_sub(b * bt).min(bt) as u32
+}
+
 /// What the last check saw, kept to check only what changed since.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Incremental {
@@ -119,6 +125,23 @@ impl Incremental {
         }
     }
 
+    /// Page `page`'s holders changed by `change`; the live slots follow, the page is
+    /// re-examined.
+    fn holders_of(
+        &mut self,
+        page: PageId,
+        ps: u64,
+        change: impl FnOnce(&mut Holders) -> Option<()>,
+    ) -> Result<(), Fallback> {
+        let h = self.holders.get_mut(page as usize).ok_or(Fallback)?;
+        let before = h.live(ps);
+        change(h).ok_or(Fallback)?;
+        let after = h.live(ps);
+        self.live_slots = self.live_slots - before + after;
+        self.dirty(page);
+        Ok(())
+    }
+
     fn holder(
         &mut self,
         page: PageId,
@@ -127,30 +150,24 @@ impl Incremental {
         ps: u64,
         add: bool,
     ) -> Result<(), Fallback> {
-        let i = page as usize;
-        let h = self.holders.get_mut(i).ok_or(Fallback)?;
-        let before = h.live(ps);
-        let done = if add {
-            h.add(written, bt)
-        } else {
-            h.remove(written)
-        };
-        done.ok_or(Fallback)?;
-        let after = h.live(ps);
-        self.live_slots = self.live_slots - before + after;
-        let r = &mut self.refs[i];
+        self.holders_of(page, ps, |h| {
+            if add {
+                h.add(written, bt)
+            } else {
+                h.remove(written)
+            }
+        })?;
+        let r = &mut self.refs[page as usize];
         *r = if add {
             r.checked_add(1).ok_or(Fallback)?
         } else {
             r.checked_sub(1).ok_or(Fallback)?
         };
-        self.dirty(page);
         Ok(())
     }
 
     /// A holder of `page` whose written tokens went from `from` to `to` (the decode's block of
-    /// each table): what a removal and an addition do, the reference count left as it is and
-    /// the live slots recomputed once.
+    /// each table): a removal and an addition, the reference count left as it is.
     fn holder_moved(
         &mut self,
         page: PageId,
@@ -158,14 +175,10 @@ impl Incremental {
         bt: u32,
         ps: u64,
     ) -> Result<(), Fallback> {
-        let h = self.holders.get_mut(page as usize).ok_or(Fallback)?;
-        let before = h.live(ps);
-        h.remove(from).ok_or(Fallback)?;
-        h.add(to, bt).ok_or(Fallback)?;
-        let after = h.live(ps);
-        self.live_slots = self.live_slots - before + after;
-        self.dirty(page);
-        Ok(())
+        self.holders_of(page, ps, |h| {
+            h.remove(from)?;
+            h.add(to, bt)
+        })
     }
 
     fn state_ref(&mut self, page: PageId, add: bool) -> Result<(), Fallback> {
@@ -197,7 +210,7 @@ impl Incremental {
                 .and_then(|i| usize::try_from(i).ok())
                 .and_then(|i| t.pages.get(i).copied())
         };
-        let w_of = |w: u64, b: u64| -> u32 { w.saturating_sub(b * b64).min(b64) as u32 };
+        let w_of = |w: u64, b: u64| written_in(w, b, b64);
         let (lo, hi) = (
             old.first_block.max(new.first_block),
             old.end_block().min(new.end_block()),
@@ -252,7 +265,7 @@ impl Incremental {
         ps: u64,
     ) -> Result<(), Fallback> {
         let b64 = u64::from(bt.max(1));
-        let w_of = |w: u64, b: u64| -> u32 { w.saturating_sub(b * b64).min(b64) as u32 };
+        let w_of = |w: u64, b: u64| written_in(w, b, b64);
         let from = (ow.min(nw) / b64).max(table.first_block);
         let to = ow.max(nw).div_ceil(b64).min(table.end_block());
         for b in from..to {
