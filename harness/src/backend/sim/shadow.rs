@@ -494,6 +494,7 @@ impl Shadow {
         let grouped = self.ensure_grouped(plan, cache);
         let step = self.submitted;
         self.submitted += 1;
+        self.grouped.forget_shapes();
         let checks = self.spare.pop().unwrap_or_default();
         self.in_flight.push_back(checks);
         if !plan.tier_ops.is_empty() {

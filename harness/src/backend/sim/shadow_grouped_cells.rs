@@ -109,14 +109,18 @@ impl Cells {
                 self.page_slots
             ));
         }
-        if tables.len() != shapes.len() {
-            return Some(format!(
+        Cells::refuses_tables(shapes, tables)
+    }
+
+    /// Why a layout whose shapes are the run's does not fit, if it does not: a table per shape.
+    pub fn refuses_tables(shapes: &[TableShape], tables: &[GroupTable]) -> Option<String> {
+        (tables.len() != shapes.len()).then(|| {
+            format!(
                 "its grouped layout has {} block tables for {} table shapes",
                 tables.len(),
                 shapes.len()
-            ));
-        }
-        None
+            )
+        })
     }
 
     #[inline(always)]
