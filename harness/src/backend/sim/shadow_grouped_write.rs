@@ -199,7 +199,9 @@ impl Shadow {
 
     /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
     /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
-    /// False when the page is outside the pool.
+    /// False when the page is outside the pool. Inlined into a prefill's loop over blocks; the
+    /// cell-by-cell path is out of line.
+    #[inline]
     fn write_block_run(
         &mut self,
         idx: u32,
@@ -212,7 +214,6 @@ impl Shadow {
         let Kind::Grouped(cells) = &mut self.grouped.kind else {
             return true;
         };
-        let s = &self.seqs[idx as usize];
         let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
         let seen = self
             .grouped
@@ -222,35 +223,42 @@ impl Shadow {
         let alone = match seen {
             Some(seen) if seen.sole == page && seen.page(b) == Some(page) => true,
             seen => {
-                let alone = own.is_some_and(|h| {
-                    self.grouped
-                        .readers
-                        .as_ref()
-                        .is_some_and(|r| r.only(u64::from(page), h.seq, h.chunk))
-                });
+                let (alone, sole) = match (own, self.grouped.readers.as_ref()) {
+                    (Some(h), Some(r)) => r.only_and_sole(u64::from(page), h.seq, h.chunk),
+                    _ => (false, false),
+                };
                 // Known alone from here on if this record is the page's one reader.
-                let sole = alone
-                    && self
-                        .grouped
-                        .readers
-                        .as_ref()
-                        .is_some_and(|r| r.sole(u64::from(page), idx));
-                if let Some(seen) = seen.filter(|_| sole) {
+                if let Some(seen) = seen.filter(|_| alone && sole) {
                     seen.sole = page;
                 }
                 alone
             }
         };
+        if !alone {
+            return self.write_block_shared(idx, page, (from, to), bt, own);
+        }
+        let s = &self.seqs[idx as usize];
         let tokens = &s.history[from as usize..to as usize];
         let off = (from % bt) as u32;
-        if alone {
-            let Some(()) = cells.store_run(page, off, tokens, from as u32, s.writer) else {
-                return false;
-            };
-            self.report.written_slots += to - from;
-            return true;
-        }
-        let writer = s.writer;
+        let Some(()) = cells.store_run(page, off, tokens, from as u32, s.writer) else {
+            return false;
+        };
+        self.report.written_slots += to - from;
+        true
+    }
+
+    /// [`Shadow::write_block_run`] where someone else may read the page: cell by cell, each
+    /// change shown to the page's readers.
+    #[inline(never)]
+    fn write_block_shared(
+        &mut self,
+        idx: u32,
+        page: u32,
+        (from, to): (u64, u64),
+        bt: u64,
+        own: Option<Holder>,
+    ) -> bool {
+        let writer = self.seqs[idx as usize].writer;
         for pos in from..to {
             let tag = Tag {
                 pos: pos as u32,

@@ -164,6 +164,19 @@ impl Readers {
         own(&e.inline[0]) && own(&e.inline[1])
     }
 
+    /// [`Readers::only`] and [`Readers::sole`] of the same grain and stream, from one lookup.
+    #[inline]
+    pub fn only_and_sole(&self, g: u64, seq: u32, chunk: u32) -> (bool, bool) {
+        let Some(e) = self.grains.get(g) else {
+            return (true, false);
+        };
+        let own = |h: &Holder| {
+            h.seq == VACANT || (h.seq == seq && (chunk == ANY_CHUNK || h.chunk == chunk))
+        };
+        let sole = e.inline[0].seq == seq && e.inline[1].seq == VACANT;
+        (own(&e.inline[0]) && own(&e.inline[1]), sole)
+    }
+
     /// The readers of grain `g`, in order, into `out` (cleared first).
     pub fn collect(&self, g: u64, out: &mut Vec<Holder>) {
         out.clear();
@@ -214,6 +227,12 @@ mod tests {
             let only0 = model.iter().all(|m| m.seq == 0);
             assert_eq!(r.only(3, 0, ANY_CHUNK), only0 && model.len() <= 2);
             assert_eq!(r.sole(3, 0), model.len() == 1 && model[0].seq == 0);
+            for chunk in [0, 1, ANY_CHUNK] {
+                assert_eq!(
+                    r.only_and_sole(3, 0, chunk),
+                    (r.only(3, 0, chunk), r.sole(3, 0))
+                );
+            }
             assert_eq!(r.unread(3), model.is_empty());
         }
         assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0) && r.unread(4));
