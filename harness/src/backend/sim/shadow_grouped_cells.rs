@@ -9,11 +9,8 @@ use crate::backend::sim::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 
 #[derive(Debug)]
 pub(in crate::backend::sim) struct Cells {
-    tags: LazyArray<Tag>,
-    /// Cells a page (the largest `block_tokens` of the run).
-    stride: u32,
+    t: CellTags,
     page_slots: u32,
-    pages: u64,
     /// The run's tables: every layout must have these.
     shapes: Vec<TableShape>,
     /// The distinct shapes among `shapes`, in first-seen order, and each table's index into
@@ -21,6 +18,37 @@ pub(in crate::backend::sim) struct Cells {
     /// of two shapes).
     distinct: Vec<TableShape>,
     class: Vec<u32>,
+}
+
+/// The tags themselves, apart from the run's shapes so that a fused decode can store through
+/// every table while it reads each table's shape class.
+#[derive(Debug)]
+pub(in crate::backend::sim) struct CellTags {
+    tags: LazyArray<Tag>,
+    /// Cells a page (the largest `block_tokens` of the run).
+    stride: u32,
+    pages: u64,
+}
+
+impl CellTags {
+    #[inline(always)]
+    fn index(&self, page: u32, off: u32) -> Option<u64> {
+        (u64::from(page) < self.pages && off < self.stride)
+            .then(|| u64::from(page) * u64::from(self.stride) + u64::from(off))
+    }
+
+    /// Store `tag` where nobody else reads the cell, so whether it changed does not matter:
+    /// false outside the pool. The fused decode's store, once a table.
+    #[inline(always)]
+    pub fn store(&mut self, page: u32, off: u32, tag: Tag) -> bool {
+        match self.index(page, off).and_then(|i| self.tags.get_mut(i)) {
+            Some(t) => {
+                *t = tag;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Cells {
@@ -62,10 +90,12 @@ impl Cells {
             })
             .collect();
         Ok(Cells {
-            tags,
-            stride,
+            t: CellTags {
+                tags,
+                stride,
+                pages,
+            },
             page_slots,
-            pages,
             shapes: shapes.to_vec(),
             distinct,
             class,
@@ -85,12 +115,6 @@ impl Cells {
     /// The run's distinct table shapes, and each table's index into them.
     pub fn classes(&self) -> (&[TableShape], &[u32]) {
         (&self.distinct, &self.class)
-    }
-
-    /// Table `t`'s index into the distinct shapes (0 past the tables).
-    #[inline(always)]
-    pub fn class_of(&self, t: usize) -> u32 {
-        self.class.get(t).copied().unwrap_or(0)
     }
 
     /// Why a layout does not fit this run's store, if it does not.
@@ -123,15 +147,9 @@ impl Cells {
         })
     }
 
-    #[inline(always)]
-    fn index(&self, page: u32, off: u32) -> Option<u64> {
-        (u64::from(page) < self.pages && off < self.stride)
-            .then(|| u64::from(page) * u64::from(self.stride) + u64::from(off))
-    }
-
     /// Pages in the pool.
     pub fn pages(&self) -> u64 {
-        self.pages
+        self.t.pages
     }
 
     /// The number of tables of the run's layouts.
@@ -140,39 +158,31 @@ impl Cells {
     }
 
     pub fn has_page(&self, page: u32) -> bool {
-        u64::from(page) < self.pages
+        u64::from(page) < self.t.pages
     }
 
     pub fn get(&self, page: u32, off: u32) -> Option<Tag> {
-        self.tags.get(self.index(page, off)?).copied()
+        self.t.tags.get(self.t.index(page, off)?).copied()
     }
 
     /// Store `tag`: whether the cell changed, or `None` outside the pool.
     #[inline]
     pub fn write(&mut self, page: u32, off: u32, tag: Tag) -> Option<bool> {
-        let t = self.tags.get_mut(self.index(page, off)?)?;
+        let t = self.t.tags.get_mut(self.t.index(page, off)?)?;
         let changed = *t != tag;
         *t = tag;
         Some(changed)
     }
 
-    /// Store `tag` where nobody else reads the cell, so whether it changed does not matter:
-    /// false outside the pool. The fused decode's store, once a table.
-    #[inline(always)]
-    pub fn store(&mut self, page: u32, off: u32, tag: Tag) -> bool {
-        match self.index(page, off).and_then(|i| self.tags.get_mut(i)) {
-            Some(t) => {
-                *t = tag;
-                true
-            }
-            None => false,
-        }
+    /// Each table's index into the distinct shapes, and the tags to store into meanwhile.
+    pub fn classes_and_tags(&mut self) -> (&[u32], &mut CellTags) {
+        (&self.class, &mut self.t)
     }
 
     /// Store the tags of positions `pos..` (tokens `tokens`, writer `writer`) from cell `(page,
     /// off)` on, within the page, where nobody else reads it (no cell is compared first), or
     /// `None` when the run leaves the page or the pool.
-    #[inline]
+    #[inline(always)]
     pub fn store_run(
         &mut self,
         page: u32,
@@ -182,14 +192,14 @@ impl Cells {
         writer: u32,
     ) -> Option<()> {
         let len = u32::try_from(tokens.len()).ok()?;
-        if off.checked_add(len)? > self.stride {
+        if off.checked_add(len)? > self.t.stride {
             return None;
         }
-        let mut i = self.index(page, off)?;
+        let mut i = self.t.index(page, off)?;
         let mut done = 0usize;
         while done < tokens.len() {
             // Within one page of cells a run may still cross a page of the lazy store.
-            let run = self.tags.run_mut(i, (tokens.len() - done) as u64)?;
+            let run = self.t.tags.run_mut(i, (tokens.len() - done) as u64)?;
             let n = run.len();
             let from = pos + done as u32;
             // Equal lengths and a counter: a loop of plain stores (a three-way zip with a
@@ -211,26 +221,27 @@ impl Cells {
     /// Copy every cell of page `src` to page `dst`, the offsets whose cell changed into
     /// `changed` (cleared first); the cells written, or `None` outside the pool.
     pub fn copy_page(&mut self, src: u32, dst: u32, changed: &mut Vec<u32>) -> Option<u64> {
-        let (s0, d0) = (self.index(src, 0)?, self.index(dst, 0)?);
+        let (s0, d0) = (self.t.index(src, 0)?, self.t.index(dst, 0)?);
         changed.clear();
-        for k in 0..self.stride {
+        for k in 0..self.t.stride {
             let tag = self
+                .t
                 .tags
                 .get(s0 + u64::from(k))
                 .copied()
                 .unwrap_or(Tag::EMPTY);
-            if let Some(t) = self.tags.get_mut(d0 + u64::from(k)) {
+            if let Some(t) = self.t.tags.get_mut(d0 + u64::from(k)) {
                 if *t != tag {
                     *t = tag;
                     changed.push(k);
                 }
             }
         }
-        Some(u64::from(self.stride))
+        Some(u64::from(self.t.stride))
     }
 
     pub fn allocated_bytes(&self) -> u64 {
-        self.tags.allocated_bytes()
+        self.t.tags.allocated_bytes()
     }
 }
 
@@ -303,10 +314,16 @@ mod tests {
             "past the page's 8 cells"
         );
         assert_eq!(c.store_run(10, 0, &[5], 10, 1), None, "past the pool");
-        assert!(c.store(3, 7, tag(9)));
+        assert!(c.classes_and_tags().1.store(3, 7, tag(9)));
         assert_eq!(c.get(3, 7), Some(tag(9)));
-        assert!(!c.store(3, 8, tag(9)), "offset past the largest block");
-        assert!(!c.store(10, 0, tag(9)), "page past the pool");
+        assert!(
+            !c.classes_and_tags().1.store(3, 8, tag(9)),
+            "offset past the largest block"
+        );
+        assert!(
+            !c.classes_and_tags().1.store(10, 0, tag(9)),
+            "page past the pool"
+        );
     }
 
     #[test]

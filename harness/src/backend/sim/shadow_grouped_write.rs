@@ -97,8 +97,9 @@ impl Shadow {
         let mut slow = std::mem::take(&mut g.slow);
         slow.clear();
         let (mut read, mut written, mut outside) = (0u64, 0u64, None);
-        for (t, seen) in st.tables.iter_mut().enumerate() {
-            let Span { lo, off, .. } = spans[cells.class_of(t) as usize];
+        let (class, tags) = cells.classes_and_tags();
+        for (t, (seen, &c)) in st.tables.iter_mut().zip(class).enumerate() {
+            let Span { lo, off, .. } = spans[c as usize];
             seen.lo = lo;
             seen.end = end;
             read += end - lo;
@@ -106,7 +107,7 @@ impl Shadow {
             let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
             if seen.sole != page {
                 slow.push(t as u32);
-            } else if cells.store(page, off, tag) {
+            } else if tags.store(page, off, tag) {
                 written += 1;
             } else {
                 outside.get_or_insert((t, page));
@@ -172,19 +173,14 @@ impl Shadow {
         }
         let mut pos = from;
         while pos < known {
-            let b = pos / bt;
-            let run_end = ((b + 1) * bt).min(known);
-            let Some(page) = b
-                .checked_sub(table.first_block)
-                .and_then(|k| table.pages.get(usize::try_from(k).ok()?).copied())
+            // Blind through the blocks the stream alone reads; a shared one cell by cell.
+            let Some((b, page, run_end)) =
+                self.write_blocks_alone(idx, t, table, (bt, lo), (&mut pos, known), &mut bad)
             else {
-                if run_end > lo {
-                    bad.get_or_insert((pos.max(lo), "which the table does not map"));
-                }
-                pos = run_end;
-                continue;
+                break;
             };
-            if !self.write_block_run(idx, t, b, page, (pos, run_end), bt) {
+            let own = self.holder(idx, t, b);
+            if !self.write_block_shared(idx, page, (pos, run_end), bt, own) {
                 bad.get_or_insert((pos, "into a page outside the pool"));
             }
             pos = run_end;
@@ -197,11 +193,78 @@ impl Shadow {
         }
     }
 
+    /// Store positions `*pos..known` of table `t` (`table`, blocks of `bt` tokens, window from
+    /// `lo`) a block's run at a time, blind, while no one but this record reads the block's
+    /// page; `*pos` advances past what was stored or skipped (an unmapped block: `bad` names it
+    /// unless it lies before the window). Stops at a block someone else may read and returns
+    /// it (block, page, end of its run) for the cell-by-cell path; `None` once at `known`. One
+    /// call for a prefill chunk's blocks, its borrows taken once.
+    #[allow(clippy::too_many_arguments)]
+    fn write_blocks_alone(
+        &mut self,
+        idx: u32,
+        t: usize,
+        table: &GroupTable,
+        (bt, lo): (u64, u64),
+        (pos, known): (&mut u64, u64),
+        bad: &mut Option<(u64, &'static str)>,
+    ) -> Option<(u64, u32, u64)> {
+        let s = &self.seqs[idx as usize];
+        let g = &mut self.grouped;
+        let Kind::Grouped(cells) = &mut g.kind else {
+            *pos = known;
+            return None;
+        };
+        let tables = cells.tables();
+        let mut seen = g
+            .streams
+            .get_mut(idx as usize)
+            .and_then(|st| st.tables.get_mut(t));
+        let readers = g.readers.as_ref();
+        let (mut written, mut shared) = (0u64, None);
+        while *pos < known {
+            let b = *pos / bt;
+            let run_end = ((b + 1) * bt).min(known);
+            let Some(page) = b
+                .checked_sub(table.first_block)
+                .and_then(|k| table.pages.get(usize::try_from(k).ok()?).copied())
+            else {
+                if run_end > lo {
+                    bad.get_or_insert(((*pos).max(lo), "which the table does not map"));
+                }
+                *pos = run_end;
+                continue;
+            };
+            if !alone(seen.as_deref_mut(), readers, (idx, tables, t), b, page) {
+                shared = Some((b, page, run_end));
+                break;
+            }
+            let from = *pos;
+            let tokens = &s.history[from as usize..run_end as usize];
+            match cells.store_run(page, (from % bt) as u32, tokens, from as u32, s.writer) {
+                Some(()) => written += run_end - from,
+                None => {
+                    bad.get_or_insert((from, "into a page outside the pool"));
+                }
+            }
+            *pos = run_end;
+        }
+        self.report.written_slots += written;
+        shared
+    }
+
+    /// Stream `idx`'s record of block `b` of table `t` as the reverse index names it.
+    fn holder(&self, idx: u32, t: usize, b: u64) -> Option<Holder> {
+        let Kind::Grouped(cells) = &self.grouped.kind else {
+            return None;
+        };
+        chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c })
+    }
+
     /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
     /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
-    /// False when the page is outside the pool. Inlined into a prefill's loop over blocks; the
-    /// cell-by-cell path is out of line.
-    #[inline]
+    /// False when the page is outside the pool. A decode's write through a table whose page
+    /// someone else may read.
     fn write_block_run(
         &mut self,
         idx: u32,
@@ -211,36 +274,23 @@ impl Shadow {
         (from, to): (u64, u64),
         bt: u64,
     ) -> bool {
-        let Kind::Grouped(cells) = &mut self.grouped.kind else {
+        let g = &mut self.grouped;
+        let Kind::Grouped(cells) = &mut g.kind else {
             return true;
         };
-        let own = chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c });
-        let seen = self
-            .grouped
+        let tables = cells.tables();
+        let seen = g
             .streams
             .get_mut(idx as usize)
             .and_then(|st| st.tables.get_mut(t));
-        let alone = match seen {
-            Some(seen) if seen.sole == page && seen.page(b) == Some(page) => true,
-            seen => {
-                let (alone, sole) = match (own, self.grouped.readers.as_ref()) {
-                    (Some(h), Some(r)) => r.only_and_sole(u64::from(page), h.seq, h.chunk),
-                    _ => (false, false),
-                };
-                // Known alone from here on if this record is the page's one reader.
-                if let Some(seen) = seen.filter(|_| alone && sole) {
-                    seen.sole = page;
-                }
-                alone
-            }
-        };
-        if !alone {
+        if !alone(seen, g.readers.as_ref(), (idx, tables, t), b, page) {
+            let own = self.holder(idx, t, b);
             return self.write_block_shared(idx, page, (from, to), bt, own);
         }
         let s = &self.seqs[idx as usize];
         let tokens = &s.history[from as usize..to as usize];
-        let off = (from % bt) as u32;
-        let Some(()) = cells.store_run(page, off, tokens, from as u32, s.writer) else {
+        let Some(()) = cells.store_run(page, (from % bt) as u32, tokens, from as u32, s.writer)
+        else {
             return false;
         };
         self.report.written_slots += to - from;
@@ -280,6 +330,34 @@ impl Shadow {
         }
         true
     }
+}
+
+/// Whether stream `idx`'s record `seen` of table `t` (of `tables`) is all that reads `page`,
+/// its block `b`: then the block's writes are stored blind. Remembers the page as the record's
+/// own ([`Seen::sole`]) when the record is its one reader, so the next write there needs no
+/// look at the reverse index.
+#[inline(always)]
+fn alone(
+    seen: Option<&mut Seen>,
+    readers: Option<&Readers>,
+    (idx, tables, t): (u32, u32, usize),
+    b: u64,
+    page: u32,
+) -> bool {
+    if seen
+        .as_ref()
+        .is_some_and(|s| s.sole == page && s.page(b) == Some(page))
+    {
+        return true;
+    }
+    let (alone, sole) = match (chunk(tables, t as u32, b), readers) {
+        (Some(c), Some(r)) => r.only_and_sole(u64::from(page), idx, c),
+        _ => (false, false),
+    };
+    if let Some(s) = seen.filter(|_| alone && sole) {
+        s.sole = page;
+    }
+    alone
 }
 
 /// Distinct table shapes a fused decode handles (Gemma 3 and gpt-oss have two, Qwen3-Next one).
