@@ -414,19 +414,47 @@ impl Shadow {
         let Some(st) = self.grouped.streams.get_mut(idx as usize) else {
             return;
         };
-        let tables = std::mem::take(&mut st.tables);
+        let mut tables = std::mem::take(&mut st.tables);
         st.recheck.clear();
-        for (t, seen) in tables.iter().enumerate() {
-            let Kind::Grouped(cells) = &self.grouped.kind else {
-                return;
-            };
-            let Some(bt) = cells.block_tokens(t as u32).map(u64::from) else {
-                continue;
-            };
-            for (b, &page) in (seen.first_block..).zip(&seen.pages) {
-                let (lo, hi) = in_block(b, bt, seen.lo, seen.end);
-                self.release_page(idx, t, b, page, lo, hi, prev);
+        if self.flight_at(prev).is_none() {
+            // Nothing the records read is in flight: unheld now, in one pass.
+            if let (Kind::Grouped(cells), Some(r)) =
+                (&self.grouped.kind, self.grouped.readers.as_mut())
+            {
+                let n = cells.tables();
+                for (t, seen) in tables.iter().enumerate() {
+                    for (b, &page) in (seen.first_block..).zip(&seen.pages) {
+                        if let Some(c) = chunk(n, t as u32, b) {
+                            r.unhold(u64::from(page), Holder { seq: idx, chunk: c });
+                        }
+                    }
+                }
             }
+        } else {
+            for (t, seen) in tables.iter().enumerate() {
+                let Kind::Grouped(cells) = &self.grouped.kind else {
+                    return;
+                };
+                let Some(bt) = cells.block_tokens(t as u32).map(u64::from) else {
+                    continue;
+                };
+                for (b, &page) in (seen.first_block..).zip(&seen.pages) {
+                    let (lo, hi) = in_block(b, bt, seen.lo, seen.end);
+                    self.release_page(idx, t, b, page, lo, hi, prev);
+                }
+            }
+        }
+        // Emptied records keep their pages' capacity for the next stream at this index: an
+        // empty record reads as no record everywhere (no page, no positions, no sole page).
+        for seen in &mut tables {
+            seen.pages.clear();
+            *seen = Seen {
+                pages: std::mem::take(&mut seen.pages),
+                ..Seen::default()
+            };
+        }
+        if let Some(st) = self.grouped.streams.get_mut(idx as usize) {
+            st.tables = tables;
         }
     }
 
