@@ -447,9 +447,10 @@ impl Shadow {
         // Emptied records keep their pages' capacity for the next stream at this index: an
         // empty record reads as no record everywhere (no page, no positions, no sole page).
         for seen in &mut tables {
-            seen.pages.clear();
+            let mut pages = std::mem::take(&mut seen.pages);
+            pages.clear();
             *seen = Seen {
-                pages: std::mem::take(&mut seen.pages),
+                pages,
                 ..Seen::default()
             };
         }

@@ -123,23 +123,12 @@ impl Shadow {
                 w.seq
             ));
         }
-        // Tables whose page someone else may read: through the reverse index.
+        // Tables whose page someone else may read: the general write (the table is unchanged,
+        // so it names the record's page), through the reverse index.
         let slow = std::mem::take(&mut self.grouped.slow);
         for &t in &slow {
             let t = t as usize;
-            let bt = u64::from(shapes[t].block_tokens.max(1));
-            let page = self.grouped.streams[i].tables[t]
-                .pages
-                .last()
-                .copied()
-                .unwrap_or(NO_PAGE);
-            if !self.write_block_run(idx, t, context / bt, page, (context, end), bt) {
-                self.violation(format!(
-                    "step {step}: stream {} writes position {context} of table {t}, into \
-                     page {page} outside the pool",
-                    w.seq
-                ));
-            }
+            self.write_table(idx, t, &shapes[t], &tables[t], w, step);
         }
         self.grouped.slow = slow;
         true
@@ -261,44 +250,9 @@ impl Shadow {
         chunk(cells.tables(), t as u32, b).map(|c| Holder { seq: idx, chunk: c })
     }
 
-    /// Store stream `idx`'s positions `from..to` (all in block `b` of table `t`, page `page`):
-    /// blind where it alone holds the page, cell by cell through [`Shadow::clobber`] otherwise.
-    /// False when the page is outside the pool. A decode's write through a table whose page
-    /// someone else may read.
-    fn write_block_run(
-        &mut self,
-        idx: u32,
-        t: usize,
-        b: u64,
-        page: u32,
-        (from, to): (u64, u64),
-        bt: u64,
-    ) -> bool {
-        let g = &mut self.grouped;
-        let Kind::Grouped(cells) = &mut g.kind else {
-            return true;
-        };
-        let tables = cells.tables();
-        let seen = g
-            .streams
-            .get_mut(idx as usize)
-            .and_then(|st| st.tables.get_mut(t));
-        if !alone(seen, g.readers.as_ref(), (idx, tables, t), b, page) {
-            let own = self.holder(idx, t, b);
-            return self.write_block_shared(idx, page, (from, to), bt, own);
-        }
-        let s = &self.seqs[idx as usize];
-        let tokens = &s.history[from as usize..to as usize];
-        let Some(()) = cells.store_run(page, (from % bt) as u32, tokens, from as u32, s.writer)
-        else {
-            return false;
-        };
-        self.report.written_slots += to - from;
-        true
-    }
-
-    /// [`Shadow::write_block_run`] where someone else may read the page: cell by cell, each
-    /// change shown to the page's readers.
+    /// Store stream `idx`'s positions `from..to` of a page someone else may read (`own`: the
+    /// writer's record of it): cell by cell, each change shown to the page's readers. False
+    /// when the page is outside the pool.
     #[inline(never)]
     fn write_block_shared(
         &mut self,
