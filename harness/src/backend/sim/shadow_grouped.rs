@@ -295,8 +295,12 @@ impl Shadow {
                 self.observe_table(idx, t, shape, table, span, prev, step, &recheck);
             }
         }
-        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.write_table(idx, t, shape, table, w, step);
+        if w.new_tokens == 1 {
+            self.write_decode(idx, shapes, tables, w, step);
+        } else {
+            for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
+                self.write_table(idx, t, shape, table, w, step);
+            }
         }
         recheck.clear();
         let st = &mut self.grouped.streams[i];
@@ -362,7 +366,24 @@ impl Shadow {
             .readers
             .as_mut()
             .and_then(|r| r.hold(u64::from(page), Holder { seq: idx, chunk: c }));
-        if let Some(was) = was {
+        if was.is_none() {
+            // The first reader: the record that holds the page for this block is its only one,
+            // so the stream's writes there (a decode's token in the block it just entered) are
+            // stored blind. `sole` is the record's claim, cleared below when another arrives.
+            let sole = self
+                .grouped
+                .readers
+                .as_ref()
+                .is_some_and(|r| r.sole(u64::from(page), idx));
+            let seen = self
+                .grouped
+                .streams
+                .get_mut(idx as usize)
+                .and_then(|st| st.tables.get_mut(t));
+            if let Some(seen) = seen.filter(|_| sole) {
+                seen.sole = page;
+            }
+        } else if let Some(was) = was {
             // Not alone any more.
             let seen = self
                 .grouped

@@ -134,6 +134,66 @@ impl Shadow {
         true
     }
 
+    /// A decode's token (position `context`) written into every table after the general path
+    /// followed them: blind where the record alone holds the token's page (a block entered at
+    /// this step is held alone from the moment it is entered), through [`Shadow::write_table`]
+    /// otherwise — a page someone else reads, a record that does not reach the token's block
+    /// (the table did not map it), a token the stream's history does not have.
+    pub(super) fn write_decode(
+        &mut self,
+        idx: u32,
+        shapes: &[TableShape],
+        tables: &[GroupTable],
+        w: &SeqWork,
+        step: u64,
+    ) {
+        let context = u64::from(w.context_tokens);
+        let s = &self.seqs[idx as usize];
+        let tag = match (s.history.get(context as usize), u32::try_from(context)) {
+            (Some(&token), Ok(pos)) => Some(Tag {
+                pos,
+                token,
+                writer: s.writer,
+            }),
+            _ => None,
+        };
+        let g = &mut self.grouped;
+        let mut slow = std::mem::take(&mut g.slow);
+        slow.clear();
+        let (mut written, mut outside) = (0u64, None);
+        match (tag, g.streams.get(idx as usize), &mut g.kind) {
+            (Some(tag), Some(st), Kind::Grouped(cells)) if st.tables.len() == shapes.len() => {
+                let (_, tags) = cells.classes_and_tags();
+                for (t, (seen, shape)) in st.tables.iter().zip(shapes).enumerate() {
+                    let bt = u64::from(shape.block_tokens.max(1));
+                    let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
+                    if page == NO_PAGE || seen.sole != page || seen.end_block() != context / bt + 1
+                    {
+                        slow.push(t as u32);
+                    } else if tags.store(page, (context % bt) as u32, tag) {
+                        written += 1;
+                    } else {
+                        outside.get_or_insert((t, page));
+                    }
+                }
+            }
+            _ => slow.extend(0..shapes.len() as u32),
+        }
+        self.report.written_slots += written;
+        if let Some((t, page)) = outside {
+            self.violation(format!(
+                "step {step}: stream {} writes position {context} of table {t}, into page \
+                 {page} outside the pool",
+                w.seq
+            ));
+        }
+        for &t in &slow {
+            let t = t as usize;
+            self.write_table(idx, t, &shapes[t], &tables[t], w, step);
+        }
+        self.grouped.slow = slow;
+    }
+
     /// Write the step's new tokens (`context .. end`) into table `t`, a block's run at a time.
     /// A position before the window of the step's last token that the table no longer maps is
     /// not written (its layers never read it again); any other unmapped position is a
