@@ -31,7 +31,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
 use super::shadow_ids::{SeqIndex, Writers, NO_WRITER};
-use super::shadow_readers::{Holder, Readers, ANY_CHUNK};
+use super::shadow_readers::{Held, Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
@@ -415,7 +415,7 @@ impl Shadow {
     /// Register `idx` as a reader of grain `g` (chunk `chunk` of its layout).
     #[inline]
     fn hold(&mut self, g: u64, idx: u32, chunk: u32) {
-        if let Some(was) = self.readers.hold(g, Holder { seq: idx, chunk }) {
+        if let Held::Joined(was) = self.readers.hold(g, Holder { seq: idx, chunk }) {
             let s = &mut self.seqs[was.seq as usize];
             if s.sole == g {
                 s.sole = NO_GRAIN;

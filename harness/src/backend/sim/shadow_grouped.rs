@@ -361,38 +361,26 @@ impl Shadow {
             return;
         };
         let tables = cells.tables().max(1);
-        let was = self
+        let held = self.grouped.readers.as_mut().map_or(Held::Shared, |r| {
+            r.hold(u64::from(page), Holder { seq: idx, chunk: c })
+        });
+        // The page's first reader is its sole one: the stream's writes there (a decode's token
+        // in the block it just entered) are stored blind until someone else reads it.
+        let (who, t, sole) = match held {
+            Held::Alone => (idx, t, page),
+            Held::Joined(was) => (was.seq, (was.chunk % tables) as usize, NO_PAGE),
+            Held::Shared => return,
+        };
+        let seen = self
             .grouped
-            .readers
-            .as_mut()
-            .and_then(|r| r.hold(u64::from(page), Holder { seq: idx, chunk: c }));
-        if was.is_none() {
-            // The first reader: the record that holds the page for this block is its only one,
-            // so the stream's writes there (a decode's token in the block it just entered) are
-            // stored blind. `sole` is the record's claim, cleared below when another arrives.
-            let sole = self
-                .grouped
-                .readers
-                .as_ref()
-                .is_some_and(|r| r.sole(u64::from(page), idx));
-            let seen = self
-                .grouped
-                .streams
-                .get_mut(idx as usize)
-                .and_then(|st| st.tables.get_mut(t));
-            if let Some(seen) = seen.filter(|_| sole) {
-                seen.sole = page;
-            }
-        } else if let Some(was) = was {
+            .streams
+            .get_mut(who as usize)
+            .and_then(|st| st.tables.get_mut(t));
+        match seen {
+            Some(seen) if sole != NO_PAGE => seen.sole = sole,
             // Not alone any more.
-            let seen = self
-                .grouped
-                .streams
-                .get_mut(was.seq as usize)
-                .and_then(|st| st.tables.get_mut((was.chunk % tables) as usize));
-            if let Some(seen) = seen.filter(|s| s.sole == page) {
-                seen.sole = NO_PAGE;
-            }
+            Some(seen) if seen.sole == page => seen.sole = NO_PAGE,
+            _ => {}
         }
     }
 

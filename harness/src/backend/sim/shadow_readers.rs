@@ -14,6 +14,17 @@ pub(crate) struct Holder {
     pub chunk: u32,
 }
 
+/// What [`Readers::hold`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Nobody read the grain: the new reader is its only one.
+    Alone,
+    /// The grain had exactly this one reader, which is not alone any more.
+    Joined(Holder),
+    /// Two or more read it already, or the grain is past the end (ignored).
+    Shared,
+}
+
 /// Matches any chunk in [`Readers::only`].
 pub(crate) const ANY_CHUNK: u32 = u32::MAX;
 /// `seq` of an inline place that holds no reader. Stream indices stay below [`SPILLED`]: the
@@ -72,21 +83,23 @@ impl Readers {
         self.grains.allocated_bytes()
     }
 
-    /// Register `h` as a reader of grain `g` (grains past the end are ignored). Returns the
-    /// grain's sole reader before, if it had exactly one: it is not alone any more.
-    pub fn hold(&mut self, g: u64, h: Holder) -> Option<Holder> {
-        let e = self.grains.get_mut(g)?;
+    /// Register `h` as a reader of grain `g` (grains past the end are ignored): whether it is
+    /// the grain's only reader now, or joined one that is not alone any more.
+    pub fn hold(&mut self, g: u64, h: Holder) -> Held {
+        let Some(e) = self.grains.get_mut(g) else {
+            return Held::Shared;
+        };
         if let Some(i) = e.spill() {
             self.spills[i].push(h);
-            return None;
+            return Held::Shared;
         }
         if e.inline[0].seq == VACANT {
             e.inline[0] = h;
-            return None;
+            return Held::Alone;
         }
         if e.inline[1].seq == VACANT {
             e.inline[1] = h;
-            return Some(e.inline[0]);
+            return Held::Joined(e.inline[0]);
         }
         // A third reader: all three into a side list.
         let i = match self.free_spills.pop() {
@@ -106,7 +119,7 @@ impl Readers {
             },
             NOBODY,
         ];
-        None
+        Held::Shared
     }
 
     /// Whether stream `seq` is the one and only reader of grain `g`.
@@ -214,8 +227,13 @@ mod tests {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
             let who = h((x >> 16) % 5, (x >> 8) % 2);
             if (x >> 4) & 1 == 0 && model.len() < 6 {
-                let was = r.hold(3, who);
-                assert_eq!(was, (model.len() == 1).then(|| model[0]));
+                let held = r.hold(3, who);
+                let want = match model.len() {
+                    0 => Held::Alone,
+                    1 => Held::Joined(model[0]),
+                    _ => Held::Shared,
+                };
+                assert_eq!(held, want);
                 model.push(who);
             } else {
                 r.unhold(3, who);
@@ -242,15 +260,19 @@ mod tests {
     #[test]
     fn only_tells_the_writer_apart_from_other_readers() {
         let mut r = Readers::new(4).expect("fits");
-        assert_eq!(r.hold(1, h(7, 2)), None);
+        assert_eq!(r.hold(1, h(7, 2)), Held::Alone);
         assert!(r.only(1, 7, 2) && r.only(1, 7, ANY_CHUNK) && r.sole(1, 7));
         assert!(!r.only(1, 7, 3), "same stream, another chunk");
         assert!(!r.only(1, 8, ANY_CHUNK));
-        assert_eq!(r.hold(1, h(8, 2)), Some(h(7, 2)), "7 was alone until now");
+        assert_eq!(
+            r.hold(1, h(8, 2)),
+            Held::Joined(h(7, 2)),
+            "7 was alone until now"
+        );
         assert!(!r.only(1, 7, 2) && !r.sole(1, 7) && !r.sole(1, 8));
         r.unhold(1, h(8, 2));
         assert!(r.only(1, 7, 2));
-        assert_eq!(r.hold(99, h(1, 1)), None, "past the end: ignored");
+        assert_eq!(r.hold(99, h(1, 1)), Held::Shared, "past the end: ignored");
         assert!(r.only(99, 5, 5) && !r.sole(99, 1));
         // Spilled lists are reused once an entry shrinks back to two.
         for s in 0..5 {
