@@ -76,15 +76,16 @@ impl Shadow {
         let mut ok = true;
         for ((table, seen), &c) in tables.iter().zip(&st.tables).zip(class) {
             let Span { lo, b0, b1, .. } = spans[c as usize];
-            let m0 = table.first_block;
             let n = seen.pages.len();
+            // The table's pages for blocks `b0..b1`, if it maps them all.
+            let mapped = b0
+                .checked_sub(table.first_block)
+                .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
             if b0 != seen.first_block
                 || b1 != b0 + n as u64
                 || context != seen.end
                 || lo < seen.lo
-                || b0 < m0
-                || b1 > table.end_block()
-                || seen.pages[..] != table.pages[(b0 - m0) as usize..(b0 - m0) as usize + n]
+                || mapped != Some(&seen.pages[..])
             {
                 ok = false;
                 break;
