@@ -38,6 +38,8 @@ use super::*;
 
 #[path = "shadow_grouped_cells.rs"]
 mod cells;
+#[path = "shadow_grouped_fresh.rs"]
+mod fresh;
 #[path = "shadow_grouped_moves.rs"]
 mod moves;
 #[path = "shadow_grouped_write.rs"]
@@ -79,6 +81,10 @@ pub(super) struct GroupedState {
     /// (a few hundred instructions for Gemma 3's 31 tables) is done once a step, not once a
     /// stream. Cleared at every `submit`.
     shapes_ok: Option<(usize, usize, u32)>,
+    /// A fresh stream's first step (`shadow_grouped_fresh.rs`): per block of its records,
+    /// whether it was held alone, and where each table's blocks start in that list.
+    fresh_alone: Vec<bool>,
+    fresh_at: Vec<usize>,
 }
 
 impl GroupedState {
@@ -280,6 +286,9 @@ impl Shadow {
             .resize_with(tables.len(), Seen::default);
         self.flight_of(step);
         if self.decode_grouped(idx, shapes, tables, w, step) {
+            return;
+        }
+        if prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
             return;
         }
         let context = u64::from(w.context_tokens);

@@ -217,15 +217,35 @@ impl Shadow {
         let lo = readable_from(shape, to);
         let bt = u64::from(shape.block_tokens.max(1));
         let mut bad: Option<(u64, &str)> = None;
+        self.write_span(idx, t, table, (bt, lo), (from, to), &mut bad);
+        if let Some((pos, why)) = bad {
+            self.violation(format!(
+                "step {step}: stream {} writes position {pos} of table {t}, {why}",
+                w.seq
+            ));
+        }
+    }
+
+    /// Store positions `from..to` of table `t` (`table`, blocks of `bt` tokens, the step's
+    /// window from `lo`): blind through the blocks the stream alone reads, a shared one cell by
+    /// cell. What goes wrong first is left in `bad` (the caller reports it).
+    pub(super) fn write_span(
+        &mut self,
+        idx: u32,
+        t: usize,
+        table: &GroupTable,
+        (bt, lo): (u64, u64),
+        (from, to): (u64, u64),
+        bad: &mut Option<(u64, &'static str)>,
+    ) {
         let known = (self.seqs[idx as usize].history.len() as u64).min(to);
         if known < to {
-            bad = Some((known.max(from), "whose token is unknown"));
+            bad.get_or_insert((known.max(from), "whose token is unknown"));
         }
         let mut pos = from;
         while pos < known {
-            // Blind through the blocks the stream alone reads; a shared one cell by cell.
             let Some((b, page, run_end)) =
-                self.write_blocks_alone(idx, t, table, (bt, lo), (&mut pos, known), &mut bad)
+                self.write_blocks_alone(idx, t, table, (bt, lo), (&mut pos, known), bad)
             else {
                 break;
             };
@@ -234,12 +254,6 @@ impl Shadow {
                 bad.get_or_insert((pos, "into a page outside the pool"));
             }
             pos = run_end;
-        }
-        if let Some((pos, why)) = bad {
-            self.violation(format!(
-                "step {step}: stream {} writes position {pos} of table {t}, {why}",
-                w.seq
-            ));
         }
     }
 

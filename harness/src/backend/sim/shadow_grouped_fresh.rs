@@ -1,0 +1,229 @@
+//! A stream's first step from nothing (no context: a prompt's first chunk with no cached
+//! prefix), every table at once. The general path compares each table with a record that is
+//! empty, enters its blocks one call at a time and then asks the reverse index, block by block,
+//! whether the stream alone reads the page it writes; here the records are built and held in
+//! one pass that remembers which blocks were held alone (and forgets a block the moment anyone
+//! else holds its page), and the step's tokens go blind into those. Gemma 3's prompts write 31
+//! tables: this is where its prefill's per-block cost went. A child of `shadow_grouped.rs`.
+
+use kvbench_cache_api::grouped::readable_from;
+use kvbench_cache_api::{GroupTable, TableShape};
+
+use super::*;
+
+/// What a table reads at the step: its window's first position and blocks `b0..b1`.
+fn reads(shape: &TableShape, end: u64) -> (u64, u64, u64, u64) {
+    let bt = u64::from(shape.block_tokens.max(1));
+    let lo = readable_from(shape, end);
+    let (b0, b1) = if lo < end {
+        (lo / bt, (end - 1) / bt + 1)
+    } else {
+        (0, 0)
+    };
+    (bt, lo, b0, b1)
+}
+
+impl Shadow {
+    /// Stream `idx`'s first step when it starts from nothing: follow and write every table.
+    /// Returns false, having changed nothing, when the general path must report something the
+    /// step reads (a table that does not map it, a block past what the reverse index can name,
+    /// a token the history lacks) or the records are not empty.
+    pub(super) fn step_fresh(
+        &mut self,
+        idx: u32,
+        shapes: &[TableShape],
+        tables: &[GroupTable],
+        w: &SeqWork,
+        step: u64,
+    ) -> bool {
+        let i = idx as usize;
+        let end = u64::from(w.new_tokens);
+        let Kind::Grouped(cells) = &self.grouped.kind else {
+            return false;
+        };
+        let n = cells.tables();
+        let Some(st) = self.grouped.streams.get(i) else {
+            return false;
+        };
+        if w.context_tokens != 0
+            || (self.seqs[i].history.len() as u64) < end
+            || st.tables.len() != tables.len()
+            || shapes.len() != tables.len()
+            || st.tables.iter().any(|s| !s.pages.is_empty())
+        {
+            return false;
+        }
+        let maps_all = shapes
+            .iter()
+            .zip(tables)
+            .enumerate()
+            .all(|(t, (shape, table))| {
+                let (_, _, b0, b1) = reads(shape, end);
+                b0 == b1
+                    || (table.first_block <= b0
+                        && b1 <= table.end_block()
+                        && chunk(n, t as u32, b1 - 1).is_some())
+            });
+        if !maps_all {
+            return false;
+        }
+        let mut alone = std::mem::take(&mut self.grouped.fresh_alone);
+        let mut at = std::mem::take(&mut self.grouped.fresh_at);
+        alone.clear();
+        at.clear();
+        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
+            self.follow_fresh(idx, t, shape, table, end, step, (&mut alone, &mut at));
+        }
+        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
+            self.write_fresh(idx, t, shape, table, w, step, (&alone, at[t]));
+        }
+        self.grouped.fresh_alone = alone;
+        self.grouped.fresh_at = at;
+        true
+    }
+
+    /// Build and hold table `t`'s record for a read of `readable_from(shape, end) .. end`; one
+    /// flag a block in `alone` (from `at[t]` on): held with nobody else on its page. A block of
+    /// this stream whose page another block of it then holds too loses its flag.
+    #[allow(clippy::too_many_arguments)]
+    fn follow_fresh(
+        &mut self,
+        idx: u32,
+        t: usize,
+        shape: &TableShape,
+        table: &GroupTable,
+        end: u64,
+        step: u64,
+        (alone, at): (&mut Vec<bool>, &mut Vec<usize>),
+    ) {
+        let (_, lo, b0, b1) = reads(shape, end);
+        self.report.read_slots += end.saturating_sub(lo);
+        at.push(alone.len());
+        let i = idx as usize;
+        let mut pages = std::mem::take(&mut self.grouped.streams[i].tables[t].pages);
+        pages.clear();
+        let g = &mut self.grouped;
+        let (Kind::Grouped(cells), Some(readers)) = (&g.kind, g.readers.as_mut()) else {
+            return;
+        };
+        let n = cells.tables();
+        for b in b0..b1 {
+            let page = table.pages[(b - table.first_block) as usize];
+            pages.push(page);
+            if !cells.has_page(page) {
+                alone.push(false);
+                let id = self.seqs[i].id;
+                let why = format!(
+                    "step {step}: stream {id}'s table {t} names page {page}, outside the pool"
+                );
+                self.report.violation(why);
+                continue;
+            }
+            let Some(c) = chunk(n, t as u32, b) else {
+                alone.push(false);
+                continue;
+            };
+            match readers.hold(u64::from(page), Holder { seq: idx, chunk: c }) {
+                Held::Alone => alone.push(true),
+                Held::Shared => alone.push(false),
+                Held::Joined(was) => {
+                    alone.push(false);
+                    let (wt, wb) = ((was.chunk % n) as usize, u64::from(was.chunk / n));
+                    if was.seq == idx {
+                        // An earlier block of this step's records (a page named twice): not
+                        // alone any more. Its write comes first and the later block's goes
+                        // through the reverse index and would see it, but the flag stays
+                        // exact: set only where the block is its page's one reader.
+                        let first = if wt == t {
+                            b0
+                        } else {
+                            g.streams[i].tables[wt].first_block
+                        };
+                        let k = at
+                            .get(wt)
+                            .and_then(|&a| Some(a + usize::try_from(wb.checked_sub(first)?).ok()?));
+                        if let Some(flag) = k.and_then(|k| alone.get_mut(k)) {
+                            *flag = false;
+                        }
+                    } else if let Some(seen) = g
+                        .streams
+                        .get_mut(was.seq as usize)
+                        .and_then(|st| st.tables.get_mut(wt))
+                        .filter(|s| s.sole == page)
+                    {
+                        seen.sole = NO_PAGE;
+                    }
+                }
+            }
+        }
+        self.grouped.streams[i].tables[t] = Seen {
+            first_block: b0,
+            pages,
+            lo,
+            end,
+            sole: NO_PAGE,
+        };
+    }
+
+    /// Write the step's tokens `0..end` into table `t`: positions before its record's first
+    /// block (left of a sliding window) and everything from the first block not held alone on
+    /// through [`Shadow::write_span`]; the blocks held alone blind, a block's run at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn write_fresh(
+        &mut self,
+        idx: u32,
+        t: usize,
+        shape: &TableShape,
+        table: &GroupTable,
+        w: &SeqWork,
+        step: u64,
+        (alone, at): (&[bool], usize),
+    ) {
+        let end = u64::from(w.new_tokens);
+        let (bt, lo, b0, b1) = reads(shape, end);
+        let mut bad: Option<(u64, &'static str)> = None;
+        let split = (b0 * bt).min(end);
+        if split > 0 {
+            self.write_span(idx, t, table, (bt, lo), (0, split), &mut bad);
+        }
+        let i = idx as usize;
+        let mut pos = split;
+        let (mut written, mut last) = (0u64, NO_PAGE);
+        if let Kind::Grouped(cells) = &mut self.grouped.kind {
+            let s = &self.seqs[i];
+            let seen = &self.grouped.streams[i].tables[t];
+            while pos < end {
+                let b = pos / bt;
+                let k = (b - b0) as usize;
+                if b >= b1 || !alone.get(at + k).copied().unwrap_or(false) {
+                    break;
+                }
+                let page = seen.pages[k];
+                let run_end = ((b + 1) * bt).min(end);
+                let tokens = &s.history[pos as usize..run_end as usize];
+                if cells
+                    .store_run(page, (pos % bt) as u32, tokens, pos as u32, s.writer)
+                    .is_none()
+                {
+                    break;
+                }
+                written += run_end - pos;
+                last = page;
+                pos = run_end;
+            }
+        }
+        self.report.written_slots += written;
+        if pos < end {
+            self.write_span(idx, t, table, (bt, lo), (pos, end), &mut bad);
+        } else if last != NO_PAGE {
+            // Held alone and written last: the stream's next decode there is stored blind.
+            self.grouped.streams[i].tables[t].sole = last;
+        }
+        if let Some((pos, why)) = bad {
+            self.violation(format!(
+                "step {step}: stream {} writes position {pos} of table {t}, {why}",
+                w.seq
+            ));
+        }
+    }
+}
