@@ -42,17 +42,8 @@ impl Shadow {
         {
             return false;
         }
-        let s = &self.seqs[i];
-        let Some(&token) = s.history.get(context as usize) else {
+        let Some(tag) = token_tag(&self.seqs[i], context) else {
             return false;
-        };
-        let Ok(pos) = u32::try_from(context) else {
-            return false;
-        };
-        let tag = Tag {
-            pos,
-            token,
-            writer: s.writer,
         };
         // What each shape reads: `lo`, blocks `b0..b1`, the token's offset in its block. On
         // the stack: a run with more distinct shapes than `MAX_SHAPES` takes the general path.
@@ -149,15 +140,7 @@ impl Shadow {
         step: u64,
     ) {
         let context = u64::from(w.context_tokens);
-        let s = &self.seqs[idx as usize];
-        let tag = match (s.history.get(context as usize), u32::try_from(context)) {
-            (Some(&token), Ok(pos)) => Some(Tag {
-                pos,
-                token,
-                writer: s.writer,
-            }),
-            _ => None,
-        };
+        let tag = token_tag(&self.seqs[idx as usize], context);
         let g = &mut self.grouped;
         let mut slow = std::mem::take(&mut g.slow);
         slow.clear();
@@ -387,6 +370,17 @@ fn alone(
         s.sole = page;
     }
     alone
+}
+
+/// The tag stream `s` writes at position `pos`, if its history has the token (and the position
+/// fits a tag).
+#[inline(always)]
+fn token_tag(s: &SeqShadow, pos: u64) -> Option<Tag> {
+    Some(Tag {
+        pos: u32::try_from(pos).ok()?,
+        token: *s.history.get(usize::try_from(pos).ok()?)?,
+        writer: s.writer,
+    })
 }
 
 /// Distinct table shapes a fused decode handles (Gemma 3 and gpt-oss have two, Qwen3-Next one).
