@@ -180,6 +180,58 @@ fn a_write_into_a_shared_page_without_its_copy_is_caught_by_the_shadow() {
     }
 }
 
+/// The grouped shadow's shortcuts — the fused decode, a fresh stream's first step in one pass, a
+/// decode's blind store where its record alone holds the page — are the general path made
+/// cheaper: a run reports exactly what the same run reports without them (every violation, in
+/// order, and every count), clean or with any planted fault.
+#[test]
+fn the_shortcuts_report_what_the_general_path_reports() {
+    let faults = [
+        None,
+        Some(Fault::EarlyReuse),
+        Some(Fault::BadBlockTable),
+        Some(Fault::SkipCow),
+    ];
+    let mut compared_violations = 0;
+    for mix in mixes() {
+        for which in MANAGERS {
+            for fault in faults {
+                for early_release in [false, true] {
+                    for seed in seeds() {
+                        let name = format!(
+                            "{} / {which:?} / {fault:?} / early release {early_release} / seed \
+                             {seed}",
+                            mix.shape.name
+                        );
+                        println!("{name} (replay: KVBENCH_SEED={seed})");
+                        let run = |shortcuts: bool| {
+                            let mut cache = manager(which, &mix);
+                            if let Some(f) = fault {
+                                cache.inject_fault(f);
+                            }
+                            if early_release {
+                                let pool = layout(&mix).grouped_pool();
+                                cache = Box::new(EarlyRelease::new(cache, &pool));
+                            }
+                            let mut d = Driver::new(cache, seed, 5);
+                            d.be.set_shadow_shortcuts(shortcuts);
+                            let r = d.run(STEPS);
+                            (r, format!("{:?}", d.tally))
+                        };
+                        let (fast, fast_tally) = run(true);
+                        let (general, general_tally) = run(false);
+                        assert_eq!(fast_tally, general_tally, "{name}: the runs differ");
+                        assert!(general.read_slots > 0, "{name}: nothing read: {general:?}");
+                        assert_eq!(fast, general, "{name}");
+                        compared_violations += general.violations;
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared_violations > 0, "no planted fault was seen");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through the engine
 

@@ -87,6 +87,14 @@ impl SimBackend {
         Ok(self)
     }
 
+    /// Let the shadow's grouped steps take their shortcuts or not (on by default; see
+    /// [`Shadow::set_grouped_shortcuts`]). Without a shadow, nothing.
+    pub fn set_shadow_shortcuts(&mut self, on: bool) {
+        if let Some(sh) = &mut self.shadow {
+            sh.set_grouped_shortcuts(on);
+        }
+    }
+
     /// What the shadow payload saw, if it is carried.
     pub fn shadow_report(&self) -> Option<ShadowReport> {
         self.shadow.as_ref().map(Shadow::report)

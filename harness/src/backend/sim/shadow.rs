@@ -250,6 +250,13 @@ impl Shadow {
         })
     }
 
+    /// Whether grouped steps may take the shortcuts of the general path (the fused decode, a
+    /// fresh stream's first step, a decode's blind store); on by default. Off, every grouped step
+    /// goes the general way: for tests that the shortcuts report exactly what it does.
+    pub fn set_grouped_shortcuts(&mut self, on: bool) {
+        self.grouped.set_shortcuts(on);
+    }
+
     pub fn report(&self) -> ShadowReport {
         let mut r = self.report.clone();
         r.allocated_bytes = self.tags.allocated_bytes()

@@ -85,9 +85,17 @@ pub(super) struct GroupedState {
     /// whether it was held alone, and where each table's blocks start in that list.
     fresh_alone: Vec<bool>,
     fresh_at: Vec<usize>,
+    /// Every step through the general path: the fused decode, the fresh step and the general
+    /// decode's blind store are shortcuts of it, and a differential test runs both ways
+    /// (`Shadow::set_grouped_shortcuts`).
+    general_only: bool,
 }
 
 impl GroupedState {
+    pub(super) fn set_shortcuts(&mut self, on: bool) {
+        self.general_only = !on;
+    }
+
     /// A new `submit`: the manager may have changed since the shapes were last compared.
     pub(super) fn forget_shapes(&mut self) {
         self.shapes_ok = None;
@@ -285,10 +293,11 @@ impl Shadow {
             .tables
             .resize_with(tables.len(), Seen::default);
         self.flight_of(step);
-        if self.decode_grouped(idx, shapes, tables, w, step) {
+        let shortcuts = !self.grouped.general_only;
+        if shortcuts && self.decode_grouped(idx, shapes, tables, w, step) {
             return;
         }
-        if prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
+        if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
             return;
         }
         let context = u64::from(w.context_tokens);
@@ -304,7 +313,7 @@ impl Shadow {
                 self.observe_table(idx, t, shape, table, span, prev, step, &recheck);
             }
         }
-        if w.new_tokens == 1 {
+        if shortcuts && w.new_tokens == 1 {
             self.write_decode(idx, shapes, tables, w, step);
         } else {
             for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
