@@ -155,7 +155,7 @@ fn tables(kv: &HybridKv, seq: u64) -> Vec<(u64, Vec<u32>)> {
     match kv.layout(seq) {
         Some(SeqLayout::Grouped { tables, .. }) => tables
             .iter()
-            .map(|t| (t.first_block, t.pages.clone()))
+            .map(|t| (t.first_block, t.pages.to_vec()))
             .collect(),
         other => panic!("seq {seq}: {other:?}"),
     }

@@ -50,7 +50,7 @@ impl EarlyRelease {
                 let early = needed + 1;
                 if early > t.first_block && early < t.end_block() {
                     let drop = (early - t.first_block) as usize;
-                    t.pages.drain(..drop);
+                    t.pages.drain_front(drop);
                     t.first_block = early;
                     self.fired += 1;
                 }

@@ -262,7 +262,7 @@ impl GroupedContiguous {
         let wrong = ((u64::from(r.base_page) + u64::from(pages)) % u64::from(total)) as u32;
         let mut bad = r.tables.clone();
         if let Some(table) = bad.iter_mut().find(|t| !t.pages.is_empty()) {
-            table.pages[0] = wrong;
+            table.pages.set(0, wrong);
             r.bad_tables = Some(bad);
         }
     }

@@ -112,7 +112,7 @@ impl Reservation {
         if continues && old_len == new_len && turned < old_len && shape.window.is_some() {
             table.pages.rotate_left(turned as usize);
         } else if continues {
-            table.pages.drain(..turned as usize);
+            table.pages.drain_front(turned as usize);
             table.pages.extend((old_end.max(first)..end).map(page_of));
         } else {
             table.pages.clear();

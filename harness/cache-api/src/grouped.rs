@@ -19,6 +19,7 @@
 //! every cell of the page whatever its table's `block_tokens` (several consecutive pages may be
 //! one op with `len_tokens = k × page_slots`). A backend performs them as page copies.
 
+use crate::Pages;
 use serde::{Deserialize, Serialize};
 
 /// What one table keeps and how many tokens a page of it holds: plain data, the same for every
@@ -118,8 +119,9 @@ impl GroupedState {
 pub struct GroupTable {
     /// Logical index of `pages[0]`.
     pub first_block: u64,
-    /// The pages of logical blocks `first_block, first_block + 1, …`.
-    pub pages: Vec<u32>,
+    /// The pages of logical blocks `first_block, first_block + 1, …`, renumbered at every
+    /// change (a verifier that compared them skips the comparison while the number holds).
+    pub pages: Pages,
 }
 
 impl GroupTable {
@@ -179,7 +181,7 @@ mod tests {
         };
         let table = GroupTable {
             first_block: 1,
-            pages: vec![7, 3],
+            pages: vec![7, 3].into(),
         };
         assert_eq!(cell(&shape, &table, 3), None, "block 0 released");
         assert_eq!(cell(&shape, &table, 4), Some((7, 0)));

@@ -10,12 +10,14 @@
 
 pub mod fence;
 pub mod grouped;
+pub mod pages;
 pub mod sync;
 pub mod tier;
 
 use serde::{Deserialize, Serialize};
 
 pub use grouped::{GroupTable, GroupedPool, GroupedState, TableShape};
+pub use pages::Pages;
 pub use tier::{BlockLoc, OffloadMode, OnloadMode, Tier, TierHits, TierOp, TierStats};
 
 /// Engine-assigned sequence id (a request's continuations each get their own).
@@ -70,7 +72,7 @@ pub struct CopyOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeqLayout<'a> {
     /// Logical block i lives in physical block `blocks[i]`.
-    Paged { block_size: u32, blocks: &'a [u32] },
+    Paged { block_size: u32, blocks: &'a Pages },
     /// Token i lives in slot `base_slot + i`; `capacity_tokens` are reserved.
     Contiguous {
         base_slot: u64,

@@ -507,7 +507,7 @@ mod tests {
         let walks = c.invariant_full_walks();
         let seq = c.seqs.get_mut(&2).expect("seq 2");
         let was = seq.blocks[0];
-        seq.blocks[0] = (was + 1) % c.pool.total_blocks();
+        seq.blocks.set(0, (was + 1) % c.pool.total_blocks());
         let full = c
             .check_invariants_full()
             .expect_err("the full walk sees it");
@@ -524,7 +524,7 @@ mod tests {
             walks + 1,
             "worded by one full walk"
         );
-        c.seqs.get_mut(&2).expect("seq 2").blocks[0] = was;
+        c.seqs.get_mut(&2).expect("seq 2").blocks.set(0, was);
         c.check_invariants().expect("restored");
     }
 }

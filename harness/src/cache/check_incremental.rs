@@ -247,7 +247,7 @@ impl Incremental {
                 Entry::Occupied(e) => {
                     matched += 1;
                     let c = e.into_mut();
-                    if c.blocks == s.blocks
+                    if c.blocks[..] == s.blocks[..]
                         && c.len_tokens == s.len_tokens
                         && c.filled_tokens == s.filled_tokens
                     {
@@ -261,7 +261,8 @@ impl Incremental {
                 }
             };
             self.blocks.diff_table(&copy.blocks, &s.blocks)?;
-            copy.blocks.clone_from(&s.blocks);
+            copy.blocks.clear();
+            copy.blocks.extend_from_slice(&s.blocks);
             copy.len_tokens = s.len_tokens;
             copy.filled_tokens = s.filled_tokens;
             self.changed.push(id);

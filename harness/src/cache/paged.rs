@@ -151,7 +151,7 @@ impl KvCacheManager for PagedCache {
         self.seqs.insert(
             req.seq,
             Seq {
-                blocks,
+                blocks: blocks.into(),
                 len_tokens: req.tokens.len() as u32,
                 filled_tokens: cached_tokens,
                 prompt,
@@ -243,7 +243,7 @@ impl KvCacheManager for PagedCache {
                 self.pool.note_written(fresh, offset + 1);
                 self.pool.drop_ref(shared);
                 if let Some(seq) = self.seqs.get_mut(&seq_id) {
-                    seq.blocks[bi] = fresh;
+                    seq.blocks.set(bi, fresh);
                 }
             } else {
                 if self.pool.meta[shared as usize].ref_count > 1 {
@@ -364,7 +364,7 @@ impl KvCacheManager for PagedCache {
         if s.bad_layout.is_some() {
             self.bad_layouts_read.set(self.bad_layouts_read.get() + 1);
         }
-        let blocks = s.bad_layout.as_deref().unwrap_or(&s.blocks);
+        let blocks = s.bad_layout.as_ref().unwrap_or(&s.blocks);
         Some(SeqLayout::Paged {
             block_size: self.bs(),
             blocks,

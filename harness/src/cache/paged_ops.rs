@@ -239,7 +239,7 @@ impl PagedCache {
                 wrong = (wrong + 1) % total;
             }
             let mut bad = seq.blocks.clone();
-            bad[0] = wrong;
+            bad.set(0, wrong);
             bad
         });
     }

@@ -4,12 +4,14 @@
 use std::hash::Hasher;
 use std::sync::Arc;
 
+use kvbench_cache_api::Pages;
+
 use super::prefix::{PrefixKey, ScopeInfo};
 use super::tier::PlannedHit;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Seq {
-    pub blocks: Vec<u32>,
+    pub blocks: Pages,
     /// Token positions mapped (prompt + appended).
     pub len_tokens: u32,
     /// Token positions written.
@@ -24,7 +26,7 @@ pub(crate) struct Seq {
     pub keyed_blocks: u32,
     pub last_key: Option<PrefixKey>,
     /// With the bad-block-table fault: the corrupted table `layout` hands out.
-    pub bad_layout: Option<Vec<u32>>,
+    pub bad_layout: Option<Pages>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]

@@ -34,7 +34,7 @@ use super::shadow_ids::{SeqIndex, Writers, NO_WRITER};
 use super::shadow_readers::{Held, Holder, Readers, ANY_CHUNK};
 use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
-use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId, SeqLayout};
+use kvbench_cache_api::{CacheMode, KvCacheManager, Pages, ScopeKey, SeqId, SeqLayout};
 
 // A child module, so the layout-following half keeps access to the shadow's private state.
 #[path = "shadow_observe.rs"]
@@ -60,6 +60,8 @@ pub use report::ShadowReport;
 const CONTIGUOUS_GRAIN: u32 = 16;
 const NEVER: u64 = u64::MAX;
 const NO_GRAIN: u64 = u64::MAX;
+/// No list's version (`Pages` never reaches it): a record not compared since it changed.
+const UNCHECKED: u64 = u64::MAX;
 
 /// The layout a stream was last checked against.
 #[derive(Debug, Clone)]
@@ -133,6 +135,11 @@ pub struct Shadow {
     grain: u32,
     mode: Option<CacheMode>,
     seqs: Vec<SeqShadow>,
+    /// Per stream index, beside `seqs` (whose records are full): the version of the manager's
+    /// block list (`Pages`) the record's `Table::Paged` blocks were last found a prefix of
+    /// ([`UNCHECKED`] since the record's table was replaced). While the manager hands out that
+    /// version, its blocks are the ones compared: a decode skips the comparison.
+    checked: Vec<u64>,
     free: Vec<u32>,
     index: SeqIndex,
     /// Emptied check lists, reused.
@@ -165,7 +172,7 @@ pub struct Shadow {
 enum Flat<'a> {
     Paged {
         block_size: u32,
-        blocks: &'a [u32],
+        blocks: &'a Pages,
     },
     Contiguous {
         base_slot: u64,
@@ -230,6 +237,7 @@ impl Shadow {
             grain: 1,
             mode: None,
             seqs: Vec::new(),
+            checked: Vec::new(),
             free: Vec::new(),
             index: SeqIndex::default(),
             spare: Vec::new(),
@@ -279,10 +287,12 @@ impl Shadow {
         let idx = match self.free.pop() {
             Some(i) => {
                 self.seqs[i as usize] = s;
+                self.checked[i as usize] = UNCHECKED;
                 i
             }
             None => {
                 self.seqs.push(s);
+                self.checked.push(UNCHECKED);
                 (self.seqs.len() - 1) as u32
             }
         };
@@ -388,6 +398,7 @@ impl Shadow {
 
     fn remove(&mut self, idx: u32) {
         let table = std::mem::replace(&mut self.seqs[idx as usize].table, Table::None);
+        self.checked[idx as usize] = UNCHECKED;
         self.unhold_from(idx, &table, 0);
         self.drop_records(idx, NEVER);
         if let Table::Paged(v) = table {

@@ -16,7 +16,7 @@ impl Shadow {
         &mut self,
         idx: u32,
         block_size: u32,
-        blocks: &[u32],
+        blocks: &Pages,
         w: &SeqWork,
         step: u64,
     ) -> bool {
@@ -30,6 +30,7 @@ impl Shadow {
             ((pos / bs) as usize, pos % bs)
         };
         let s = &mut self.seqs[idx as usize];
+        let checked = &mut self.checked[idx as usize];
         let Table::Paged(old) = &mut s.table else {
             return false;
         };
@@ -38,14 +39,20 @@ impl Shadow {
             return false;
         };
         // Everything before `pos` checked, the token at `pos` known, the block holding `pos`
-        // already registered (a new block goes through `observe`), the table unchanged.
+        // already registered (a new block goes through `observe`), the table unchanged: compared
+        // once per version of the manager's list (`Pages` renumbers every change).
         if s.extent != pos
             || pos as usize >= s.history.len()
             || !s.recheck.is_empty()
             || have != k + 1
-            || old[..] != blocks[..have]
         {
             return false;
+        }
+        if *checked != blocks.version() {
+            if old[..] != blocks[..have] {
+                return false;
+            }
+            *checked = blocks.version();
         }
         let g = u64::from(b);
         if s.sole != g && !self.readers.sole(g, idx) {

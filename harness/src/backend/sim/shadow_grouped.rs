@@ -132,7 +132,15 @@ struct Seen {
     /// stream's writes there need no look at the reverse index. Cleared when anyone else
     /// starts reading the page or the record lets it go.
     sole: u32,
+    /// The manager's table this record was last found equal to, as `(pages' version, first
+    /// block)` ([`UNCHECKED_TABLE`] if none): while the table hands out the same two, its pages are
+    /// the ones compared (`Pages` renumbers every change), and the fused decode skips the
+    /// comparison. Any change to the record's blocks resets it.
+    checked: (u64, u64),
 }
+
+/// No table's version: a record not yet compared since its blocks last changed.
+const UNCHECKED_TABLE: (u64, u64) = (u64::MAX, u64::MAX);
 
 impl Default for Seen {
     fn default() -> Seen {
@@ -142,6 +150,7 @@ impl Default for Seen {
             lo: 0,
             end: 0,
             sole: NO_PAGE,
+            checked: UNCHECKED_TABLE,
         }
     }
 }
@@ -545,6 +554,7 @@ impl Shadow {
         let seen = &mut self.grouped.streams[idx as usize].tables[t];
         seen.pages.drain(..k0);
         seen.first_block = b0;
+        seen.checked = UNCHECKED_TABLE;
         seen.lo = lo;
         seen.end = end;
         if old_end < context {
@@ -557,9 +567,9 @@ impl Shadow {
         for b in s1..b1 {
             let page = table.pages[(b - m0) as usize];
             self.enter_block(idx, t, b, page, bt, (lo, context), step);
-            self.grouped.streams[idx as usize].tables[t]
-                .pages
-                .push(page);
+            let seen = &mut self.grouped.streams[idx as usize].tables[t];
+            seen.pages.push(page);
+            seen.checked = UNCHECKED_TABLE;
         }
         true
     }
@@ -665,6 +675,7 @@ impl Shadow {
             lo,
             end,
             sole: NO_PAGE,
+            checked: UNCHECKED_TABLE,
         };
     }
 }

@@ -100,7 +100,9 @@ impl Shadow {
         self.report.read_slots += end.saturating_sub(lo);
         at.push(alone.len());
         let i = idx as usize;
-        let mut pages = std::mem::take(&mut self.grouped.streams[i].tables[t].pages);
+        let seen = &mut self.grouped.streams[i].tables[t];
+        seen.checked = UNCHECKED_TABLE;
+        let mut pages = std::mem::take(&mut seen.pages);
         pages.clear();
         let g = &mut self.grouped;
         let (Kind::Grouped(cells), Some(readers)) = (&g.kind, g.readers.as_mut()) else {
@@ -162,6 +164,7 @@ impl Shadow {
             lo,
             end,
             sole: NO_PAGE,
+            checked: UNCHECKED_TABLE,
         };
     }
 

@@ -65,21 +65,26 @@ impl Shadow {
             };
         }
         let mut ok = true;
-        for ((table, seen), &c) in tables.iter().zip(&st.tables).zip(class) {
+        for ((table, seen), &c) in tables.iter().zip(st.tables.iter_mut()).zip(class) {
             let Span { lo, b0, b1, .. } = spans[c as usize];
             let n = seen.pages.len();
-            // The table's pages for blocks `b0..b1`, if it maps them all.
-            let mapped = b0
-                .checked_sub(table.first_block)
-                .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
-            if b0 != seen.first_block
-                || b1 != b0 + n as u64
-                || context != seen.end
-                || lo < seen.lo
-                || mapped != Some(&seen.pages[..])
+            if b0 != seen.first_block || b1 != b0 + n as u64 || context != seen.end || lo < seen.lo
             {
                 ok = false;
                 break;
+            }
+            // The table's pages for blocks `b0..b1`, if it maps them all — compared only when
+            // the table changed since the record last matched it (a block boundary's step).
+            let version = (table.pages.version(), table.first_block);
+            if seen.checked != version {
+                let mapped = b0
+                    .checked_sub(table.first_block)
+                    .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
+                if mapped != Some(&seen.pages[..]) {
+                    ok = false;
+                    break;
+                }
+                seen.checked = version;
             }
         }
         if !ok {

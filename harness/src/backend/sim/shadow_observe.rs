@@ -56,6 +56,7 @@ impl Shadow {
         changed.clear();
         changed.append(&mut s.recheck);
         let table = std::mem::replace(&mut s.table, Table::None);
+        self.checked[idx as usize] = UNCHECKED;
         let new_table = match *layout {
             Flat::Paged { block_size, blocks } => Table::Paged(self.observe_paged(
                 idx,
@@ -96,23 +97,28 @@ impl Shadow {
         &mut self,
         idx: u32,
         block_size: u32,
-        blocks: &[u32],
+        blocks: &Pages,
         n_read: u32,
         written_from: u32,
     ) -> bool {
         let bs = block_size.max(1);
         let n_chunks = n_read.div_ceil(bs) as usize;
         let s = &mut self.seqs[idx as usize];
+        let checked = &mut self.checked[idx as usize];
         let Table::Paged(old) = &mut s.table else {
             return false;
         };
         let have = old.len();
-        if !s.recheck.is_empty()
-            || blocks.len() < n_chunks
-            || have > n_chunks
-            || old[..] != blocks[..have]
-        {
+        if !s.recheck.is_empty() || blocks.len() < n_chunks || have > n_chunks {
             return false;
+        }
+        // Compared once per version of the manager's list; growing the record from the same
+        // list keeps it a prefix of that version.
+        if *checked != blocks.version() {
+            if old[..] != blocks[..have] {
+                return false;
+            }
+            *checked = blocks.version();
         }
         if have < n_chunks {
             old.extend_from_slice(&blocks[have..n_chunks]);

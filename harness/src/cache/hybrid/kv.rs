@@ -199,19 +199,22 @@ impl HybridKv {
         };
         let pages = self.cache.pool.pages();
         let mut bad = entry.tables.clone();
-        let Some(first) = bad.iter_mut().find_map(|t| t.pages.first_mut()) else {
+        let Some((table, first)) = bad
+            .iter_mut()
+            .find_map(|t| t.pages.first().copied().map(|p| (t, p)))
+        else {
             self.bad_layouts.remove(&seq);
             return;
         };
         let holds = |p: u32| entry.tables.iter().any(|t| t.pages.contains(&p));
-        let mut wrong = (*first + 1) % pages;
+        let mut wrong = (first + 1) % pages;
         for _ in 0..pages {
             if !holds(wrong) {
                 break;
             }
             wrong = (wrong + 1) % pages;
         }
-        *first = wrong;
+        table.pages.set(0, wrong);
         self.bad_layouts.insert(seq, bad);
     }
 

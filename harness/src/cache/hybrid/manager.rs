@@ -185,21 +185,21 @@ impl HybridCache {
         for (t, (spec, table)) in self.layout.tables.iter().zip(&mut entry.tables).enumerate() {
             let bt = spec.block_tokens as u64;
             if n > 0 && old % bt != 0 {
-                if let Some(last) = table.pages.last_mut() {
-                    if self.pool.refs(*last).is_some_and(|r| r > 1) {
+                if let Some(last) = table.pages.last().copied() {
+                    if self.pool.refs(last).is_some_and(|r| r > 1) {
                         if self.skip_cow {
                             self.skipped_copies += 1;
                         } else {
                             let dst = self.pool.take(spec.block_tokens)?;
-                            let carried = self.pool.written(*last).unwrap_or(0);
+                            let carried = self.pool.written(last).unwrap_or(0);
                             self.pool.note_written(dst, carried)?;
                             copies.push(PageCopy {
                                 table: t,
-                                src: *last,
+                                src: last,
                                 dst,
                             });
-                            self.pool.drop_ref(*last)?;
-                            *last = dst;
+                            self.pool.drop_ref(last)?;
+                            table.pages.set(table.pages.len() - 1, dst);
                         }
                     }
                 }
@@ -263,7 +263,7 @@ impl HybridCache {
                 let (first, _) = spec.held_blocks(upto);
                 let gone = first.saturating_sub(table.first_block);
                 let gone = usize::try_from(gone).map_err(|_| HybridError::Overflow("blocks"))?;
-                for page in table.pages.drain(..gone.min(table.pages.len())) {
+                for page in table.pages.drain_front(gone) {
                     self.pool.drop_ref(page)?;
                 }
                 table.first_block = table.first_block.max(first);

@@ -1,0 +1,233 @@
+//! A block table's page list that takes a fresh version number at every change.
+//!
+//! A verifier (`sim`'s shadow) compares each scheduled stream's tables with its own copy every
+//! step, since nothing a manager *says* about what changed can be trusted: the manager is the
+//! code under test. The version is not something a manager says. Only this type's methods
+//! change the list, every one of them that changes it takes a number no list has had, and a
+//! clone keeps its number only with its contents; so two lists with one version hold the same
+//! pages, whatever the code holding them did, short of `unsafe`. A verifier that compared a
+//! list and remembered its version skips the comparison while the version is the same.
+//!
+//! The numbers come from one process-wide counter (a relaxed atomic add: a list changes when a
+//! sequence enters or leaves a block, not at every token). Version 0 is the empty list every
+//! [`Pages::default`] starts as.
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The next version any list takes; 0 is the default empty list's.
+static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
+
+fn fresh() -> u64 {
+    NEXT_VERSION.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A list of page (block) ids, read as a slice, changed only through methods that renumber it.
+#[derive(Debug, Clone, Default)]
+pub struct Pages {
+    list: Vec<u32>,
+    version: u64,
+}
+
+impl Pages {
+    /// An empty list (version 0, as every empty default list).
+    pub fn new() -> Pages {
+        Pages::default()
+    }
+
+    /// The number this list's contents took at its last change: equal numbers, equal lists.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        &self.list
+    }
+
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.list.clone()
+    }
+
+    pub fn push(&mut self, page: u32) {
+        self.list.push(page);
+        self.version = fresh();
+    }
+
+    pub fn pop(&mut self) -> Option<u32> {
+        let page = self.list.pop();
+        if page.is_some() {
+            self.version = fresh();
+        }
+        page
+    }
+
+    /// Replaces the page at `i`, returning the old one (`None`, nothing changed, past the end).
+    pub fn set(&mut self, i: usize, page: u32) -> Option<u32> {
+        let old = std::mem::replace(self.list.get_mut(i)?, page);
+        if old != page {
+            self.version = fresh();
+        }
+        Some(old)
+    }
+
+    /// Takes the first `n` pages (all of them if fewer are held).
+    pub fn drain_front(&mut self, n: usize) -> std::vec::Drain<'_, u32> {
+        let n = n.min(self.list.len());
+        if n > 0 {
+            self.version = fresh();
+        }
+        self.list.drain(..n)
+    }
+
+    /// Rotates the list `n` places left (a ring of pages turning).
+    pub fn rotate_left(&mut self, n: usize) {
+        let len = self.list.len();
+        if len > 0 && !n.is_multiple_of(len) {
+            self.list.rotate_left(n % len);
+            self.version = fresh();
+        }
+    }
+
+    pub fn clear(&mut self) {
+        if !self.list.is_empty() {
+            self.list.clear();
+            self.version = fresh();
+        }
+    }
+
+    pub fn extend(&mut self, pages: impl IntoIterator<Item = u32>) {
+        let before = self.list.len();
+        self.list.extend(pages);
+        if self.list.len() != before {
+            self.version = fresh();
+        }
+    }
+
+    /// Makes this list a copy of `other`, version included (the same contents).
+    pub fn clone_from_pages(&mut self, other: &Pages) {
+        self.list.clone_from(&other.list);
+        self.version = other.version;
+    }
+
+    pub fn into_vec(self) -> Vec<u32> {
+        self.list
+    }
+}
+
+impl Deref for Pages {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.list
+    }
+}
+
+impl From<Vec<u32>> for Pages {
+    fn from(list: Vec<u32>) -> Pages {
+        let version = if list.is_empty() { 0 } else { fresh() };
+        Pages { list, version }
+    }
+}
+
+impl FromIterator<u32> for Pages {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Pages {
+        Pages::from(iter.into_iter().collect::<Vec<u32>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a Pages {
+    type Item = &'a u32;
+    type IntoIter = std::slice::Iter<'a, u32>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+impl IntoIterator for Pages {
+    type Item = u32;
+    type IntoIter = std::vec::IntoIter<u32>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.into_iter()
+    }
+}
+
+/// Lists are equal by contents; the version only says when they surely are.
+impl PartialEq for Pages {
+    fn eq(&self, other: &Pages) -> bool {
+        self.list == other.list
+    }
+}
+
+impl Eq for Pages {}
+
+impl PartialEq<[u32]> for Pages {
+    fn eq(&self, other: &[u32]) -> bool {
+        self.list == other
+    }
+}
+
+impl PartialEq<Vec<u32>> for Pages {
+    fn eq(&self, other: &Vec<u32>) -> bool {
+        &self.list == other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every change renumbers the list, a no-op does not, and no two contents share a number.
+    #[test]
+    fn every_change_takes_a_fresh_version_and_equal_versions_mean_equal_lists() {
+        let mut seen: Vec<(u64, Vec<u32>)> = Vec::new();
+        let mut note = |p: &Pages| {
+            for (v, list) in &seen {
+                if *v == p.version() {
+                    assert_eq!(list[..], p[..], "version {v} names two lists");
+                }
+            }
+            seen.push((p.version(), p.to_vec()));
+        };
+        let mut p = Pages::new();
+        assert_eq!(p.version(), 0);
+        note(&p);
+        p.push(7);
+        assert_ne!(p.version(), 0);
+        note(&p);
+        let before = p.version();
+        p.extend(std::iter::empty());
+        assert_eq!(p.set(0, 7), Some(7));
+        assert_eq!(p.set(3, 1), None);
+        assert_eq!(p.drain_front(0).count(), 0);
+        assert_eq!(p.version(), before, "no-ops keep the number");
+        let mut q = p.clone();
+        assert_eq!(q.version(), p.version(), "a clone has the same contents");
+        q.push(9);
+        p.push(8);
+        assert_ne!(q.version(), p.version(), "two clones changed differently");
+        note(&q);
+        note(&p);
+        assert_eq!(p.set(0, 5), Some(7));
+        note(&p);
+        assert_eq!(p.drain_front(1).collect::<Vec<_>>(), vec![5]);
+        note(&p);
+        p.extend([1, 2, 3]);
+        note(&p);
+        let before = p.version();
+        p.rotate_left(4);
+        assert_eq!(p.version(), before, "a whole turn is a no-op");
+        p.rotate_left(1);
+        assert_eq!(p[..], [1, 2, 3, 8]);
+        note(&p);
+        p.rotate_left(2);
+        note(&p);
+        assert_eq!(p.pop(), Some(2));
+        note(&p);
+        p.clear();
+        note(&p);
+        let r = Pages::from(vec![8, 1]);
+        note(&r);
+        q.clone_from_pages(&r);
+        assert_eq!((q.version(), &q[..]), (r.version(), &[8, 1][..]));
+        assert_eq!(Pages::from(Vec::new()).version(), 0);
+    }
+}
