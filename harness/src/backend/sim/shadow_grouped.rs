@@ -521,16 +521,19 @@ impl Shadow {
         let (b0, b1) = (lo / bt, (end - 1) / bt + 1);
         let (s0, s1) = (seen.first_block, seen.end_block());
         let (m0, m1) = (table.first_block, table.end_block());
-        // A decode inside the blocks read last time: compare, move the read range, done.
+        let version = (table.pages.version(), table.first_block);
+        // A decode inside the blocks read last time: compare (unless this version of the table
+        // was), move the read range, done.
         if b0 == s0 && b1 == s1 && m0 <= b0 && b1 <= m1 && context == seen.end {
             let j0 = (b0 - m0) as usize;
-            if seen.pages[..] != table.pages[j0..j0 + seen.pages.len()] {
+            if seen.checked != version && seen.pages[..] != table.pages[j0..j0 + seen.pages.len()] {
                 return false;
             }
             self.report.read_slots += end - lo;
             let seen = &mut self.grouped.streams[idx as usize].tables[t];
             seen.lo = lo;
             seen.end = end;
+            seen.checked = version;
             return true;
         }
         // The table maps everything read; the record starts at or before the read range and
@@ -567,10 +570,13 @@ impl Shadow {
         for b in s1..b1 {
             let page = table.pages[(b - m0) as usize];
             self.enter_block(idx, t, b, page, bt, (lo, context), step);
-            let seen = &mut self.grouped.streams[idx as usize].tables[t];
-            seen.pages.push(page);
-            seen.checked = UNCHECKED_TABLE;
+            self.grouped.streams[idx as usize].tables[t]
+                .pages
+                .push(page);
         }
+        // The record is now the table's blocks `b0..b1`: the part kept was compared, the rest
+        // copied from it.
+        self.grouped.streams[idx as usize].tables[t].checked = version;
         true
     }
 
