@@ -11,8 +11,7 @@ mod shadow_grouped_support;
 mod support;
 
 use kvbench::backend::sim::SimBackend;
-use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, TierSetup};
-use kvbench::model::ModelShape;
+use kvbench::backend::{Backend, SeqWork, StepPlan};
 use kvbench_cache_api::{CacheMode, Fault, KvCacheManager, StartRequest};
 
 use shadow_grouped_support::{manager, mixes, MANAGERS};
@@ -28,20 +27,8 @@ const FAULT_AFTER_DECODES: [u32; 2] = [3, 4];
 /// One stream through `cache` on a shadowed sim backend: its prompt, `decodes` decodes, then
 /// the fault armed and one decode more. Returns the shadow's violations after each step.
 fn violations_by_step(mut cache: Box<dyn KvCacheManager>, decodes: u32, label: &str) -> Vec<u64> {
-    let setup = RunSetup {
-        model: ModelShape::tiny(),
-        device: "cpu".into(),
-        scenario_dir: None,
-        cache_slots: cache.accounting().total_slots,
-        block_size: cache.block_size(),
-        seed: 1,
-        max_step_tokens: 256,
-        swap_gbytes_per_s: None,
-        workspace_bytes: None,
-        profile: Some(engine_support::engine_test_device()),
-        clock: Default::default(),
-        tiers: TierSetup::default(),
-    };
+    let setup =
+        engine_support::bare_sim_setup(cache.accounting().total_slots, cache.block_size(), 256);
     let mut be = SimBackend::new(&setup)
         .expect("sim")
         .with_shadow()

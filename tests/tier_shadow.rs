@@ -9,7 +9,6 @@
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{Backend, DiskLink, RunSetup, SeqWork, StepPlan, TierSetup};
-use kvbench::model::ModelShape;
 use kvbench_cache_api::{
     BlockLoc, CacheMode, KvCacheManager, ReuseScope, ScopeKey, SeqId, SeqLayout, StartRequest,
     Tier, TierOp,
@@ -72,17 +71,6 @@ struct Rig {
 impl Rig {
     fn new(mode: CacheMode, host_blocks: u32, disk_blocks: u32) -> Rig {
         let setup = RunSetup {
-            model: ModelShape::tiny(),
-            device: "cpu".into(),
-            scenario_dir: None,
-            cache_slots: SLOTS,
-            block_size: BS,
-            seed: 1,
-            max_step_tokens: 256,
-            swap_gbytes_per_s: None,
-            workspace_bytes: None,
-            profile: Some(engine_support::engine_test_device()),
-            clock: Default::default(),
             tiers: TierSetup {
                 host_blocks,
                 disk_blocks,
@@ -94,6 +82,7 @@ impl Rig {
                 }),
                 ..TierSetup::default()
             },
+            ..engine_support::bare_sim_setup(SLOTS, BS, 256)
         };
         Rig {
             cache: kvbench::cache::build(mode, SLOTS, BS, false),

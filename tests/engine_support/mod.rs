@@ -65,12 +65,25 @@ pub fn config(mode: CacheMode, scheduler: SchedulerSpec) -> EngineConfig {
 pub fn sim_setup(model: &ModelShape, cfg: &EngineConfig, cache_slots: u64) -> RunSetup {
     RunSetup {
         model: model.clone(),
+        ..bare_sim_setup(
+            cache_slots,
+            cfg.block_size,
+            cfg.scheduler.max_tokens_per_step,
+        )
+    }
+}
+
+/// The same without an engine config, for tests that drive a backend by hand: the tiny model,
+/// the engine tests' device profile, seed 1, no swap link, workspace or lower tier.
+pub fn bare_sim_setup(cache_slots: u64, block_size: u32, max_step_tokens: u32) -> RunSetup {
+    RunSetup {
+        model: ModelShape::tiny(),
         device: "cpu".into(),
         scenario_dir: None,
         cache_slots,
-        block_size: cfg.block_size,
+        block_size,
         seed: 1,
-        max_step_tokens: cfg.scheduler.max_tokens_per_step,
+        max_step_tokens,
         swap_gbytes_per_s: None,
         workspace_bytes: None,
         profile: Some(engine_test_device()),

@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
-use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, SwapDirection, SwapOp, TierSetup};
-use kvbench::model::ModelShape;
+use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, SwapDirection, SwapOp};
 use kvbench_cache_api::{
     AllocError, CacheMode, CopyOp, KvCacheManager, ReleaseReason, SeqId, StartRequest, StepId,
 };
@@ -61,18 +60,8 @@ impl Driver {
         let slots = cache.accounting().total_slots;
         let paged = cache.mode() == CacheMode::Paged;
         let setup = RunSetup {
-            model: ModelShape::tiny(),
-            device: "cpu".into(),
-            scenario_dir: None,
-            cache_slots: slots,
-            block_size: cache.block_size(),
             seed,
-            max_step_tokens: CHUNK_TOKENS,
-            swap_gbytes_per_s: None,
-            workspace_bytes: None,
-            profile: Some(crate::engine_support::engine_test_device()),
-            clock: Default::default(),
-            tiers: TierSetup::default(),
+            ..crate::engine_support::bare_sim_setup(slots, cache.block_size(), CHUNK_TOKENS)
         };
         Driver {
             cache,
