@@ -10,7 +10,8 @@
 //!
 //! The numbers come from one process-wide counter (a relaxed atomic add: a list changes when a
 //! sequence enters or leaves a block, not at every token). Version 0 is the empty list every
-//! [`Pages::default`] starts as.
+//! [`Pages::default`] starts as. Every method is `#[inline]`: managers in other crates call them
+//! on their hot paths, and without it each was a call.
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The next version any list takes; 0 is the default empty list's.
 static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
 
+#[inline]
 fn fresh() -> u64 {
     NEXT_VERSION.fetch_add(1, Ordering::Relaxed)
 }
@@ -31,28 +33,34 @@ pub struct Pages {
 
 impl Pages {
     /// An empty list (version 0, as every empty default list).
+    #[inline]
     pub fn new() -> Pages {
         Pages::default()
     }
 
     /// The number this list's contents took at its last change: equal numbers, equal lists.
+    #[inline]
     pub fn version(&self) -> u64 {
         self.version
     }
 
+    #[inline]
     pub fn as_slice(&self) -> &[u32] {
         &self.list
     }
 
+    #[inline]
     pub fn to_vec(&self) -> Vec<u32> {
         self.list.clone()
     }
 
+    #[inline]
     pub fn push(&mut self, page: u32) {
         self.list.push(page);
         self.version = fresh();
     }
 
+    #[inline]
     pub fn pop(&mut self) -> Option<u32> {
         let page = self.list.pop();
         if page.is_some() {
@@ -62,6 +70,7 @@ impl Pages {
     }
 
     /// Replaces the page at `i`, returning the old one (`None`, nothing changed, past the end).
+    #[inline]
     pub fn set(&mut self, i: usize, page: u32) -> Option<u32> {
         let old = std::mem::replace(self.list.get_mut(i)?, page);
         if old != page {
@@ -71,6 +80,7 @@ impl Pages {
     }
 
     /// Takes the first `n` pages (all of them if fewer are held).
+    #[inline]
     pub fn drain_front(&mut self, n: usize) -> std::vec::Drain<'_, u32> {
         let n = n.min(self.list.len());
         if n > 0 {
@@ -80,6 +90,7 @@ impl Pages {
     }
 
     /// Rotates the list `n` places left (a ring of pages turning).
+    #[inline]
     pub fn rotate_left(&mut self, n: usize) {
         let len = self.list.len();
         if len > 0 && !n.is_multiple_of(len) {
@@ -88,6 +99,7 @@ impl Pages {
         }
     }
 
+    #[inline]
     pub fn clear(&mut self) {
         if !self.list.is_empty() {
             self.list.clear();
@@ -95,6 +107,7 @@ impl Pages {
         }
     }
 
+    #[inline]
     pub fn extend(&mut self, pages: impl IntoIterator<Item = u32>) {
         let before = self.list.len();
         self.list.extend(pages);
@@ -104,11 +117,13 @@ impl Pages {
     }
 
     /// Makes this list a copy of `other`, version included (the same contents).
+    #[inline]
     pub fn clone_from_pages(&mut self, other: &Pages) {
         self.list.clone_from(&other.list);
         self.version = other.version;
     }
 
+    #[inline]
     pub fn into_vec(self) -> Vec<u32> {
         self.list
     }
@@ -116,12 +131,14 @@ impl Pages {
 
 impl Deref for Pages {
     type Target = [u32];
+    #[inline]
     fn deref(&self) -> &[u32] {
         &self.list
     }
 }
 
 impl From<Vec<u32>> for Pages {
+    #[inline]
     fn from(list: Vec<u32>) -> Pages {
         let version = if list.is_empty() { 0 } else { fresh() };
         Pages { list, version }
@@ -129,6 +146,7 @@ impl From<Vec<u32>> for Pages {
 }
 
 impl FromIterator<u32> for Pages {
+    #[inline]
     fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Pages {
         Pages::from(iter.into_iter().collect::<Vec<u32>>())
     }
@@ -137,6 +155,7 @@ impl FromIterator<u32> for Pages {
 impl<'a> IntoIterator for &'a Pages {
     type Item = &'a u32;
     type IntoIter = std::slice::Iter<'a, u32>;
+    #[inline]
     fn into_iter(self) -> Self::IntoIter {
         self.list.iter()
     }
@@ -145,6 +164,7 @@ impl<'a> IntoIterator for &'a Pages {
 impl IntoIterator for Pages {
     type Item = u32;
     type IntoIter = std::vec::IntoIter<u32>;
+    #[inline]
     fn into_iter(self) -> Self::IntoIter {
         self.list.into_iter()
     }
@@ -152,6 +172,7 @@ impl IntoIterator for Pages {
 
 /// Lists are equal by contents; the version only says when they surely are.
 impl PartialEq for Pages {
+    #[inline]
     fn eq(&self, other: &Pages) -> bool {
         self.list == other.list
     }
@@ -160,12 +181,14 @@ impl PartialEq for Pages {
 impl Eq for Pages {}
 
 impl PartialEq<[u32]> for Pages {
+    #[inline]
     fn eq(&self, other: &[u32]) -> bool {
         self.list == other
     }
 }
 
 impl PartialEq<Vec<u32>> for Pages {
+    #[inline]
     fn eq(&self, other: &Vec<u32>) -> bool {
         &self.list == other
     }
