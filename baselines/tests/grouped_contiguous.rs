@@ -212,11 +212,11 @@ fn a_fork_reserves_again_and_copies_written_pages_as_page_ops() {
                 &[
                     GroupTable {
                         first_block: 0,
-                        pages: vec![0, 1, 2, 3]
+                        pages: vec![0, 1, 2, 3].into()
                     },
                     GroupTable {
                         first_block: 1,
-                        pages: vec![6, 7, 5]
+                        pages: vec![6, 7, 5].into()
                     }
                 ]
             );
