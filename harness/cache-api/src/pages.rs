@@ -32,26 +32,10 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// An empty list (version 0, as every empty default list).
-    #[inline]
-    pub fn new() -> Pages {
-        Pages::default()
-    }
-
     /// The number this list's contents took at its last change: equal numbers, equal lists.
     #[inline]
     pub fn version(&self) -> u64 {
         self.version
-    }
-
-    #[inline]
-    pub fn as_slice(&self) -> &[u32] {
-        &self.list
-    }
-
-    #[inline]
-    pub fn to_vec(&self) -> Vec<u32> {
-        self.list.clone()
     }
 
     #[inline]
@@ -114,18 +98,6 @@ impl Pages {
         if self.list.len() != before {
             self.version = fresh();
         }
-    }
-
-    /// Makes this list a copy of `other`, version included (the same contents).
-    #[inline]
-    pub fn clone_from_pages(&mut self, other: &Pages) {
-        self.list.clone_from(&other.list);
-        self.version = other.version;
-    }
-
-    #[inline]
-    pub fn into_vec(self) -> Vec<u32> {
-        self.list
     }
 }
 
@@ -210,7 +182,7 @@ mod tests {
             }
             seen.push((p.version(), p.to_vec()));
         };
-        let mut p = Pages::new();
+        let mut p = Pages::default();
         assert_eq!(p.version(), 0);
         note(&p);
         p.push(7);
@@ -249,7 +221,7 @@ mod tests {
         note(&p);
         let r = Pages::from(vec![8, 1]);
         note(&r);
-        q.clone_from_pages(&r);
+        q.clone_from(&r);
         assert_eq!((q.version(), &q[..]), (r.version(), &[8, 1][..]));
         assert_eq!(Pages::from(Vec::new()).version(), 0);
     }

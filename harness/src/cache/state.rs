@@ -96,7 +96,7 @@ impl PagedCache {
 
     /// The real block table (not the possibly corrupted `layout`).
     pub fn block_table(&self, seq: SeqId) -> Option<&[u32]> {
-        self.seqs.get(&seq).map(|s| s.blocks.as_slice())
+        self.seqs.get(&seq).map(|s| &s.blocks[..])
     }
 
     pub fn ref_count(&self, block: u32) -> u32 {

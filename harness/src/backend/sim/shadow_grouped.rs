@@ -158,6 +158,18 @@ impl Default for Seen {
 const NO_PAGE: u32 = u32::MAX;
 
 impl Seen {
+    /// A record of blocks `first_block ..` through `pages`, read at `lo..end`, not yet known
+    /// alone on any page nor compared with any version of the table.
+    fn new(first_block: u64, pages: Vec<u32>, lo: u64, end: u64) -> Seen {
+        Seen {
+            first_block,
+            pages,
+            lo,
+            end,
+            ..Seen::default()
+        }
+    }
+
     fn end_block(&self) -> u64 {
         self.first_block + self.pages.len() as u64
     }
@@ -675,13 +687,6 @@ impl Shadow {
                 self.queue_grouped(idx, t, page, from, phi, step);
             }
         }
-        self.grouped.streams[idx as usize].tables[t] = Seen {
-            first_block: b0,
-            pages,
-            lo,
-            end,
-            sole: NO_PAGE,
-            checked: UNCHECKED_TABLE,
-        };
+        self.grouped.streams[idx as usize].tables[t] = Seen::new(b0, pages, lo, end);
     }
 }

@@ -158,14 +158,7 @@ impl Shadow {
                 }
             }
         }
-        self.grouped.streams[i].tables[t] = Seen {
-            first_block: b0,
-            pages,
-            lo,
-            end,
-            sole: NO_PAGE,
-            checked: UNCHECKED_TABLE,
-        };
+        self.grouped.streams[i].tables[t] = Seen::new(b0, pages, lo, end);
     }
 
     /// Write the step's tokens `0..end` into table `t`: positions before its record's first
