@@ -111,13 +111,52 @@ impl GroupedState {
 }
 
 /// One stream's tables as last checked.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Stream {
     tables: Vec<Seen>,
     /// `(table, block)`s a foreign write changed under the record: re-checked at the next read.
     recheck: Vec<(u32, u64)>,
     /// Tags copied out by a swap-out, per table: `(first position, tags)`.
     host: Option<Vec<(u64, Vec<Tag>)>>,
+    /// The end `e` of the stream's last step when every record was left as its shape reads at
+    /// `e` ([`Stream::settle`]): blocks `lo / bt .. (e − 1) / bt + 1`, positions `lo .. e`, `lo =
+    /// readable_from(shape, e) < e`. Then the fused decode compares the read range once a
+    /// shape, not once a table. [`UNSETTLED`] otherwise; any step but a fused decode starts by
+    /// setting it so, as does dropping the records.
+    settled: u64,
+}
+
+/// No end the records are known to be settled at.
+const UNSETTLED: u64 = u64::MAX;
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream {
+            tables: Vec::new(),
+            recheck: Vec::new(),
+            host: None,
+            settled: UNSETTLED,
+        }
+    }
+}
+
+impl Stream {
+    /// After a step through the general path (or a fresh one) that ended at `end`: whether
+    /// every record is as its shape reads at `end`, remembered for the next fused decode.
+    fn settle(&mut self, shapes: &[TableShape], end: u64) {
+        let settled = end > 0
+            && self.tables.len() == shapes.len()
+            && self.tables.iter().zip(shapes).all(|(seen, shape)| {
+                let bt = u64::from(shape.block_tokens.max(1));
+                let lo = readable_from(shape, end);
+                lo < end
+                    && seen.lo == lo
+                    && seen.end == end
+                    && seen.first_block == lo / bt
+                    && seen.end_block() == (end - 1) / bt + 1
+            });
+        self.settled = if settled { end } else { UNSETTLED };
+    }
 }
 
 /// One table of a stream as last checked: the pages of logical blocks `first_block ..`, each
@@ -310,19 +349,23 @@ impl Shadow {
             self.drop_records(idx, NEVER);
             self.grouped.streams[i].host = None;
         }
-        self.grouped.streams[i]
-            .tables
-            .resize_with(tables.len(), Seen::default);
+        let st = &mut self.grouped.streams[i];
+        if st.tables.len() != tables.len() {
+            st.tables.resize_with(tables.len(), Seen::default);
+            st.settled = UNSETTLED;
+        }
         self.flight_of(step);
         let shortcuts = !self.grouped.general_only;
         if shortcuts && self.decode_grouped(idx, shapes, tables, w, step) {
             return;
         }
-        if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
-            return;
-        }
         let context = u64::from(w.context_tokens);
         let end = context + u64::from(w.new_tokens);
+        self.grouped.streams[i].settled = UNSETTLED;
+        if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
+            self.grouped.streams[i].settle(shapes, end);
+            return;
+        }
         let mut recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
         // Every table followed before any is written: a write through one table then meets
         // every record of the stream as this step reads it (a record not yet followed would
@@ -346,6 +389,7 @@ impl Shadow {
         if st.recheck.is_empty() {
             st.recheck = recheck;
         }
+        st.settle(shapes, end);
     }
 
     /// The flight of step `step`, opened if it is not yet.
@@ -464,6 +508,7 @@ impl Shadow {
         };
         let mut tables = std::mem::take(&mut st.tables);
         st.recheck.clear();
+        st.settled = UNSETTLED;
         if self.flight_at(prev).is_none() {
             // Nothing the records read is in flight: unheld now, in one pass.
             if let (Kind::Grouped(cells), Some(r)) =

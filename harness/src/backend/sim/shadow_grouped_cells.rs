@@ -18,6 +18,8 @@ pub(in crate::backend::sim) struct Cells {
     /// of two shapes).
     distinct: Vec<TableShape>,
     class: Vec<u32>,
+    /// Tables of each distinct shape.
+    class_counts: Vec<u64>,
 }
 
 /// The tags themselves, apart from the run's shapes so that a fused decode can store through
@@ -79,7 +81,7 @@ impl Cells {
             })?;
         let tags = LazyArray::zeroed(cells).ok_or("cell store too large")?;
         let mut distinct: Vec<TableShape> = Vec::new();
-        let class = shapes
+        let class: Vec<u32> = shapes
             .iter()
             .map(|s| {
                 let at = distinct.iter().position(|d| d == s).unwrap_or_else(|| {
@@ -89,6 +91,10 @@ impl Cells {
                 at as u32
             })
             .collect();
+        let mut class_counts = vec![0u64; distinct.len()];
+        for &c in &class {
+            class_counts[c as usize] += 1;
+        }
         Ok(Cells {
             t: CellTags {
                 tags,
@@ -99,6 +105,7 @@ impl Cells {
             shapes: shapes.to_vec(),
             distinct,
             class,
+            class_counts,
         })
     }
 
@@ -115,6 +122,11 @@ impl Cells {
     /// The run's distinct table shapes, and each table's index into them.
     pub fn classes(&self) -> (&[TableShape], &[u32]) {
         (&self.distinct, &self.class)
+    }
+
+    /// How many tables each distinct shape has.
+    pub fn class_counts(&self) -> &[u64] {
+        &self.class_counts
     }
 
     /// Why a layout does not fit this run's store, if it does not.

@@ -9,12 +9,14 @@ use super::*;
 
 impl Shadow {
     /// A decode through tables that all read the same blocks as last step, through the same
-    /// pages: compare each table with its record, move the read ranges and store the token's
-    /// tag in every table — blind where the record alone holds its last page. A shape's
-    /// arithmetic is done once a decode (`Cells::classes`: Gemma 3's 31 tables have two
-    /// shapes), and the per-table work is the comparison, a few bounds and one store. Returns
-    /// false, having changed nothing, when any table needs the general path (a block entered or
-    /// left, a page moved, a re-check is due, the stream is new).
+    /// pages: move the read ranges and store the token's tag in every table — blind where the
+    /// record alone holds its last page. The records were left settled at this decode's
+    /// context ([`Stream::settled`]), so whether a table's read range still covers the same
+    /// blocks is a shape's question, asked once a shape (`Cells::classes`: Gemma 3's 31 tables
+    /// have two); a table's own work is its version (its pages compared only when it changed),
+    /// its read range and one store. Returns false, having changed nothing, when any table
+    /// needs the general path (a block entered or left, a page moved, a re-check is due, the
+    /// stream is new).
     pub(super) fn decode_grouped(
         &mut self,
         idx: u32,
@@ -35,49 +37,54 @@ impl Shadow {
         };
         let (distinct, class) = cells.classes();
         // The caller checked the layout against the run's shapes (`Cells::refuses`).
-        if !st.recheck.is_empty()
+        if st.settled != context
+            || !st.recheck.is_empty()
             || st.tables.len() != tables.len()
             || class.len() != tables.len()
             || shapes.len() != tables.len()
+            || distinct.len() > MAX_SHAPES
         {
             return false;
         }
         let Some(tag) = token_tag(&self.seqs[i], context) else {
             return false;
         };
-        // What each shape reads: `lo`, blocks `b0..b1`, the token's offset in its block. On
-        // the stack: a run with more distinct shapes than `MAX_SHAPES` takes the general path.
-        if distinct.len() > MAX_SHAPES {
-            return false;
-        }
+        // What each shape reads now, which must be the blocks it read at `context` (where every
+        // record of the shape was left): the token does not start a block, and the window's
+        // first position stayed in its block. And the token's offset in its block.
         let mut spans = [Span::default(); MAX_SHAPES];
         for (span, shape) in spans.iter_mut().zip(distinct) {
             let bt = u64::from(shape.block_tokens.max(1));
-            let lo = readable_from(shape, end);
-            if lo >= end {
+            let off = context % bt;
+            let (lo, was) = (readable_from(shape, end), readable_from(shape, context));
+            if off == 0 || lo >= end || lo < was || (lo != was && lo / bt != was / bt) {
                 return false;
             }
             *span = Span {
                 lo,
-                b0: lo / bt,
-                b1: (end - 1) / bt + 1,
-                off: (context % bt) as u32,
+                off: off as u32,
             };
         }
+        // One pass: a table that changed since its record last matched it must still name the
+        // record's pages (a page moved under an unmoved read range takes the general path);
+        // then its read range moves and the token's tag is stored. A pass that stops early
+        // has moved the earlier tables' ranges and stored their tags — what the general path
+        // then does for them anyway (its follow of a record already at `end` checks nothing
+        // new, its stores rewrite the same tags) — and counted nothing.
+        let slow = &mut g.slow;
+        slow.clear();
+        let (mut written, mut outside) = (0u64, None);
+        let (class, tags) = cells.classes_and_tags();
         let mut ok = true;
-        for ((table, seen), &c) in tables.iter().zip(st.tables.iter_mut()).zip(class) {
-            let Span { lo, b0, b1, .. } = spans[c as usize];
-            let n = seen.pages.len();
-            if b0 != seen.first_block || b1 != b0 + n as u64 || context != seen.end || lo < seen.lo
-            {
-                ok = false;
-                break;
-            }
-            // The table's pages for blocks `b0..b1`, if it maps them all — compared only when
-            // the table changed since the record last matched it (a block boundary's step).
+        for (t, ((seen, &c), table)) in st.tables.iter_mut().zip(class).zip(tables).enumerate() {
+            // `% MAX_SHAPES` keeps the index in the array without a check (`c` < the distinct
+            // shapes ≤ MAX_SHAPES already).
+            let Span { lo, off } = spans[c as usize % MAX_SHAPES];
             let version = (table.pages.version(), table.first_block);
             if seen.checked != version {
-                let mapped = b0
+                // The record is settled: its first block is the one the shape reads from.
+                let n = seen.pages.len();
+                let mapped = (seen.first_block)
                     .checked_sub(table.first_block)
                     .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
                 if mapped != Some(&seen.pages[..]) {
@@ -86,21 +93,9 @@ impl Shadow {
                 }
                 seen.checked = version;
             }
-        }
-        if !ok {
-            return false;
-        }
-        // Unmoved everywhere: move the read ranges, store the tag.
-        let mut slow = std::mem::take(&mut g.slow);
-        slow.clear();
-        let (mut read, mut written, mut outside) = (0u64, 0u64, None);
-        let (class, tags) = cells.classes_and_tags();
-        for (t, (seen, &c)) in st.tables.iter_mut().zip(class).enumerate() {
-            let Span { lo, off, .. } = spans[c as usize];
             seen.lo = lo;
             seen.end = end;
-            read += end - lo;
-            // The token's block is the record's last (`b1 − 1`), through the same page.
+            // The token's block is the record's last, through the same page.
             let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
             if seen.sole != page {
                 slow.push(t as u32);
@@ -110,7 +105,15 @@ impl Shadow {
                 outside.get_or_insert((t, page));
             }
         }
-        g.slow = slow;
+        if !ok {
+            return false;
+        }
+        // Every table of a shape reads the same positions.
+        let read: u64 = (cells.class_counts().iter().zip(&spans))
+            .map(|(&n, s)| n * (end - s.lo))
+            .sum();
+        st.settled = end;
+        let any_slow = !slow.is_empty();
         self.report.read_slots += read;
         self.report.written_slots += written;
         if let Some((t, page)) = outside {
@@ -119,6 +122,9 @@ impl Shadow {
                  {page} outside the pool",
                 w.seq
             ));
+        }
+        if !any_slow {
+            return true;
         }
         // Tables whose page someone else may read: the general write (the table is unchanged,
         // so it names the record's page), through the reverse index.
@@ -389,14 +395,14 @@ fn token_tag(s: &SeqShadow, pos: u64) -> Option<Tag> {
 }
 
 /// Distinct table shapes a fused decode handles (Gemma 3 and gpt-oss have two, Qwen3-Next one).
+/// A power of two: an index `% MAX_SHAPES` needs no bounds check.
 const MAX_SHAPES: usize = 4;
+const _: () = assert!(MAX_SHAPES.is_power_of_two());
 
-/// What one table shape reads at a decode: the first readable position, the blocks `b0..b1` it
-/// spans and the new token's offset in its block — the same for every table of the shape.
+/// What one table shape reads at a decode: the first readable position and the new token's
+/// offset in its block — the same for every table of the shape.
 #[derive(Debug, Clone, Copy, Default)]
 struct Span {
     lo: u64,
-    b0: u64,
-    b1: u64,
     off: u32,
 }
