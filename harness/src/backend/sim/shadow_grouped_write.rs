@@ -14,9 +14,9 @@ impl Shadow {
     /// context ([`Stream::settled`]), so whether a table's read range still covers the same
     /// blocks is a shape's question, asked once a shape (`Cells::classes`: Gemma 3's 31 tables
     /// have two); a table's own work is its version (its pages compared only when it changed),
-    /// its read range and one store. Returns false, having changed nothing, when any table
-    /// needs the general path (a block entered or left, a page moved, a re-check is due, the
-    /// stream is new).
+    /// its read range and one store. Returns false when any table needs the general path (a
+    /// block entered or left, a page moved, a re-check is due, the stream is new), having
+    /// changed nothing that path does not redo the same way (the pass below).
     pub(super) fn decode_grouped(
         &mut self,
         idx: u32,
