@@ -11,10 +11,9 @@ mod engine_support;
 mod shadow_grouped_support;
 mod support;
 
-use kvbench::backend::sim::SimBackend;
-use kvbench::backend::{Backend, SeqWork, StepPlan};
-use kvbench_cache_api::{KvCacheManager, StartRequest};
+use kvbench_cache_api::KvCacheManager;
 
+use engine_support::HandStream;
 use shadow_grouped_support::{manager, mixes, Which};
 
 /// One block of prompt at blocks of 4 tokens (every mix): the first decode reads block 1.
@@ -23,44 +22,13 @@ const PROMPT_TOKENS: u32 = 4;
 /// The shadow's violations after the prompt's step and after each of `decodes` decodes that
 /// the manager was never asked to map (no `append`): each reads block 1, which the table does
 /// not map.
-fn violations_by_step(mut cache: Box<dyn KvCacheManager>, decodes: u32) -> Vec<u64> {
-    let setup =
-        engine_support::bare_sim_setup(cache.accounting().total_slots, cache.block_size(), 256);
-    let mut be = SimBackend::new(&setup)
-        .expect("sim")
-        .with_shadow()
-        .expect("shadow");
+fn violations_by_step(cache: Box<dyn KvCacheManager>, decodes: u32) -> Vec<u64> {
     let prompt: Vec<u32> = (0..PROMPT_TOKENS).map(|i| (i * 41 + 3) % 500).collect();
-    cache
-        .start(&StartRequest {
-            seq: 1,
-            tokens: &prompt,
-            scope: None,
-            reserve_tokens: PROMPT_TOKENS,
-        })
-        .expect("start");
-    cache.fill(1, PROMPT_TOKENS).expect("fill");
-    be.register(1, &prompt, None).expect("register");
-    let mut out = Vec::new();
-    for (context, new) in
-        std::iter::once((0, PROMPT_TOKENS)).chain((0..decodes).map(|i| (PROMPT_TOKENS + i, 1)))
-    {
-        let plan = StepPlan {
-            seqs: vec![SeqWork {
-                seq: 1,
-                context_tokens: context,
-                new_tokens: new,
-                sample: true,
-            }],
-            ..StepPlan::default()
-        };
-        be.submit(&plan, &*cache).expect("submit");
-        let fence = cache.begin_step();
-        be.complete().expect("complete");
-        cache.retire_step(fence);
-        out.push(be.shadow_report().expect("shadow").violations);
-    }
-    out
+    let mut h = HandStream::start(cache, &prompt, PROMPT_TOKENS);
+    std::iter::once((0, PROMPT_TOKENS))
+        .chain((0..decodes).map(|i| (PROMPT_TOKENS + i, 1)))
+        .map(|(context, new)| h.step(context, new))
+        .collect()
 }
 
 #[test]

@@ -10,9 +10,9 @@ mod engine_support;
 mod shadow_grouped_support;
 mod support;
 
-use kvbench::backend::sim::SimBackend;
-use kvbench::backend::{Backend, SeqWork, StepPlan};
-use kvbench_cache_api::{CacheMode, Fault, KvCacheManager, StartRequest};
+use kvbench_cache_api::{CacheMode, Fault, KvCacheManager};
+
+use engine_support::HandStream;
 
 use shadow_grouped_support::{manager, mixes, MANAGERS};
 
@@ -26,50 +26,18 @@ const FAULT_AFTER_DECODES: [u32; 2] = [3, 4];
 
 /// One stream through `cache` on a shadowed sim backend: its prompt, `decodes` decodes, then
 /// the fault armed and one decode more. Returns the shadow's violations after each step.
-fn violations_by_step(mut cache: Box<dyn KvCacheManager>, decodes: u32, label: &str) -> Vec<u64> {
-    let setup =
-        engine_support::bare_sim_setup(cache.accounting().total_slots, cache.block_size(), 256);
-    let mut be = SimBackend::new(&setup)
-        .expect("sim")
-        .with_shadow()
-        .expect("shadow");
+fn violations_by_step(cache: Box<dyn KvCacheManager>, decodes: u32, label: &str) -> Vec<u64> {
     let prompt: Vec<u32> = (0..PROMPT_TOKENS).map(|i| (i * 37 + 5) % 500).collect();
-    cache
-        .start(&StartRequest {
-            seq: 1,
-            tokens: &prompt,
-            scope: None,
-            reserve_tokens: PROMPT_TOKENS + decodes + 1,
-        })
-        .expect("start");
-    cache.fill(1, PROMPT_TOKENS).expect("fill");
-    be.register(1, &prompt, None).expect("register");
-    let mut out = Vec::new();
-    let mut step = |cache: &mut Box<dyn KvCacheManager>, context: u32, new: u32| {
-        let plan = StepPlan {
-            seqs: vec![SeqWork {
-                seq: 1,
-                context_tokens: context,
-                new_tokens: new,
-                sample: true,
-            }],
-            ..StepPlan::default()
-        };
-        be.submit(&plan, &**cache).expect("submit");
-        let fence = cache.begin_step();
-        be.complete().expect("complete");
-        cache.retire_step(fence);
-        out.push(be.shadow_report().expect("shadow").violations);
-    };
-    step(&mut cache, 0, PROMPT_TOKENS);
+    let mut h = HandStream::start(cache, &prompt, PROMPT_TOKENS + decodes + 1);
+    let mut out = vec![h.step(0, PROMPT_TOKENS)];
     for i in 0..=decodes {
         if i == decodes {
-            cache.inject_fault(Fault::BadBlockTable);
+            h.cache.inject_fault(Fault::BadBlockTable);
         }
-        assert!(cache.append(1).expect("append").is_empty(), "{label}");
-        step(&mut cache, PROMPT_TOKENS + i, 1);
+        assert!(h.cache.append(1).expect("append").is_empty(), "{label}");
+        out.push(h.step(PROMPT_TOKENS + i, 1));
     }
-    assert!(cache.fault_fired() > 0, "{label}: the fault never fired");
+    assert!(h.cache.fault_fired() > 0, "{label}: the fault never fired");
     out
 }
 

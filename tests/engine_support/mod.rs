@@ -92,6 +92,59 @@ pub fn bare_sim_setup(cache_slots: u64, block_size: u32, max_step_tokens: u32) -
     }
 }
 
+/// One stream (id 1) driven by hand through `cache` on a shadowed sim backend: its prompt
+/// started, filled and registered; each [`HandStream::step`] submits one step of it, completes
+/// it and retires the manager's fence, and says the shadow's violations so far.
+pub struct HandStream {
+    pub cache: Box<dyn kvbench_cache_api::KvCacheManager>,
+    be: SimBackend,
+}
+
+impl HandStream {
+    pub fn start(
+        mut cache: Box<dyn kvbench_cache_api::KvCacheManager>,
+        prompt: &[u32],
+        reserve_tokens: u32,
+    ) -> HandStream {
+        let setup = bare_sim_setup(cache.accounting().total_slots, cache.block_size(), 256);
+        let be = SimBackend::new(&setup)
+            .expect("sim")
+            .with_shadow()
+            .expect("shadow");
+        cache
+            .start(&kvbench_cache_api::StartRequest {
+                seq: 1,
+                tokens: prompt,
+                scope: None,
+                reserve_tokens,
+            })
+            .expect("start");
+        cache.fill(1, prompt.len() as u32).expect("fill");
+        let mut h = HandStream { cache, be };
+        kvbench::backend::Backend::register(&mut h.be, 1, prompt, None).expect("register");
+        h
+    }
+
+    /// A step of `new` tokens after `context`, sampled; the shadow's violations after it.
+    pub fn step(&mut self, context: u32, new: u32) -> u64 {
+        use kvbench::backend::{Backend, SeqWork, StepPlan};
+        let plan = StepPlan {
+            seqs: vec![SeqWork {
+                seq: 1,
+                context_tokens: context,
+                new_tokens: new,
+                sample: true,
+            }],
+            ..StepPlan::default()
+        };
+        self.be.submit(&plan, &*self.cache).expect("submit");
+        let fence = self.cache.begin_step();
+        self.be.complete().expect("complete");
+        self.cache.retire_step(fence);
+        self.be.shadow_report().expect("shadow").violations
+    }
+}
+
 pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
     let setup = sim_setup(&ModelShape::tiny(), cfg, total_slots);
     let mut backend = SimBackend::new(&setup).expect("sim backend");

@@ -25,7 +25,8 @@
 //! Recurrent state lives outside the pool and is not shadowed.
 //!
 //! This file is a child module of `shadow.rs` (it reads the streams' histories and scopes and
-//! reports through the same [`ShadowReport`]); `shadow_grouped_cells.rs` holds the cell store,
+//! reports through the same [`ShadowReport`]); `shadow_grouped_holds.rs` holds a record's
+//! pages in the reverse index and lets them go; `shadow_grouped_cells.rs` holds the cell store,
 //! `shadow_grouped_write.rs` a step's writes and the fused decode, `shadow_grouped_moves.rs`
 //! copies, swaps, foreign writes and completion.
 
@@ -40,6 +41,8 @@ use super::*;
 mod cells;
 #[path = "shadow_grouped_fresh.rs"]
 mod fresh;
+#[path = "shadow_grouped_holds.rs"]
+mod holds;
 #[path = "shadow_grouped_moves.rs"]
 mod moves;
 #[path = "shadow_grouped_write.rs"]
@@ -429,126 +432,6 @@ impl Shadow {
                 page,
                 clobbered: false,
             });
-        }
-    }
-
-    /// Register stream `idx`'s block `b` of table `t` as a reader of `page`.
-    fn hold_page(&mut self, idx: u32, t: usize, b: u64, page: u32, step: u64) {
-        let Kind::Grouped(cells) = &self.grouped.kind else {
-            return;
-        };
-        let Some(c) = chunk(cells.tables(), t as u32, b) else {
-            self.violation(format!(
-                "step {step}: block {b} of table {t} is past what the shadow can index"
-            ));
-            return;
-        };
-        let tables = cells.tables().max(1);
-        let held = self.grouped.readers.as_mut().map_or(Held::Shared, |r| {
-            r.hold(u64::from(page), Holder { seq: idx, chunk: c })
-        });
-        // The page's first reader is its sole one: the stream's writes there (a decode's token
-        // in the block it just entered) are stored blind until someone else reads it.
-        let (who, t, sole) = match held {
-            Held::Alone => (idx, t, page),
-            Held::Joined(was) => (was.seq, (was.chunk % tables) as usize, NO_PAGE),
-            Held::Shared => return,
-        };
-        let seen = self
-            .grouped
-            .streams
-            .get_mut(who as usize)
-            .and_then(|st| st.tables.get_mut(t));
-        match seen {
-            Some(seen) if sole != NO_PAGE => seen.sole = sole,
-            // Not alone any more.
-            Some(seen) if seen.sole == page => seen.sole = NO_PAGE,
-            _ => {}
-        }
-    }
-
-    /// Stream `idx`'s record drops block `b` of table `t` (page `page`; the step before read
-    /// positions `lo..hi` of it): unheld now, or when step `prev` retires if it is in flight.
-    #[allow(clippy::too_many_arguments)]
-    fn release_page(&mut self, idx: u32, t: usize, b: u64, page: u32, lo: u64, hi: u64, prev: u64) {
-        let Kind::Grouped(cells) = &self.grouped.kind else {
-            return;
-        };
-        let Some(c) = chunk(cells.tables(), t as u32, b) else {
-            return;
-        };
-        let holder = Holder { seq: idx, chunk: c };
-        let seen = self
-            .grouped
-            .streams
-            .get_mut(idx as usize)
-            .and_then(|st| st.tables.get_mut(t));
-        if let Some(seen) = seen.filter(|s| s.sole == page) {
-            seen.sole = NO_PAGE;
-        }
-        if let Some(f) = self.flight_at(prev) {
-            f.released.push(Released {
-                holder,
-                page,
-                lo,
-                hi,
-            });
-            return;
-        }
-        if let Some(r) = self.grouped.readers.as_mut() {
-            r.unhold(u64::from(page), holder);
-        }
-    }
-
-    /// Drop every record of stream `idx` (a swap-out, a stream gone), keeping the pages held
-    /// until step `prev` retires if it is in flight.
-    pub(super) fn drop_records(&mut self, idx: u32, prev: u64) {
-        let Some(st) = self.grouped.streams.get_mut(idx as usize) else {
-            return;
-        };
-        let mut tables = std::mem::take(&mut st.tables);
-        st.recheck.clear();
-        st.settled = UNSETTLED;
-        if self.flight_at(prev).is_none() {
-            // Nothing the records read is in flight: unheld now, in one pass.
-            if let (Kind::Grouped(cells), Some(r)) =
-                (&self.grouped.kind, self.grouped.readers.as_mut())
-            {
-                let n = cells.tables();
-                for (t, seen) in tables.iter().enumerate() {
-                    for (b, &page) in (seen.first_block..).zip(&seen.pages) {
-                        if let Some(c) = chunk(n, t as u32, b) {
-                            r.unhold(u64::from(page), Holder { seq: idx, chunk: c });
-                        }
-                    }
-                }
-            }
-        } else {
-            for (t, seen) in tables.iter().enumerate() {
-                let Kind::Grouped(cells) = &self.grouped.kind else {
-                    return;
-                };
-                let Some(bt) = cells.block_tokens(t as u32).map(u64::from) else {
-                    continue;
-                };
-                for (b, &page) in (seen.first_block..).zip(&seen.pages) {
-                    let (lo, hi) = in_block(b, bt, seen.lo, seen.end);
-                    self.release_page(idx, t, b, page, lo, hi, prev);
-                }
-            }
-        }
-        // Emptied records keep their pages' capacity for the next stream at this index: an
-        // empty record reads as no record everywhere (no page, no positions, no sole page).
-        for seen in &mut tables {
-            let mut pages = std::mem::take(&mut seen.pages);
-            pages.clear();
-            *seen = Seen {
-                pages,
-                ..Seen::default()
-            };
-        }
-        if let Some(st) = self.grouped.streams.get_mut(idx as usize) {
-            st.tables = tables;
         }
     }
 
