@@ -45,10 +45,13 @@ mod fresh;
 mod holds;
 #[path = "shadow_grouped_moves.rs"]
 mod moves;
+#[path = "shadow_grouped_tail.rs"]
+mod tail;
 #[path = "shadow_grouped_write.rs"]
 mod write;
 
 use cells::Cells;
+use tail::NO_TAIL;
 
 /// Whether the run's layouts are grouped: decided at the first step that schedules a stream
 /// with a layout, since a manager hands out one kind of layout for a whole run.
@@ -88,6 +91,12 @@ pub(super) struct GroupedState {
     /// whether it was held alone, and where each table's blocks start in that list.
     fresh_alone: Vec<bool>,
     fresh_at: Vec<usize>,
+    /// Streams with a pending tail whose page a fresh step's records joined: their tails are
+    /// stored before the step writes.
+    fresh_joined: Vec<u32>,
+    /// One stream's tags for a run of positions (a pending tail, a fresh step's prompt), built
+    /// once for every table they are stored into.
+    run_tags: Vec<Tag>,
     /// Every step through the general path: the fused decode, the fresh step and the general
     /// decode's blind store are shortcuts of it, and a differential test runs both ways
     /// (`Shadow::set_grouped_shortcuts`).
@@ -127,6 +136,9 @@ struct Stream {
     /// shape, not once a table. [`UNSETTLED`] otherwise; any step but a fused decode starts by
     /// setting it so, as does dropping the records.
     settled: u64,
+    /// The first of the decodes the fused decode left pending, `tail .. settled` of every
+    /// table ([`NO_TAIL`] if none): `shadow_grouped_tail.rs` says when they are stored.
+    tail: u64,
 }
 
 /// No end the records are known to be settled at.
@@ -139,6 +151,7 @@ impl Default for Stream {
             recheck: Vec::new(),
             host: None,
             settled: UNSETTLED,
+            tail: NO_TAIL,
         }
     }
 }
@@ -352,8 +365,9 @@ impl Shadow {
             self.drop_records(idx, NEVER);
             self.grouped.streams[i].host = None;
         }
-        let st = &mut self.grouped.streams[i];
-        if st.tables.len() != tables.len() {
+        if self.grouped.streams[i].tables.len() != tables.len() {
+            self.flush_stream(idx);
+            let st = &mut self.grouped.streams[i];
             st.tables.resize_with(tables.len(), Seen::default);
             st.settled = UNSETTLED;
         }
@@ -364,6 +378,8 @@ impl Shadow {
         }
         let context = u64::from(w.context_tokens);
         let end = context + u64::from(w.new_tokens);
+        // Any other path reads and writes the records and cells directly.
+        self.flush_stream(idx);
         self.grouped.streams[i].settled = UNSETTLED;
         if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
             self.grouped.streams[i].settle(shapes, end);

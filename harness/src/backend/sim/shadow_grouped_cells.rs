@@ -5,7 +5,7 @@
 
 use kvbench_cache_api::{GroupTable, TableShape};
 
-use crate::backend::sim::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
+use crate::backend::sim::shadow_store::{LazyArray, Tag, MAX_ENTRIES, PAGE_ENTRIES};
 
 #[derive(Debug)]
 pub(in crate::backend::sim) struct Cells {
@@ -20,6 +20,10 @@ pub(in crate::backend::sim) struct Cells {
     class: Vec<u32>,
     /// Tables of each distinct shape.
     class_counts: Vec<u64>,
+    /// Whether a page's cells lie in one page of the lazy store (the stride divides it), so
+    /// that a stream's decodes may be kept pending in a page it wrote before
+    /// (`shadow_grouped_tail.rs`): storing them later allocates nothing new.
+    tails: bool,
 }
 
 /// The tags themselves, apart from the run's shapes so that a fused decode can store through
@@ -50,6 +54,46 @@ impl CellTags {
             }
             None => false,
         }
+    }
+
+    /// Store `tags` into the cells from `(page, off)` on, within the page, where nobody else
+    /// reads them (no cell is compared first), or `None` when they leave the page or the pool.
+    /// A stream's pending tail, table by table: the tags are built once for every table.
+    #[inline]
+    pub fn store_tags(&mut self, page: u32, off: u32, tags: &[Tag]) -> Option<()> {
+        let len = u32::try_from(tags.len()).ok()?;
+        if off.checked_add(len)? > self.stride {
+            return None;
+        }
+        self.store_tags_on(page, off, tags)
+    }
+
+    /// [`CellTags::store_tags`] running on into the pages after `page`: where a table's blocks
+    /// are as long as a page's cells, blocks on consecutive pages hold consecutive positions in
+    /// consecutive cells, and a prompt's blocks go in one copy. Checked against the pool first,
+    /// so nothing is stored when it returns `None`.
+    #[inline]
+    pub fn store_tags_on(&mut self, page: u32, off: u32, tags: &[Tag]) -> Option<()> {
+        let i = self.index(page, off)?;
+        let n = tags.len() as u64;
+        // The store holds exactly the pool's cells.
+        if i.checked_add(n)? > self.tags.len() {
+            return None;
+        }
+        match self.tags.run_mut(i, n) {
+            // Within one page of the lazy store: one copy.
+            Some(run) if run.len() == tags.len() => run.copy_from_slice(tags),
+            _ => {
+                let mut done = 0usize;
+                while done < tags.len() {
+                    let run = self.tags.run_mut(i + done as u64, n - done as u64)?;
+                    let k = run.len();
+                    run.copy_from_slice(&tags[done..done + k]);
+                    done += k;
+                }
+            }
+        }
+        Some(())
     }
 }
 
@@ -106,11 +150,22 @@ impl Cells {
             distinct,
             class,
             class_counts,
+            tails: PAGE_ENTRIES.is_multiple_of(u64::from(stride)),
         })
+    }
+
+    /// Whether decodes may be kept pending (see the field).
+    pub fn tails(&self) -> bool {
+        self.tails
     }
 
     pub fn page_slots(&self) -> u32 {
         self.page_slots
+    }
+
+    /// Cells a page (the largest `block_tokens` of the run).
+    pub fn stride(&self) -> u32 {
+        self.t.stride
     }
 
     pub fn block_tokens(&self, table: u32) -> Option<u32> {
@@ -326,6 +381,31 @@ mod tests {
             "past the page's 8 cells"
         );
         assert_eq!(c.store_run(10, 0, &[5], 10, 1), None, "past the pool");
+        assert_eq!(
+            c.classes_and_tags().1.store_tags(4, 6, &[tag(1), tag(2)]),
+            Some(())
+        );
+        assert_eq!(c.get(4, 7), Some(tag(2)));
+        assert_eq!(
+            c.classes_and_tags().1.store_tags(4, 7, &[tag(1), tag(2)]),
+            None,
+            "past the page"
+        );
+        assert_eq!(
+            c.classes_and_tags().1.store_tags(10, 0, &[tag(1)]),
+            None,
+            "past the pool"
+        );
+        let three = [tag(1), tag(2), tag(3)];
+        assert_eq!(c.classes_and_tags().1.store_tags_on(5, 7, &three), Some(()));
+        assert_eq!(c.get(6, 0), Some(tag(2)), "on into the next page");
+        assert_eq!(c.get(6, 1), Some(tag(3)));
+        assert_eq!(
+            c.classes_and_tags().1.store_tags_on(9, 7, &three),
+            None,
+            "past the pool's last page"
+        );
+        assert_eq!(c.get(9, 7), Some(Tag::EMPTY), "nothing stored when refused");
         assert!(c.classes_and_tags().1.store(3, 7, tag(9)));
         assert_eq!(c.get(3, 7), Some(tag(9)));
         assert!(

@@ -74,9 +74,30 @@ impl Shadow {
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
             self.follow_fresh(idx, t, shape, table, end, step, (&mut alone, &mut at));
         }
-        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.write_fresh(idx, t, shape, table, w, step, (&alone, at[t]));
+        // Pages of other streams' pending tails the records joined: stored before any write.
+        let mut joined = std::mem::take(&mut self.grouped.fresh_joined);
+        for &s in &joined {
+            self.flush_stream(s);
         }
+        joined.clear();
+        self.grouped.fresh_joined = joined;
+        // The step's tags, built once for every table (the history has them: checked above).
+        let mut tags = std::mem::take(&mut self.grouped.run_tags);
+        tags.clear();
+        let s = &self.seqs[i];
+        tags.extend(
+            (0u32..)
+                .zip(&s.history[..end as usize])
+                .map(|(pos, &token)| Tag {
+                    pos,
+                    token,
+                    writer: s.writer,
+                }),
+        );
+        for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
+            self.write_fresh(idx, t, shape, table, w, step, (&alone, at[t]), &tags);
+        }
+        self.grouped.run_tags = tags;
         self.grouped.fresh_alone = alone;
         self.grouped.fresh_at = at;
         true
@@ -147,13 +168,13 @@ impl Shadow {
                         if let Some(flag) = k.and_then(|k| alone.get_mut(k)) {
                             *flag = false;
                         }
-                    } else if let Some(seen) = g
-                        .streams
-                        .get_mut(was.seq as usize)
-                        .and_then(|st| st.tables.get_mut(wt))
-                        .filter(|s| s.sole == page)
-                    {
-                        seen.sole = NO_PAGE;
+                    } else if let Some(st) = g.streams.get_mut(was.seq as usize) {
+                        if st.tail != NO_TAIL {
+                            g.fresh_joined.push(was.seq);
+                        }
+                        if let Some(seen) = st.tables.get_mut(wt).filter(|s| s.sole == page) {
+                            seen.sole = NO_PAGE;
+                        }
                     }
                 }
             }
@@ -161,9 +182,11 @@ impl Shadow {
         self.grouped.streams[i].tables[t] = Seen::new(b0, pages, lo, end);
     }
 
-    /// Write the step's tokens `0..end` into table `t`: positions before its record's first
-    /// block (left of a sliding window) and everything from the first block not held alone on
-    /// through [`Shadow::write_span`]; the blocks held alone blind, a block's run at a time.
+    /// Write the step's tokens `0..end` (their tags `tags`) into table `t`: positions before its
+    /// record's first block (left of a sliding window) and everything from the first block not
+    /// held alone on through [`Shadow::write_span`]; the blocks held alone blind — one copy for
+    /// a run of them on consecutive pages where a block is as long as a page's cells, else a
+    /// copy a block.
     #[allow(clippy::too_many_arguments)]
     fn write_fresh(
         &mut self,
@@ -174,6 +197,7 @@ impl Shadow {
         w: &SeqWork,
         step: u64,
         (alone, at): (&[bool], usize),
+        tags: &[Tag],
     ) {
         let end = u64::from(w.new_tokens);
         let (bt, lo, b0, b1) = reads(shape, end);
@@ -184,31 +208,38 @@ impl Shadow {
         }
         let i = idx as usize;
         let mut pos = split;
-        let (mut written, mut last) = (0u64, NO_PAGE);
+        let mut last = NO_PAGE;
         if let Kind::Grouped(cells) = &mut self.grouped.kind {
-            let s = &self.seqs[i];
+            let merge = bt == u64::from(cells.stride());
+            let (_, cell_tags) = cells.classes_and_tags();
             let seen = &self.grouped.streams[i].tables[t];
-            while pos < end {
-                let b = pos / bt;
-                let k = (b - b0) as usize;
-                if b >= b1 || !alone.get(at + k).copied().unwrap_or(false) {
+            let flags = alone.get(at..).unwrap_or(&[]);
+            let pages = &seen.pages[..];
+            // Blocks `k..` of the record (block `b0 + k` starts at `split` + k × bt).
+            let mut k = 0usize;
+            let n = pages.len().min(flags.len()).min((b1 - b0) as usize);
+            while pos < end && k < n && flags[k] {
+                // Blocks held alone on consecutive pages, as one run of cells.
+                let mut j = k + 1;
+                while merge && j < n && flags[j] && pages[j] == pages[j - 1].wrapping_add(1) {
+                    j += 1;
+                }
+                let run_end = (pos + (j - k) as u64 * bt).min(end);
+                let run = &tags[pos as usize..run_end as usize];
+                let stored = if merge {
+                    cell_tags.store_tags_on(pages[k], 0, run)
+                } else {
+                    cell_tags.store_tags(pages[k], 0, run)
+                };
+                if stored.is_none() {
                     break;
                 }
-                let page = seen.pages[k];
-                let run_end = ((b + 1) * bt).min(end);
-                let tokens = &s.history[pos as usize..run_end as usize];
-                if cells
-                    .store_run(page, (pos % bt) as u32, tokens, pos as u32, s.writer)
-                    .is_none()
-                {
-                    break;
-                }
-                written += run_end - pos;
-                last = page;
+                last = pages[j - 1];
                 pos = run_end;
+                k = j;
             }
         }
-        self.report.written_slots += written;
+        self.report.written_slots += pos - split;
         if pos < end {
             self.write_span(idx, t, table, (bt, lo), (pos, end), &mut bad);
         } else if last != NO_PAGE {

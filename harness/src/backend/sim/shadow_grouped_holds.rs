@@ -25,7 +25,11 @@ impl Shadow {
         // in the block it just entered) are stored blind until someone else reads it.
         let (who, t, sole) = match held {
             Held::Alone => (idx, t, page),
-            Held::Joined(was) => (was.seq, (was.chunk % tables) as usize, NO_PAGE),
+            Held::Joined(was) => {
+                // Its pending decodes are stored before the page stops being its alone.
+                self.flush_stream(was.seq);
+                (was.seq, (was.chunk % tables) as usize, NO_PAGE)
+            }
             Held::Shared => return,
         };
         let seen = self
@@ -86,6 +90,7 @@ impl Shadow {
     /// Drop every record of stream `idx` (a swap-out, a stream gone), keeping the pages held
     /// until step `prev` retires if it is in flight.
     pub(in crate::backend::sim) fn drop_records(&mut self, idx: u32, prev: u64) {
+        self.flush_stream(idx);
         let Some(st) = self.grouped.streams.get_mut(idx as usize) else {
             return;
         };

@@ -101,6 +101,10 @@ impl Shadow {
         let mut changed = std::mem::take(&mut self.grouped.changed);
         for k in 0..len / ps {
             let (src, dst) = (c.src_slot / ps + k, c.dst_slot / ps + k);
+            if let (Ok(src), Ok(dst)) = (u32::try_from(src), u32::try_from(dst)) {
+                self.flush_page(src);
+                self.flush_page(dst);
+            }
             let copied = match (u32::try_from(src), u32::try_from(dst)) {
                 (Ok(src), Ok(dst)) => match &mut self.grouped.kind {
                     Kind::Grouped(cells) => {
@@ -149,9 +153,9 @@ impl Shadow {
             ));
             return;
         };
-        let Kind::Grouped(cells) = &self.grouped.kind else {
+        if !matches!(self.grouped.kind, Kind::Grouped(_)) {
             return;
-        };
+        }
         let i = idx as usize;
         if self.grouped.streams.len() <= i {
             self.grouped.streams.resize_with(i + 1, Stream::default);
@@ -159,6 +163,10 @@ impl Shadow {
         let end = u64::from(tokens);
         match direction {
             SwapDirection::Out => {
+                self.flush_stream(idx);
+                let Kind::Grouped(cells) = &self.grouped.kind else {
+                    return;
+                };
                 let host = shapes
                     .iter()
                     .zip(tables)
@@ -189,6 +197,9 @@ impl Shadow {
                 let mut unmapped = None;
                 for ((shape, table), (lo, tags)) in shapes.iter().zip(tables).zip(host) {
                     for (p, tag) in (lo..).zip(tags).take_while(|(p, _)| *p < end) {
+                        if let Some((page, _)) = cell(shape, table, p) {
+                            self.flush_page(page);
+                        }
                         let wrote = match (cell(shape, table, p), &mut self.grouped.kind) {
                             (Some((page, off)), Kind::Grouped(cells)) => {
                                 cells.write(page, off, tag).map(|ch| (page, off, ch))
@@ -244,6 +255,7 @@ impl Shadow {
     }
 
     fn check_block(&mut self, c: &GCheck, step: u64) {
+        self.flush_page(c.page);
         let Kind::Grouped(cells) = &self.grouped.kind else {
             return;
         };

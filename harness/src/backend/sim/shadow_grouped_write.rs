@@ -67,34 +67,31 @@ impl Shadow {
         }
         // One pass: a table that changed since its record last matched it must still name the
         // record's pages (a page moved under an unmoved read range takes the general path);
-        // then its read range moves and the token's tag is stored. A pass that stops early
-        // has moved the earlier tables' ranges and stored their tags — what the general path
-        // then does for them anyway (its follow of a record already at `end` checks nothing
-        // new, its stores rewrite the same tags) — and counted nothing.
+        // then its read range moves and the token's tag is stored — or, for a stream with a
+        // pending tail (every record alone on its last page), left pending with the others
+        // (`shadow_grouped_tail.rs`). A pass that stops early has moved the earlier tables'
+        // ranges and stored their tags — what the general path then does for them anyway (its
+        // follow of a record already at `end` checks nothing new, its stores rewrite the same
+        // tags) — and counted nothing.
         let slow = &mut g.slow;
         slow.clear();
         let (mut written, mut outside) = (0u64, None);
         let (class, tags) = cells.classes_and_tags();
+        let tailing = st.tail != NO_TAIL;
         let mut ok = true;
         for (t, ((seen, &c), table)) in st.tables.iter_mut().zip(class).zip(tables).enumerate() {
             // `% MAX_SHAPES` keeps the index in the array without a check (`c` < the distinct
             // shapes ≤ MAX_SHAPES already).
             let Span { lo, off } = spans[c as usize % MAX_SHAPES];
-            let version = (table.pages.version(), table.first_block);
-            if seen.checked != version {
-                // The record is settled: its first block is the one the shape reads from.
-                let n = seen.pages.len();
-                let mapped = (seen.first_block)
-                    .checked_sub(table.first_block)
-                    .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
-                if mapped != Some(&seen.pages[..]) {
-                    ok = false;
-                    break;
-                }
-                seen.checked = version;
+            if !still_maps(seen, table) {
+                ok = false;
+                break;
             }
             seen.lo = lo;
             seen.end = end;
+            if tailing {
+                continue;
+            }
             // The token's block is the record's last, through the same page.
             let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
             if seen.sole != page {
@@ -112,6 +109,14 @@ impl Shadow {
         let read: u64 = (cells.class_counts().iter().zip(&spans))
             .map(|(&n, s)| n * (end - s.lo))
             .sum();
+        if tailing {
+            // Every table's store would have been blind and inside the pool.
+            written = st.tables.len() as u64;
+        } else if slow.is_empty() && outside.is_none() && cells.tails() {
+            // Every record alone on its last page, just stored into: the next decodes there can
+            // wait (the tail's invariant holds from here).
+            st.tail = end;
+        }
         st.settled = end;
         let any_slow = !slow.is_empty();
         self.report.read_slots += read;
@@ -331,6 +336,7 @@ impl Shadow {
         bt: u64,
         own: Option<Holder>,
     ) -> bool {
+        self.flush_page(page);
         let writer = self.seqs[idx as usize].writer;
         for pos in from..to {
             let tag = Tag {
@@ -383,6 +389,25 @@ fn alone(
     alone
 }
 
+/// Whether a settled record still names the pages `table` maps its blocks to: its version
+/// compared, and the pages only when the version moved (then remembered).
+#[inline(always)]
+fn still_maps(seen: &mut Seen, table: &GroupTable) -> bool {
+    let version = (table.pages.version(), table.first_block);
+    if seen.checked != version {
+        // The record is settled: its first block is the one the shape reads from.
+        let n = seen.pages.len();
+        let mapped = (seen.first_block)
+            .checked_sub(table.first_block)
+            .and_then(|j0| table.pages.get(j0 as usize..).and_then(|p| p.get(..n)));
+        if mapped != Some(&seen.pages[..]) {
+            return false;
+        }
+        seen.checked = version;
+    }
+    true
+}
+
 /// The tag stream `s` writes at position `pos`, if its history has the token (and the position
 /// fits a tag).
 #[inline(always)]
@@ -396,7 +421,7 @@ fn token_tag(s: &SeqShadow, pos: u64) -> Option<Tag> {
 
 /// Distinct table shapes a fused decode handles (Gemma 3 and gpt-oss have two, Qwen3-Next one).
 /// A power of two: an index `% MAX_SHAPES` needs no bounds check.
-const MAX_SHAPES: usize = 4;
+pub(super) const MAX_SHAPES: usize = 4;
 const _: () = assert!(MAX_SHAPES.is_power_of_two());
 
 /// What one table shape reads at a decode: the first readable position and the new token's

@@ -130,6 +130,13 @@ impl Readers {
             .is_some_and(|e| e.inline[0].seq == seq && e.inline[1].seq == VACANT)
     }
 
+    /// The one reader of grain `g`, if it has exactly one.
+    #[inline]
+    pub fn single(&self, g: u64) -> Option<Holder> {
+        let e = self.grains.get(g)?;
+        (e.inline[0].seq < SPILLED && e.inline[1].seq == VACANT).then_some(e.inline[0])
+    }
+
     /// Drop the first registration of `h` on grain `g`, moving the last reader into its place.
     pub fn unhold(&mut self, g: u64, h: Holder) {
         let Some(e) = self.grains.get_mut(g) else {
@@ -252,9 +259,12 @@ mod tests {
                 );
             }
             assert_eq!(r.unread(3), model.is_empty());
+            let single = (model.len() == 1).then(|| model[0]);
+            assert_eq!(r.single(3), single);
         }
         assert!(readers(&r, 4).is_empty() && r.only(4, 9, 0) && r.unread(4));
         assert!(r.unread(10), "past the end: nobody reads it");
+        assert_eq!(r.single(10), None);
     }
 
     #[test]

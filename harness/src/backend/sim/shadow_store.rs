@@ -37,6 +37,9 @@ const _: () = assert!(std::mem::size_of::<Tag>() == 12);
 
 const PAGE_BITS: u32 = 16;
 const PAGE: usize = 1 << PAGE_BITS;
+/// Entries a page of a [`LazyArray`] holds: a run of entries aligned to a divisor of this lies
+/// in one page, allocated whole once any of its entries was written.
+pub(crate) const PAGE_ENTRIES: u64 = PAGE as u64;
 /// Larger pools are refused (the top-level table alone would not be small any more).
 pub(crate) const MAX_ENTRIES: u64 = 1 << 38;
 
