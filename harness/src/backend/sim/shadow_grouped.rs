@@ -52,6 +52,7 @@ mod write;
 
 use cells::Cells;
 use tail::NO_TAIL;
+use write::MAX_SHAPES;
 
 /// Whether the run's layouts are grouped: decided at the first step that schedules a stream
 /// with a layout, since a manager hands out one kind of layout for a whole run.
@@ -158,20 +159,34 @@ impl Default for Stream {
 
 impl Stream {
     /// After a step through the general path (or a fresh one) that ended at `end`: whether
-    /// every record is as its shape reads at `end`, remembered for the next fused decode.
-    fn settle(&mut self, shapes: &[TableShape], end: u64) {
-        let settled = end > 0
-            && self.tables.len() == shapes.len()
-            && self.tables.iter().zip(shapes).all(|(seen, shape)| {
-                let bt = u64::from(shape.block_tokens.max(1));
-                let lo = readable_from(shape, end);
-                lo < end
-                    && seen.lo == lo
-                    && seen.end == end
-                    && seen.first_block == lo / bt
-                    && seen.end_block() == (end - 1) / bt + 1
-            });
-        self.settled = if settled { end } else { UNSETTLED };
+    /// every record is as its shape reads at `end`, remembered for the next fused decode. The
+    /// run's distinct shapes and each table's index into them (`Cells::classes`): what a shape
+    /// reads is worked out once a shape. More shapes than the fused decode takes: unsettled.
+    fn settle(&mut self, (distinct, class): (&[TableShape], &[u32]), end: u64) {
+        self.settled = UNSETTLED;
+        if end == 0 || distinct.len() > MAX_SHAPES || class.len() != self.tables.len() {
+            return;
+        }
+        // Per shape: the first position read and the blocks `first .. end` read.
+        let mut reads = [(0u64, 0u64, 0u64); MAX_SHAPES];
+        for (r, shape) in reads.iter_mut().zip(distinct) {
+            let bt = u64::from(shape.block_tokens.max(1));
+            let lo = readable_from(shape, end);
+            if lo >= end {
+                return;
+            }
+            *r = (lo, lo / bt, (end - 1) / bt + 1);
+        }
+        let settled = self.tables.iter().zip(class).all(|(seen, &c)| {
+            let (lo, first, last) = reads[c as usize % MAX_SHAPES];
+            seen.lo == lo
+                && seen.end == end
+                && seen.first_block == first
+                && seen.end_block() == last
+        });
+        if settled {
+            self.settled = end;
+        }
     }
 }
 
@@ -382,7 +397,7 @@ impl Shadow {
         self.flush_stream(idx);
         self.grouped.streams[i].settled = UNSETTLED;
         if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
-            self.grouped.streams[i].settle(shapes, end);
+            self.settle(idx, end, false);
             return;
         }
         let mut recheck = std::mem::take(&mut self.grouped.streams[i].recheck);
@@ -396,19 +411,35 @@ impl Shadow {
                 self.observe_table(idx, t, shape, table, span, prev, step, &recheck);
             }
         }
-        if shortcuts && w.new_tokens == 1 {
-            self.write_decode(idx, shapes, tables, w, step);
+        let blind = if shortcuts && w.new_tokens == 1 {
+            self.write_decode(idx, shapes, tables, w, step)
         } else {
             for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
                 self.write_table(idx, t, shape, table, w, step);
             }
-        }
+            false
+        };
         recheck.clear();
         let st = &mut self.grouped.streams[i];
         if st.recheck.is_empty() {
             st.recheck = recheck;
         }
-        st.settle(shapes, end);
+        self.settle(idx, end, blind);
+    }
+
+    /// Stream `idx`'s step through the general or fresh path ended at `end`: remember whether
+    /// its records are settled there ([`Stream::settle`]) and, when the step's one token went
+    /// blind into every record's last page (`blind`) and they are, start a tail there
+    /// (`shadow_grouped_tail.rs`: the next decodes in the block can wait).
+    fn settle(&mut self, idx: u32, end: u64, blind: bool) {
+        let g = &mut self.grouped;
+        let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(idx as usize), &g.kind) else {
+            return;
+        };
+        st.settle(cells.classes(), end);
+        if blind && st.settled == end && cells.tails() {
+            st.tail = end;
+        }
     }
 
     /// The flight of step `step`, opened if it is not yet.

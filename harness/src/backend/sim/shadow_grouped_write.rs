@@ -147,6 +147,7 @@ impl Shadow {
     /// this step is held alone from the moment it is entered), through [`Shadow::write_table`]
     /// otherwise — a page someone else reads, a record that does not reach the token's block
     /// (the table did not map it), a token the stream's history does not have.
+    /// Whether every table's store went blind into its record's last page.
     pub(super) fn write_decode(
         &mut self,
         idx: u32,
@@ -154,7 +155,7 @@ impl Shadow {
         tables: &[GroupTable],
         w: &SeqWork,
         step: u64,
-    ) {
+    ) -> bool {
         let context = u64::from(w.context_tokens);
         let tag = token_tag(&self.seqs[idx as usize], context);
         let g = &mut self.grouped;
@@ -187,11 +188,13 @@ impl Shadow {
                 w.seq
             ));
         }
+        let blind = slow.is_empty() && outside.is_none();
         for &t in &slow {
             let t = t as usize;
             self.write_table(idx, t, &shapes[t], &tables[t], w, step);
         }
         self.grouped.slow = slow;
+        blind
     }
 
     /// Write the step's new tokens (`context .. end`) into table `t`, a block's run at a time.
