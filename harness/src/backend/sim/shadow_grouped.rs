@@ -37,6 +37,8 @@ use kvbench_cache_api::{GroupTable, TableShape};
 
 use super::*;
 
+#[path = "shadow_grouped_across.rs"]
+mod across;
 #[path = "shadow_grouped_cells.rs"]
 mod cells;
 #[path = "shadow_grouped_fresh.rs"]
@@ -388,7 +390,7 @@ impl Shadow {
         }
         self.flight_of(step);
         let shortcuts = !self.grouped.general_only;
-        if shortcuts && self.decode_grouped(idx, shapes, tables, w, step) {
+        if shortcuts && self.decode_grouped(idx, shapes, tables, w, (step, prev)) {
             return;
         }
         let context = u64::from(w.context_tokens);

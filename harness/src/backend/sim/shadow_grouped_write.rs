@@ -5,6 +5,7 @@
 use kvbench_cache_api::grouped::readable_from;
 use kvbench_cache_api::{GroupTable, TableShape};
 
+use super::across::Move;
 use super::*;
 
 impl Shadow {
@@ -23,7 +24,7 @@ impl Shadow {
         shapes: &[TableShape],
         tables: &[GroupTable],
         w: &SeqWork,
-        step: u64,
+        (step, prev): (u64, u64),
     ) -> bool {
         if w.new_tokens != 1 {
             return false;
@@ -49,21 +50,41 @@ impl Shadow {
         let Some(tag) = token_tag(&self.seqs[i], context) else {
             return false;
         };
-        // What each shape reads now, which must be the blocks it read at `context` (where every
-        // record of the shape was left): the token does not start a block, and the window's
-        // first position stayed in its block. And the token's offset in its block.
+        // What each shape reads now against what it read at `context` (where every record of
+        // the shape was left): the same blocks when the token does not start a block and the
+        // window's first position stayed in its block — else the decode goes across
+        // (`shadow_grouped_across.rs`), if some block read last step is still read. And the
+        // token's offset in its block.
         let mut spans = [Span::default(); MAX_SHAPES];
-        for (span, shape) in spans.iter_mut().zip(distinct) {
+        let mut moves = [Move::default(); MAX_SHAPES];
+        let mut moving = false;
+        for ((span, mv), shape) in spans.iter_mut().zip(moves.iter_mut()).zip(distinct) {
             let bt = u64::from(shape.block_tokens.max(1));
             let off = context % bt;
             let (lo, was) = (readable_from(shape, end), readable_from(shape, context));
-            if off == 0 || lo >= end || lo < was || (lo != was && lo / bt != was / bt) {
+            if lo >= end || lo < was {
                 return false;
             }
+            let m = Move {
+                bt,
+                lo,
+                s0: was / bt,
+                s1: context.saturating_sub(1) / bt + 1,
+                b0: lo / bt,
+                b1: context / bt + 1,
+            };
+            if m.b0 >= m.s1 {
+                return false;
+            }
+            moving |= m.b0 != m.s0 || m.b1 != m.s1;
+            *mv = m;
             *span = Span {
                 lo,
                 off: off as u32,
             };
+        }
+        if moving {
+            return self.decode_across(idx, shapes, tables, w, step, prev, &moves);
         }
         // One pass: a table that changed since its record last matched it must still name the
         // record's pages (a page moved under an unmoved read range takes the general path);
@@ -395,7 +416,7 @@ fn alone(
 /// Whether a settled record still names the pages `table` maps its blocks to: its version
 /// compared, and the pages only when the version moved (then remembered).
 #[inline(always)]
-fn still_maps(seen: &mut Seen, table: &GroupTable) -> bool {
+pub(super) fn still_maps(seen: &mut Seen, table: &GroupTable) -> bool {
     let version = (table.pages.version(), table.first_block);
     if seen.checked != version {
         // The record is settled: its first block is the one the shape reads from.
@@ -414,7 +435,7 @@ fn still_maps(seen: &mut Seen, table: &GroupTable) -> bool {
 /// The tag stream `s` writes at position `pos`, if its history has the token (and the position
 /// fits a tag).
 #[inline(always)]
-fn token_tag(s: &SeqShadow, pos: u64) -> Option<Tag> {
+pub(super) fn token_tag(s: &SeqShadow, pos: u64) -> Option<Tag> {
     Some(Tag {
         pos: u32::try_from(pos).ok()?,
         token: *s.history.get(usize::try_from(pos).ok()?)?,

@@ -1,0 +1,198 @@
+//! The fused decode across a block boundary: a settled stream's decode whose token starts a new
+//! block, or whose sliding window's first position left a block, in some table shape (Gemma 3's
+//! sliding tables drop a block one decode before every table enters one). The general path
+//! follows each table block by block (`observe_unmoved`: the kept blocks compared, the leaving
+//! ones released, the entering one held) and then writes; here what each shape reads is worked
+//! out once a shape, every table is checked before anything changes — so a decode the general
+//! path must take leaves nothing behind — then followed in the general path's order, then
+//! written. A child of `shadow_grouped.rs`, for its records.
+
+use kvbench_cache_api::{GroupTable, TableShape};
+
+use super::write::{still_maps, token_tag, MAX_SHAPES};
+use super::*;
+
+/// What one table shape's records do at the decode: blocks `s0 .. s1` read last step, `b0 ..
+/// b1` now (`b0 < s1`: some are kept; `b1 - s1` ≤ 1 enters), positions `lo .. end`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Move {
+    pub bt: u64,
+    pub lo: u64,
+    pub s0: u64,
+    pub s1: u64,
+    pub b0: u64,
+    pub b1: u64,
+}
+
+impl Move {
+    fn moves(&self) -> bool {
+        self.b0 != self.s0 || self.b1 != self.s1
+    }
+}
+
+impl Shadow {
+    /// Stream `idx`'s decode (token at `context`, step `step`, its previous step `prev`)
+    /// through tables whose blocks move as `moves` says, per shape. False, having changed
+    /// nothing, when a table does not map what its shape reads now through the record's kept
+    /// pages, names an entering page outside the pool, or a block past the reverse index.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn decode_across(
+        &mut self,
+        idx: u32,
+        shapes: &[TableShape],
+        tables: &[GroupTable],
+        w: &SeqWork,
+        step: u64,
+        prev: u64,
+        moves: &[Move; MAX_SHAPES],
+    ) -> bool {
+        let i = idx as usize;
+        let context = u64::from(w.context_tokens);
+        let end = context + 1;
+        if !self.decode_across_maps(i, tables, moves) {
+            return false;
+        }
+        let Some(tag) = token_tag(&self.seqs[i], context) else {
+            return false;
+        };
+        let enters = moves.iter().any(|m| m.b1 != m.s1);
+        if enters {
+            // The tail's block is left: stored before any record changes.
+            self.flush_stream(idx);
+        }
+        // Follow every table, in order: release what left, hold what entered.
+        let n = tables.len();
+        for (t, table) in tables.iter().enumerate() {
+            let c = match &self.grouped.kind {
+                Kind::Grouped(cells) => cells.classes().1[t],
+                _ => 0,
+            };
+            let m = moves[c as usize % MAX_SHAPES];
+            if m.moves() {
+                self.follow_across(idx, t, table, &m, step, prev);
+            }
+            let seen = &mut self.grouped.streams[i].tables[t];
+            seen.lo = m.lo;
+            seen.end = end;
+        }
+        // Then write: blind where the record alone holds its last page, else the general write.
+        let g = &mut self.grouped;
+        let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(i), &mut g.kind) else {
+            return false;
+        };
+        let tailing = st.tail != NO_TAIL;
+        let (class, tags) = cells.classes_and_tags();
+        let slow = &mut g.slow;
+        slow.clear();
+        let (mut written, mut outside) = (0u64, None);
+        if tailing {
+            // No block entered: the token waits with the tail in every record's last page.
+            written = n as u64;
+        } else {
+            for (t, (seen, &c)) in st.tables.iter().zip(class).enumerate() {
+                let m = moves[c as usize % MAX_SHAPES];
+                let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
+                if seen.sole != page {
+                    slow.push(t as u32);
+                } else if tags.store(page, (context % m.bt) as u32, tag) {
+                    written += 1;
+                } else {
+                    outside.get_or_insert((t, page));
+                }
+            }
+        }
+        let read: u64 = (cells.class_counts().iter().zip(moves))
+            .map(|(&k, m)| k * (end - m.lo))
+            .sum();
+        if !tailing && slow.is_empty() && outside.is_none() && cells.tails() {
+            st.tail = end;
+        }
+        st.settled = end;
+        self.report.read_slots += read;
+        self.report.written_slots += written;
+        if let Some((t, page)) = outside {
+            self.violation(format!(
+                "step {step}: stream {} writes position {context} of table {t}, into page \
+                 {page} outside the pool",
+                w.seq
+            ));
+        }
+        let slow = std::mem::take(&mut self.grouped.slow);
+        for &t in &slow {
+            let t = t as usize;
+            self.write_table(idx, t, &shapes[t], &tables[t], w, step);
+        }
+        self.grouped.slow = slow;
+        true
+    }
+
+    /// Whether every table of stream `i` maps what its shape reads now through its record's
+    /// pages: an unmoved table by its version (compared when it moved, then remembered), a
+    /// moving one by its kept pages, its entering page inside the pool and its block inside
+    /// what the reverse index names. Changes nothing but the remembered versions.
+    fn decode_across_maps(&mut self, i: usize, tables: &[GroupTable], moves: &[Move]) -> bool {
+        let g = &mut self.grouped;
+        let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(i), &g.kind) else {
+            return false;
+        };
+        let (_, class) = cells.classes();
+        let n = cells.tables();
+        for (t, ((seen, &c), table)) in st.tables.iter_mut().zip(class).zip(tables).enumerate() {
+            let m = moves[c as usize % MAX_SHAPES];
+            if !m.moves() {
+                if !still_maps(seen, table) {
+                    return false;
+                }
+                continue;
+            }
+            let (m0, m1) = (table.first_block, table.end_block());
+            if m.b0 < m0 || m.b1 > m1 || seen.first_block != m.s0 || seen.end_block() != m.s1 {
+                return false;
+            }
+            let keep = (m.b0 - m.s0) as usize;
+            let (j0, j1) = ((m.b0 - m0) as usize, (m.s1 - m0) as usize);
+            let version = (table.pages.version(), table.first_block);
+            if seen.checked != version && seen.pages[keep..] != table.pages[j0..j1] {
+                return false;
+            }
+            if m.b1 != m.s1 {
+                let page = table.pages[j1];
+                if !cells.has_page(page) || chunk(n, t as u32, m.s1).is_none() {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Table `t`'s record moves as `m` says: its leaving blocks released (held until step
+    /// `prev` retires if it is in flight), its entering block held; then it is the table's
+    /// blocks `b0 .. b1`, the part kept compared and the rest copied from it.
+    fn follow_across(
+        &mut self,
+        idx: u32,
+        t: usize,
+        table: &GroupTable,
+        m: &Move,
+        step: u64,
+        prev: u64,
+    ) {
+        let i = idx as usize;
+        let seen = &self.grouped.streams[i].tables[t];
+        let (old_lo, old_end) = (seen.lo, seen.end);
+        for b in m.s0..m.b0 {
+            let page = self.grouped.streams[i].tables[t].pages[(b - m.s0) as usize];
+            let (plo, phi) = in_block(b, m.bt, old_lo, old_end);
+            self.release_page(idx, t, b, page, plo, phi, prev);
+        }
+        let seen = &mut self.grouped.streams[i].tables[t];
+        seen.pages.drain(..(m.b0 - m.s0) as usize);
+        seen.first_block = m.b0;
+        if m.b1 != m.s1 {
+            let page = table.pages[(m.s1 - table.first_block) as usize];
+            self.hold_page(idx, t, m.s1, page, step);
+            self.grouped.streams[i].tables[t].pages.push(page);
+        }
+        self.grouped.streams[i].tables[t].checked = (table.pages.version(), table.first_block);
+    }
+}
