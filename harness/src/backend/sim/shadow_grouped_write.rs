@@ -56,34 +56,37 @@ impl Shadow {
         // (`shadow_grouped_across.rs`), if some block read last step is still read. And the
         // token's offset in its block.
         let mut spans = [Span::default(); MAX_SHAPES];
-        let mut moves = [Move::default(); MAX_SHAPES];
         let mut moving = false;
-        for ((span, mv), shape) in spans.iter_mut().zip(moves.iter_mut()).zip(distinct) {
+        for (span, shape) in spans.iter_mut().zip(distinct) {
             let bt = u64::from(shape.block_tokens.max(1));
             let off = context % bt;
             let (lo, was) = (readable_from(shape, end), readable_from(shape, context));
             if lo >= end || lo < was {
                 return false;
             }
-            let m = Move {
-                bt,
-                lo,
-                s0: was / bt,
-                s1: context.saturating_sub(1) / bt + 1,
-                b0: lo / bt,
-                b1: context / bt + 1,
-            };
-            if m.b0 >= m.s1 {
-                return false;
-            }
-            moving |= m.b0 != m.s0 || m.b1 != m.s1;
-            *mv = m;
+            moving |= off == 0 || (lo != was && lo / bt != was / bt);
             *span = Span {
                 lo,
                 off: off as u32,
             };
         }
         if moving {
+            let mut moves = [Move::default(); MAX_SHAPES];
+            for ((m, span), shape) in moves.iter_mut().zip(&spans).zip(distinct) {
+                let bt = u64::from(shape.block_tokens.max(1));
+                *m = Move {
+                    bt,
+                    lo: span.lo,
+                    s0: readable_from(shape, context) / bt,
+                    s1: context.saturating_sub(1) / bt + 1,
+                    b0: span.lo / bt,
+                    b1: context / bt + 1,
+                };
+                // Nothing read last step is still read: the general path.
+                if m.b0 >= m.s1 {
+                    return false;
+                }
+            }
             return self.decode_across(idx, shapes, tables, w, step, prev, &moves);
         }
         // One pass: a table that changed since its record last matched it must still name the

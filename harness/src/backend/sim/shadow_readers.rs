@@ -85,7 +85,7 @@ impl Readers {
 
     /// Register `h` as a reader of grain `g` (grains past the end are ignored): whether it is
     /// the grain's only reader now, or joined one that is not alone any more.
-    #[inline]
+    #[inline(always)]
     pub fn hold(&mut self, g: u64, h: Holder) -> Held {
         let Some(e) = self.grains.get_mut(g) else {
             return Held::Shared;
@@ -139,7 +139,7 @@ impl Readers {
     }
 
     /// Drop the first registration of `h` on grain `g`, moving the last reader into its place.
-    #[inline]
+    #[inline(always)]
     pub fn unhold(&mut self, g: u64, h: Holder) {
         let Some(e) = self.grains.get_mut(g) else {
             return;
