@@ -108,21 +108,7 @@ impl Shadow {
             st.tail = end;
         }
         st.settled = end;
-        self.report.read_slots += read;
-        self.report.written_slots += written;
-        if let Some((t, page)) = outside {
-            self.violation(format!(
-                "step {step}: stream {} writes position {context} of table {t}, into page \
-                 {page} outside the pool",
-                w.seq
-            ));
-        }
-        let slow = std::mem::take(&mut self.grouped.slow);
-        for &t in &slow {
-            let t = t as usize;
-            self.write_table(idx, t, &shapes[t], &tables[t], w, step);
-        }
-        self.grouped.slow = slow;
+        self.finish_decode(idx, shapes, tables, w, step, (read, written, outside));
         true
     }
 

@@ -142,28 +142,42 @@ impl Shadow {
             st.tail = end;
         }
         st.settled = end;
-        let any_slow = !slow.is_empty();
+        // Tables whose page someone else may read: the general write (the table is unchanged,
+        // so it names the record's page), through the reverse index.
+        self.finish_decode(idx, shapes, tables, w, step, (read, written, outside));
+        true
+    }
+
+    /// The end of a decode's writes: what was read and written counted, a store outside the
+    /// pool reported, then the tables whose page someone else may read (`GroupedState::slow`)
+    /// written through the reverse index.
+    pub(super) fn finish_decode(
+        &mut self,
+        idx: u32,
+        shapes: &[TableShape],
+        tables: &[GroupTable],
+        w: &SeqWork,
+        step: u64,
+        (read, written, outside): (u64, u64, Option<(usize, u32)>),
+    ) {
         self.report.read_slots += read;
         self.report.written_slots += written;
         if let Some((t, page)) = outside {
             self.violation(format!(
-                "step {step}: stream {} writes position {context} of table {t}, into page \
-                 {page} outside the pool",
-                w.seq
+                "step {step}: stream {} writes position {} of table {t}, into page {page} \
+                 outside the pool",
+                w.seq, w.context_tokens
             ));
         }
-        if !any_slow {
-            return true;
+        if self.grouped.slow.is_empty() {
+            return;
         }
-        // Tables whose page someone else may read: the general write (the table is unchanged,
-        // so it names the record's page), through the reverse index.
         let slow = std::mem::take(&mut self.grouped.slow);
         for &t in &slow {
             let t = t as usize;
             self.write_table(idx, t, &shapes[t], &tables[t], w, step);
         }
         self.grouped.slow = slow;
-        true
     }
 
     /// A decode's token (position `context`) written into every table after the general path
@@ -204,20 +218,9 @@ impl Shadow {
             }
             _ => slow.extend(0..shapes.len() as u32),
         }
-        self.report.written_slots += written;
-        if let Some((t, page)) = outside {
-            self.violation(format!(
-                "step {step}: stream {} writes position {context} of table {t}, into page \
-                 {page} outside the pool",
-                w.seq
-            ));
-        }
         let blind = slow.is_empty() && outside.is_none();
-        for &t in &slow {
-            let t = t as usize;
-            self.write_table(idx, t, &shapes[t], &tables[t], w, step);
-        }
         self.grouped.slow = slow;
+        self.finish_decode(idx, shapes, tables, w, step, (0, written, outside));
         blind
     }
 
