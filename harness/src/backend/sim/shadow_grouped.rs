@@ -27,7 +27,9 @@
 //! This file is a child module of `shadow.rs` (it reads the streams' histories and scopes and
 //! reports through the same [`ShadowReport`]); `shadow_grouped_holds.rs` holds a record's
 //! pages in the reverse index and lets them go; `shadow_grouped_cells.rs` holds the cell store,
-//! `shadow_grouped_write.rs` a step's writes and the fused decode, `shadow_grouped_moves.rs`
+//! `shadow_grouped_write.rs` a step's writes and the fused decode, `shadow_grouped_across.rs`
+//! the fused decode across a block boundary, `shadow_grouped_tail.rs` a stream's pending decodes,
+//! `shadow_grouped_fresh.rs` a stream's first step from nothing, `shadow_grouped_moves.rs`
 //! copies, swaps, foreign writes and completion.
 
 use std::collections::VecDeque;
