@@ -15,9 +15,11 @@ impl Shadow {
     /// context ([`Stream::settled`]), so whether a table's read range still covers the same
     /// blocks is a shape's question, asked once a shape (`Cells::classes`: Gemma 3's 31 tables
     /// have two); a table's own work is its version (its pages compared only when it changed),
-    /// its read range and one store. Returns false when any table needs the general path (a
-    /// block entered or left, a page moved, a re-check is due, the stream is new), having
-    /// changed nothing that path does not redo the same way (the pass below).
+    /// its read range and one store (none while the stream's decodes are pending:
+    /// `shadow_grouped_tail.rs`). A block entering or leaving some shape's reads takes the
+    /// decode across (`shadow_grouped_across.rs`). Returns false when any table needs the
+    /// general path (a page moved, a re-check is due, the stream is new), having changed
+    /// nothing that path does not redo the same way (the pass below).
     pub(super) fn decode_grouped(
         &mut self,
         idx: u32,
@@ -184,8 +186,8 @@ impl Shadow {
     /// followed them: blind where the record alone holds the token's page (a block entered at
     /// this step is held alone from the moment it is entered), through [`Shadow::write_table`]
     /// otherwise — a page someone else reads, a record that does not reach the token's block
-    /// (the table did not map it), a token the stream's history does not have.
-    /// Whether every table's store went blind into its record's last page.
+    /// (the table did not map it), a token the stream's history does not have. Returns whether
+    /// every table's store went blind into its record's last page (a tail may start there).
     pub(super) fn write_decode(
         &mut self,
         idx: u32,
