@@ -102,6 +102,9 @@ pub(super) struct GroupedState {
     /// One stream's tags for a run of positions (a pending tail, a fresh step's prompt), built
     /// once for every table they are stored into.
     run_tags: Vec<Tag>,
+    /// Records a decode across block boundaries found on a page it entered, with the page:
+    /// settled after the pass ([`Shadow::unsole`]).
+    joined: Vec<(Holder, u32)>,
     /// Every step through the general path: the fused decode, the fresh step and the general
     /// decode's blind store are shortcuts of it, and a differential test runs both ways
     /// (`Shadow::set_grouped_shortcuts`).

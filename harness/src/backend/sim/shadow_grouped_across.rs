@@ -60,20 +60,23 @@ impl Shadow {
             // The tail's block is left: stored before any record changes.
             self.flush_stream(idx);
         }
-        // Follow every table, in order: release what left, hold what entered.
+        // Follow every table, in order: release what left, hold what entered — block by block
+        // while the step before is in flight (its releases wait for it), else in one pass.
         let n = tables.len();
-        for (t, table) in tables.iter().enumerate() {
-            let c = match &self.grouped.kind {
-                Kind::Grouped(cells) => cells.classes().1[t],
-                _ => 0,
-            };
-            let m = moves[c as usize % MAX_SHAPES];
-            if m.moves() {
-                self.follow_across(idx, t, table, &m, step, prev);
+        if self.flight_at(prev).is_some() || !self.follow_across_now(idx, tables, moves, end) {
+            for (t, table) in tables.iter().enumerate() {
+                let c = match &self.grouped.kind {
+                    Kind::Grouped(cells) => cells.classes().1[t],
+                    _ => 0,
+                };
+                let m = moves[c as usize % MAX_SHAPES];
+                if m.moves() {
+                    self.follow_across(idx, t, table, &m, step, prev);
+                }
+                let seen = &mut self.grouped.streams[i].tables[t];
+                seen.lo = m.lo;
+                seen.end = end;
             }
-            let seen = &mut self.grouped.streams[i].tables[t];
-            seen.lo = m.lo;
-            seen.end = end;
         }
         // Then write: blind where the record alone holds its last page, else the general write.
         let g = &mut self.grouped;
@@ -81,12 +84,22 @@ impl Shadow {
             return false;
         };
         let tailing = st.tail != NO_TAIL;
+        let tails = cells.tails();
         let (class, tags) = cells.classes_and_tags();
         let slow = &mut g.slow;
         slow.clear();
         let (mut written, mut outside) = (0u64, None);
+        let waits = |seen: &Seen| {
+            let page = seen.pages.last().copied().unwrap_or(NO_PAGE);
+            seen.sole == page && tags.allocated(page)
+        };
         if tailing {
             // No block entered: the token waits with the tail in every record's last page.
+            written = n as u64;
+        } else if tails && st.tables.iter().all(waits) {
+            // Blocks entered, every record alone on its last page, its cells allocated: the
+            // token starts the next tail there instead of being stored 31 times (Gemma 3).
+            st.tail = context;
             written = n as u64;
         } else {
             for (t, (seen, &c)) in st.tables.iter().zip(class).enumerate() {
@@ -100,13 +113,13 @@ impl Shadow {
                     outside.get_or_insert((t, page));
                 }
             }
+            if slow.is_empty() && outside.is_none() && tails {
+                st.tail = end;
+            }
         }
         let read: u64 = (cells.class_counts().iter().zip(moves))
             .map(|(&k, m)| k * (end - m.lo))
             .sum();
-        if !tailing && slow.is_empty() && outside.is_none() && cells.tails() {
-            st.tail = end;
-        }
         st.settled = end;
         self.finish_decode(idx, shapes, tables, w, step, (read, written, outside));
         true
@@ -148,6 +161,70 @@ impl Shadow {
                 }
             }
         }
+        true
+    }
+
+    /// [`Shadow::follow_across`] for every table when nothing is in flight, the records, the
+    /// reverse index and the cell classes borrowed once: a leaving block unheld at once, an
+    /// entering one held, and a record whose page another record held first (`Held::Joined`)
+    /// settled after the pass — its owner's tail stored, its sole page forgotten — before
+    /// anything is written. False, having changed nothing, without a reverse index.
+    fn follow_across_now(
+        &mut self,
+        idx: u32,
+        tables: &[GroupTable],
+        moves: &[Move; MAX_SHAPES],
+        end: u64,
+    ) -> bool {
+        let g = &mut self.grouped;
+        let (Kind::Grouped(cells), Some(readers), Some(st)) =
+            (&g.kind, g.readers.as_mut(), g.streams.get_mut(idx as usize))
+        else {
+            return false;
+        };
+        let n = cells.tables();
+        let joined = &mut g.joined;
+        joined.clear();
+        let records = st.tables.iter_mut().zip(cells.classes().1).zip(tables);
+        for (t, ((seen, &c), table)) in records.enumerate() {
+            let m = moves[c as usize % MAX_SHAPES];
+            seen.lo = m.lo;
+            seen.end = end;
+            if !m.moves() {
+                continue;
+            }
+            let gone = (m.b0 - m.s0) as usize;
+            for (b, &page) in (m.s0..).zip(&seen.pages[..gone]) {
+                if let Some(c) = chunk(n, t as u32, b) {
+                    if seen.sole == page {
+                        seen.sole = NO_PAGE;
+                    }
+                    readers.unhold(u64::from(page), Holder { seq: idx, chunk: c });
+                }
+            }
+            if gone > 0 {
+                seen.pages.drain(..gone);
+            }
+            seen.first_block = m.b0;
+            if m.b1 != m.s1 {
+                // Inside the pool and the reverse index: `decode_across_maps` checked.
+                let page = table.pages[(m.s1 - table.first_block) as usize];
+                if let Some(c) = chunk(n, t as u32, m.s1) {
+                    match readers.hold(u64::from(page), Holder { seq: idx, chunk: c }) {
+                        Held::Alone => seen.sole = page,
+                        Held::Joined(was) => joined.push((was, page)),
+                        Held::Shared => {}
+                    }
+                }
+                seen.pages.push(page);
+            }
+            seen.checked = (table.pages.version(), table.first_block);
+        }
+        let joined = std::mem::take(&mut self.grouped.joined);
+        for &(was, page) in &joined {
+            self.unsole(was, page, n);
+        }
+        self.grouped.joined = joined;
         true
     }
 

@@ -56,6 +56,14 @@ impl CellTags {
         }
     }
 
+    /// Whether page `page`'s first cell is in the pool and its page of the lazy store allocated
+    /// (where a page's cells lie in one page of the store, `Cells::tails`, all of its cells).
+    #[inline(always)]
+    pub fn allocated(&self, page: u32) -> bool {
+        self.index(page, 0)
+            .is_some_and(|i| self.tags.is_allocated(i))
+    }
+
     /// Store `tags` into the cells from `(page, off)` on, within the page, where nobody else
     /// reads them (no cell is compared first), or `None` when they leave the page or the pool.
     /// A stream's pending tail, table by table: the tags are built once for every table.
@@ -75,23 +83,32 @@ impl CellTags {
     #[inline]
     pub fn store_tags_on(&mut self, page: u32, off: u32, tags: &[Tag]) -> Option<()> {
         let i = self.index(page, off)?;
+        match self.tags.run_in_page_mut(i, tags.len()) {
+            // Within one page of the lazy store, already allocated: one copy.
+            Some(run) => {
+                run.copy_from_slice(tags);
+                Some(())
+            }
+            None => self.store_tags_across(i, tags),
+        }
+    }
+
+    /// [`CellTags::store_tags_on`] for a run whose page of the lazy store is not allocated yet
+    /// or that crosses into the next one: out of line, so that the common store inlines small.
+    #[cold]
+    #[inline(never)]
+    fn store_tags_across(&mut self, i: u64, tags: &[Tag]) -> Option<()> {
         let n = tags.len() as u64;
         // The store holds exactly the pool's cells.
         if i.checked_add(n)? > self.tags.len() {
             return None;
         }
-        match self.tags.run_mut(i, n) {
-            // Within one page of the lazy store: one copy.
-            Some(run) if run.len() == tags.len() => run.copy_from_slice(tags),
-            _ => {
-                let mut done = 0usize;
-                while done < tags.len() {
-                    let run = self.tags.run_mut(i + done as u64, n - done as u64)?;
-                    let k = run.len();
-                    run.copy_from_slice(&tags[done..done + k]);
-                    done += k;
-                }
-            }
+        let mut done = 0usize;
+        while done < tags.len() {
+            let run = self.tags.run_mut(i + done as u64, n - done as u64)?;
+            let k = run.len();
+            run.copy_from_slice(&tags[done..done + k]);
+            done += k;
         }
         Some(())
     }

@@ -204,7 +204,10 @@ impl Shadow {
         let mut bad: Option<(u64, &'static str)> = None;
         let split = (b0 * bt).min(end);
         if split > 0 {
-            self.write_span(idx, t, table, (bt, lo), (0, split), &mut bad);
+            let from = self.store_before_window(idx, t, table, bt, split, tags);
+            if from < split {
+                self.write_span(idx, t, table, (bt, lo), (from, split), &mut bad);
+            }
         }
         let i = idx as usize;
         let mut pos = split;
@@ -252,5 +255,64 @@ impl Shadow {
                 w.seq
             ));
         }
+    }
+
+    /// Store table `t`'s positions `0..split`, the blocks left of its window (which the record
+    /// does not hold), blind while nobody reads their pages — blocks the table no longer maps
+    /// skipped, as the general path skips them — one copy for a run of consecutive pages where
+    /// a block is as long as a page's cells. Returns where the rest starts: the first block
+    /// someone reads or that lies outside the pool, for [`Shadow::write_span`] to store cell by
+    /// cell and report.
+    fn store_before_window(
+        &mut self,
+        idx: u32,
+        t: usize,
+        table: &GroupTable,
+        bt: u64,
+        split: u64,
+        tags: &[Tag],
+    ) -> u64 {
+        let g = &mut self.grouped;
+        let (Kind::Grouped(cells), Some(readers)) = (&mut g.kind, g.readers.as_ref()) else {
+            return 0;
+        };
+        let n = cells.tables();
+        let merge = bt == u64::from(cells.stride());
+        let (_, cell_tags) = cells.classes_and_tags();
+        let blocks = split / bt;
+        // Nobody reads the block's page: its stores surprise no one (`alone` in the general
+        // path, which for a block outside the record comes to the same).
+        let unread = |b: u64| -> Option<u32> {
+            let page = *table
+                .pages
+                .get(usize::try_from(b - table.first_block).ok()?)?;
+            let c = chunk(n, t as u32, b)?;
+            readers.only(u64::from(page), idx, c).then_some(page)
+        };
+        let mut b = table.first_block.min(blocks);
+        while b < blocks {
+            let Some(page) = unread(b) else {
+                break;
+            };
+            let mut j = b + 1;
+            while merge
+                && j < blocks
+                && unread(j).is_some_and(|p| u64::from(p) == u64::from(page) + (j - b))
+            {
+                j += 1;
+            }
+            let run = &tags[(b * bt) as usize..(j * bt) as usize];
+            let stored = if merge {
+                cell_tags.store_tags_on(page, 0, run)
+            } else {
+                cell_tags.store_tags(page, 0, run)
+            };
+            if stored.is_none() {
+                break;
+            }
+            self.report.written_slots += (j - b) * bt;
+            b = j;
+        }
+        b * bt
     }
 }

@@ -17,31 +17,40 @@ impl Shadow {
             ));
             return;
         };
-        let tables = cells.tables().max(1);
+        let tables = cells.tables();
         let held = self.grouped.readers.as_mut().map_or(Held::Shared, |r| {
             r.hold(u64::from(page), Holder { seq: idx, chunk: c })
         });
-        // The page's first reader is its sole one: the stream's writes there (a decode's token
-        // in the block it just entered) are stored blind until someone else reads it.
-        let (who, t, sole) = match held {
-            Held::Alone => (idx, t, page),
-            Held::Joined(was) => {
-                // Its pending decodes are stored before the page stops being its alone.
-                self.flush_stream(was.seq);
-                (was.seq, (was.chunk % tables) as usize, NO_PAGE)
+        match held {
+            // The page's first reader is its sole one: the stream's writes there (a decode's
+            // token in the block it just entered) are stored blind until someone else reads it.
+            Held::Alone => {
+                let seen = self
+                    .grouped
+                    .streams
+                    .get_mut(idx as usize)
+                    .and_then(|st| st.tables.get_mut(t));
+                if let Some(seen) = seen {
+                    seen.sole = page;
+                }
             }
-            Held::Shared => return,
-        };
+            Held::Joined(was) => self.unsole(was, page, tables),
+            Held::Shared => {}
+        }
+    }
+
+    /// Record `was` (of `tables` tables a stream) is not alone on `page` any more: its stream's
+    /// pending decodes are stored, then the page stops being its sole one.
+    pub(super) fn unsole(&mut self, was: Holder, page: u32, tables: u32) {
+        self.flush_stream(was.seq);
+        let t = (was.chunk % tables.max(1)) as usize;
         let seen = self
             .grouped
             .streams
-            .get_mut(who as usize)
+            .get_mut(was.seq as usize)
             .and_then(|st| st.tables.get_mut(t));
-        match seen {
-            Some(seen) if sole != NO_PAGE => seen.sole = sole,
-            // Not alone any more.
-            Some(seen) if seen.sole == page => seen.sole = NO_PAGE,
-            _ => {}
+        if let Some(seen) = seen.filter(|s| s.sole == page) {
+            seen.sole = NO_PAGE;
         }
     }
 
@@ -104,9 +113,22 @@ impl Shadow {
             {
                 let n = cells.tables();
                 for (t, seen) in tables.iter().enumerate() {
-                    for (b, &page) in (seen.first_block..).zip(&seen.pages) {
-                        if let Some(c) = chunk(n, t as u32, b) {
-                            r.unhold(u64::from(page), Holder { seq: idx, chunk: c });
+                    // Chunks grow with the block: when the last block's fits 32 bits, every
+                    // block's does, a table apart.
+                    let last = seen.end_block().saturating_sub(1);
+                    match chunk(n, t as u32, seen.first_block).zip(chunk(n, t as u32, last)) {
+                        Some((mut c, _)) => {
+                            for &page in &seen.pages {
+                                r.unhold(u64::from(page), Holder { seq: idx, chunk: c });
+                                c = c.wrapping_add(n);
+                            }
+                        }
+                        None => {
+                            for (b, &page) in (seen.first_block..).zip(&seen.pages) {
+                                if let Some(c) = chunk(n, t as u32, b) {
+                                    r.unhold(u64::from(page), Holder { seq: idx, chunk: c });
+                                }
+                            }
                         }
                     }
                 }

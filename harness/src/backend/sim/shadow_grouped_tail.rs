@@ -8,9 +8,10 @@
 //! **Invariant.** While a stream has a tail (`tail != NO_TAIL`): the stream is settled, every
 //! record's last page is its sole page, positions `tail .. settled` lie in every record's last
 //! block (the fused decode never crosses a block), and their cells lie in a page of the lazy
-//! store already allocated (the decode that started the tail stored into the same block, and a
-//! block's cells do not straddle a store page: `Cells::tails`) — so storing them later changes
-//! no count, no message and no allocated byte.
+//! store already allocated (the decode that started the tail stored into the same block, or —
+//! a decode that entered new blocks, whose token starts the tail unstored — found each page's
+//! cells allocated; a block's cells do not straddle a store page: `Cells::tails`) — so storing
+//! them later changes no count, no message and no allocated byte.
 //!
 //! **When a tail is stored.** Before anything but the owner's fused decode touches those cells
 //! or the records that name them: the owner's next step through any other path, its records

@@ -154,6 +154,32 @@ impl<T: Copy> LazyArray<T> {
         self.page_mut(i)?.get_mut(at..at + n)
     }
 
+    /// Whether entry `i` is in the array and its page allocated.
+    #[inline(always)]
+    pub fn is_allocated(&self, i: u64) -> bool {
+        i < self.len
+            && self
+                .pages
+                .get((i >> PAGE_BITS) as usize)
+                .is_some_and(Option::is_some)
+    }
+
+    /// Entries `i .. i + n` for writing when they lie in one page that is already allocated —
+    /// the common store, small enough to inline — else `None` (callers go on with
+    /// [`LazyArray::run_mut`]).
+    #[inline(always)]
+    pub fn run_in_page_mut(&mut self, i: u64, n: usize) -> Option<&mut [T]> {
+        let at = (i as usize) & (PAGE - 1);
+        if i >= self.len || n as u64 > self.len - i || at + n > PAGE {
+            return None;
+        }
+        let page = self
+            .pages
+            .get_mut((i >> PAGE_BITS) as usize)?
+            .as_deref_mut()?;
+        page.get_mut(at..at + n)
+    }
+
     /// Bytes allocated so far.
     pub fn allocated_bytes(&self) -> u64 {
         let pages = self.pages.iter().filter(|p| p.is_some()).count() as u64;
@@ -230,6 +256,21 @@ mod tests {
         );
         assert_eq!(a.run_mut(2, 3).map(|r| r.len()), Some(3), "stops at max");
         assert!(a.run(len, 1).is_none() && a.run(0, 0).is_none());
+        // Within an allocated page only: not in the page before it (never written), not
+        // across its end, not past the array's end.
+        assert_eq!(a.run_in_page_mut(2, 3).map(|r| r.len()), Some(3));
+        assert!(a.run_in_page_mut(PAGE as u64 - 2, 2).is_some());
+        assert!(
+            a.run_in_page_mut(PAGE as u64 - 2, 3).is_none(),
+            "crosses a page"
+        );
+        assert!(
+            a.run_in_page_mut(PAGE as u64 + 5, 1).is_none(),
+            "not allocated"
+        );
+        assert!(a.run_in_page_mut(len - 1, 2).is_none(), "past the end");
+        assert!(a.is_allocated(3) && a.is_allocated(len - 1));
+        assert!(!a.is_allocated(PAGE as u64 + 5) && !a.is_allocated(len));
         assert!(a.run_mut(len, 1).is_none());
     }
 }
