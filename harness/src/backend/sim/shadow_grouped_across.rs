@@ -64,6 +64,14 @@ impl Shadow {
         // while the step before is in flight (its releases wait for it), else in one pass.
         let n = tables.len();
         if self.flight_at(prev).is_some() || !self.follow_across_now(idx, tables, moves, end) {
+            // The releases queued on the step in flight name what each record read there.
+            if let (Some(st), Kind::Grouped(cells)) =
+                (self.grouped.streams.get_mut(i), &self.grouped.kind)
+            {
+                if st.tail != NO_TAIL {
+                    st.set_reads(cells.classes());
+                }
+            }
             for (t, table) in tables.iter().enumerate() {
                 let c = match &self.grouped.kind {
                     Kind::Grouped(cells) => cells.classes().1[t],

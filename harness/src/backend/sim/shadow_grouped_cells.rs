@@ -191,6 +191,11 @@ impl Cells {
             .map(|s| s.block_tokens.max(1))
     }
 
+    /// Table `table`'s shape.
+    pub fn shape(&self, table: u32) -> Option<&TableShape> {
+        self.shapes.get(table as usize)
+    }
+
     /// The run's distinct table shapes, and each table's index into them.
     pub fn classes(&self) -> (&[TableShape], &[u32]) {
         (&self.distinct, &self.class)

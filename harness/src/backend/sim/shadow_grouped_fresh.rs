@@ -130,11 +130,18 @@ impl Shadow {
             return;
         };
         let n = cells.tables();
-        for b in b0..b1 {
-            let page = table.pages[(b - table.first_block) as usize];
-            pages.push(page);
+        // The table maps blocks `b0 .. b1` (`step_fresh` checked): the record names them all,
+        // and a flag a block says which were held alone (none until found so).
+        let j0 = (b0 - table.first_block) as usize;
+        let mapped = &table.pages[j0..j0 + (b1 - b0) as usize];
+        pages.extend_from_slice(mapped);
+        let base = alone.len();
+        alone.resize(base + mapped.len(), false);
+        // Chunks grow with the block: when the last block's fits 32 bits, every block's does.
+        let c0 =
+            chunk(n, t as u32, b0).filter(|_| chunk(n, t as u32, b1.saturating_sub(1)).is_some());
+        for (k, (b, &page)) in (b0..).zip(mapped).enumerate() {
             if !cells.has_page(page) {
-                alone.push(false);
                 let id = self.seqs[i].id;
                 let why = format!(
                     "step {step}: stream {id}'s table {t} names page {page}, outside the pool"
@@ -142,15 +149,17 @@ impl Shadow {
                 self.report.violation(why);
                 continue;
             }
-            let Some(c) = chunk(n, t as u32, b) else {
-                alone.push(false);
-                continue;
+            let c = match c0 {
+                Some(c0) => c0.wrapping_add((k as u32).wrapping_mul(n)),
+                None => match chunk(n, t as u32, b) {
+                    Some(c) => c,
+                    None => continue,
+                },
             };
             match readers.hold(u64::from(page), Holder { seq: idx, chunk: c }) {
-                Held::Alone => alone.push(true),
-                Held::Shared => alone.push(false),
+                Held::Alone => alone[base + k] = true,
+                Held::Shared => {}
                 Held::Joined(was) => {
-                    alone.push(false);
                     let (wt, wb) = ((was.chunk % n) as usize, u64::from(was.chunk / n));
                     if was.seq == idx {
                         // An earlier block of this step's records (a page named twice): not

@@ -52,12 +52,21 @@ impl Shadow {
             clobbered: true,
         };
         // The record as it stands: re-checked at the next read, and by the step in flight.
+        let shape = match &self.grouped.kind {
+            Kind::Grouped(cells) => cells.shape(t),
+            _ => None,
+        };
         let held = self
             .grouped
             .streams
             .get(h.seq as usize)
-            .and_then(|st| st.tables.get(t as usize))
-            .is_some_and(|seen| seen.page(b) == Some(page) && (seen.lo..seen.end).contains(&pos));
+            .zip(shape)
+            .and_then(|(st, shape)| {
+                Some((st.tables.get(t as usize)?, st.reads(t as usize, shape)?))
+            })
+            .is_some_and(|(seen, (lo, end))| {
+                seen.page(b) == Some(page) && (lo..end).contains(&pos)
+            });
         if held {
             self.grouped.streams[h.seq as usize].recheck.push((t, b));
             if let Some(f) = self.flight_at(last) {

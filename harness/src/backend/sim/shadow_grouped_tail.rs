@@ -11,7 +11,12 @@
 //! store already allocated (the decode that started the tail stored into the same block, or —
 //! a decode that entered new blocks, whose token starts the tail unstored — found each page's
 //! cells allocated; a block's cells do not straddle a store page: `Cells::tails`) — so storing
-//! them later changes no count, no message and no allocated byte.
+//! them later changes no count, no message and no allocated byte. The records' read ranges
+//! (`Seen::lo .. Seen::end`) stay where the tail began: a pending decode compares each table
+//! and moves nothing else, and what a record reads is its shape's range at `settled`
+//! ([`Stream::reads`], for a write into a page the stream shares) until the tail is stored,
+//! which moves them there ([`Stream::set_reads`]; the decode across a boundary moves them
+//! itself, after setting them so where its releases are queued on a step in flight).
 //!
 //! **When a tail is stored.** Before anything but the owner's fused decode touches those cells
 //! or the records that name them: the owner's next step through any other path, its records
@@ -36,6 +41,11 @@ impl Shadow {
         let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(i), &mut g.kind) else {
             return;
         };
+        if st.tail == NO_TAIL {
+            return;
+        }
+        // The records' read ranges first: the pending decodes left them where the tail began.
+        st.set_reads(cells.classes());
         let from = std::mem::replace(&mut st.tail, NO_TAIL);
         let to = st.settled;
         if from >= to {
