@@ -26,11 +26,49 @@
 //! check ([`Shadow::flush_page`]: a page with a pending tail has exactly one reader, the
 //! owner). A child of `shadow_grouped.rs`, for its records.
 
+use kvbench_cache_api::grouped::readable_from;
+use kvbench_cache_api::TableShape;
+
 use super::write::MAX_SHAPES;
 use super::*;
 
 /// No pending tail.
 pub(super) const NO_TAIL: u64 = u64::MAX;
+
+impl Stream {
+    /// The positions record `t` (of shape `shape`) reads: its own `lo .. end` — or, while the
+    /// stream's decodes are pending, what its shape reads at `settled`: a pending decode
+    /// leaves the records' read ranges where the tail began ([`Stream::set_reads`] moves them
+    /// when the tail is stored).
+    pub(super) fn reads(&self, t: usize, shape: &TableShape) -> Option<(u64, u64)> {
+        let seen = self.tables.get(t)?;
+        if self.tail == NO_TAIL {
+            return Some((seen.lo, seen.end));
+        }
+        Some((readable_from(shape, self.settled), self.settled))
+    }
+
+    /// Every record's read range as its shape reads at `settled`, where the pending decodes
+    /// left them behind (the records are settled there).
+    pub(super) fn set_reads(&mut self, (distinct, class): (&[TableShape], &[u32])) {
+        let end = self.settled;
+        // The first position read, once a shape (a stream with more shapes is never settled,
+        // so never has a tail; a table apart all the same).
+        let mut los = [0u64; MAX_SHAPES];
+        for (lo, shape) in los.iter_mut().zip(distinct) {
+            *lo = readable_from(shape, end);
+        }
+        let few = distinct.len() <= MAX_SHAPES;
+        for (seen, &c) in self.tables.iter_mut().zip(class) {
+            seen.lo = match distinct.get(c as usize) {
+                Some(_) if few => los[c as usize % MAX_SHAPES],
+                Some(shape) => readable_from(shape, end),
+                None => seen.lo,
+            };
+            seen.end = end;
+        }
+    }
+}
 
 impl Shadow {
     /// Store stream `idx`'s pending tail, if it has one, into every record's last page: its tags
