@@ -13,6 +13,7 @@ pub mod shadow;
 mod shadow_expect;
 mod shadow_ids;
 mod shadow_readers;
+mod shadow_slabs;
 mod shadow_store;
 pub mod workspace;
 

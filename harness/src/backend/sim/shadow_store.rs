@@ -3,6 +3,10 @@
 //! 141 GB device with a tiny model has hundreds of millions of slots). The reverse index
 //! (`shadow_readers.rs`) uses the same array.
 
+use std::ptr::NonNull;
+
+use super::shadow_slabs::Slabs;
+
 /// What a slot holds in place of K/V: which position, which token, and who wrote it — a writer
 /// number (`shadow_ids.rs`' [`Writers`](super::shadow_ids::Writers)) that names the writing
 /// stream for messages and its reuse scope for the checks. 12 bytes a slot: the scope and the
@@ -42,28 +46,34 @@ const PAGE: usize = 1 << PAGE_BITS;
 pub(crate) const PAGE_ENTRIES: u64 = PAGE as u64;
 /// Larger pools are refused (the top-level table alone would not be small any more).
 pub(crate) const MAX_ENTRIES: u64 = 1 << 38;
-
-/// Allocates a zeroed page of `len` entries.
-type ZeroedPage<T> = fn(usize) -> Box<[T]>;
+/// What a page's place in the page table costs, allocated or not.
+const PAGE_TABLE_ENTRY_BYTES: usize = std::mem::size_of::<Option<NonNull<Tag>>>();
 
 /// A fixed-length array whose pages are allocated on first write; unwritten entries read as
-/// `empty`.
+/// `empty`. Its pages live in slabs mapped on huge-page boundaries (`shadow_slabs.rs`): the
+/// kernel fills them a huge page at a time instead of 4 KiB at a time.
 #[derive(Debug)]
 pub(crate) struct LazyArray<T: Copy> {
-    pages: Vec<Option<Box<[T]>>>,
+    /// Each page's first entry once allocated: `PAGE` initialised entries in a slab of `slabs`,
+    /// no two pages overlapping.
+    pages: Vec<Option<NonNull<T>>>,
+    slabs: Slabs,
     len: u64,
     empty: T,
-    /// Where pages come zeroed from the allocator (`empty` is all zeros): a large allocation is
-    /// a fresh mapping the kernel zeroes at the first write to each of its pages, where a fill
-    /// writes every line first (and pushed them out of the cache before their first real
-    /// write). `None`: pages are filled with `empty`.
-    zeroed: Option<ZeroedPage<T>>,
+    /// Whether `empty` is all zeros, so that a page is used as it comes (a fresh mapping, which
+    /// the kernel zeroes at the first write to each of its pages) where a fill would write every
+    /// line first and push them out of the cache before their first real write.
+    zeroed: bool,
 }
+
+// SAFETY: a `LazyArray` owns its pages outright (the pointers lead only into its own slabs), as
+// a `Vec<Box<[T]>>` would; sending it sends them.
+unsafe impl<T: Copy + Send> Send for LazyArray<T> {}
 
 impl<T: Copy> LazyArray<T> {
     /// An array of `len` entries reading `empty` until written; pages filled with `empty`.
     pub fn new(len: u64, empty: T) -> Option<Self> {
-        Self::with_pages(len, empty, None)
+        Self::with_pages(len, empty, false)
     }
 
     /// An array of `len` entries reading all zeros until written; pages come zeroed.
@@ -71,11 +81,12 @@ impl<T: Copy> LazyArray<T> {
     where
         T: bytemuck::Zeroable,
     {
-        Self::with_pages(len, T::zeroed(), Some(bytemuck::zeroed_slice_box::<T>))
+        Self::with_pages(len, T::zeroed(), true)
     }
 
-    fn with_pages(len: u64, empty: T, zeroed: Option<ZeroedPage<T>>) -> Option<Self> {
-        if len > MAX_ENTRIES {
+    fn with_pages(len: u64, empty: T, zeroed: bool) -> Option<Self> {
+        // Slabs hand out pages aligned to 64 bytes.
+        if len > MAX_ENTRIES || std::mem::align_of::<T>() > 64 {
             return None;
         }
         let pages = len.div_ceil(PAGE as u64) as usize;
@@ -83,6 +94,7 @@ impl<T: Copy> LazyArray<T> {
         v.resize_with(pages, || None);
         Some(LazyArray {
             pages: v,
+            slabs: Slabs::new(PAGE * std::mem::size_of::<T>()),
             len,
             empty,
             zeroed,
@@ -99,10 +111,27 @@ impl<T: Copy> LazyArray<T> {
         if i >= self.len {
             return None;
         }
-        match &self.pages[(i >> PAGE_BITS) as usize] {
+        match self.page((i >> PAGE_BITS) as usize) {
             Some(p) => Some(&p[(i as usize) & (PAGE - 1)]),
             None => Some(&self.empty),
         }
+    }
+
+    /// Page `k` if it is allocated.
+    #[inline(always)]
+    fn page(&self, k: usize) -> Option<&[T]> {
+        let p = (*self.pages.get(k)?)?;
+        // SAFETY: an allocated page holds `PAGE` initialised entries in a slab `self` owns, and
+        // no other page overlaps it; `&self` keeps it from being written meanwhile.
+        Some(unsafe { std::slice::from_raw_parts(p.as_ptr(), PAGE) })
+    }
+
+    /// Page `k` for writing if it is allocated.
+    #[inline(always)]
+    fn allocated_page_mut(&mut self, k: usize) -> Option<&mut [T]> {
+        let p = (*self.pages.get(k)?)?;
+        // SAFETY: as in `page`; `&mut self` makes this the only access to the page.
+        Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), PAGE) })
     }
 
     /// The entry for writing (allocating its page), or `None` past the end.
@@ -117,11 +146,31 @@ impl<T: Copy> LazyArray<T> {
     /// The page holding entry `i` (in range), allocated if it is not yet.
     #[inline(always)]
     fn page_mut(&mut self, i: u64) -> Option<&mut [T]> {
-        let slot = &mut self.pages[(i >> PAGE_BITS) as usize];
-        if slot.is_none() {
-            *slot = Some(fresh_page(self.empty, self.zeroed));
+        let k = (i >> PAGE_BITS) as usize;
+        if self.pages.get(k)?.is_none() {
+            self.fresh_page(k);
         }
-        slot.as_deref_mut()
+        self.allocated_page_mut(k)
+    }
+
+    /// Allocate page `k` (in range, not yet allocated), filled with `empty` unless the array is
+    /// zeroed. Out of line: it runs once a page, and inlined it lengthened every store's fast
+    /// path.
+    #[cold]
+    #[inline(never)]
+    fn fresh_page(&mut self, k: usize) {
+        let p = self.slabs.page().cast::<T>();
+        if !self.zeroed {
+            // SAFETY: the slab handed out `PAGE * size_of::<T>()` fresh bytes, aligned to 64
+            // (at least `T`'s alignment for the entries kept here: checked in `with_pages`),
+            // that nothing else points into; each entry is written before any is read.
+            unsafe {
+                for j in 0..PAGE {
+                    p.as_ptr().add(j).write(self.empty);
+                }
+            }
+        }
+        self.pages[k] = Some(p);
     }
 
     /// Entries `i..` up to `max` of them, stopping at the end of `i`'s page (callers loop), or
@@ -133,7 +182,7 @@ impl<T: Copy> LazyArray<T> {
             return None;
         }
         let n = run_len(i, max, self.len);
-        match &self.pages[(i >> PAGE_BITS) as usize] {
+        match self.page((i >> PAGE_BITS) as usize) {
             Some(p) => {
                 let at = (i as usize) & (PAGE - 1);
                 Some(&p[at..at + n])
@@ -173,29 +222,15 @@ impl<T: Copy> LazyArray<T> {
         if i >= self.len || n as u64 > self.len - i || at + n > PAGE {
             return None;
         }
-        let page = self
-            .pages
-            .get_mut((i >> PAGE_BITS) as usize)?
-            .as_deref_mut()?;
-        page.get_mut(at..at + n)
+        self.allocated_page_mut((i >> PAGE_BITS) as usize)?
+            .get_mut(at..at + n)
     }
 
     /// Bytes allocated so far.
     pub fn allocated_bytes(&self) -> u64 {
         let pages = self.pages.iter().filter(|p| p.is_some()).count() as u64;
         pages * (PAGE * std::mem::size_of::<T>()) as u64
-            + (self.pages.len() * std::mem::size_of::<Option<Box<[T]>>>()) as u64
-    }
-}
-
-/// A new page: zeroed by `zeroed` where the array was built so, else filled with `empty`. Out of
-/// line: it runs once a page, and inlined it lengthened every store's fast path.
-#[cold]
-#[inline(never)]
-fn fresh_page<T: Copy>(empty: T, zeroed: Option<ZeroedPage<T>>) -> Box<[T]> {
-    match zeroed {
-        Some(zeroed) => zeroed(PAGE),
-        None => vec![empty; PAGE].into_boxed_slice(),
+            + (self.pages.len() * PAGE_TABLE_ENTRY_BYTES) as u64
     }
 }
 
@@ -214,7 +249,7 @@ mod tests {
     fn unwritten_entries_read_empty_and_writes_stick() {
         let mut a = LazyArray::new(3 * PAGE as u64 + 5, Tag::EMPTY).expect("fits");
         assert_eq!(a.get(0), Some(&Tag::EMPTY));
-        let table = 4 * std::mem::size_of::<Option<Box<[Tag]>>>() as u64;
+        let table = 4 * PAGE_TABLE_ENTRY_BYTES as u64;
         assert_eq!(
             a.allocated_bytes(),
             table,
