@@ -12,6 +12,20 @@ use kvbench_cache_api::{GroupTable, TableShape};
 use super::write::{still_maps, token_tag, MAX_SHAPES};
 use super::*;
 
+/// Whether `table`'s pages `..j1` are, block for block, those of the list its record was last
+/// found equal to (`checked`: that list's version and first block) because the list changed
+/// once since, by one page pushed at its end or pages drained from its front with the first
+/// block moved past them ([`Pages::parent`](kvbench_cache_api::pages::Pages::parent): only the
+/// list's own methods say so). Its entering page is checked apart.
+#[inline]
+fn grown_from(checked: (u64, u64), table: &GroupTable, j1: usize) -> bool {
+    table.pages.parent().is_some_and(|p| {
+        p.version == checked.0
+            && Some(table.first_block) == checked.1.checked_add(p.drained_front as u64)
+            && j1 + p.pushed <= table.pages.len()
+    })
+}
+
 /// What one table shape's records do at the decode: blocks `s0 .. s1` read last step, `b0 ..
 /// b1` now (`b0 < s1`: some are kept; `b1 - s1` ≤ 1 enters), positions `lo .. end`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -159,7 +173,10 @@ impl Shadow {
             let keep = (m.b0 - m.s0) as usize;
             let (j0, j1) = ((m.b0 - m0) as usize, (m.s1 - m0) as usize);
             let version = (table.pages.version(), table.first_block);
-            if seen.checked != version && seen.pages[keep..] != table.pages[j0..j1] {
+            if seen.checked != version
+                && !grown_from(seen.checked, table, j1)
+                && seen.pages[keep..] != table.pages[j0..j1]
+            {
                 return false;
             }
             if m.b1 != m.s1 {
@@ -265,5 +282,70 @@ impl Shadow {
             self.grouped.streams[i].tables[t].pages.push(page);
         }
         self.grouped.streams[i].tables[t].checked = (table.pages.version(), table.first_block);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvbench_cache_api::{GroupTable, Pages};
+
+    use super::grown_from;
+
+    /// Blocks 2.. on pages 10, 11, 12, found equal to a record that read blocks 2..5.
+    fn table() -> (GroupTable, (u64, u64)) {
+        let t = GroupTable {
+            first_block: 2,
+            pages: Pages::from(vec![10, 11, 12]),
+        };
+        let checked = (t.pages.version(), t.first_block);
+        (t, checked)
+    }
+
+    #[test]
+    fn a_table_grown_once_from_what_the_record_matched_is_known_without_comparing() {
+        let (mut t, checked) = table();
+        t.pages.push(13);
+        assert!(grown_from(checked, &t, 3), "one page entered at the end");
+        assert!(
+            !grown_from(checked, &t, 4),
+            "the record cannot read the entered page"
+        );
+        let (mut t, checked) = table();
+        t.pages.drain_front(1).for_each(drop);
+        t.first_block += 1;
+        assert!(grown_from(checked, &t, 2), "a window left a block");
+        let (mut t, checked) = table();
+        t.pages.drain_front(1).for_each(drop);
+        assert!(
+            !grown_from(checked, &t, 2),
+            "drained without moving the first block: every block is on another page"
+        );
+        let (mut t, checked) = table();
+        t.pages.rotate_left(1);
+        t.first_block += 1;
+        assert!(grown_from(checked, &t, 2), "a ring turned one block");
+    }
+
+    #[test]
+    fn a_table_changed_otherwise_or_twice_is_compared() {
+        let (mut t, checked) = table();
+        t.pages.set(1, 20);
+        assert!(!grown_from(checked, &t, 3), "a kept page replaced");
+        t.pages.push(13);
+        assert!(
+            !grown_from(checked, &t, 3),
+            "replaced, then grown: the parent is not what the record matched"
+        );
+        let (mut t, checked) = table();
+        t.pages.push(13);
+        t.pages.push(14);
+        assert!(!grown_from(checked, &t, 3), "two changes");
+        let (mut t, checked) = table();
+        t.pages.pop();
+        t.pages.push(20);
+        assert!(
+            !grown_from(checked, &t, 2),
+            "the last page swapped for another"
+        );
     }
 }
