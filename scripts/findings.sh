@@ -9,6 +9,7 @@
 #
 # OUT must not exist (or be empty). --quick uses reduced request counts and seeds (for CI).
 # The binary is $KVBENCH (default target/debug/kvbench, relative to the repository root).
+# docs/findings.md is a copy of a full run's OUT/findings.md: regenerate it with this script.
 set -euo pipefail
 
 usage() { echo "usage: scripts/findings.sh OUT [--quick]" >&2; exit 2; }
