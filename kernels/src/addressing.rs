@@ -4,6 +4,14 @@
 //! a list of [`Run`]s (maximal stretches of consecutive slots, in logical order), checked against
 //! the cache size; the attention core then streams runs. A paged layout yields one run per block,
 //! a contiguous one a single run, so the two kernels differ only in how runs are built.
+//!
+//! **Per layer.** A grouped layout gives each table of layers its own block table, so
+//! [`TokenAddressing`] also answers per layer (`slot_of_layer`, `runs_layer_from`,
+//! `table_of_layer`); the defaults delegate to the layer-agnostic methods, so [`PagedTable`]
+//! and the contiguous region pay nothing. [`LayerAddr`] is one layer's view, for attention,
+//! which knows nothing of layers. The forward pass translates a step's new positions once per
+//! change of `table_of_layer` (once a step for a one-table layout), all layers before any
+//! write; a sliding layer asks its runs from its first query's window start.
 
 use crate::error::KernelError;
 

@@ -8,6 +8,9 @@
 //! merged with log-sum-exp. Partition boundaries depend only on logical positions, never on the
 //! batch or the thread count, so results are bit-identical however a step is composed, and a
 //! paged and a contiguous caller (which differ only in how [`Run`]s were built) agree exactly.
+//! [`attention_windowed`] is the same core for a sliding layer: partitions start at the window's
+//! first position, then break at the same multiples of [`PARTITION_TOKENS`], so results still
+//! depend only on logical positions.
 
 mod core;
 mod dots;

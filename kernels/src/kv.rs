@@ -5,6 +5,13 @@
 //! `b` is rows `b*block_size .. (b+1)*block_size`; the contiguous arena uses the same per-slot
 //! layout, so one slot index addresses the same bytes whichever manager handed it out.
 //! Fresh storage is NaN: reading a slot nobody wrote poisons the output instead of passing.
+//!
+//! **Layers may differ.** [`KvCache::with_rows`] gives each layer its own (K, V) elements per
+//! slot: an MLA layer keeps its latent and RoPE part as its K row and no V, and no FP8 scales
+//! (its values are quantised from the token alone). Copies, swaps and tier slots work per layer
+//! (`rows_of`, `elems_per_slot`), so they move an MLA row like any other. Every layer's storage
+//! is a [`KvBuf`]: aligned, so a slot sits the same way against cache lines and
+//! pages whichever manager handed it out.
 
 use std::ops::Range;
 

@@ -9,6 +9,9 @@
 //! up to whole huge pages, all of it advised for transparent huge pages on Linux) once it spans
 //! at least two huge pages, so the paged and the contiguous layout sit the same way against lines
 //! and pages whatever slot they start at.
+//!
+//! **Invariant:** a buffer's first element is 64-byte aligned, and 2 MiB aligned from 4 MiB up
+//! (the tests below).
 
 use std::alloc::{self, Layout};
 use std::fmt;

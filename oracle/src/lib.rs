@@ -11,6 +11,12 @@
 //! `pos × theta^(-2i/head_dim)`, query head `h` reads KV head `h / (q_heads / kv_heads)`,
 //! attention scale `1/sqrt(head_dim)`, SiLU-gated MLP `down(silu(gate(x)) ⊙ up(x))`; a sliding
 //! layer of window `w` lets the query at `p` read positions `p + 1 − w ..= p` only.
+//!
+//! Layer kinds come as plain data too ([`OracleConfig::attention`], one [`OracleAttention`] per
+//! layer; empty is all full). Each is computed its own way, so nothing is shared with the
+//! kernels' choices: the window by its own loop bounds, MLA in the naive form (every head's key
+//! and value expanded from the latent, where the kernels absorb the projections), a recurrent
+//! layer over the whole history from zeros.
 
 mod forward;
 mod math;

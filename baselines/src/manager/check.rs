@@ -1,4 +1,6 @@
-//! Invariants of the contiguous cache, recomputed from the regions and extents themselves.
+//! Invariants of the contiguous cache, recomputed from the regions and extents themselves: live
+//! regions, pending regions and free extents tile the arena exactly, and the by-id index
+//! (`by_id.rs`) holds exactly the live regions of dense ids, at their base and capacity.
 
 use kvbench_cache_api::{KvCacheManager, SeqLayout};
 

@@ -8,6 +8,17 @@
 //! The real cost of the baseline is the one this keeps visible: a reservation is sized by the
 //! request's reservation, not by what it writes, and it must find one run of free pages
 //! (`largest_free_extent`, in slots, is the external fragmentation).
+//!
+//! A start needs a reserved state when the pool's state is `Reserved` (`NoSpace` while every
+//! state is held or pending); a `Paged` pool is the hybrid paged manager's rule and starts
+//! nothing here (`TooLarge`). `max_step_tokens` — the largest step times the steps the engine
+//! keeps in flight — is what one sequence may write while a step that reads its window is in
+//! flight, and sizes the rings. Accounting is in the grouped pool's slots: a held block's
+//! written tokens by their share of its page (rounded down) live, the rest of the reservation
+//! allocated-unfilled, a held state live, an unheld one free, a run or state released while a
+//! step is in flight pending. Planted faults: `early-reuse`, `leak`, `bad-block-table` (the
+//! first held page of the first non-empty table moved outside the reservation), each counted by
+//! `fault_fired`; `skip-cow` and `stale-onload` have nothing to act on.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;

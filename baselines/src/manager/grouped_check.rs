@@ -1,5 +1,12 @@
 //! Invariants of the grouped contiguous baseline, recomputed from the reservations, the fence
-//! queue and the free extents themselves.
+//! queue and the free extents themselves: reservations, fenced runs and free extents tile the
+//! pool's pages exactly (no page in two reservations); every table's pages lie in its own share
+//! of its sequence's run, block `b` of a ring on share page `b mod ring_len` (`off_ring`, one
+//! vectorized comparison a run of pages); the sequences holding a state are the states taken,
+//! and taken + pending ≤ the reserved states. The rings' reach is checked at every write
+//! (`grouped.rs`, `check_ring_reach`): a ring never holds a block later than what the oldest
+//! step not yet retired that writes the sequence reads from, so a ring sized for fewer tokens
+//! than the steps in flight write is a reported violation, not a silent overwrite.
 
 use kvbench_cache_api::{GroupTable, KvCacheManager};
 

@@ -12,6 +12,18 @@
 //! Each sequence's token history (prompt, then every sampled token) lives here: a step's
 //! `SeqWork` names positions `context_tokens .. context_tokens + new_tokens` of it, so a prefix
 //! hit, a chunked prefill, a recompute after preemption and a decode all read the same history.
+//!
+//! A step performs its tier ops first — the manager's order with each onload as late as it
+//! allows ([`late_onload_order`], shared with `cuda`), so a tier slot reused under an onload is
+//! read after it was overwritten and the oracle sees it — then its copies, swaps and compute.
+//!
+//! A recurrent layer's per-sequence state lives here, outside the KV store, with the position it
+//! reached: a step starts from zeros at position 0 (a new sequence, or a recompute) or at that
+//! position, anything else (a prefix hit the recurrent layers cannot use) fails the step. A
+//! fork copies the parent's state, a swap leaves it in place, `forget` drops it; the same under
+//! the grouped managers, where the recurrent group has no table. A run the harness sets up never
+//! gets there: `setup::prefix_cache_refusal` refuses a recurrent model with the prefix cache on
+//! before any request runs.
 
 mod addr;
 pub mod bench;

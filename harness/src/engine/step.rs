@@ -1,6 +1,13 @@
 //! Building one step: the [`StepOps`] the policies compose (decodes with preemption, prefill
 //! chunks; starts live in `start.rs`), and the submit that hands the plan to the backend and
 //! fences it in the cache manager.
+//!
+//! Once the policy planned a step, the cache manager's tier transfers that the plan's starts,
+//! fills, appends and forks decided are drained into the plan's `tier_ops`, traced (`offload`,
+//! or `onload` on the stream that asked for it) and counted as onloaded bytes on that stream.
+//! Which streams a step's onloads served is kept on the in-flight step (`onload.rs`); `core.rs`
+//! credits their share of the step's onload wait at completion, before stamping the step's
+//! tokens, so the step that emits a first token counts in that stream's TTFT onload part.
 
 use std::time::Instant;
 

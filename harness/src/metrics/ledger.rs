@@ -5,6 +5,12 @@
 //! of KV memory held by sequences that holds no token, weighted by how long it was held (each
 //! sample holds until the next). A ratio of integrals rather than a mean of ratios, so idle
 //! moments with one half-empty block do not dominate.
+//!
+//! **Accounting unit:** managers count slots; every slots → bytes conversion (here, in
+//! `accum.rs`, in `memory.csv` and Perfetto's counters, the summary's leaked and tier bytes)
+//! multiplies by the run's own `slot_bytes`, carried by `RunStart` and `RunEnd`, so one run's
+//! record or files are read alone. A summed run's slot is `kv_bytes_per_token`; a hybrid run's
+//! is a page's bytes ÷ `page_slots`.
 
 use serde::Serialize;
 

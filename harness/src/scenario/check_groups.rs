@@ -1,5 +1,10 @@
 //! The layer groups' checks: each `[[model.layer_groups]]` table gives its kind's keys and no
-//! other kind's, each in range, and the groups hold exactly the model's layers.
+//! other kind's, each in range, and the groups hold exactly the model's layers. Also: a group's
+//! KV heads divide the query heads and are divided by `tp`; at least one group caches per token
+//! (not every group recurrent); `dense_layers` only on a mixture of experts with more layers.
+//! The tables are read through the flat `LayerGroupSpec` (every kind's keys optional) so an
+//! error keeps its position, and `locate.rs` walks arrays of tables as `a.b.0`, `a.b.1`, … so
+//! each is named `model.layer_groups.I.KEY` at its line.
 
 use super::error::KeyProblem;
 use super::model_spec::{LayerGroupSpec, ModelSpec};

@@ -1,6 +1,7 @@
 //! Device memory sizes known without reading a device profile, so that a budget given as a
 //! share ("90%") can be checked when a scenario is loaded. The full device profiles (bandwidth,
-//! FLOP/s) live in `scenarios/devices/*.toml`, owned by the engine; names here match them.
+//! FLOP/s) live in `scenarios/devices/*.toml`, read by `backend/sim/profile.rs`; names here match
+//! them.
 
 /// Memory of one device in bytes, for the device names scenarios use.
 pub fn device_memory_bytes(name: &str) -> Option<u64> {

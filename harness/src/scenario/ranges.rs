@@ -3,7 +3,7 @@
 //! integer nanoseconds in a `u64` (about 584 years), so a 1e14 ms delay or a 1e-9/s rate would
 //! wrap or saturate it, and a 2^31-layer model would overflow the bytes per token.
 //!
-//! The README's "Scenario files" section lists these; keep the two in step.
+//! `docs/scenarios.md` lists these; keep the two in step.
 
 /// Longest stretch of virtual time a workload may span (arrivals, think times): about 3.2 years,
 /// 1e17 ns, leaving the `u64` clock a 180x margin for service time and timers on top.

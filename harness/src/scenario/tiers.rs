@@ -5,7 +5,8 @@
 //! A tier slot holds one full block of every layer's K and V: `block_size × kv_bytes_per_token`
 //! bytes, so a capacity holds `floor(capacity ÷ block bytes)` slots. A capacity must hold at
 //! least one block at every block size the scenario lists (each is run by `suite`/`sweep`), and
-//! at most `u32::MAX` (slots are numbered in 32 bits).
+//! at most `u32::MAX` (slots are numbered in 32 bits). A lower tier needs the prefix cache, and
+//! a disk tier a host tier. The run's set-up converts capacities through the same functions.
 
 use super::error::KeyProblem;
 use super::ranges::{self, within};

@@ -4,8 +4,10 @@
 //! A real trace holds millions of rows of thousands of tokens each; holding every id for the
 //! whole run would cost gigabytes, while what a row's ids *mean* is a few numbers: the replay's
 //! seed, the row's request id and its content identity (Mooncake hash ids, a CSV prefix group,
-//! the CSV session it continues). The engine materializes a prompt when its request arrives and
-//! drops it when the request resolves, so memory follows the requests in flight.
+//! the CSV session it continues). The engine makes a recipe's ids at its request's first start
+//! attempt — not at arrival, so a wait queue holds descriptors — and drops them when the request
+//! resolves (`engine/lifecycle.rs`, `ensure_prompt`), so memory follows the requests in flight.
+//! `len_tokens` never makes them. The workload hash encodes the recipe, not its ids.
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -9,6 +9,13 @@
 //!
 //! **Architecture invariant:** like `kvbench-kernels`, this crate knows nothing of cache
 //! managers, scenarios or the harness; it takes plain block tables, base slots and lengths.
+//!
+//! **Invariants:** no CUDA failure panics into the caller — cudarc's panics are caught where
+//! they can happen ([`libs::guarded`]) and every index and copy range is checked on the host
+//! first ([`launch`], `model/batch.rs`, the emulated device's copies). Everything above
+//! [`runtime`] is written once and runs on the GPU and on the emulated device alike; the host
+//! reads pinned memory only after an event recorded after the copies into it, and frees pinned
+//! memory only once no queued copy uses it.
 
 pub mod libs;
 pub mod nvrtc;

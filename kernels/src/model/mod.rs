@@ -1,9 +1,17 @@
 //! A tiny decoder-only transformer with seeded random weights, computing over the paged (or
 //! contiguous) KV cache.
 //!
-//! Embedding → per layer [RMSNorm → Q/K/V (grouped KV heads) → RoPE → KV write by slot mapping →
+//! Embedding → per layer [RMSNorm → Q/K/V (GQA) → RoPE → KV write by slot mapping →
 //! attention over the cache → output projection → residual → RMSNorm → gated SiLU MLP →
 //! residual] → final RMSNorm → vocabulary projection. Greedy decoding picks the top logit.
+//!
+//! Each layer has a [`LayerKind`]: full, sliding, MLA or recurrent. A sliding layer has a full
+//! layer's weights and reads only its window; [`Transformer::seeded_with_kinds`] draws each MLA
+//! or recurrent layer's own weights in place of its Q/K/V, and full and sliding layers exactly
+//! what `seeded` draws, so a model without other kinds keeps its bits. A recurrent layer keeps no
+//! per-token cache: its per-sequence state is the caller's, passed to
+//! [`Transformer::forward_with_states`] and advanced token by token (`forward` is the same call
+//! with no states).
 
 mod forward;
 mod mla;

@@ -1,4 +1,8 @@
 //! From the harness's model shape to the kernels' config and the oracle's plain data.
+//!
+//! **Invariant:** the cpu model's layer order is the groups' order (`layer_kinds`: each group's
+//! layers one group after another, as listed); the oracle receives the same per-layer kinds and
+//! weights as plain data and computes them with its own code.
 
 use kvbench_kernels::{Fp8Format, KvQuant, LayerKind, ModelConfig, ScaleGranularity, Transformer};
 use kvbench_oracle::{

@@ -1,5 +1,10 @@
 //! KV storage in the configured element type, and the data movement the engine asks for:
 //! copy-on-write copies and swap transfers are performed for real on the stored K/V.
+//!
+//! In a grouped run the store is indexed by pool page (`grouped.rs`): made at the first grouped
+//! layout the backend sees with `cache_slots ÷ page_slots` pages (a bound on the pool's), a page
+//! copy is `stride` slots of every layer, and a swap gathers and scatters layer by layer, each
+//! layer the positions its table still reads (`readable_from(shape, tokens) .. tokens`).
 
 use kvbench_kernels::{
     bf16, KernelError, KvCache, KvElem, Run, StepSeq, TokenAddressing, Transformer,

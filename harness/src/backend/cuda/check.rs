@@ -1,8 +1,8 @@
 //! The oracle check of the GPU's logits: each checked sequence's logits at its sampled steps
 //! against a reference over the same token history, recomputed from scratch. The reference is
-//! the f64 oracle where the model is small ([`CheckPolicy::Every`]) and the CPU f32 model at
-//! the 8B shape ([`CheckPolicy::Sample`], see [`super::setup`]). Histories are checked when a
-//! sequence is forgotten, outside any timed work; live ones by [`Checker::report`].
+//! the f64 oracle where the model is small (`CheckPolicy::Every`) and the CPU f32 model at the
+//! 8B shape (`CheckPolicy::Sample`; both in [`super::setup`]). Histories are checked when a
+//! sequence is forgotten, outside any timed work; live ones by `Checker::report`.
 
 use std::sync::Arc;
 

@@ -1,6 +1,9 @@
 //! From the harness's model shape to what the cuda backend computes with: the CPU model's
 //! config (the weights come from the same seeded generator, so logits are comparable with the
 //! oracle), the device dims, weight and KV storage types, and how the oracle check samples.
+//! What the kernels cannot run is refused here, naming its key: a mixture of experts
+//! (`moe_key`), a layer group other than full attention (`non_full_group_key`) and an FP8 KV
+//! dtype (`model.kv_dtype`).
 
 use std::sync::{Arc, Mutex};
 

@@ -1,14 +1,15 @@
 //! Which evictable block goes first: one trait, [`Evictor`], and its policies (`lru`, `lfu`,
 //! `priority`), chosen by `cache.eviction`.
 //!
-//! A policy holds only ordering state over dense slot ids `0..capacity` (a device block today; a
-//! host- or disk-tier slot later, each tier with its own policy). It never decides *whether* a
-//! block is evictable nor changes a block's state: the block pool (`block.rs`) owns every
-//! transition and tells the policy what happened — a block became evictable ([`Evictor::insert`],
-//! with what a policy may weigh: [`Evictable`]), it left the evictable set because it was hit or
-//! flushed ([`Evictor::remove`]), or the pool needs room ([`Evictor::pop_victim`]). So the
-//! same operations give the same accounting under every policy; only which cached content
-//! survives differs.
+//! A policy holds only ordering state over dense ids `0..capacity`: a summed pool's device
+//! blocks, a lower tier's slots (each tier with its own policy), the hybrid pool's logical
+//! blocks (`hybrid/cached_free.rs`). It never decides *whether* a block is evictable nor changes
+//! a block's state: the pool that owns the block (`block.rs`, `tier.rs`, `hybrid/pool.rs`) makes
+//! every transition and tells the policy what happened — a block became evictable
+//! ([`Evictor::insert`], with what a policy may weigh: [`Evictable`]), it left the evictable set
+//! because it was hit or flushed ([`Evictor::remove`]), or the pool needs room
+//! ([`Evictor::pop_victim`]). So the same operations give the same accounting under every
+//! policy; only which cached content survives differs.
 //!
 //! Cost: `lru` is an intrusive list (O(1) an operation, two `u32` a slot), `lfu` and `priority`
 //! an ordered set (O(log n) an operation, one key a slot). This is the simulator's hot path.

@@ -1,6 +1,5 @@
-//! One operation model for the cache managers, shared by the property tests
-//! (`tests/cache_model.rs`), byte-driven fuzzing ([`run_bytes`]) and `kvbench fuzz`
-//! ([`run_seed`]).
+//! One operation model for the cache managers, shared by the property tests, byte-driven
+//! fuzzing ([`run_bytes`]) and `kvbench fuzz` ([`run_seed`]), with either placement.
 //!
 //! Operations name sequences by an index modulo the live count (tokio's trick), so every byte
 //! string and every seed decodes to a valid operation sequence. After every operation the harness
@@ -8,6 +7,10 @@
 //! (a missing copy-on-write or an early reuse shows up as a wrong token read back), re-applies each
 //! step's writes when the step retires (a late device write into a reused block corrupts its new
 //! owner), and checks that no slot fenced behind an in-flight step is handed to new content.
+//!
+//! [`FuzzConfig::tiered`] puts lower tiers under the paged manager: the model then keeps each
+//! tier slot's payload too and performs every drained tier op on it (tier ops before copies, as
+//! a step runs them), so an onloaded prefix must read back the prompt's tokens of its scope.
 
 mod harness;
 mod verify;

@@ -2,9 +2,9 @@
 //! which of them goes first when the pool needs a page (`cache.eviction`).
 //!
 //! The order is the summed manager's: `cache::evict`'s policies (`lru`, `lfu`, `priority`
-//! behind [`AnyEvictor`]) over page ids, told what each page is worth as it becomes evictable
-//! ([`Evictable`]: its depth in its table's key chain, the prefix hits it served, whether it was
-//! shared by one). A page released while a step that may read it is in flight is cached-free
+//! behind [`AnyEvictor`]) over logical blocks (below), told what each is worth as it becomes
+//! evictable ([`Evictable`]: its depth in its key chain, the prefix hits it served, whether it
+//! was shared by one). A page released while a step that may read it is in flight is cached-free
 //! but not evictable: it waits here, in release order, and joins the policy's set when that
 //! step retired — as the summed pool settles a pending block — so the policy only ever pops a
 //! page that can be handed out now. A prefix hit may still share a fenced page (its content is
@@ -25,6 +25,15 @@
 //! Without this a shared prompt's sliding pages, released mid-prefill, were evicted long before
 //! their full pages and cut every later hit of that prompt to nothing. A block is what one
 //! sequence published up to one token position, in every table.
+//!
+//! The protected set's evictable pages are counted as blocks move, so that under
+//! `cache.evict_protected = "to_grow"` a start's probe and allocation can leave protected blocks
+//! alone (`keep_protected` while `HybridKv::start` maps; `pool.rs`' `available_to_start` also
+//! leaves out the blocks the start's own hit is about to hold).
+//!
+//! **Invariant** (checked by `kv_check.rs`' full walk): the cached-free pages are the first set,
+//! the protected set and the pages still waiting for their release's step; the eviction order
+//! is the first set's, then the protected set's; the protected count equals a recount.
 //!
 //! This file only orders; `pool.rs` owns every page transition and tells it what happened.
 

@@ -1,15 +1,15 @@
 //! `HybridKv`: the hybrid manager behind the engine's [`KvCacheManager`] trait.
 //!
 //! It drives a [`HybridCache`] through the trait's protocol: `start` maps every prompt token's
-//! pages in every table and takes a recurrent state's pages from the same pool; `fill` writes a prefill chunk and trims
-//! the sliding tables by the tokens written *before* the chunk (its first queries still read
-//! that window); `append` maps and writes one decoded token, copying a shared partial last
-//! page first, and trims by the tokens written before it (the step writing it reads them); `fork`
-//! shares every page of a filled parent and takes state pages of its own, copied from the
-//! parent's (one `CopyOp` a page);
-//! `release` drops everything. A page or state whose last holder lets go while a step is in
-//! flight waits on the pool's fence (`pool.rs`), so nothing a running step may touch is handed
-//! out again.
+//! pages in every table and takes a recurrent state's pages from the same pool; `fill` writes a
+//! prefill chunk and trims the sliding tables by the tokens written *before* the chunk (its
+//! first queries still read that window); `append` maps and writes one decoded token, copying a
+//! shared partial last page first, and trims by the tokens written before it (the step writing
+//! it reads them); `fork` shares every page of a filled parent and takes state pages of its
+//! own, copied from the parent's (one `CopyOp` a page); `restore` (a swap-in) writes every token
+//! at once and trims the sliding tables by all of them; `release` drops everything. A page or
+//! state whose last holder lets go while a step is in flight waits on the pool's fence
+//! (`pool.rs`), so nothing a running step may touch is handed out again.
 //!
 //! The prefix cache (`cached.rs`) publishes each table's full blocks as they are written and
 //! shares them at start where `prefix_hit_tokens`' rule allows; the rest of the prompt is
@@ -19,7 +19,10 @@
 //! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
 //! block_tokens⌋` of them live (a shared page counted once), the rest allocated-unfilled; a
 //! held state's pages are `state_slots` live (its bytes, rounded up to slots), the rest of
-//! them allocated-unfilled; fenced pages are pending, whatever they held.
+//! them allocated-unfilled; fenced pages are pending, whatever they held. The pool is
+//! `pages × page_slots` slots; a sequence can hold at most every table's pages whole plus its
+//! state (`sequence_slots`), and a swap moves the pages holding what a step still reads
+//! (`grouped::swap_pages`) plus the state (`swap_slots`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

@@ -11,15 +11,23 @@
 //! counts what fits against the summed-bytes slots and vLLM's grouping.
 //!
 //! `HybridCache` (`manager.rs`) is the self-contained manager with its own invariants
-//! (`check.rs`) and tests (`tests/cache_hybrid.rs`; layouts and fits in
-//! `tests/cache_hybrid_layout.rs`). `HybridKv` (`kv.rs`, invariants in
-//! `kv_check.rs`, tests in `tests/cache_hybrid_kv.rs`) puts it behind the engine's
-//! `KvCacheManager` trait — prompts mapped whole at start and trimmed as they are written,
-//! fences on every released page and state, grouped accounting in slots, planted faults — and
-//! is driven through the trait by the engine where the run selects it. Its prefix cache
-//! (`cached.rs`, tests in `tests/cache_hybrid_prefix.rs` and, under eviction,
-//! `tests/cache_hybrid_prefix_evict.rs`) publishes each table's full blocks
-//! under a chained scoped key and keeps released published pages cached-free in the pool.
+//! (`check.rs`), tested against a reference model of the logical blocks and page versions each
+//! sequence holds. `HybridKv` (`kv.rs`, invariants in `kv_check.rs`, the every-step check in
+//! `check_incremental.rs`) puts it behind the engine's `KvCacheManager` trait — prompts mapped
+//! whole at start and trimmed as they are written, fences on every released page and state,
+//! grouped accounting in slots, planted faults — and is driven through the trait by the engine
+//! where the run selects it; its tests drive it through the trait against a model of blocks,
+//! versions, fences and states, and plant each fault. Both models take a state as pages of the
+//! pool: a start or fork refused when the pool lacks them, a fork copying page by page, released
+//! state pages never handed out before their fence retired. Its prefix cache (`cached.rs`,
+//! `cached_free.rs`) publishes each table's full blocks under a chained scoped key and keeps
+//! released published pages cached-free in the pool.
+//!
+//! **Invariant:** every page is in exactly one place — the free list, the fence queue, or block
+//! tables as many times as its reference count — counting each live sequence's `state_pages`
+//! state pages (reference 1, in no table) with them; no page is free while a step in flight at
+//! its release runs; each table holds exactly the logical blocks its kind keeps; `HybridKv`'s
+//! accounting is conserved, in slots of `page_bytes ÷ page_slots`.
 
 mod cached;
 mod cached_free;

@@ -6,6 +6,10 @@
 //! sequence cannot grow happens inside [`StepOps::schedule_decodes`]: the victim is the
 //! newest-admitted running sequence (as in vLLM), recomputed or swapped per the scenario; the
 //! grower retries once and otherwise waits a step (a release may be fenced on an in-flight step).
+//!
+//! [`max_step_tokens`] is the one bound on the tokens a step can hold, and the only step bound a
+//! backend's `RunSetup` carries: no backend sizes anything per step by the chunk budget alone,
+//! since `prefill_first` runs a prompt whole.
 
 mod decode_first;
 mod prefill_first;

@@ -9,6 +9,10 @@
 //!
 //! Rows stream in from the reader; only the rows a replay keeps are held, compactly, to be
 //! sorted by time (traces are nearly sorted, but not always).
+//!
+//! A replay that keeps no row, or a scaled arrival past the clock's horizon, is refused here,
+//! naming the file or the row; [`TraceInfo::left_out`] says why rows were not replayed (the
+//! report's trace line).
 
 use std::collections::BTreeMap;
 use std::path::Path;

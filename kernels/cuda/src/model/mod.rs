@@ -1,6 +1,6 @@
 //! The seeded decoder-only transformer on the GPU, for the harness's `cuda` scenario backend:
-//! the same computation as `kvbench-kernels`' CPU model (embedding, RMSNorm, Q/K/V with grouped
-//! KV heads, NeoX RoPE, attention over the cache, output projection, SiLU-gated MLP, final norm,
+//! the same computation as `kvbench-kernels`' CPU model (embedding, RMSNorm, Q/K/V with GQA,
+//! NeoX RoPE, attention over the cache, output projection, SiLU-gated MLP, final norm,
 //! vocabulary projection, greedy argmax) with GEMMs through cuBLAS and the attention kernels of
 //! this crate over the cache manager's layouts.
 //!
