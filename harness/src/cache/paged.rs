@@ -268,10 +268,15 @@ impl KvCacheManager for PagedCache {
     }
 
     fn append_token(&mut self, seq_id: SeqId, token: u32) -> Result<Vec<CopyOp>, AllocError> {
+        let position = self.seqs.get(&seq_id).map(|s| s.len_tokens);
         let copies = self.append(seq_id)?;
         let bs = self.bs();
-        if let Some(seq) = self.seqs.get_mut(&seq_id) {
-            if seq.scope.is_some() {
+        if let (Some(position), Some(seq)) = (position, self.seqs.get_mut(&seq_id)) {
+            // Keys follow the known tokens only: once an `append` came without its token (the
+            // step that sampled it still in flight), every later token would be keyed one
+            // position off, naming a block that holds another token. The chain stops there.
+            let known = (seq.prompt.len() + seq.generated.len()) as u32;
+            if seq.scope.is_some() && known == position {
                 seq.generated.push(token);
                 if seq.filled_tokens.is_multiple_of(bs) {
                     self.publish_full_blocks(seq_id);
@@ -460,5 +465,62 @@ impl KvCacheManager for PagedCache {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kvbench_cache_api::{KvCacheManager, ReuseScope, ScopeKey, StartRequest};
+
+    use crate::cache::{PagedCache, PagedConfig, Placement};
+
+    fn one_token_blocks() -> PagedCache {
+        PagedCache::new(PagedConfig {
+            total_blocks: 32,
+            block_size: 1,
+            prefix_cache: true,
+            placement: Placement::Lifo,
+        })
+    }
+
+    fn scope() -> ScopeKey {
+        ScopeKey {
+            model: "m".into(),
+            tokenizer: "t".into(),
+            reuse: ReuseScope::Global,
+        }
+    }
+
+    /// An append whose token is not known yet (with pipelined steps, the step that sampled it
+    /// is still in flight) stops the sequence's keys: the next known token must not key the
+    /// block the unknown one was written to, or a prompt with that token would hit a block that
+    /// holds another.
+    #[test]
+    fn an_append_without_its_token_stops_the_keys() {
+        let scope = scope();
+        let mut cache = one_token_blocks();
+        let start = |seq, tokens: &'static [u32]| StartRequest {
+            seq,
+            tokens,
+            scope: Some(&scope),
+            reserve_tokens: 8,
+        };
+        cache.start(&start(1, &[5])).unwrap();
+        cache.fill(1, 1).unwrap();
+        cache.append(1).unwrap(); // position 1 holds a token still in flight
+        cache.append_token(1, 7).unwrap(); // position 2 holds 7
+        cache.append_token(1, 9).unwrap();
+        let probe = cache.probe_start(&start(2, &[5, 7, 9, 11]));
+        assert_eq!(
+            probe.cached_tokens, 1,
+            "only the prompt's block may hit: [5, 7] was never written at positions 0..2"
+        );
+        // Known tokens from the start key every block they complete.
+        cache.start(&start(3, &[5])).unwrap();
+        cache.fill(3, 1).unwrap();
+        cache.append_token(3, 7).unwrap();
+        cache.append_token(3, 9).unwrap();
+        let probe = cache.probe_start(&start(4, &[5, 7, 9, 11]));
+        assert_eq!(probe.cached_tokens, 3);
     }
 }

@@ -132,8 +132,14 @@ impl Engine<'_> {
 
     fn try_append(&mut self, s: u32) -> Append {
         let seq = Stream::seq(s);
-        // The position this append maps holds the stream's newest sampled token.
-        let token = self.streams[s as usize].record.token_ids.last().copied();
+        // The position this append maps holds the stream's newest sampled token: known once the
+        // step that sampled it retired. With `async_steps` that step may still be in flight, and
+        // the newest *stamped* token is then the one before: passing it would key the block
+        // under a token it does not hold, and a prefix hit would read another stream's K/V.
+        let st = &self.streams[s as usize];
+        let token = (st.record.token_ids.len() == st.generated as usize)
+            .then(|| st.record.token_ids.last().copied())
+            .flatten();
         for attempt in 0..2 {
             let appended = match token {
                 Some(t) => self.cache.append_token(seq, t),
