@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use kvbench::experiment::{self, RunOptions};
 use kvbench::metrics::timeline::Resolution;
+use kvbench::results::staging::Kind;
 use kvbench::results::{self, Staging};
 use kvbench::scenario::Scenario;
 use proptest::prelude::*;
@@ -37,7 +38,7 @@ fn both_paths_files(root: &Path, s: &Scenario, opts: &RunOptions, what: &str, fi
     let (a, b) = (root.join("collect"), root.join("stream"));
     let collected = experiment::run_scenario(s, opts).expect("collect run");
     results::write(&collected, &a, true, opts.trace_tokens).expect("collect write");
-    let staging = Staging::begin(&b, true).expect("staging");
+    let staging = Staging::begin(&b, Kind::Run, true).expect("staging");
     let streamed = experiment::run_streaming(s, opts, staging).expect("streaming run");
     for (x, y) in collected.runs.iter().zip(&streamed.runs) {
         assert_eq!(
@@ -125,7 +126,7 @@ fn a_cpu_streaming_run_compares_tokens_like_the_collect_path() {
     let exp = experiment::run_streaming(
         &s,
         &opts,
-        Staging::begin(&tmp.path().join("again"), true).expect("staging"),
+        Staging::begin(&tmp.path().join("again"), Kind::Run, true).expect("staging"),
     )
     .expect("cpu run");
     assert_eq!(exp.backend, "cpu");
@@ -160,8 +161,12 @@ fn sampled_memory_rows_stay_bounded_and_keep_the_exact_peaks() {
         memory_resolution: Resolution::EveryStep,
         ..opts.clone()
     };
-    let exp = experiment::run_streaming(&s, &exact, Staging::begin(&every, true).expect("staging"))
-        .expect("run");
+    let exp = experiment::run_streaming(
+        &s,
+        &exact,
+        Staging::begin(&every, Kind::Run, true).expect("staging"),
+    )
+    .expect("run");
     let sampled = csv_rows(&tmp.path().join("stream/memory.csv"));
     let full = csv_rows(&every.join("memory.csv"));
     let summary: serde_json::Value =
@@ -253,7 +258,7 @@ fn a_failed_streaming_run_leaves_nothing_behind() {
     .expect("write");
     let s = kvbench::scenario::load(&tmp.path().join("s.toml"), &[]).expect("scenario loads");
     let out = tmp.path().join("out");
-    let staging = Staging::begin(&out, false).expect("staging");
+    let staging = Staging::begin(&out, Kind::Run, false).expect("staging");
     let err = match experiment::run_streaming(&s, &RunOptions::default(), staging) {
         Ok(_) => panic!("a bad trace row must fail the run"),
         Err(e) => e.to_string(),

@@ -104,7 +104,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .into_iter()
         .next()
         .ok_or_else(|| bad(format!("{}: no scenario", args.scenario.display())))?;
-    crate::results::staging::check_target(&args.out, false).map_err(|e| bad(e.to_string()))?;
+    // `isolation` has no --force: the generic "use --force" hint would name a flag it lacks.
+    crate::results::staging::check_target(
+        &args.out,
+        crate::results::staging::Kind::Isolation,
+        false,
+    )
+    .map_err(|e| match e {
+        crate::results::ResultsError::Exists(p) => bad(format!(
+            "{}: output folder exists (isolation never replaces a folder: name a new --out)",
+            p.display()
+        )),
+        e => bad(e.to_string()),
+    })?;
     let cfg = ProbeConfig {
         probes: args.probes,
         prefix_tokens: args.prefix_tokens,

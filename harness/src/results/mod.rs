@@ -38,11 +38,8 @@ pub enum ResultsError {
     Exists(PathBuf),
     #[error("{}: not a folder (a file or a link); refusing to replace it", .0.display())]
     NotAFolder(PathBuf),
-    #[error(
-        "{}: holds files but no summary.json (not a kvbench results folder); refusing to replace it",
-        .0.display()
-    )]
-    NotResults(PathBuf),
+    #[error("{}: {why}; refusing to replace it", path.display())]
+    NotResults { path: PathBuf, why: String },
     #[error(
         "scenario name {0:?} cannot name a results folder: use letters, digits, '-', '_', '.' \
          (not \".\" or \"..\")"
@@ -82,7 +79,7 @@ pub fn write(
     force: bool,
     trace_tokens: bool,
 ) -> Result<(), ResultsError> {
-    let staging = Staging::begin(out, force)?;
+    let staging = Staging::begin(out, staging::Kind::Run, force)?;
     write_into(exp, staging, trace_tokens)
 }
 

@@ -155,30 +155,152 @@ pub fn wait_if_interrupted() {
     }
 }
 
-/// Whether `dir` is safe to replace: empty, or holding a `summary.json` (a kvbench run folder),
-/// a `suite.json` (a suite or merged suite), a `sweep.json` (a sweep), a `calibration.json` (a
-/// `calibrate --check` folder) or a `tune.json` (a tune). Anything else is someone's data.
-fn is_replaceable(dir: &Path) -> Result<bool, ResultsError> {
-    let marked = [
-        "summary.json",
-        "suite.json",
-        "sweep.json",
-        "calibration.json",
-        "tune.json",
-    ]
-    .iter()
-    .any(|m| dir.join(m).is_file());
-    if marked {
-        return Ok(true);
-    }
-    let mut entries = std::fs::read_dir(dir).map_err(io(dir))?;
-    Ok(entries.next().is_none())
+/// What a results folder is, as its marker names it: a folder is replaced only by one of the
+/// same kind (`run --force` never replaces a tune, a suite or a sweep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `run` (and each scenario folder of a suite).
+    Run,
+    /// `suite`'s collecting folder written by `merge`.
+    Suite,
+    Sweep,
+    Tune,
+    /// `calibrate --check`.
+    Calibration,
+    Isolation,
 }
 
-/// May a results folder be written at `out`? `replace`: an existing results folder there may be
-/// replaced. Never replaced, whatever `replace` says: a regular file or link, or a folder that is
-/// neither empty nor a results folder.
-pub fn check_target(out: &Path, replace: bool) -> Result<(), ResultsError> {
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Run => "run",
+            Kind::Suite => "suite",
+            Kind::Sweep => "sweep",
+            Kind::Tune => "tune",
+            Kind::Calibration => "calibration",
+            Kind::Isolation => "isolation",
+        }
+    }
+}
+
+/// The file kvbench writes into every results folder it makes: its kind, the format version and
+/// every file it wrote there. A folder is recognised as kvbench's own by this marker alone (not
+/// by holding a file with a familiar name), and replaced only when it holds nothing but what the
+/// marker lists, so a file someone added is never deleted.
+pub const MARKER: &str = ".kvbench.json";
+/// The marker's format version.
+pub const MARKER_FORMAT: u32 = 1;
+/// Files a marker may list (and a folder may hold to be replaced): a bound on what a hostile
+/// marker makes kvbench read and compare.
+const MARKER_MAX_FILES: usize = 100_000;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Marker {
+    kind: String,
+    format: u32,
+    files: Vec<String>,
+}
+
+/// Every file under `dir` (links and other non-folders included, never followed), as paths
+/// relative to `dir` joined with `/`, sorted; at most `limit` (None past it).
+fn files_under(dir: &Path, limit: usize) -> Result<Option<Vec<String>>, ResultsError> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), String::new())];
+    while let Some((path, rel)) = stack.pop() {
+        for e in std::fs::read_dir(&path).map_err(io(&path))? {
+            let e = e.map_err(io(&path))?;
+            let name = e.file_name().to_string_lossy().to_string();
+            let rel = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            if e.file_type().map_err(io(&e.path()))?.is_dir() {
+                stack.push((e.path(), rel));
+            } else {
+                out.push(rel);
+            }
+            if out.len() + stack.len() > limit {
+                return Ok(None);
+            }
+        }
+    }
+    out.sort();
+    Ok(Some(out))
+}
+
+/// Write the marker of a finished results folder of `kind` into `dir`, listing what is there.
+pub fn mark(dir: &Path, kind: Kind) -> Result<(), ResultsError> {
+    let files = files_under(dir, MARKER_MAX_FILES)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != MARKER)
+        .collect();
+    let marker = Marker {
+        kind: kind.name().into(),
+        format: MARKER_FORMAT,
+        files,
+    };
+    let mut text = serde_json::to_string_pretty(&marker).expect("a marker serialises");
+    text.push('\n');
+    let path = dir.join(MARKER);
+    std::fs::write(&path, text).map_err(io(&path))
+}
+
+/// Whether `dir` may be replaced by a results folder of `kind`: `None` when it is empty or a
+/// folder kvbench marked as `kind` holding nothing but what it wrote; otherwise why not.
+fn not_replaceable(dir: &Path, kind: Kind) -> Result<Option<String>, ResultsError> {
+    let mut entries = std::fs::read_dir(dir).map_err(io(dir))?;
+    if entries.next().is_none() {
+        return Ok(None);
+    }
+    let path = dir.join(MARKER);
+    let marker = std::fs::symlink_metadata(&path)
+        .ok()
+        .filter(|m| m.is_file() && m.len() <= 64 << 20)
+        .and_then(|_| std::fs::read_to_string(&path).ok())
+        .and_then(|t| serde_json::from_str::<Marker>(&t).ok());
+    let Some(marker) = marker else {
+        return Ok(Some(format!(
+            "holds files but no {MARKER} marker kvbench could read (not a kvbench results folder)"
+        )));
+    };
+    if marker.kind != kind.name() {
+        return Ok(Some(format!(
+            "a kvbench {} folder, not a {} folder",
+            marker.kind,
+            kind.name()
+        )));
+    }
+    if marker.format > MARKER_FORMAT {
+        return Ok(Some(format!(
+            "its marker has format {}, newer than this kvbench's {MARKER_FORMAT}",
+            marker.format
+        )));
+    }
+    let Some(present) = files_under(dir, MARKER_MAX_FILES)? else {
+        return Ok(Some(format!(
+            "holds more than {MARKER_MAX_FILES} files (not a kvbench results folder)"
+        )));
+    };
+    let written: std::collections::BTreeSet<&str> =
+        marker.files.iter().map(String::as_str).collect();
+    if let Some(extra) = present
+        .iter()
+        .find(|f| *f != MARKER && !written.contains(f.as_str()))
+    {
+        return Ok(Some(format!(
+            "holds {extra}, which kvbench did not write there"
+        )));
+    }
+    Ok(None)
+}
+
+/// May a results folder of `kind` be written at `out`? `replace`: an existing results folder of
+/// that kind may be replaced. Never replaced, whatever `replace` says: a regular file or link, a
+/// folder that is neither empty nor marked by kvbench as `kind`, or one holding a file kvbench
+/// did not write.
+pub fn check_target(out: &Path, kind: Kind, replace: bool) -> Result<(), ResultsError> {
     let meta = match std::fs::symlink_metadata(out) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -190,8 +312,11 @@ pub fn check_target(out: &Path, replace: bool) -> Result<(), ResultsError> {
     if !replace {
         return Err(ResultsError::Exists(out.to_path_buf()));
     }
-    if !is_replaceable(out)? {
-        return Err(ResultsError::NotResults(out.to_path_buf()));
+    if let Some(why) = not_replaceable(out, kind)? {
+        return Err(ResultsError::NotResults {
+            path: out.to_path_buf(),
+            why,
+        });
     }
     Ok(())
 }
@@ -233,15 +358,17 @@ fn remove_stale(parent: &Path, name: &str) {
 pub struct Staging {
     out: PathBuf,
     tmp: PathBuf,
+    /// `None` for a collecting folder ([`Staging::begin_into`]), whose entries are runs.
+    kind: Option<Kind>,
     replace: bool,
     done: bool,
 }
 
 impl Staging {
     /// Check `out` ([`check_target`]) and create the temporary folder beside it.
-    pub fn begin(out: &Path, replace: bool) -> Result<Staging, ResultsError> {
-        check_target(out, replace)?;
-        Self::create(out, replace)
+    pub fn begin(out: &Path, kind: Kind, replace: bool) -> Result<Staging, ResultsError> {
+        check_target(out, kind, replace)?;
+        Self::create(out, Some(kind), replace)
     }
 
     /// A temporary folder whose entries [`Staging::commit_into`] moves into `out`, a folder that
@@ -254,10 +381,10 @@ impl Staging {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(out)(e)),
         }
-        Self::create(out, true)
+        Self::create(out, None, true)
     }
 
-    fn create(out: &Path, replace: bool) -> Result<Staging, ResultsError> {
+    fn create(out: &Path, kind: Option<Kind>, replace: bool) -> Result<Staging, ResultsError> {
         let name = out
             .file_name()
             .ok_or_else(|| ResultsError::NotAFolder(out.to_path_buf()))?
@@ -277,6 +404,7 @@ impl Staging {
         Ok(Staging {
             out: out.to_path_buf(),
             tmp,
+            kind,
             replace,
             done: false,
         })
@@ -287,10 +415,21 @@ impl Staging {
         &self.tmp
     }
 
-    /// Put the finished folder in place (replacing a results folder there when allowed).
+    /// Put the finished folder in place (replacing a results folder there when allowed),
+    /// marked with what it holds.
     pub fn commit(mut self) -> Result<(), ResultsError> {
-        // Something may have appeared at `out` while the run went on.
-        check_target(&self.out, self.replace)?;
+        match self.kind {
+            Some(kind) => {
+                mark(&self.tmp, kind)?;
+                // Something may have appeared at `out` while the run went on.
+                check_target(&self.out, kind, self.replace)?;
+            }
+            // A collecting folder moves whole only where nothing is yet (`commit_into`).
+            None if self.out.exists() => {
+                return Err(ResultsError::Exists(self.out.clone()));
+            }
+            None => {}
+        }
         let mut dirs = live();
         let result = if self.out.exists() {
             let mut old = self.tmp.clone().into_os_string();
@@ -325,6 +464,12 @@ impl Staging {
     /// registry's lock, so an interrupt finds either nothing moved or everything; a suite never
     /// shows cells without its table.
     pub fn commit_into(mut self) -> Result<(), ResultsError> {
+        for e in std::fs::read_dir(&self.tmp).map_err(io(&self.tmp))? {
+            let e = e.map_err(io(&self.tmp))?;
+            if e.file_type().map_err(io(&e.path()))?.is_dir() {
+                mark(&e.path(), Kind::Run)?;
+            }
+        }
         if std::fs::symlink_metadata(&self.out).is_err() {
             // Nothing there yet: the whole folder moves at once.
             return self.commit();
@@ -342,7 +487,7 @@ impl Staging {
         for (name, is_dir) in &entries {
             let target = self.out.join(name);
             if *is_dir {
-                check_target(&target, true)?;
+                check_target(&target, Kind::Run, true)?;
             } else if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_file()) {
                 return Err(ResultsError::NotAFolder(target));
             }
@@ -463,29 +608,47 @@ mod tests {
     fn targets_that_are_not_results_folders_are_never_replaceable() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let p = tmp.path();
-        assert!(check_target(&p.join("new"), false).is_ok());
+        assert!(check_target(&p.join("new"), Kind::Run, false).is_ok());
         std::fs::write(p.join("file"), "x").expect("write");
         for replace in [false, true] {
             assert!(matches!(
-                check_target(&p.join("file"), replace),
+                check_target(&p.join("file"), Kind::Run, replace),
                 Err(ResultsError::NotAFolder(_))
             ));
         }
         std::fs::create_dir(p.join("data")).expect("mkdir");
         std::fs::write(p.join("data/notes"), "x").expect("write");
         assert!(matches!(
-            check_target(&p.join("data"), true),
-            Err(ResultsError::NotResults(_))
+            check_target(&p.join("data"), Kind::Run, true),
+            Err(ResultsError::NotResults { .. })
         ));
+        // A familiar file name is not a marker: this could be anyone's project folder.
         std::fs::create_dir(p.join("res")).expect("mkdir");
         std::fs::write(p.join("res/summary.json"), "{}").expect("write");
         assert!(matches!(
-            check_target(&p.join("res"), false),
+            check_target(&p.join("res"), Kind::Run, true),
+            Err(ResultsError::NotResults { .. })
+        ));
+        mark(&p.join("res"), Kind::Run).expect("mark");
+        assert!(matches!(
+            check_target(&p.join("res"), Kind::Run, false),
             Err(ResultsError::Exists(_))
         ));
-        assert!(check_target(&p.join("res"), true).is_ok());
+        assert!(check_target(&p.join("res"), Kind::Run, true).is_ok());
+        // Another kind's folder is not replaced by this kind.
+        let e = check_target(&p.join("res"), Kind::Tune, true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a kvbench run folder, not a tune folder"),
+            "{e}"
+        );
+        // A file kvbench did not write, anywhere in the folder, keeps it.
+        std::fs::create_dir(p.join("res/plots")).expect("mkdir");
+        std::fs::write(p.join("res/plots/mine.svg"), "x").expect("write");
+        let e = check_target(&p.join("res"), Kind::Run, true).unwrap_err();
+        assert!(e.to_string().contains("holds plots/mine.svg"), "{e}");
         assert!(matches!(
-            check_target(&p.join("file/sub"), true),
+            check_target(&p.join("file/sub"), Kind::Run, true),
             Err(ResultsError::Io { .. })
         ));
     }
@@ -494,14 +657,17 @@ mod tests {
     fn a_dropped_staging_leaves_nothing_and_a_commit_replaces_a_results_folder() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let out = tmp.path().join("r");
-        let s = Staging::begin(&out, false).expect("begin");
+        let s = Staging::begin(&out, Kind::Run, false).expect("begin");
         assert!(s.dir().is_dir());
         drop(s);
         assert_eq!(std::fs::read_dir(tmp.path()).expect("ls").count(), 0);
 
-        std::fs::create_dir(&out).expect("mkdir");
-        std::fs::write(out.join("summary.json"), "old").expect("write");
-        let s = Staging::begin(&out, true).expect("begin");
+        let s = Staging::begin(&out, Kind::Run, false).expect("begin");
+        std::fs::write(s.dir().join("summary.json"), "old").expect("write");
+        s.commit().expect("commit");
+        let marker = std::fs::read_to_string(out.join(MARKER)).expect("marker");
+        assert!(marker.contains("\"summary.json\""), "{marker}");
+        let s = Staging::begin(&out, Kind::Run, true).expect("begin");
         std::fs::write(s.dir().join("summary.json"), "new").expect("write");
         s.commit().expect("commit");
         assert_eq!(
@@ -524,6 +690,7 @@ mod tests {
         let out = root.path().join("latest");
         std::fs::create_dir_all(out.join("cell")).expect("mkdir");
         std::fs::write(out.join("cell/summary.json"), "old").expect("write");
+        mark(&out.join("cell"), Kind::Run).expect("mark");
         std::fs::write(out.join("notes.txt"), "mine").expect("write");
         let s = Staging::begin_into(&out).expect("begin");
         std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
@@ -541,8 +708,21 @@ mod tests {
         let s = Staging::begin_into(&out).expect("begin");
         std::fs::create_dir(s.dir().join("data")).expect("mkdir");
         std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
-        assert!(matches!(s.commit_into(), Err(ResultsError::NotResults(_))));
+        assert!(matches!(
+            s.commit_into(),
+            Err(ResultsError::NotResults { .. })
+        ));
         assert_eq!(read("data/x"), "mine");
+        assert_eq!(read("cell/summary.json"), "new");
+        // A file someone put into a cell kvbench wrote keeps the cell, --force or not.
+        std::fs::write(out.join("cell/notes.md"), "mine").expect("write");
+        let s = Staging::begin_into(&out).expect("begin");
+        std::fs::create_dir(s.dir().join("cell")).expect("mkdir");
+        assert!(matches!(
+            s.commit_into(),
+            Err(ResultsError::NotResults { .. })
+        ));
+        assert_eq!(read("cell/notes.md"), "mine");
         assert_eq!(read("cell/summary.json"), "new");
         assert_eq!(std::fs::read_dir(root.path()).expect("ls").count(), 1);
         std::fs::write(root.path().join("file"), "x").expect("write");
@@ -567,7 +747,7 @@ mod tests {
             std::fs::create_dir(d).unwrap();
             std::fs::write(d.join("requests.csv"), "partial").unwrap();
         }
-        let staging = Staging::begin(&root.path().join("res"), false).unwrap();
+        let staging = Staging::begin(&root.path().join("res"), Kind::Run, false).unwrap();
         drop(staging);
         assert!(!dead.exists(), "the dead process's folder stays");
         assert!(alive.exists(), "a live process's folder was removed");

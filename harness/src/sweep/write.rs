@@ -245,33 +245,17 @@ fn io(p: &Path, e: std::io::Error) -> String {
 
 /// May a sweep folder be written at `out`? Refused: a file or link there, an existing folder
 /// without `force`, and — whatever `force` says — a folder that is neither empty nor a sweep
-/// folder (holding `sweep.json`): that is someone's data.
+/// folder kvbench marked (`results::staging::check_target`): that is someone's data.
 pub fn check_target(out: &Path, force: bool) -> Result<(), String> {
-    let meta = match std::fs::symlink_metadata(out) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(out, e)),
-    };
-    if !meta.is_dir() {
-        return Err(format!("{}: exists and is not a folder", out.display()));
-    }
-    if !force {
-        return Err(format!(
-            "{}: output folder exists (use --force to replace it)",
+    use crate::results::{staging, ResultsError};
+    staging::check_target(out, staging::Kind::Sweep, force).map_err(|e| match e {
+        ResultsError::NotAFolder(_) => format!("{}: exists and is not a folder", out.display()),
+        ResultsError::NotResults { why, .. } => format!(
+            "{}: not a sweep folder ({why}); refusing to replace it",
             out.display()
-        ));
-    }
-    let empty = std::fs::read_dir(out)
-        .map_err(|e| io(out, e))?
-        .next()
-        .is_none();
-    if !empty && !out.join("sweep.json").is_file() {
-        return Err(format!(
-            "{}: not a sweep folder (no sweep.json); refusing to replace it",
-            out.display()
-        ));
-    }
-    Ok(())
+        ),
+        other => other.to_string(),
+    })
 }
 
 /// Write both files into `out` via a temporary sibling folder renamed into place; a replaced
@@ -297,6 +281,8 @@ pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String
         text.push('\n');
         std::fs::write(tmp.join("sweep.json"), text).map_err(|e| io(&tmp, e))?;
         std::fs::write(tmp.join("sweep.md"), markdown(j)).map_err(|e| io(&tmp, e))?;
+        crate::results::staging::mark(&tmp, crate::results::staging::Kind::Sweep)
+            .map_err(|e| e.to_string())?;
         if out.exists() {
             std::fs::rename(out, &old).map_err(|e| io(out, e))?;
             std::fs::rename(&tmp, out).map_err(|e| io(out, e))?;
