@@ -1,7 +1,7 @@
 //! Directed behaviour of the contiguous baseline (first fit, coalescing, fork by copy, fences,
 //! planted faults) and of the factory that builds either mode.
 
-use kvbench::cache::build;
+use kvbench::cache::{build, CacheSpec};
 use kvbench_baselines::manager::ContiguousCache;
 use kvbench_cache_api::{
     AllocError, CacheMode, CopyOp, Fault, KvCacheManager, ReleaseReason, SeqLayout, StartRequest,
@@ -156,12 +156,12 @@ fn planted_faults_are_caught_contiguous() {
 
 #[test]
 fn factory_builds_both_modes() {
-    let p = build(CacheMode::Paged, 100, 16, true);
+    let p = build(&CacheSpec::new(CacheMode::Paged, 100, 16, true));
     assert_eq!(
         (p.mode(), p.block_size(), p.accounting().total_slots),
         (CacheMode::Paged, 16, 96)
     );
-    let c = build(CacheMode::Contiguous, 100, 16, true);
+    let c = build(&CacheSpec::new(CacheMode::Contiguous, 100, 16, true));
     assert_eq!(
         (c.mode(), c.block_size(), c.accounting().total_slots),
         (CacheMode::Contiguous, 1, 100)

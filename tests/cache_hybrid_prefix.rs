@@ -163,7 +163,12 @@ fn lookups_count_what_the_summed_manager_counts() {
     let mut hybrid = build(&m);
     let layout: &HybridLayout = hybrid.hybrid_layout();
     assert_eq!(layout.tables.len(), 1, "one table");
-    let mut summed = kvbench::cache::build(CacheMode::Paged, 48 * 4, 4, true);
+    let mut summed = kvbench::cache::build(&kvbench::cache::CacheSpec::new(
+        CacheMode::Paged,
+        48 * 4,
+        4,
+        true,
+    ));
     let p = prompt(&mut rng, 30);
     let scope = scope();
     let cases: [(u64, Vec<u32>, bool); 5] = [

@@ -46,7 +46,12 @@ fn serve(
 
 #[test]
 fn tenant_b_repeating_tenant_a_prompt_hits_its_own_copy_never_a_copy_of_a() {
-    let mut c = cache::build(CacheMode::Paged, 64 * u64::from(BLOCK), BLOCK, true);
+    let mut c = cache::build(&cache::CacheSpec::new(
+        CacheMode::Paged,
+        64 * u64::from(BLOCK),
+        BLOCK,
+        true,
+    ));
     // Two full blocks and one more token (the last token is always recomputed).
     let prompt: Vec<u32> = (100..109).collect();
     let (a, b) = (tenant(0), tenant(1));
@@ -75,7 +80,12 @@ fn tenant_b_repeating_tenant_a_prompt_hits_its_own_copy_never_a_copy_of_a() {
 
 #[test]
 fn a_global_scope_shares_one_copy_across_tenants_for_contrast() {
-    let mut c = cache::build(CacheMode::Paged, 64 * u64::from(BLOCK), BLOCK, true);
+    let mut c = cache::build(&cache::CacheSpec::new(
+        CacheMode::Paged,
+        64 * u64::from(BLOCK),
+        BLOCK,
+        true,
+    ));
     let prompt: Vec<u32> = (100..109).collect();
     let global = ScopeKey {
         reuse: ReuseScope::Global,

@@ -348,17 +348,12 @@ fn recurrent_states_follow_forks_and_are_dropped_at_release() {
     let s = scenario("quick-mixed.toml", "tiny-hybrid", "bf16", 16, &[]);
     let opts = cpu(seed);
     let setup = experiment::setup(&s, &opts).expect("setup");
-    let layout = setup.layout.as_ref().expect("a grouped layout");
+    assert!(setup.layout.is_some(), "a grouped layout");
     let workload = kvbench::workload::generate(&s, setup.seed).expect("workload");
     for mode in [CacheMode::Paged, CacheMode::Contiguous] {
-        let mut cache = experiment::manager::build_grouped(
-            layout,
-            mode,
-            setup.max_step_tokens,
-            s.scheduler.async_steps,
-            s.cache.eviction,
-            s.cache.evict_protected,
-        );
+        let no_tiers = experiment::tiers::TierPlan::default();
+        let spec = experiment::manager::spec(&s, &setup, mode, &no_tiers, s.scheduler.async_steps);
+        let mut cache = kvbench::cache::build(&spec);
         let run_setup = RunSetup {
             model: setup.model.clone(),
             device: s.device.clone(),

@@ -194,7 +194,7 @@ fn run(mode: CacheMode, scheduler: SchedulerSpec, slots: u64) -> (RunRecord, Gre
         invariant_check_every: 1,
         fault: None,
     };
-    let mut cache = kvbench::cache::build(mode, slots, 8, true);
+    let mut cache = kvbench::cache::build(&kvbench::cache::CacheSpec::new(mode, slots, 8, true));
     let mut b = Greedy::default();
     let r = engine::run(&cfg, &workload(), cache.as_mut(), &mut b).expect("run");
     assert_eq!(r.end.violation, None, "{mode:?} {:?}", cfg.scheduler);

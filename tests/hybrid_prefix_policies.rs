@@ -18,7 +18,7 @@ mod hybrid_kv_support;
 mod support;
 
 use hybrid_kv_support::{build, full, shape, sliding, Mix};
-use kvbench::cache::{CacheMode, EvictionPolicy, Placement};
+use kvbench::cache::{CacheMode, CacheSpec, EvictionPolicy};
 use kvbench_cache_api::{KvCacheManager, ReleaseReason, ReuseScope, ScopeKey, StartRequest};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -113,13 +113,14 @@ fn one_request_at_a_time_the_hybrid_manager_hits_what_the_summed_one_hits() {
             let s = base ^ round;
             let requests = workload(s, 120);
             let mut hybrid = build(&mix()).with_eviction(policy);
-            let mut summed = kvbench::cache::build_with(
-                CacheMode::Paged,
-                BLOCKS * u64::from(BLOCK_TOKENS),
-                BLOCK_TOKENS,
-                true,
-                Placement::Lifo,
-                policy,
+            let mut summed = kvbench::cache::build(
+                &CacheSpec::new(
+                    CacheMode::Paged,
+                    BLOCKS * u64::from(BLOCK_TOKENS),
+                    BLOCK_TOKENS,
+                    true,
+                )
+                .with_eviction(policy),
             );
             let (lookup_h, hit_h) = run(&mut hybrid, &requests);
             let (lookup_s, hit_s) = run(summed.as_mut(), &requests);

@@ -89,7 +89,12 @@ fn run(
         inner: backend::create(kind, &setup).expect("backend"),
         prompts: BTreeMap::new(),
     };
-    let mut cache = kvbench::cache::build(mode, slots, s.block_size(), s.scheduler.prefix_cache);
+    let mut cache = kvbench::cache::build(&kvbench::cache::CacheSpec::new(
+        mode,
+        slots,
+        s.block_size(),
+        s.scheduler.prefix_cache,
+    ));
     let cfg = EngineConfig {
         mode,
         block_size: cache.block_size(),

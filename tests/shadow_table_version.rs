@@ -58,7 +58,12 @@ fn assert_caught_at_once(violations: &[u64], label: &str) {
 fn a_table_changed_between_decodes_is_caught_at_that_step_on_a_flat_paged_manager() {
     for decodes in FAULT_AFTER_DECODES {
         let label = format!("paged, fault after {decodes} decodes");
-        let cache = kvbench::cache::build(CacheMode::Paged, 64 * 4, 4, false);
+        let cache = kvbench::cache::build(&kvbench::cache::CacheSpec::new(
+            CacheMode::Paged,
+            64 * 4,
+            4,
+            false,
+        ));
         let v = violations_by_step(cache, decodes, &label);
         assert_caught_at_once(&v, &label);
     }

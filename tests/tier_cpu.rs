@@ -92,12 +92,12 @@ fn one_op(from: (Tier, u32), to: (Tier, u32), tokens: u32) -> StepPlan {
 
 #[test]
 fn malformed_tier_ops_are_refused_with_a_step_error() {
-    let cache = kvbench::cache::build(
+    let cache = kvbench::cache::build(&kvbench::cache::CacheSpec::new(
         kvbench_cache_api::CacheMode::Paged,
         tier_cpu_support::CACHE_SLOTS,
         BLOCK,
         false,
-    );
+    ));
     let bad = [
         (
             one_op((Tier::Device, 0), (Tier::Host, HOST_BLOCKS), BLOCK),

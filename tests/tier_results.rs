@@ -633,7 +633,9 @@ fn run_with_waits(tmp: &Path, name: &str, extra: &str) -> (Seen, Vec<Row>) {
         inner: SimBackend::new(&run_setup).expect("sim"),
         pending: VecDeque::new(),
     };
-    let mut cache = experiment::tiers::build_cache(&s, &setup, CacheMode::Paged, &plan);
+    let spec =
+        experiment::manager::spec(&s, &setup, CacheMode::Paged, &plan, s.scheduler.async_steps);
+    let mut cache = kvbench::cache::build(&spec);
     let cfg = EngineConfig {
         mode: CacheMode::Paged,
         block_size: cache.block_size(),

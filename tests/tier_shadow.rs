@@ -85,7 +85,7 @@ impl Rig {
             ..engine_support::bare_sim_setup(SLOTS, BS, 256)
         };
         Rig {
-            cache: kvbench::cache::build(mode, SLOTS, BS, false),
+            cache: kvbench::cache::build(&kvbench::cache::CacheSpec::new(mode, SLOTS, BS, false)),
             be: SimBackend::new(&setup)
                 .expect("sim")
                 .with_shadow()

@@ -20,7 +20,7 @@ use kvbench::backend::{
     Backend, BackendError, DiskLink, MemoryParts, NumericsReport, RunSetup, StepOutput, StepPlan,
     TierSetup,
 };
-use kvbench::cache::{EvictionPolicy, Placement, TierConfig};
+use kvbench::cache::{CacheSpec, TierConfig};
 use kvbench::engine::{self, EngineConfig, RunRecord};
 use kvbench::model::ModelShape;
 use kvbench::scenario::{Reservation, SchedulerSpec};
@@ -286,19 +286,13 @@ fn run(case: &Case, adapter: bool) -> Outcome {
             ..TierSetup::default()
         },
     };
-    let manager = kvbench::cache::build_tiered(
-        CacheMode::Paged,
-        total_slots,
-        BS,
-        true,
-        Placement::Lifo,
-        EvictionPolicy::Lru,
-        TierConfig {
+    let manager = kvbench::cache::build(
+        &CacheSpec::new(CacheMode::Paged, total_slots, BS, true).with_tiers(TierConfig {
             host_blocks: case.host_blocks,
             disk_blocks: case.disk_blocks,
             offload: case.offload,
             ..TierConfig::default()
-        },
+        }),
     );
     let sim = SimBackend::new(&setup)
         .expect("sim")

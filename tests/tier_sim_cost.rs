@@ -9,7 +9,7 @@ use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{
     Backend, DiskLink, RunSetup, SeqWork, StepPlan, SwapDirection, SwapOp, TierSetup,
 };
-use kvbench::cache::{build_with, EvictionPolicy, Placement};
+use kvbench::cache::{build, CacheSpec};
 use kvbench::model::ModelShape;
 use kvbench::plan::{PlanInput, TierPlan};
 use kvbench::scenario::Reservation;
@@ -69,14 +69,7 @@ fn prefill(seq: u64, context: u32, new: u32) -> SeqWork {
 
 /// (duration, onload wait) of one step through the backend.
 fn step(backend: &mut SimBackend, plan: &StepPlan) -> (f64, f64) {
-    let cache = build_with(
-        CacheMode::Paged,
-        1 << 16,
-        16,
-        true,
-        Placement::Lifo,
-        EvictionPolicy::Lru,
-    );
+    let cache = build(&CacheSpec::new(CacheMode::Paged, 1 << 16, 16, true));
     backend.submit(plan, cache.as_ref()).expect("submit");
     let out = backend.complete().expect("complete");
     (out.duration_s, out.onload_wait_s)
@@ -180,14 +173,7 @@ fn a_disk_hit_pays_the_disk_then_the_link() {
 
     // Without a disk tier the same op is a seam violation, refused.
     let mut b = SimBackend::new(&setup("h200", host_tier(OnloadMode::Blocking))).expect("sim");
-    let cache = build_with(
-        CacheMode::Paged,
-        1 << 16,
-        16,
-        true,
-        Placement::Lifo,
-        EvictionPolicy::Lru,
-    );
+    let cache = build(&CacheSpec::new(CacheMode::Paged, 1 << 16, 16, true));
     let err = b.submit(&plan, cache.as_ref()).expect_err("no disk tier");
     assert!(err.to_string().contains("disk tier"), "{err}");
 }

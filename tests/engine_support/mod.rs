@@ -148,12 +148,12 @@ impl HandStream {
 pub fn run(cfg: &EngineConfig, w: &Workload, total_slots: u64) -> RunRecord {
     let setup = sim_setup(&ModelShape::tiny(), cfg, total_slots);
     let mut backend = SimBackend::new(&setup).expect("sim backend");
-    let mut cache = kvbench::cache::build(
+    let mut cache = kvbench::cache::build(&kvbench::cache::CacheSpec::new(
         cfg.mode,
         total_slots,
         cfg.block_size,
         cfg.scheduler.prefix_cache,
-    );
+    ));
     let r = engine::run(cfg, w, cache.as_mut(), &mut backend).expect("engine run");
     assert_eq!(
         r.end.violation, None,

@@ -6,7 +6,7 @@
 //! sequence, so a wrong onload is a wrong logit.
 
 use kvbench::backend::{Backend, NumericsReport, SeqWork, StepPlan};
-use kvbench::cache::{EvictionPolicy, Placement, TierConfig};
+use kvbench::cache::{CacheSpec, EvictionPolicy, TierConfig};
 use kvbench_cache_api::{
     CacheMode, Fault, KvCacheManager, OffloadMode, ReleaseReason, ReuseScope, ScopeKey,
     StartRequest, Tier, TierOp,
@@ -123,14 +123,14 @@ pub fn drive_batched(
     fault: Option<Fault>,
 ) -> Drive {
     let batch = batch.clamp(1, SYSTEM_PROMPTS as u64);
-    let mut cache = kvbench::cache::build_tiered(
-        CacheMode::Paged,
-        batch * DEVICE_BLOCKS * BLOCK as u64,
-        BLOCK,
-        true,
-        Placement::Lifo,
-        EvictionPolicy::Lru,
-        tiers,
+    let mut cache = kvbench::cache::build(
+        &CacheSpec::new(
+            CacheMode::Paged,
+            batch * DEVICE_BLOCKS * BLOCK as u64,
+            BLOCK,
+            true,
+        )
+        .with_tiers(tiers),
     );
     if let Some(f) = fault {
         cache.inject_fault(f);

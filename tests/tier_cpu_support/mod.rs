@@ -102,7 +102,12 @@ impl<'a> Rig<'a> {
     pub fn new(backend: &'a mut dyn Backend) -> Rig<'a> {
         Rig {
             backend,
-            cache: kvbench::cache::build(CacheMode::Paged, CACHE_SLOTS, BLOCK, false),
+            cache: kvbench::cache::build(&kvbench::cache::CacheSpec::new(
+                CacheMode::Paged,
+                CACHE_SLOTS,
+                BLOCK,
+                false,
+            )),
             in_flight: Vec::new(),
         }
     }

@@ -91,7 +91,12 @@ impl BackendSource {
             return Ok(i);
         }
         let bench = Bench {
-            cache: crate::cache::build(mode, self.slots, self.block_size, false),
+            cache: crate::cache::build(&crate::cache::CacheSpec::new(
+                mode,
+                self.slots,
+                self.block_size,
+                false,
+            )),
             backend: backend::create(self.kind, &self.setup())?,
         };
         self.benches.push((mode, bench));

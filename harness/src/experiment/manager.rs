@@ -1,16 +1,19 @@
 //! Which cache managers a run builds (`cache.manager`, resolved by the scenario against the
-//! model and the backend) and the accounting unit that follows from it: one slot is
-//! `kv_bytes_per_token` for the summed pair, [`HybridLayout::slot_bytes`] (a page's bytes ÷ the
-//! block size) for the grouped pair, whose two modes are built from one layout so that they
-//! share their tables, their page size and their unit.
+//! model and what the backend can do with them) and the accounting unit that follows from it:
+//! one slot is `kv_bytes_per_token` for the summed pair, [`HybridLayout::slot_bytes`] (a page's
+//! bytes ÷ the block size) for the grouped pair, whose two modes are built from one layout so
+//! that they share their tables, their page size and their unit. [`spec`] is what
+//! `cache::build` is handed for each mode.
 
-use kvbench_cache_api::{CacheMode, KvCacheManager};
+use kvbench_cache_api::CacheMode;
 
-use super::ExperimentError;
+use super::tiers::TierPlan;
+use super::{ExperimentError, Setup};
 use crate::backend::BackendKind;
 use crate::cache::hybrid::{EvictProtected, HybridLayout};
+use crate::cache::{CacheSpec, HybridSpec};
 use crate::model::ModelShape;
-use crate::scenario::{CacheManager, ManagerChoice, Scenario};
+use crate::scenario::{CacheManager, HybridSupport, ManagerChoice, Scenario};
 
 /// The managers of a run and what sizes them.
 #[derive(Debug, Clone)]
@@ -23,6 +26,17 @@ pub struct ManagerSetup {
     pub total_slots: u64,
     /// The grouped layout of a hybrid run.
     pub layout: Option<HybridLayout>,
+}
+
+/// What `kind` can do with the grouped managers. Every kind is named, so a new backend decides.
+/// `Auto` is resolved before a run is set up; unresolved, it is treated as a backend that maps
+/// one block table a sequence.
+fn hybrid_support(kind: BackendKind) -> HybridSupport {
+    match kind {
+        BackendKind::Sim => HybridSupport::Preferred,
+        BackendKind::Cpu => HybridSupport::Explicit,
+        BackendKind::Cuda | BackendKind::CudaEmu | BackendKind::Auto => HybridSupport::Unsupported,
+    }
 }
 
 /// Resolve `scenario`'s `cache.manager` on `kind` and size it over `kv_budget_bytes` (fixed FP8
@@ -41,7 +55,8 @@ pub fn resolve(
             crate::scenario::locate_in_source(scenario.source.as_deref(), "cache.manager", message);
         ExperimentError::Scenario(d.to_string())
     };
-    let manager = scenario.cache_manager(model, kind.name());
+    let support = hybrid_support(kind);
+    let manager = scenario.cache_manager(model, support);
     if manager == CacheManager::Summed && scenario.cache.evict_protected != EvictProtected::Always {
         let d = crate::scenario::locate_in_source(
             scenario.source.as_deref(),
@@ -65,7 +80,7 @@ pub fn resolve(
             layout: None,
         });
     }
-    if !matches!(kind, BackendKind::Sim | BackendKind::Cpu) {
+    if support == HybridSupport::Unsupported {
         return Err(refuse(format!(
             "\"hybrid\" runs on the sim and cpu backends only; the {} backend's address \
              translation maps one block table a sequence, not one per layout table (use \
@@ -114,33 +129,40 @@ pub fn resolve(
     })
 }
 
-/// The grouped pair's manager of `mode`: the hybrid paged manager, or the grouped contiguous
-/// baseline, whose sliding rings hold beyond their window what one sequence can write while a
-/// step reading the window has not retired: the largest step, twice when the engine plans a
-/// step while another runs (`async_steps`). The paged one evicts cached prefix pages in
-/// `eviction`'s order.
-pub fn build_grouped(
-    layout: &HybridLayout,
+/// The spec of `mode`'s manager in a run of `scenario` set up as `setup`: the grouped pair
+/// where the set-up resolved a layout, else the summed pair with `tiers` (the contiguous
+/// baseline ignores them). `async_steps` is how the engine will run, which a planted early reuse
+/// turns on where the scenario did not: the grouped baseline's rings hold what the steps in
+/// flight can write ([`ring_tokens`]).
+pub fn spec(
+    scenario: &Scenario,
+    setup: &Setup,
     mode: CacheMode,
-    max_step_tokens: u32,
+    tiers: &TierPlan,
     async_steps: bool,
-    eviction: crate::cache::EvictionPolicy,
-    evict_protected: EvictProtected,
-) -> Box<dyn KvCacheManager> {
-    match mode {
-        CacheMode::Paged => Box::new(
-            crate::cache::hybrid::HybridKv::new(layout.clone())
-                .with_eviction(eviction)
-                .with_evict_protected(evict_protected),
-        ),
-        CacheMode::Contiguous => Box::new(kvbench_baselines::manager::GroupedContiguous::new(
-            layout.grouped_pool(),
-            ring_tokens(max_step_tokens, async_steps),
-        )),
+) -> CacheSpec {
+    let spec = CacheSpec::new(
+        mode,
+        setup.total_slots,
+        scenario.block_size(),
+        scenario.scheduler.prefix_cache,
+    )
+    .with_placement(scenario.cache.placement)
+    .with_eviction(scenario.cache.eviction)
+    .with_tiers(tiers.config());
+    match &setup.layout {
+        Some(layout) => spec.with_hybrid(HybridSpec {
+            layout: layout.clone(),
+            ring_tokens: ring_tokens(setup.max_step_tokens, async_steps),
+            evict_protected: scenario.cache.evict_protected,
+        }),
+        None => spec,
     }
 }
 
-/// What the grouped baseline's sliding rings hold beyond their window (see [`build_grouped`]).
+/// What the grouped baseline's sliding rings hold beyond their window: what one sequence can
+/// write while a step reading the window has not retired, the largest step, twice when the
+/// engine plans a step while another runs (`async_steps`).
 pub fn ring_tokens(max_step_tokens: u32, async_steps: bool) -> u32 {
     let in_flight: u32 = if async_steps { 2 } else { 1 };
     max_step_tokens.saturating_mul(in_flight)

@@ -259,17 +259,8 @@ fn run_mode_with(
     if opts.fault == Some(Fault::EarlyReuse) {
         scheduler.async_steps = true;
     }
-    let mut cache = match &setup.layout {
-        Some(layout) => manager::build_grouped(
-            layout,
-            mode,
-            setup.max_step_tokens,
-            scheduler.async_steps,
-            scenario.cache.eviction,
-            scenario.cache.evict_protected,
-        ),
-        None => tiers::build_cache(scenario, setup, mode, &tier_plan),
-    };
+    let spec = manager::spec(scenario, setup, mode, &tier_plan, scheduler.async_steps);
+    let mut cache = crate::cache::build(&spec);
     let cfg = EngineConfig {
         mode,
         block_size: cache.block_size(),

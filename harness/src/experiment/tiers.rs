@@ -6,11 +6,11 @@
 //! holds one device block, all layers' K and V — from the first capacity listed (a list is for
 //! comparisons; one run uses one).
 
-use kvbench_cache_api::{CacheMode, KvCacheManager, OffloadMode};
+use kvbench_cache_api::{CacheMode, OffloadMode};
 
 use super::{ExperimentError, Setup};
 use crate::backend::{DiskLink, TierSetup};
-use crate::cache::EvictionPolicy;
+use crate::cache::{EvictionPolicy, TierConfig};
 use crate::model::ModelShape;
 use crate::scenario::Scenario;
 
@@ -24,6 +24,19 @@ pub struct TierPlan {
     pub disk_eviction: EvictionPolicy,
     /// What the backend is told.
     pub setup: TierSetup,
+}
+
+impl TierPlan {
+    /// What the paged cache manager is told.
+    pub fn config(&self) -> TierConfig {
+        TierConfig {
+            host_blocks: self.host_blocks,
+            disk_blocks: self.disk_blocks,
+            offload: self.offload,
+            host_eviction: self.host_eviction,
+            disk_eviction: self.disk_eviction,
+        }
+    }
 }
 
 /// Blocks of `block_size` tokens of `shape` that `capacity` (a size with units) holds, by the
@@ -94,30 +107,6 @@ pub fn plan(
             disk,
         },
     })
-}
-
-/// The cache manager of one mode's run, with its tiers.
-pub fn build_cache(
-    scenario: &Scenario,
-    setup: &Setup,
-    mode: CacheMode,
-    tiers: &TierPlan,
-) -> Box<dyn KvCacheManager> {
-    crate::cache::build_tiered(
-        mode,
-        setup.total_slots,
-        scenario.block_size(),
-        scenario.scheduler.prefix_cache,
-        scenario.cache.placement,
-        scenario.cache.eviction,
-        crate::cache::TierConfig {
-            host_blocks: tiers.host_blocks,
-            disk_blocks: tiers.disk_blocks,
-            offload: tiers.offload,
-            host_eviction: tiers.host_eviction,
-            disk_eviction: tiers.disk_eviction,
-        },
-    )
 }
 
 #[cfg(test)]

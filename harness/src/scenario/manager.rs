@@ -48,6 +48,19 @@ impl CacheManager {
     }
 }
 
+/// What a backend can do with the grouped managers, which is all `cache.manager` needs to know
+/// of it (the scenario does not name backends; the run's set-up maps its backend to this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HybridSupport {
+    /// Its address translation maps one block table a sequence (`cuda`): summed only.
+    Unsupported,
+    /// It addresses each layout table and runs `hybrid` where the scenario writes it (`cpu`);
+    /// `auto` stays `summed`.
+    Explicit,
+    /// It addresses each layout table, and `auto` picks `hybrid` on it (`sim`).
+    Preferred,
+}
+
 pub(super) fn is_auto(c: &ManagerChoice) -> bool {
     *c == ManagerChoice::Auto
 }
@@ -72,15 +85,19 @@ pub fn layers_keep_tokens_differently(shape: &ModelShape) -> bool {
 }
 
 impl Scenario {
-    /// The managers `auto` resolves to on a backend named `backend` (`sim`, `cpu`, `cuda`);
-    /// `hybrid` and `summed` as written.
-    pub fn cache_manager(&self, shape: &ModelShape, backend: &str) -> CacheManager {
+    /// The managers `auto` resolves to on a backend that does `backend` with the grouped
+    /// managers; `hybrid` and `summed` as written (an explicit `hybrid` the backend cannot run
+    /// is refused by the run's set-up, which names the backend).
+    pub fn cache_manager(&self, shape: &ModelShape, backend: HybridSupport) -> CacheManager {
         match self.cache.manager {
             ManagerChoice::Summed => CacheManager::Summed,
             ManagerChoice::Hybrid => CacheManager::Hybrid,
             ManagerChoice::Auto => {
                 let tiered = self.cache.host_tier.is_some() || self.cache.disk_tier.is_some();
-                if backend == "sim" && !tiered && layers_keep_tokens_differently(shape) {
+                if backend == HybridSupport::Preferred
+                    && !tiered
+                    && layers_keep_tokens_differently(shape)
+                {
                     CacheManager::Hybrid
                 } else {
                     CacheManager::Summed

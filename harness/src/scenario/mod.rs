@@ -27,7 +27,7 @@ pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
 pub use host::{available_bytes as host_available_bytes, HostNeed};
 pub use load::{load, locate_in_source, parse_document, parse_str};
 pub use locate::SourceMap;
-pub use manager::{layers_keep_tokens_differently, CacheManager, ManagerChoice};
+pub use manager::{layers_keep_tokens_differently, CacheManager, HybridSupport, ManagerChoice};
 pub use model_spec::*;
 pub use tiers::{tier_block_bytes, tier_capacity_blocks};
 pub use trace_spec::*;

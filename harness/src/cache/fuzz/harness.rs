@@ -8,7 +8,7 @@ use kvbench_cache_api::{
 };
 
 use super::{FuzzConfig, FuzzFailure, FuzzSummary, Op};
-use crate::cache::{build_tiered, PagedCache, PagedConfig};
+use crate::cache::{build, CacheSpec, PagedCache, PagedConfig};
 
 /// A sequence as the reference model sees it: its token ids and how many are written.
 #[derive(Debug, Clone)]
@@ -81,14 +81,11 @@ impl Harness {
                 p.plant_bug(bug);
                 Box::new(p)
             }
-            None => build_tiered(
-                cfg.mode,
-                cfg.total_slots,
-                cfg.block_size,
-                true,
-                cfg.placement,
-                cfg.eviction,
-                cfg.tiers,
+            None => build(
+                &CacheSpec::new(cfg.mode, cfg.total_slots, cfg.block_size, true)
+                    .with_placement(cfg.placement)
+                    .with_eviction(cfg.eviction)
+                    .with_tiers(cfg.tiers),
             ),
         };
         if let Some(f) = cfg.fault {

@@ -339,24 +339,14 @@ fn stale_onload_lets_a_pending_onloads_slot_be_reused_and_the_checks_say_so() {
 }
 
 #[test]
-fn build_tiered_gives_the_paged_cache_its_tiers_and_contiguous_none() {
-    use crate::cache::{build_tiered, CacheMode};
+fn build_gives_the_paged_cache_its_tiers_and_contiguous_none() {
+    use crate::cache::{build, CacheMode, CacheSpec};
     let tiers = TierConfig {
         host_blocks: 3,
         disk_blocks: 2,
         ..TierConfig::default()
     };
-    let make = |mode| {
-        build_tiered(
-            mode,
-            64,
-            BS,
-            true,
-            Placement::Lifo,
-            EvictionPolicy::Lru,
-            tiers,
-        )
-    };
+    let make = |mode| build(&CacheSpec::new(mode, 64, BS, true).with_tiers(tiers));
     let paged = make(CacheMode::Paged).tier_stats();
     let caps: Vec<(Option<Tier>, u64)> =
         paged.iter().map(|s| (s.tier, s.capacity_blocks)).collect();
@@ -368,14 +358,6 @@ fn build_tiered_gives_the_paged_cache_its_tiers_and_contiguous_none() {
         disk_blocks: 2,
         ..TierConfig::default()
     };
-    let c = build_tiered(
-        CacheMode::Paged,
-        64,
-        BS,
-        true,
-        Placement::Lifo,
-        EvictionPolicy::Lru,
-        no_host,
-    );
+    let c = build(&CacheSpec::new(CacheMode::Paged, 64, BS, true).with_tiers(no_host));
     assert!(c.tier_stats().is_empty());
 }
