@@ -13,7 +13,7 @@ mod engine_support;
 mod shadow_grouped_support;
 mod support;
 
-use kvbench::backend::sim::shadow::ShadowReport;
+use kvbench::shadow::ShadowReport;
 use kvbench_cache_api::{CacheMode, Fault, KvCacheManager};
 
 use shadow_grouped_support::driver::{Driver, Tally};

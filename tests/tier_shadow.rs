@@ -6,9 +6,9 @@
 //! are named. Block ids come from a real paged manager's layouts; the tier ops are the ones a
 //! tiered manager would emit.
 
-use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{Backend, DiskLink, RunSetup, SeqWork, StepPlan, TierSetup};
+use kvbench::shadow::ShadowReport;
 use kvbench_cache_api::{
     BlockLoc, CacheMode, KvCacheManager, ReuseScope, ScopeKey, SeqId, SeqLayout, StartRequest,
     Tier, TierOp,

@@ -14,7 +14,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{
     Backend, BackendError, DiskLink, MemoryParts, NumericsReport, RunSetup, StepOutput, StepPlan,
@@ -24,6 +23,7 @@ use kvbench::cache::{CacheSpec, TierConfig};
 use kvbench::engine::{self, EngineConfig, RunRecord};
 use kvbench::model::ModelShape;
 use kvbench::scenario::{Reservation, SchedulerSpec};
+use kvbench::shadow::ShadowReport;
 use kvbench::workload::{Request, Workload};
 use kvbench_cache_api::{
     Accounting, AllocError, CacheMode, CopyOp, Fault, KvCacheManager, OffloadMode, PrefixStats,

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench::backend::sim::SimBackend;
 use kvbench::backend::{Backend, RunSetup, SeqWork, StepPlan, SwapDirection, SwapOp};
+use kvbench::shadow::ShadowReport;
 use kvbench_cache_api::{
     AllocError, CacheMode, CopyOp, KvCacheManager, ReleaseReason, SeqId, StartRequest, StepId,
 };

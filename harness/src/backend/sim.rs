@@ -2,19 +2,13 @@
 //! [`cost::CostModel`] over the real context lengths of the batch, on the engine's virtual clock,
 //! so a simulated hour takes seconds and is fully deterministic.
 //!
-//! With [`SimBackend::with_shadow`] (what `kvbench run` does unless `--no-shadow`), a
-//! [`shadow::Shadow`] payload stands in for K/V: every step writes and reads tags through the
-//! cache manager's layouts, so placement bugs are caught at device scale.
+//! With [`SimBackend::with_shadow`] (what `kvbench run` does unless `--no-shadow`), the
+//! [`Shadow`] payload (`crate::shadow`) stands in for K/V: every step writes and reads tags
+//! through the cache manager's layouts, so placement bugs are caught at device scale.
 
 pub mod cost;
 pub mod link;
 pub mod profile;
-pub mod shadow;
-mod shadow_expect;
-mod shadow_ids;
-mod shadow_readers;
-mod shadow_slabs;
-mod shadow_store;
 pub mod workspace;
 
 use std::collections::VecDeque;
@@ -25,9 +19,9 @@ use crate::backend::{
     Backend, BackendError, MemoryParts, NumericsReport, RunSetup, Sampled, StepOutput, StepPlan,
     TierSetup,
 };
+use crate::shadow::{Shadow, ShadowReport};
 use cost::CostModel;
 use profile::DeviceProfile;
-use shadow::{Shadow, ShadowReport};
 
 pub struct SimBackend {
     cost: CostModel,

@@ -186,7 +186,7 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
 struct ModeParts {
     end: RunEnd,
     fault_fired: u64,
-    shadow: Option<crate::backend::sim::shadow::ShadowReport>,
+    shadow: Option<crate::shadow::ShadowReport>,
     measured_step_s: Option<f64>,
     backend_name: &'static str,
 }

@@ -4,11 +4,11 @@
 use kvbench_cache_api::{CacheMode, Fault};
 
 use super::sink::ModeFiles;
-use crate::backend::sim::shadow::ShadowReport;
 use crate::engine::{RunEnd, RunRecord};
 use crate::metrics::timeline::Resolution;
 use crate::metrics::RunMetrics;
 use crate::scenario::Scenario;
+use crate::shadow::ShadowReport;
 use crate::workload::Workload;
 
 pub struct ModeRun {

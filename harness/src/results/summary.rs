@@ -3,10 +3,10 @@
 use serde::Serialize;
 
 use super::experiment::{Experiment, ModeRun};
-use crate::backend::sim::shadow::ShadowReport;
 use crate::backend::NumericsReport;
 use crate::metrics::ledger::LedgerSummary;
 use crate::metrics::{Counts, Dist};
+use crate::shadow::ShadowReport;
 
 #[derive(Debug, Serialize)]
 pub struct Summary {

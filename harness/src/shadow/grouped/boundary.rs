@@ -5,7 +5,7 @@
 //! ones released, the entering one held) and then writes; here what each shape reads is worked
 //! out once a shape, every table is checked before anything changes — so a decode the general
 //! path must take leaves nothing behind — then followed in the general path's order, then
-//! written. A child of `shadow_grouped.rs`, for its records.
+//! written. A child of `grouped`, for its records.
 
 use kvbench_cache_api::{GroupTable, TableShape};
 
@@ -18,7 +18,7 @@ use super::*;
 /// block moved past them ([`Pages::parent`](kvbench_cache_api::pages::Pages::parent): only the
 /// list's own methods say so). Its entering page is checked apart.
 #[inline]
-fn grown_from(checked: (u64, u64), table: &GroupTable, j1: usize) -> bool {
+fn grew_once_from(checked: (u64, u64), table: &GroupTable, j1: usize) -> bool {
     table.pages.parent().is_some_and(|p| {
         p.version == checked.0
             && Some(table.first_block) == checked.1.checked_add(p.drained_front as u64)
@@ -50,7 +50,7 @@ impl Shadow {
     /// nothing, when a table does not map what its shape reads now through the record's kept
     /// pages, names an entering page outside the pool, or a block past the reverse index.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn decode_across(
+    pub(super) fn decode_at_boundary(
         &mut self,
         idx: u32,
         shapes: &[TableShape],
@@ -63,7 +63,7 @@ impl Shadow {
         let i = idx as usize;
         let context = u64::from(w.context_tokens);
         let end = context + 1;
-        if !self.decode_across_maps(i, tables, moves) {
+        if !self.tables_map_at_boundary(i, tables, moves) {
             return false;
         }
         let Some(tag) = token_tag(&self.seqs[i], context) else {
@@ -77,7 +77,7 @@ impl Shadow {
         // Follow every table, in order: release what left, hold what entered — block by block
         // while the step before is in flight (its releases wait for it), else in one pass.
         let n = tables.len();
-        if self.flight_at(prev).is_some() || !self.follow_across_now(idx, tables, moves, end) {
+        if self.flight_at(prev).is_some() || !self.follow_boundary_now(idx, tables, moves, end) {
             // The releases queued on the step in flight name what each record read there.
             if let (Some(st), Kind::Grouped(cells)) =
                 (self.grouped.streams.get_mut(i), &self.grouped.kind)
@@ -93,7 +93,7 @@ impl Shadow {
                 };
                 let m = moves[c as usize % MAX_SHAPES];
                 if m.moves() {
-                    self.follow_across(idx, t, table, &m, step, prev);
+                    self.follow_boundary(idx, t, table, &m, step, prev);
                 }
                 let seen = &mut self.grouped.streams[i].tables[t];
                 seen.lo = m.lo;
@@ -151,7 +151,7 @@ impl Shadow {
     /// pages: an unmoved table by its version (compared when it moved, then remembered), a
     /// moving one by its kept pages, its entering page inside the pool and its block inside
     /// what the reverse index names. Changes nothing but the remembered versions.
-    fn decode_across_maps(&mut self, i: usize, tables: &[GroupTable], moves: &[Move]) -> bool {
+    fn tables_map_at_boundary(&mut self, i: usize, tables: &[GroupTable], moves: &[Move]) -> bool {
         let g = &mut self.grouped;
         let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(i), &g.kind) else {
             return false;
@@ -174,7 +174,7 @@ impl Shadow {
             let (j0, j1) = ((m.b0 - m0) as usize, (m.s1 - m0) as usize);
             let version = (table.pages.version(), table.first_block);
             if seen.checked != version
-                && !grown_from(seen.checked, table, j1)
+                && !grew_once_from(seen.checked, table, j1)
                 && seen.pages[keep..] != table.pages[j0..j1]
             {
                 return false;
@@ -189,12 +189,12 @@ impl Shadow {
         true
     }
 
-    /// [`Shadow::follow_across`] for every table when nothing is in flight, the records, the
+    /// [`Shadow::follow_boundary`] for every table when nothing is in flight, the records, the
     /// reverse index and the cell classes borrowed once: a leaving block unheld at once, an
     /// entering one held, and a record whose page another record held first (`Held::Joined`)
     /// settled after the pass — its owner's tail stored, its sole page forgotten — before
     /// anything is written. False, having changed nothing, without a reverse index.
-    fn follow_across_now(
+    fn follow_boundary_now(
         &mut self,
         idx: u32,
         tables: &[GroupTable],
@@ -232,7 +232,7 @@ impl Shadow {
             }
             seen.first_block = m.b0;
             if m.b1 != m.s1 {
-                // Inside the pool and the reverse index: `decode_across_maps` checked.
+                // Inside the pool and the reverse index: `tables_map_at_boundary` checked.
                 let page = table.pages[(m.s1 - table.first_block) as usize];
                 if let Some(c) = chunk(n, t as u32, m.s1) {
                     match readers.hold(u64::from(page), Holder { seq: idx, chunk: c }) {
@@ -247,7 +247,7 @@ impl Shadow {
         }
         let joined = std::mem::take(&mut self.grouped.joined);
         for &(was, page) in &joined {
-            self.unsole(was, page, n);
+            self.no_longer_alone(was, page, n);
         }
         self.grouped.joined = joined;
         true
@@ -256,7 +256,7 @@ impl Shadow {
     /// Table `t`'s record moves as `m` says: its leaving blocks released (held until step
     /// `prev` retires if it is in flight), its entering block held; then it is the table's
     /// blocks `b0 .. b1`, the part kept compared and the rest copied from it.
-    fn follow_across(
+    fn follow_boundary(
         &mut self,
         idx: u32,
         t: usize,
@@ -289,7 +289,7 @@ impl Shadow {
 mod tests {
     use kvbench_cache_api::{GroupTable, Pages};
 
-    use super::grown_from;
+    use super::grew_once_from;
 
     /// Blocks 2.. on pages 10, 11, 12, found equal to a record that read blocks 2..5.
     fn table() -> (GroupTable, (u64, u64)) {
@@ -305,46 +305,49 @@ mod tests {
     fn a_table_grown_once_from_what_the_record_matched_is_known_without_comparing() {
         let (mut t, checked) = table();
         t.pages.push(13);
-        assert!(grown_from(checked, &t, 3), "one page entered at the end");
         assert!(
-            !grown_from(checked, &t, 4),
+            grew_once_from(checked, &t, 3),
+            "one page entered at the end"
+        );
+        assert!(
+            !grew_once_from(checked, &t, 4),
             "the record cannot read the entered page"
         );
         let (mut t, checked) = table();
         t.pages.drain_front(1).for_each(drop);
         t.first_block += 1;
-        assert!(grown_from(checked, &t, 2), "a window left a block");
+        assert!(grew_once_from(checked, &t, 2), "a window left a block");
         let (mut t, checked) = table();
         t.pages.drain_front(1).for_each(drop);
         assert!(
-            !grown_from(checked, &t, 2),
+            !grew_once_from(checked, &t, 2),
             "drained without moving the first block: every block is on another page"
         );
         let (mut t, checked) = table();
         t.pages.rotate_left(1);
         t.first_block += 1;
-        assert!(grown_from(checked, &t, 2), "a ring turned one block");
+        assert!(grew_once_from(checked, &t, 2), "a ring turned one block");
     }
 
     #[test]
     fn a_table_changed_otherwise_or_twice_is_compared() {
         let (mut t, checked) = table();
         t.pages.set(1, 20);
-        assert!(!grown_from(checked, &t, 3), "a kept page replaced");
+        assert!(!grew_once_from(checked, &t, 3), "a kept page replaced");
         t.pages.push(13);
         assert!(
-            !grown_from(checked, &t, 3),
+            !grew_once_from(checked, &t, 3),
             "replaced, then grown: the parent is not what the record matched"
         );
         let (mut t, checked) = table();
         t.pages.push(13);
         t.pages.push(14);
-        assert!(!grown_from(checked, &t, 3), "two changes");
+        assert!(!grew_once_from(checked, &t, 3), "two changes");
         let (mut t, checked) = table();
         t.pages.pop();
         t.pages.push(20);
         assert!(
-            !grown_from(checked, &t, 2),
+            !grew_once_from(checked, &t, 2),
             "the last page swapped for another"
         );
     }

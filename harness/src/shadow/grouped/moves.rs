@@ -1,6 +1,6 @@
 //! What moves cells in a grouped run besides a stream's own step — page copies, swaps, and a
 //! write into a page someone else holds — and the checks at a step's completion. A child of
-//! `shadow_grouped.rs`, for its records and flights.
+//! `grouped`, for its records and flights.
 
 use kvbench_cache_api::grouped::{cell, readable_from};
 use kvbench_cache_api::CopyOp;
@@ -90,7 +90,7 @@ impl Shadow {
     }
 
     /// A grouped run's copy: whole pages (`CopyOp` slots are `page × page_slots`), every cell.
-    pub(in crate::backend::sim) fn copy_grouped(&mut self, c: &CopyOp, step: u64) {
+    pub(in crate::shadow) fn copy_grouped(&mut self, c: &CopyOp, step: u64) {
         let Kind::Grouped(cells) = &mut self.grouped.kind else {
             return;
         };
@@ -145,7 +145,7 @@ impl Shadow {
     /// A swap-out keeps the tags of what every table still reads on the host and drops the
     /// stream's records (its pages go back to the pool); a swap-in writes them back through the
     /// layout handed out now, and the stream's next step checks them all.
-    pub(in crate::backend::sim) fn swap_grouped(
+    pub(in crate::shadow) fn swap_grouped(
         &mut self,
         seq: SeqId,
         direction: SwapDirection,
@@ -239,7 +239,7 @@ impl Shadow {
 
     /// Step `step` completed: compare the cells it queued (what was new to its readers, and
     /// what a later write changed under them), then release the holds its readers dropped.
-    pub(in crate::backend::sim) fn complete_grouped(&mut self, step: u64) {
+    pub(in crate::shadow) fn complete_grouped(&mut self, step: u64) {
         while self
             .grouped
             .in_flight

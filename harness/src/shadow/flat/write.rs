@@ -1,7 +1,7 @@
-//! How the shadow writes tags: a stream's own new tokens (a grain at a time, blind where it
-//! alone reads the grain), a write another stream may be reading (through the reverse index,
-//! invalidating what it must), block copies and swaps. The other half of a step, following
-//! each stream's layout and queueing reads, is `shadow_observe.rs`.
+//! Writing tags into the device's slots: a stream's own new tokens (a grain at a time, blind where
+//! it alone reads the grain), a write another stream may be reading (through the reverse index,
+//! invalidating what it must), block copies and swaps. The other half of a step, after
+//! `observe.rs` has followed each stream's layout and queued its reads.
 
 use super::*;
 
@@ -41,7 +41,7 @@ impl Shadow {
     /// Write `tag` into `slot` (`own`: the writing stream, when it writes its own position
     /// through its own table). A change that a stream whose checked context covers the slot does
     /// not expect invalidates that stream's chunk, and queues the slot on its in-flight step.
-    pub(super) fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
+    pub(in crate::shadow) fn write(&mut self, slot: u64, tag: Tag, own: u32, step: u64) {
         let g = slot / u64::from(self.grain);
         let own_chunk = match self.mode {
             Some(CacheMode::Paged) => tag.pos / self.grain,
@@ -117,7 +117,7 @@ impl Shadow {
     /// extent) through the table `observe` just made equal to the submitted layout. Per grain,
     /// one look at the reverse index decides: nobody else reads it, so the run is a blind store;
     /// otherwise tag by tag through [`Shadow::write`], which invalidates what it must.
-    pub(super) fn write_own(&mut self, idx: u32, from: u32, to: u32, step: u64) {
+    pub(in crate::shadow) fn write_own(&mut self, idx: u32, from: u32, to: u32, step: u64) {
         let grain = self.grain;
         let mut pos = from;
         while pos < to {
@@ -164,7 +164,7 @@ impl Shadow {
     /// Positions `from..end` of stream `idx` (position `pos` at `slot`) through
     /// [`Shadow::write`]: another stream reads the grain, or the slots lie past the cache's end.
     #[inline(never)]
-    pub(super) fn write_one_by_one(
+    pub(in crate::shadow) fn write_one_by_one(
         &mut self,
         idx: u32,
         slot: u64,
@@ -187,7 +187,7 @@ impl Shadow {
     /// The step's new tokens of stream `idx`, through the layout as handed out now (`observe`
     /// just made the stream's table equal to it over every position the step touches).
     #[inline]
-    pub(super) fn write_step(&mut self, idx: u32, w: &SeqWork, step: u64) {
+    pub(in crate::shadow) fn write_step(&mut self, idx: u32, w: &SeqWork, step: u64) {
         let (from, to) = (
             w.context_tokens,
             w.context_tokens.saturating_add(w.new_tokens),
@@ -218,7 +218,7 @@ impl Shadow {
     /// Per grain of the destination, one look at the reverse index: nobody's checked context
     /// covers it (a block just handed out, almost always), so a blind copy — exactly what
     /// [`Shadow::write`] would do tag by tag there; otherwise tag by tag through it.
-    pub(super) fn copy(&mut self, src: u64, dst: u64, len_tokens: u32, step: u64) {
+    pub(in crate::shadow) fn copy(&mut self, src: u64, dst: u64, len_tokens: u32, step: u64) {
         let gs = u64::from(self.grain);
         let len = u64::from(len_tokens);
         let mut k = 0u64;
@@ -245,7 +245,7 @@ impl Shadow {
 
     /// A swap-out reads the stream's context and keeps its tags on the host; a swap-in writes
     /// them back through the layout handed out now.
-    pub(super) fn swap(
+    pub(in crate::shadow) fn swap(
         &mut self,
         seq: SeqId,
         direction: SwapDirection,

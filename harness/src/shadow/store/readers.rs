@@ -1,10 +1,11 @@
-//! The shadow payload's reverse index: per grain of slots (a paged block, or a run of contiguous
-//! slots), the streams whose checked context covers it. A write asks it whether anyone but the
-//! writer could be affected; almost always the answer is "no" from one 16-byte entry, with no
-//! allocation: two readers are held inline (a stream and one fork), more move, all of them, into
-//! a side list the entry names.
+//! The shadow payload's reverse index: per grain of slots (a paged block, a run of contiguous
+//! slots, or a grouped page), the streams whose checked context covers it — what keeps a stream's
+//! unchanged context valid between checks. A write asks it whether anyone but the writer could be
+//! affected; almost always the answer is "no" from one 16-byte entry, with no allocation: two
+//! readers are held inline (a stream and one fork), more move, all of them, into a side list the
+//! entry names.
 
-use super::shadow_store::LazyArray;
+use super::LazyArray;
 
 /// A stream whose checked context covers (part of) a grain: its index in the shadow's stream
 /// table and the chunk of its layout that lies there.

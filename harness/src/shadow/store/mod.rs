@@ -1,14 +1,17 @@
-//! Storage of the shadow payload: one [`Tag`] per KV slot, in an array allocated page by page on
+//! The lazy array the shadow keeps its tags in: one [`Tag`] per KV slot, allocated page by page on
 //! first touch, so memory follows the slots a run actually writes, not the size of the pool (a
-//! 141 GB device with a tiny model has hundreds of millions of slots). The reverse index
-//! (`shadow_readers.rs`) uses the same array.
+//! 141 GB device with a tiny model has hundreds of millions of slots). Its pages come from
+//! `slabs.rs`; the reverse index (`readers.rs`) and the grouped cell store use the same array.
 
 use std::ptr::NonNull;
 
-use super::shadow_slabs::Slabs;
+use slabs::Slabs;
+
+pub(super) mod readers;
+mod slabs;
 
 /// What a slot holds in place of K/V: which position, which token, and who wrote it — a writer
-/// number (`shadow_ids.rs`' [`Writers`](super::shadow_ids::Writers)) that names the writing
+/// number ([`Writers`](super::ids::Writers)) that names the writing
 /// stream for messages and its reuse scope for the checks. 12 bytes a slot: the scope and the
 /// stream id are looked up through the writer number rather than carried in every slot, so a
 /// block of 16 tags takes three cache lines, not four.
@@ -25,7 +28,7 @@ impl Tag {
     /// A slot nothing was ever written to: all zeros, so that a page of the store comes from
     /// the allocator already zeroed ([`LazyArray::zeroed`]) rather than filled line by line —
     /// the fill pushed every line out of the cache before the first tag was stored there, so
-    /// each was missed twice. No writer has number 0 (`shadow_ids.rs` numbers from 1).
+    /// each was missed twice. No writer has number 0 (`ids.rs` numbers from 1).
     pub const EMPTY: Tag = Tag {
         pos: 0,
         token: 0,
@@ -50,7 +53,7 @@ pub(crate) const MAX_ENTRIES: u64 = 1 << 38;
 const PAGE_TABLE_ENTRY_BYTES: usize = std::mem::size_of::<Option<NonNull<Tag>>>();
 
 /// A fixed-length array whose pages are allocated on first write; unwritten entries read as
-/// `empty`. Its pages live in slabs mapped on huge-page boundaries (`shadow_slabs.rs`): the
+/// `empty`. Its pages live in slabs mapped on huge-page boundaries (`slabs.rs`): the
 /// kernel fills them a huge page at a time instead of 4 KiB at a time.
 #[derive(Debug)]
 pub(crate) struct LazyArray<T: Copy> {

@@ -1,19 +1,25 @@
-//! The shadow KV payload of the `sim` backend: correctness checks at device scale without tensor
-//! math.
+//! The shadow checker: a tag payload that stands in for K/V so that every read the cache
+//! manager's layouts imply is checked at device scale, without tensor math.
 //!
-//! Every slot holds a [`Tag`] — the position and token id written there and a writer number that
-//! names the writing stream and its reuse scope (`shadow_ids.rs`) — in place of K/V. A step writes tags through the layout the cache manager hands
-//! out at submit time (as a device would), copy-on-write copies and swaps move tags as they would
-//! move data, and every position a step reads must hold what the reading stream put (or was
-//! entitled to find) there: the same position, the same token, the same reuse scope. So an
-//! address-translation fault, a missed copy, a slot reused too early and a stale or cross-scope
-//! prefix hit all show up as a wrong tag, whatever `--check-every` says, and independently of the
-//! cache manager's fence code.
+//! **What it checks.** Every slot holds a `Tag` — the position and token id written there and a
+//! writer number that names the writing stream and its reuse scope (`ids.rs`) — in place of K/V. A
+//! step writes tags through the layout the cache manager hands out at submit time (as a device
+//! would), copy-on-write copies, swaps and tier transfers move tags as they would move data, and
+//! every position a step reads must hold what the reading stream put (or was entitled to find)
+//! there: the same position, the same token, the same reuse scope. So an address-translation fault,
+//! a missed copy, a slot reused too early and a stale or cross-scope prefix hit all show up as a
+//! wrong tag, whatever `--check-every` says, and independently of the cache manager's fence code.
+//!
+//! **Where it runs.** Inside the `sim` backend
+//! ([`SimBackend::with_shadow`](crate::backend::sim::SimBackend::with_shadow)): `kvbench run`
+//! carries it unless `--no-shadow`. The backend hands it each step at submit ([`Shadow::submit`])
+//! and at completion ([`Shadow::complete`]); what it saw, [`ShadowReport`], goes into
+//! `summary.json` as `runs[].shadow`.
 //!
 //! **Incremental.** A step does not re-read a stream's whole context. Each stream keeps the layout
 //! it was last checked against: positions are checked when they first enter the context and when
 //! the block-table entry (or contiguous base) covering them changes. What keeps the unchanged part
-//! valid is the reverse index (`shadow_readers.rs`): every grain of slots (a paged block, or 16
+//! valid is the reverse index (`store/readers.rs`): every grain of slots (a paged block, or 16
 //! contiguous slots) lists the streams whose checked context covers it, and a write that changes a
 //! slot to something one of them does not expect marks that stream's chunk for re-checking at its
 //! next read — and, when a step reading it is still in flight, adds the slot to that step's checks.
@@ -26,34 +32,45 @@
 //! **When reads are checked.** Writes apply at submit; a step's reads are checked when it
 //! completes. A slot handed out again and written while a step that reads it is in flight is
 //! therefore seen by that step's check, as a device reading it late would see it.
+//!
+//! **Map.** This file holds [`Shadow`]: the streams' records and lifecycle (register, fork,
+//! forget), a step's submit (tier transfers, copies, swaps, then each stream once: read, write,
+//! sample) and the checks of its reads at completion. The rest are child modules, so they reach
+//! that private state:
+//! - `flat/`: the summed managers' layouts, one block table or contiguous region a stream:
+//!   following a layout between steps (`observe.rs`), writing tags (`write.rs`), the fused decode
+//!   (`decode.rs`).
+//! - `grouped/`: the grouped layouts, one block table per table over one page pool: the records and
+//!   general step (`mod.rs`), the cell store (`cells.rs`), a record's holds on pages
+//!   (`reverse_index.rs`), writes and the fused decode (`write.rs`), the decode across a block
+//!   boundary (`boundary.rs`), decodes left to store later (`pending.rs`), a stream's first step
+//!   from nothing (`prompt.rs`), copies, swaps, foreign writes and completion (`moves.rs`).
+//! - `store/`: the lazy tag array (`mod.rs`), the huge-page slabs its pages come from
+//!   (`slabs.rs`), and the reverse index built on it (`readers.rs`).
+//! - `tiers.rs`: tags through the lower tiers (offloads, onloads); `expect.rs`: what a reader
+//!   expects at a position and the words for a mismatch; `ids.rs`: stream ids and writer numbers;
+//!   `report.rs`: [`ShadowReport`].
 
 use std::collections::{HashMap, VecDeque};
 
-use super::shadow_expect::{expects, mismatch, PRIVATE_SCOPE};
-use super::shadow_ids::{SeqIndex, Writers, NO_WRITER};
-use super::shadow_readers::{Held, Holder, Readers, ANY_CHUNK};
-use super::shadow_store::{LazyArray, Tag, MAX_ENTRIES};
 use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
+use expect::{expects, mismatch, PRIVATE_SCOPE};
+use flat::Flat;
+use ids::{SeqIndex, Writers, NO_WRITER};
 use kvbench_cache_api::{CacheMode, KvCacheManager, Pages, ScopeKey, SeqId, SeqLayout};
+use store::readers::{Held, Holder, Readers, ANY_CHUNK};
+use store::{LazyArray, Tag, MAX_ENTRIES};
 
-// A child module, so the layout-following half keeps access to the shadow's private state.
-#[path = "shadow_observe.rs"]
-mod observe;
-// The fused decode path, a child module for the same reason.
-#[path = "shadow_decode.rs"]
-mod decode;
-// Writing tags (own tokens, foreign writes, copies, swaps), for the same reason.
-#[path = "shadow_write.rs"]
-mod write;
-// Tags through the lower tiers (offloads, onloads), for the same reason.
-#[path = "shadow_tiers.rs"]
-mod tiers;
-// Grouped layouts (one block table per table over one page pool), for the same reason.
-#[path = "shadow_grouped.rs"]
+// The pieces that follow layouts and move tags are child modules, so they keep access to the
+// shadow's private state.
+mod expect;
+mod flat;
 mod grouped;
-// What a run's shadow saw, as `summary.json` carries it.
-#[path = "shadow_report.rs"]
+mod ids;
 mod report;
+mod store;
+mod tiers;
+
 pub use report::ShadowReport;
 
 /// Grain of the reverse index for contiguous layouts, slots.
@@ -164,53 +181,6 @@ pub struct Shadow {
     tiers: tiers::TierStores,
     grouped: grouped::GroupedState,
     report: ShadowReport,
-}
-
-/// A layout the flat shadow follows: a block table or a contiguous region. Grouped layouts go to
-/// `shadow_grouped.rs` before any of the flat paths sees a layout, so these have no arm for them.
-#[derive(Debug, Clone, Copy)]
-enum Flat<'a> {
-    Paged {
-        block_size: u32,
-        blocks: &'a Pages,
-    },
-    Contiguous {
-        base_slot: u64,
-        capacity_tokens: u32,
-    },
-}
-
-impl<'a> Flat<'a> {
-    /// The flat layout, or `None` for a grouped one.
-    #[inline]
-    fn of(layout: SeqLayout<'a>) -> Option<Flat<'a>> {
-        match layout {
-            SeqLayout::Paged { block_size, blocks } => Some(Flat::Paged { block_size, blocks }),
-            SeqLayout::Contiguous {
-                base_slot,
-                capacity_tokens,
-            } => Some(Flat::Contiguous {
-                base_slot,
-                capacity_tokens,
-            }),
-            SeqLayout::Grouped { .. } => None,
-        }
-    }
-
-    /// Slot of position `pos`, if mapped.
-    #[inline]
-    fn slot_of(&self, pos: u32) -> Option<u64> {
-        match *self {
-            Flat::Paged { block_size, blocks } => {
-                let b = *blocks.get((pos / block_size.max(1)) as usize)?;
-                Some(u64::from(b) * u64::from(block_size) + u64::from(pos % block_size.max(1)))
-            }
-            Flat::Contiguous {
-                base_slot,
-                capacity_tokens,
-            } => (pos < capacity_tokens).then(|| base_slot + u64::from(pos)),
-        }
-    }
 }
 
 impl Shadow {
@@ -497,7 +467,7 @@ impl Shadow {
     /// by stream, check its layout, write the new tokens' tags and queue the step's reads for
     /// checking at completion.
     ///
-    /// Tier transfers come first, in the manager's order (`shadow_tiers.rs`): an offload reads
+    /// Tier transfers come first, in the manager's order (`tiers.rs`): an offload reads
     /// its device block before this step's copies or writes reuse it, an onload fills a fresh
     /// device block before this step's streams read it. Copies and swaps come next, as on a device, where they land before the step's compute:
     /// a copy-on-write target must hold the copied prefix before its stream writes the new

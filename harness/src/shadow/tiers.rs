@@ -2,8 +2,9 @@
 //! transfers between them and the device (`StepPlan::tier_ops`). An offload copies a device
 //! block's tags into a tier slot, a move to disk copies a host slot's, an onload copies a tier
 //! slot's into a device block — so an onloaded block carries exactly the tags that were
-//! offloaded, and the per-reader checks (`shadow.rs`) find a wrong onload as a wrong tag, like a
-//! wrong copy.
+//! offloaded, and the per-reader checks ([`Shadow::complete`]) find a wrong onload as a wrong
+//! tag, like a wrong copy. Tier transfers are shadowed for flat paged runs only: the grouped
+//! managers have no lower tier.
 //!
 //! **Pinned while the step is in flight.** Ops run in order at the start of their step, so an
 //! offload reads its device block before anything of its step reuses it. An onload's tier slot

@@ -1,10 +1,11 @@
 //! What a reader of the shadow payload expects to find at a position, and, when a tag is
-//! something else, the words for why (the violation messages of `summary.json`).
+//! something else, the words for why (the violation messages of `summary.json`); the one check
+//! the flat and grouped shadows share.
 
 use kvbench_cache_api::{ReuseScope, ScopeKey};
 
-use super::shadow_ids::Writers;
-use super::shadow_store::Tag;
+use super::ids::Writers;
+use super::store::Tag;
 
 /// Scope ids at or above this are private to one root stream (no prefix sharing allowed).
 pub(crate) const PRIVATE_SCOPE: u32 = 1 << 31;

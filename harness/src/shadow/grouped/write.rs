@@ -1,11 +1,11 @@
 //! A grouped step's writes: the fused decode (one new token through tables that did not move,
 //! the common stream-step) and the general write of a step's new tokens, a block's run at a
-//! time. A child of `shadow_grouped.rs`, for its records.
+//! time. A child of `grouped`, for its records.
 
 use kvbench_cache_api::grouped::readable_from;
 use kvbench_cache_api::{GroupTable, TableShape};
 
-use super::across::Move;
+use super::boundary::Move;
 use super::*;
 
 impl Shadow {
@@ -16,8 +16,8 @@ impl Shadow {
     /// blocks is a shape's question, asked once a shape (`Cells::classes`: Gemma 3's 31 tables
     /// have two); a table's own work is its version (its pages compared only when it changed),
     /// its read range and one store (none while the stream's decodes are pending:
-    /// `shadow_grouped_tail.rs`). A block entering or leaving some shape's reads takes the
-    /// decode across (`shadow_grouped_across.rs`). Returns false when any table needs the
+    /// `pending.rs`). A block entering or leaving some shape's reads takes the
+    /// decode across (`boundary.rs`). Returns false when any table needs the
     /// general path (a page moved, a re-check is due, the stream is new), having changed
     /// nothing that path does not redo the same way (the pass below).
     pub(super) fn decode_grouped(
@@ -55,7 +55,7 @@ impl Shadow {
         // What each shape reads now against what it read at `context` (where every record of
         // the shape was left): the same blocks when the token does not start a block and the
         // window's first position stayed in its block — else the decode goes across
-        // (`shadow_grouped_across.rs`), if some block read last step is still read. And the
+        // (`boundary.rs`), if some block read last step is still read. And the
         // token's offset in its block.
         let mut spans = [Span::default(); MAX_SHAPES];
         let mut moving = false;
@@ -89,13 +89,13 @@ impl Shadow {
                     return false;
                 }
             }
-            return self.decode_across(idx, shapes, tables, w, step, prev, &moves);
+            return self.decode_at_boundary(idx, shapes, tables, w, step, prev, &moves);
         }
         // One pass: a table that changed since its record last matched it must still name the
         // record's pages (a page moved under an unmoved read range takes the general path);
         // then its read range moves and the token's tag is stored — or, for a stream with a
         // pending tail (every record alone on its last page), left pending with the others
-        // (`shadow_grouped_tail.rs`). A pass that stops early has moved the earlier tables'
+        // (`pending.rs`). A pass that stops early has moved the earlier tables'
         // ranges and stored their tags — what the general path then does for them anyway (its
         // follow of a record already at `end` checks nothing new, its stores rewrite the same
         // tags) — and counted nothing.
@@ -240,7 +240,7 @@ impl Shadow {
     /// A position before the window of the step's last token that the table no longer maps is
     /// not written (its layers never read it again); any other unmapped position is a
     /// violation. A write that changes a cell someone else holds is shown to them
-    /// (`shadow_grouped_moves.rs`); where the writer alone holds the page, the run is stored
+    /// (`moves.rs`); where the writer alone holds the page, the run is stored
     /// blind.
     pub(super) fn write_table(
         &mut self,

@@ -57,7 +57,7 @@ impl SeqIndex {
 /// number in place of both, so a slot is 12 bytes and not 20. Numbers are never reused: a tag
 /// outlives its writer (a released block, a prefix hit, a lower tier), so the table keeps every
 /// writer of the run, 12 bytes each. Numbers start at 1: 0 is the empty tag's
-/// ([`Tag::EMPTY`](super::shadow_store::Tag::EMPTY) is all zeros), and [`NO_WRITER`] is
+/// ([`Tag::EMPTY`](super::store::Tag::EMPTY) is all zeros), and [`NO_WRITER`] is
 /// nobody's either (the number tags carry once the numbers are spent).
 #[derive(Debug, Default)]
 pub(crate) struct Writers {

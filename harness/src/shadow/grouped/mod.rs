@@ -1,8 +1,8 @@
-//! The shadow payload for grouped layouts (`SeqLayout::Grouped`): one tag per cell `(page,
-//! offset)` of the grouped pool, written and read through every block table of a stream, so a
-//! table placed at the wrong page, a ring overwritten inside its window, a page written before
-//! the step that reads it retired, a missed page copy and a sliding table released too early all
-//! read back as a wrong tag (or as a position its table no longer holds).
+//! The shadow for grouped layouts (`SeqLayout::Grouped`): one tag per cell `(page, offset)` of the
+//! grouped pool, written and read through every block table of a stream, so a table placed at the
+//! wrong page, a ring overwritten inside its window, a page written before the step that reads it
+//! retired, a missed page copy and a sliding table released too early all read back as a wrong tag
+//! (or as a position its table no longer holds).
 //!
 //! **Incremental, as the flat shadow.** A stream keeps, per table, the pages it was last checked
 //! against (logical blocks `first_block ..`) and the positions it read. A step compares each
@@ -24,13 +24,15 @@
 //! until the step retires, but the layout no longer names them, so they are not checked.
 //! Recurrent state lives outside the pool and is not shadowed.
 //!
-//! This file is a child module of `shadow.rs` (it reads the streams' histories and scopes and
-//! reports through the same [`ShadowReport`]); `shadow_grouped_holds.rs` holds a record's
-//! pages in the reverse index and lets them go; `shadow_grouped_cells.rs` holds the cell store,
-//! `shadow_grouped_write.rs` a step's writes and the fused decode, `shadow_grouped_across.rs`
-//! the fused decode across a block boundary, `shadow_grouped_tail.rs` a stream's pending decodes,
-//! `shadow_grouped_fresh.rs` a stream's first step from nothing, `shadow_grouped_moves.rs`
-//! copies, swaps, foreign writes and completion.
+//! **Map.** A child of the shadow (it reads the streams' histories and scopes and reports through
+//! the same [`ShadowReport`]). This file holds the records (`Stream`, `Seen`, `Flight`) and the
+//! general step; its children, for those records: `cells.rs` the cell store, `reverse_index.rs` a
+//! record's holds on pages, `write.rs` a step's writes and the fused decode, `boundary.rs` the
+//! fused decode across a block boundary, `pending.rs` the decodes the fused decode left unstored,
+//! `prompt.rs` a stream's first step from nothing, `moves.rs` copies, swaps, foreign writes and the
+//! checks at completion. The fused decodes, the first step and the general decode's blind store are
+//! shortcuts of the general path; [`Shadow::set_grouped_shortcuts`] turns them off, so a test can
+//! see that both report the same.
 
 use std::collections::VecDeque;
 
@@ -39,23 +41,16 @@ use kvbench_cache_api::{GroupTable, TableShape};
 
 use super::*;
 
-#[path = "shadow_grouped_across.rs"]
-mod across;
-#[path = "shadow_grouped_cells.rs"]
+mod boundary;
 mod cells;
-#[path = "shadow_grouped_fresh.rs"]
-mod fresh;
-#[path = "shadow_grouped_holds.rs"]
-mod holds;
-#[path = "shadow_grouped_moves.rs"]
 mod moves;
-#[path = "shadow_grouped_tail.rs"]
-mod tail;
-#[path = "shadow_grouped_write.rs"]
+mod pending;
+mod prompt;
+mod reverse_index;
 mod write;
 
 use cells::Cells;
-use tail::NO_TAIL;
+use pending::NO_TAIL;
 use write::MAX_SHAPES;
 
 /// Whether the run's layouts are grouped: decided at the first step that schedules a stream
@@ -92,18 +87,18 @@ pub(super) struct GroupedState {
     /// (a few hundred instructions for Gemma 3's 31 tables) is done once a step, not once a
     /// stream. Cleared at every `submit`.
     shapes_ok: Option<(usize, usize, u32)>,
-    /// A fresh stream's first step (`shadow_grouped_fresh.rs`): per block of its records,
+    /// A fresh stream's first step (`prompt.rs`): per block of its records,
     /// whether it was held alone, and where each table's blocks start in that list.
-    fresh_alone: Vec<bool>,
-    fresh_at: Vec<usize>,
+    prompt_alone: Vec<bool>,
+    prompt_at: Vec<usize>,
     /// Streams with a pending tail whose page a fresh step's records joined: their tails are
     /// stored before the step writes.
-    fresh_joined: Vec<u32>,
+    prompt_joined: Vec<u32>,
     /// One stream's tags for a run of positions (a pending tail, a fresh step's prompt), built
     /// once for every table they are stored into.
     run_tags: Vec<Tag>,
     /// Records a decode across block boundaries found on a page it entered, with the page:
-    /// settled after the pass ([`Shadow::unsole`]).
+    /// settled after the pass ([`Shadow::no_longer_alone`]).
     joined: Vec<(Holder, u32)>,
     /// Every step through the general path: the fused decode, the fresh step and the general
     /// decode's blind store are shortcuts of it, and a differential test runs both ways
@@ -145,7 +140,7 @@ struct Stream {
     /// setting it so, as does dropping the records.
     settled: u64,
     /// The first of the decodes the fused decode left pending, `tail .. settled` of every
-    /// table ([`NO_TAIL`] if none): `shadow_grouped_tail.rs` says when they are stored.
+    /// table ([`NO_TAIL`] if none): `pending.rs` says when they are stored.
     tail: u64,
 }
 
@@ -403,7 +398,7 @@ impl Shadow {
         // Any other path reads and writes the records and cells directly.
         self.flush_stream(idx);
         self.grouped.streams[i].settled = UNSETTLED;
-        if shortcuts && prev == NEVER && self.step_fresh(idx, shapes, tables, w, step) {
+        if shortcuts && prev == NEVER && self.step_prompt(idx, shapes, tables, w, step) {
             self.settle(idx, end, false);
             return;
         }
@@ -437,7 +432,7 @@ impl Shadow {
     /// Stream `idx`'s step through the general or fresh path ended at `end`: remember whether
     /// its records are settled there ([`Stream::settle`]) and, when the step's one token went
     /// blind into every record's last page (`blind`) and they are, start a tail there
-    /// (`shadow_grouped_tail.rs`: the next decodes in the block can wait).
+    /// (`pending.rs`: the next decodes in the block can wait).
     fn settle(&mut self, idx: u32, end: u64, blind: bool) {
         let g = &mut self.grouped;
         let (Some(st), Kind::Grouped(cells)) = (g.streams.get_mut(idx as usize), &g.kind) else {

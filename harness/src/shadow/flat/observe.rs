@@ -1,8 +1,8 @@
-//! How the shadow follows a stream's layout between steps: the block table (or contiguous
-//! region) the cache manager hands out at submit time is compared with the one last checked, so
-//! only positions that are new, or whose block changed, are queued for checking and moved in the
-//! reverse index — the incremental half of the shadow payload (`shadow.rs` holds the tags and
-//! the step's reads, `shadow_write.rs` its writes).
+//! Following a stream's flat layout between steps: the block table (or contiguous region) the
+//! cache manager hands out at submit time is compared with the one last checked, so only positions
+//! that are new, or whose block changed, are queued for checking and moved in the reverse index —
+//! the incremental half of a step (`write.rs` is the other half; [`Shadow::complete`] checks what
+//! was queued).
 
 use super::*;
 
@@ -14,7 +14,7 @@ impl Shadow {
     /// the reader's own tags by construction (a later write over them is caught by the reverse
     /// index) and are not queued.
     #[inline]
-    pub(super) fn observe(
+    pub(in crate::shadow) fn observe(
         &mut self,
         idx: u32,
         layout: &Flat<'_>,
@@ -42,7 +42,7 @@ impl Shadow {
 
     /// [`Shadow::observe`] when the table changed or a chunk was invalidated.
     #[inline(never)]
-    pub(super) fn observe_changed(
+    pub(in crate::shadow) fn observe_changed(
         &mut self,
         idx: u32,
         layout: &Flat<'_>,
@@ -93,7 +93,7 @@ impl Shadow {
     /// one checked last time, perhaps with more blocks at its end. Returns false, having changed
     /// nothing, otherwise.
     #[inline]
-    pub(super) fn observe_paged_grown(
+    pub(in crate::shadow) fn observe_paged_grown(
         &mut self,
         idx: u32,
         block_size: u32,
@@ -151,7 +151,7 @@ impl Shadow {
     /// As [`Shadow::observe_paged_grown`] for a contiguous region: same base, nothing
     /// invalidated, at least as many positions read as last time.
     #[inline]
-    pub(super) fn observe_contiguous_grown(
+    pub(in crate::shadow) fn observe_contiguous_grown(
         &mut self,
         idx: u32,
         base_slot: u64,
@@ -199,7 +199,7 @@ impl Shadow {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn observe_paged(
+    pub(in crate::shadow) fn observe_paged(
         &mut self,
         idx: u32,
         table: Table,
@@ -297,7 +297,7 @@ impl Shadow {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn observe_contiguous(
+    pub(in crate::shadow) fn observe_contiguous(
         &mut self,
         idx: u32,
         table: Table,

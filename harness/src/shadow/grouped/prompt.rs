@@ -3,8 +3,9 @@
 //! empty, enters its blocks one call at a time and then asks the reverse index, block by block,
 //! whether the stream alone reads the page it writes; here the records are built and held in
 //! one pass that remembers which blocks were held alone (and forgets a block the moment anyone
-//! else holds its page), and the step's tokens go blind into those. Gemma 3's prompts write 31
-//! tables: this is where its prefill's per-block cost went. A child of `shadow_grouped.rs`.
+//! else holds its page), and the step's tokens go blind into those — so a prompt written into
+//! many tables (Gemma 3 has 31) skips the general path's calls and index look-ups block by
+//! block. A child of `grouped`.
 
 use kvbench_cache_api::grouped::readable_from;
 use kvbench_cache_api::{GroupTable, TableShape};
@@ -28,7 +29,7 @@ impl Shadow {
     /// Returns false, having changed nothing, when the general path must report something the
     /// step reads (a table that does not map it, a block past what the reverse index can name,
     /// a token the history lacks) or the records are not empty.
-    pub(super) fn step_fresh(
+    pub(super) fn step_prompt(
         &mut self,
         idx: u32,
         shapes: &[TableShape],
@@ -67,20 +68,20 @@ impl Shadow {
         if !maps_all {
             return false;
         }
-        let mut alone = std::mem::take(&mut self.grouped.fresh_alone);
-        let mut at = std::mem::take(&mut self.grouped.fresh_at);
+        let mut alone = std::mem::take(&mut self.grouped.prompt_alone);
+        let mut at = std::mem::take(&mut self.grouped.prompt_at);
         alone.clear();
         at.clear();
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.follow_fresh(idx, t, shape, table, end, step, (&mut alone, &mut at));
+            self.follow_prompt(idx, t, shape, table, end, step, (&mut alone, &mut at));
         }
         // Pages of other streams' pending tails the records joined: stored before any write.
-        let mut joined = std::mem::take(&mut self.grouped.fresh_joined);
+        let mut joined = std::mem::take(&mut self.grouped.prompt_joined);
         for &s in &joined {
             self.flush_stream(s);
         }
         joined.clear();
-        self.grouped.fresh_joined = joined;
+        self.grouped.prompt_joined = joined;
         // The step's tags, built once for every table (the history has them: checked above).
         let mut tags = std::mem::take(&mut self.grouped.run_tags);
         tags.clear();
@@ -95,11 +96,11 @@ impl Shadow {
                 }),
         );
         for (t, (shape, table)) in shapes.iter().zip(tables).enumerate() {
-            self.write_fresh(idx, t, shape, table, w, step, (&alone, at[t]), &tags);
+            self.write_prompt(idx, t, shape, table, w, step, (&alone, at[t]), &tags);
         }
         self.grouped.run_tags = tags;
-        self.grouped.fresh_alone = alone;
-        self.grouped.fresh_at = at;
+        self.grouped.prompt_alone = alone;
+        self.grouped.prompt_at = at;
         true
     }
 
@@ -107,7 +108,7 @@ impl Shadow {
     /// flag a block in `alone` (from `at[t]` on): held with nobody else on its page. A block of
     /// this stream whose page another block of it then holds too loses its flag.
     #[allow(clippy::too_many_arguments)]
-    fn follow_fresh(
+    fn follow_prompt(
         &mut self,
         idx: u32,
         t: usize,
@@ -130,7 +131,7 @@ impl Shadow {
             return;
         };
         let n = cells.tables();
-        // The table maps blocks `b0 .. b1` (`step_fresh` checked): the record names them all,
+        // The table maps blocks `b0 .. b1` (`step_prompt` checked): the record names them all,
         // and a flag a block says which were held alone (none until found so).
         let j0 = (b0 - table.first_block) as usize;
         let mapped = &table.pages[j0..j0 + (b1 - b0) as usize];
@@ -179,7 +180,7 @@ impl Shadow {
                         }
                     } else if let Some(st) = g.streams.get_mut(was.seq as usize) {
                         if st.tail != NO_TAIL {
-                            g.fresh_joined.push(was.seq);
+                            g.prompt_joined.push(was.seq);
                         }
                         if let Some(seen) = st.tables.get_mut(wt).filter(|s| s.sole == page) {
                             seen.sole = NO_PAGE;
@@ -197,7 +198,7 @@ impl Shadow {
     /// a run of them on consecutive pages where a block is as long as a page's cells, else a
     /// copy a block.
     #[allow(clippy::too_many_arguments)]
-    fn write_fresh(
+    fn write_prompt(
         &mut self,
         idx: u32,
         t: usize,

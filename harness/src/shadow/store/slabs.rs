@@ -1,14 +1,11 @@
-//! Memory for the shadow's lazy arrays (`shadow_store.rs`), mapped a slab of pages at a time on a
-//! huge-page boundary.
+//! Memory for the shadow's lazy arrays (`store/mod.rs`): pages carved from slabs mapped on a
+//! huge-page boundary, so the kernel fills them a huge page at a time rather than 4 KiB at a time.
 //!
 //! A page of tags is 768 KiB. Allocated on its own, it is a fresh mapping the kernel fills 4 KiB
-//! at a time on first touch: 192 page faults a page, 2–3 µs each on the VMs this project is
-//! measured on (a C program touching 20 MiB of fresh mapping: 15 ms), which on `gemma3-27b-h100`
-//! was about 4,800 faults a run, a third of what the shadow cost in CPU time. A slab maps eight
-//! pages at once, starting on a 2 MiB boundary and advised for transparent huge pages, so the
-//! kernel fills it a huge page at a time (the same 20 MiB: 2 ms). The kernel still commits only
-//! the huge pages a write touches, so a slab costs memory as its pages are used, give or take one
-//! huge page at each end of what was written.
+//! at a time on first touch: 192 page faults a page. A slab maps eight pages at once, starting on
+//! a 2 MiB boundary and advised for transparent huge pages, so the kernel fills it a huge page at a
+//! time. The kernel still commits only the huge pages a write touches, so a slab costs memory as
+//! its pages are used, give or take one huge page at each end of what was written.
 //!
 //! Pages are handed out and never returned: a slab is unmapped when the [`Slabs`] that mapped it
 //! drops, which is when its array drops. Every page comes zeroed (a fresh anonymous mapping reads

@@ -1,7 +1,8 @@
-//! A record's holds in the reverse index: a block entering a record holds its page (the page's
-//! first reader is its sole one), a block leaving lets it go — at once, or when the step that
-//! read through it retires — and a stream's records are dropped whole. A child of
-//! `shadow_grouped.rs`, for its records.
+//! A record's holds in the grouped reverse index (page → the `(stream, table, block)` records
+//! that read it), which keeps a record's unchanged blocks valid between checks: a block entering a
+//! record holds its page (the page's first reader is its sole one), a block leaving lets it go — at
+//! once, or when the step that read through it retires — and a stream's records are dropped
+//! whole. A child of `grouped`, for its records.
 
 use super::*;
 
@@ -34,14 +35,14 @@ impl Shadow {
                     seen.sole = page;
                 }
             }
-            Held::Joined(was) => self.unsole(was, page, tables),
+            Held::Joined(was) => self.no_longer_alone(was, page, tables),
             Held::Shared => {}
         }
     }
 
     /// Record `was` (of `tables` tables a stream) is not alone on `page` any more: its stream's
     /// pending decodes are stored, then the page stops being its sole one.
-    pub(super) fn unsole(&mut self, was: Holder, page: u32, tables: u32) {
+    pub(super) fn no_longer_alone(&mut self, was: Holder, page: u32, tables: u32) {
         self.flush_stream(was.seq);
         let t = (was.chunk % tables.max(1)) as usize;
         let seen = self
@@ -98,7 +99,7 @@ impl Shadow {
 
     /// Drop every record of stream `idx` (a swap-out, a stream gone), keeping the pages held
     /// until step `prev` retires if it is in flight.
-    pub(in crate::backend::sim) fn drop_records(&mut self, idx: u32, prev: u64) {
+    pub(in crate::shadow) fn drop_records(&mut self, idx: u32, prev: u64) {
         self.flush_stream(idx);
         let Some(st) = self.grouped.streams.get_mut(idx as usize) else {
             return;

@@ -1,6 +1,6 @@
-//! The shadow's fast path for the commonest stream-step, a decode through an unchanged table:
-//! one pass that does what [`Shadow::observe`] and [`Shadow::write_own`] would, or declines
-//! (changing nothing) so the general path runs. It checks exactly what they check.
+//! The fused pass for the commonest stream-step, a decode through an unchanged table: one pass
+//! that does what [`Shadow::observe`] and [`Shadow::write_own`] would, or declines (changing
+//! nothing) so the general path runs. It checks exactly what they check.
 
 use super::*;
 
@@ -12,7 +12,7 @@ impl Shadow {
     /// nothing, when the general path must run (a changed or invalidated table, a position not
     /// yet checked, a shared grain).
     #[inline]
-    pub(super) fn decode_paged(
+    pub(in crate::shadow) fn decode_paged(
         &mut self,
         idx: u32,
         block_size: u32,
@@ -64,7 +64,7 @@ impl Shadow {
     /// As [`Shadow::decode_paged`] for a contiguous region: the same base, the grain holding the
     /// new position already registered, nobody else reading it.
     #[inline]
-    pub(super) fn decode_contiguous(
+    pub(in crate::shadow) fn decode_contiguous(
         &mut self,
         idx: u32,
         base_slot: u64,

@@ -1,14 +1,14 @@
 //! The cell store of the grouped shadow: one [`Tag`] per cell `(page, offset)` of the pool (every
 //! page as long as the largest table's `block_tokens`, so a page keeps its cells whichever
-//! table maps it next). Allocated page by page on first touch, like the flat store. A write
+//! table maps it next), allocated page by page on first touch like the flat store. A write
 //! says whether it changed the cell: only a change can surprise a reader.
 
 use kvbench_cache_api::{GroupTable, TableShape};
 
-use crate::backend::sim::shadow_store::{LazyArray, Tag, MAX_ENTRIES, PAGE_ENTRIES};
+use crate::shadow::store::{LazyArray, Tag, MAX_ENTRIES, PAGE_ENTRIES};
 
 #[derive(Debug)]
-pub(in crate::backend::sim) struct Cells {
+pub(in crate::shadow) struct Cells {
     t: CellTags,
     page_slots: u32,
     /// The run's tables: every layout must have these.
@@ -22,14 +22,14 @@ pub(in crate::backend::sim) struct Cells {
     class_counts: Vec<u64>,
     /// Whether a page's cells lie in one page of the lazy store (the stride divides it), so
     /// that a stream's decodes may be kept pending in a page it wrote before
-    /// (`shadow_grouped_tail.rs`): storing them later allocates nothing new.
+    /// (`pending.rs`): storing them later allocates nothing new.
     tails: bool,
 }
 
 /// The tags themselves, apart from the run's shapes so that a fused decode can store through
 /// every table while it reads each table's shape class.
 #[derive(Debug)]
-pub(in crate::backend::sim) struct CellTags {
+pub(in crate::shadow) struct CellTags {
     tags: LazyArray<Tag>,
     /// Cells a page (the largest `block_tokens` of the run).
     stride: u32,

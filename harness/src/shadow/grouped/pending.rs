@@ -1,9 +1,9 @@
-//! A stream's pending tail: the decodes the fused decode did not store yet. A settled stream
-//! whose records all hold their last page alone ([`Seen::sole`]) writes each decode's token into
-//! cells nobody else reads, so nothing can tell when it is stored: the fused decode keeps positions
-//! `Stream::tail .. Stream::settled` pending instead of storing 31 tags a decode (Gemma 3), and
-//! this module stores them — one run a table, a block's worth of decodes at once — the moment
-//! anything could look at those cells.
+//! A stream's pending tail: the decodes the fused decode did not store yet, and when they are
+//! stored. A settled stream whose records all hold their last page alone ([`Seen::sole`]) writes
+//! each decode's token into cells nobody else reads, so nothing can tell when it is stored: the
+//! fused decode keeps positions `Stream::tail .. Stream::settled` pending instead of storing a tag
+//! a table every decode, and this module stores them — one run a table, a block's worth of decodes
+//! at once — the moment anything could look at those cells.
 //!
 //! **Invariant.** While a stream has a tail (`tail != NO_TAIL`): the stream is settled, every
 //! record's last page is its sole page, positions `tail .. settled` lie in every record's last
@@ -21,10 +21,10 @@
 //! **When a tail is stored.** Before anything but the owner's fused decode touches those cells
 //! or the records that name them: the owner's next step through any other path, its records
 //! dropped (finished, swapped out, a new stream at its index), another record joining one of its
-//! pages (the only way a page stops being sole: `hold_page`, a fresh step's holds), and any read
+//! pages (the only way a page stops being sole: `hold_page`, a first step's holds), and any read
 //! or write of a page's cells by someone else — a shared write, a copy, a swap-in, a completion
 //! check ([`Shadow::flush_page`]: a page with a pending tail has exactly one reader, the
-//! owner). A child of `shadow_grouped.rs`, for its records.
+//! owner). A child of `grouped`, for its records.
 
 use kvbench_cache_api::grouped::readable_from;
 use kvbench_cache_api::TableShape;
