@@ -16,6 +16,7 @@ pub mod model;
 pub mod plan;
 pub mod results;
 pub mod scenario;
+pub mod seam;
 pub mod shadow;
 pub mod sweep;
 pub mod tune;

@@ -78,7 +78,8 @@ impl SimBackend {
     /// Carry the shadow KV payload (tags per slot, checked on every read).
     pub fn with_shadow(mut self) -> Result<SimBackend, BackendError> {
         let (host, disk) = (self.tiers.host_blocks, self.tiers.disk_blocks);
-        self.shadow = Some(Shadow::with_tiers(self.cache_slots, host, disk)?);
+        self.shadow =
+            Some(Shadow::with_tiers(self.cache_slots, host, disk).map_err(BackendError::Config)?);
         Ok(self)
     }
 

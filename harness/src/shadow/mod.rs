@@ -53,7 +53,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::backend::{BackendError, Sampled, SeqWork, StepPlan, SwapDirection};
+use crate::seam::{Sampled, SeqWork, StepPlan, SwapDirection};
 use expect::{expects, mismatch, PRIVATE_SCOPE};
 use flat::Flat;
 use ids::{SeqIndex, Writers, NO_WRITER};
@@ -184,7 +184,9 @@ pub struct Shadow {
 }
 
 impl Shadow {
-    pub fn new(total_slots: u64) -> Result<Shadow, BackendError> {
+    /// A shadow for a cache of `total_slots` device slots; refused (with the message a run
+    /// prints) past what it can track.
+    pub fn new(total_slots: u64) -> Result<Shadow, String> {
         Shadow::with_tiers(total_slots, 0, 0)
     }
 
@@ -194,12 +196,12 @@ impl Shadow {
         total_slots: u64,
         host_blocks: u32,
         disk_blocks: u32,
-    ) -> Result<Shadow, BackendError> {
+    ) -> Result<Shadow, String> {
         let tags = LazyArray::zeroed(total_slots).ok_or_else(|| {
-            BackendError::Config(format!(
+            format!(
                 "the shadow payload tracks at most {MAX_ENTRIES} slots, the cache has {total_slots} \
                  (run with --no-shadow)"
-            ))
+            )
         })?;
         Ok(Shadow {
             tags,
