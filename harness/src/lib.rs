@@ -16,6 +16,7 @@ pub mod model;
 pub mod plan;
 pub mod results;
 pub mod scenario;
+pub mod stats;
 pub mod sweep;
 pub mod tune;
 pub mod units;
