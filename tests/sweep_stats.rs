@@ -3,7 +3,7 @@
 //! verdict applies it.
 
 use kvbench::metrics::hist::LatencyHist;
-use kvbench::sweep::stats;
+use kvbench::stats;
 use kvbench::sweep::verdict::{check_attainment, check_p99, Verdict};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;

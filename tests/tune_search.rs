@@ -394,8 +394,7 @@ fn the_interval_over_seeds_is_the_sweeps() {
     assert_eq!((one.lo, one.hi), (10.0, 11.0));
     let three = [b(10.0, 11.0), b(12.0, 13.0), b(14.0, 15.0)];
     let i = Interval::of(&three);
-    let [lo, hi] =
-        kvbench::sweep::aggregate::bracket_interval(&[10.0, 12.0, 14.0], &[11.0, 13.0, 15.0]);
+    let [lo, hi] = kvbench::stats::bracket_interval(&[10.0, 12.0, 14.0], &[11.0, 13.0, 15.0]);
     assert_eq!((i.lo, i.hi), (lo, hi));
     assert!(i.lo < 10.0 && i.hi > 15.0, "wider than any one seed: {i:?}");
     let capped = Interval::of(&[

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::Path;
 
-use kvbench::sweep::aggregate::bracket_interval;
+use kvbench::stats::bracket_interval;
 use kvbench::tune::write::{markdown, TuneJson};
 use support::kvbench;
 use support::tune_small::TUNE_SMALL;

@@ -18,6 +18,7 @@ pub mod results;
 pub mod scenario;
 pub mod seam;
 pub mod shadow;
+pub mod stats;
 pub mod sweep;
 pub mod tune;
 pub mod units;

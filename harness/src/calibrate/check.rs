@@ -2,12 +2,12 @@
 //! signed relative error of each headline figure, per cache mode.
 
 use kvbench_cache_api::CacheMode;
-use serde::Serialize;
 
 use crate::backend::sim::profile::DeviceProfile;
 use crate::backend::{BackendKind, Clock};
-use crate::experiment::{self, Experiment, ExperimentError, RunOptions};
+use crate::experiment::{self, ExperimentError, RunOptions};
 use crate::metrics::RunMetrics;
+use crate::results::calibration::{Check, Figure, ModeCheck};
 use crate::scenario::Scenario;
 
 /// The figures compared, by their `calibration.json` key.
@@ -98,31 +98,6 @@ pub fn figure(m: &RunMetrics, key: &str) -> Option<f64> {
 pub fn rel_err(measured: f64, model: f64) -> Option<f64> {
     (measured != 0.0 && measured.is_finite() && model.is_finite())
         .then(|| (model - measured) / measured)
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Figure {
-    pub measured: f64,
-    pub model: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ModeCheck {
-    pub cache: CacheMode,
-    /// Signed relative error per [`FIGURES`] key (null where the measured figure is 0).
-    pub errors: std::collections::BTreeMap<&'static str, Option<f64>>,
-    pub figures: std::collections::BTreeMap<&'static str, Figure>,
-    /// Steps each run took (scheduling diverges where the step times do).
-    pub measured_steps: usize,
-    pub model_steps: usize,
-}
-
-pub struct Check {
-    /// The profile `sim` ran with.
-    pub profile: String,
-    pub measured: Experiment,
-    pub model: Experiment,
-    pub runs: Vec<ModeCheck>,
 }
 
 /// Runs `s` on `backend` (measured clock) and on `sim` with `profile`.

@@ -4,10 +4,10 @@
 //! ratios over the repeats, with a distribution-free interval, says whether a ratio target is met
 //! however much the single figures scatter.
 
-use crate::sweep::stats::{binomial_cdf, quantile_rank_interval};
+use crate::stats::{binomial_cdf, quantile_rank_interval};
 
 /// Two-sided confidence the interval aims at (a sweep's, too).
-pub(super) const CONFIDENCE: f64 = crate::sweep::stats::CONFIDENCE;
+pub(super) const CONFIDENCE: f64 = crate::stats::CONFIDENCE;
 
 /// The median of a sample and an interval for the population median.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -133,9 +133,7 @@ pub fn rel_interval(a: &Metric, b: &Metric) -> Option<[f64; 2]> {
         let per = per?;
         let lows: Vec<f64> = per.iter().map(|r| r[0]).collect();
         let highs: Vec<f64> = per.iter().map(|r| r[1]).collect();
-        return Some(crate::sweep::aggregate::signed_bracket_interval(
-            &lows, &highs,
-        ));
+        return Some(crate::stats::signed_bracket_interval(&lows, &highs));
     }
     ratio([a.lo, a.hi], [b.lo, b.hi])
 }
@@ -374,28 +372,6 @@ pub fn compare(a_dir: &Path, b_dir: &Path) -> Result<Comparison, CompareError> {
         unmatched,
         refusals,
     })
-}
-
-/// The device profile a scenario's figures are priced with, as a folder records it: the
-/// profile's name and a hash of its constants (a profile edited under the same name is another
-/// profile). `None` when the profile cannot be loaded (the run refuses it anyway on `sim`).
-pub fn device_identity(
-    scenario: &crate::scenario::Scenario,
-    given: Option<&crate::backend::sim::profile::DeviceProfile>,
-) -> Option<String> {
-    let loaded;
-    let profile = match given {
-        Some(p) => p,
-        None => {
-            let dir = scenario.source.as_deref().and_then(Path::parent);
-            loaded =
-                crate::backend::sim::profile::DeviceProfile::load(&scenario.device, dir).ok()?;
-            &loaded
-        }
-    };
-    let json = serde_json::to_string(profile).ok()?;
-    let hash = blake3::hash(json.as_bytes()).to_hex();
-    Some(format!("{} ({})", profile.name, &hash[..16]))
 }
 
 /// The gate's judgment of one gated metric.

@@ -3,12 +3,39 @@
 //! and `calibration.json` with `runs[]`, each with `cache` and `errors` keyed by figure.
 //! Written atomically like a run's folder ([`Staging`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use kvbench_cache_api::CacheMode;
 use serde::Serialize;
 
-use super::{io, write_file, ResultsError, Staging};
-use crate::calibrate::check::{Check, ModeCheck};
+use super::{io, write_file, Experiment, ResultsError, Staging};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    pub measured: f64,
+    pub model: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeCheck {
+    pub cache: CacheMode,
+    /// Signed relative error per figure key (`calibrate::check::FIGURES`; null where the
+    /// measured figure is 0).
+    pub errors: BTreeMap<&'static str, Option<f64>>,
+    pub figures: BTreeMap<&'static str, Figure>,
+    /// Steps each run took (scheduling diverges where the step times do).
+    pub measured_steps: usize,
+    pub model_steps: usize,
+}
+
+pub struct Check {
+    /// The profile `sim` ran with.
+    pub profile: String,
+    pub measured: Experiment,
+    pub model: Experiment,
+    pub runs: Vec<ModeCheck>,
+}
 
 #[derive(Debug, Serialize)]
 pub struct Calibration<'a> {

@@ -1,9 +1,13 @@
 //! `environment.json`: where a result came from (git revision, CPU, GPU, driver, toolchain,
 //! date). The one results file that is not byte-identical between runs.
 
+use std::path::Path;
 use std::process::Command;
 
 use serde::Serialize;
+
+use crate::backend::sim::profile::DeviceProfile;
+use crate::scenario::Scenario;
 
 #[derive(Debug, Serialize)]
 pub struct Environment {
@@ -19,7 +23,7 @@ pub struct Environment {
     pub arch: &'static str,
     pub date_utc: String,
     pub backend: String,
-    /// The device profile the scenario's figures are priced with (`compare::device_identity`):
+    /// The device profile the scenario's figures are priced with ([`device_identity`]):
     /// `kvbench gate` refuses to compare figures of two profiles.
     pub device_profile: Option<String>,
 }
@@ -31,6 +35,15 @@ fn cmd(program: &str, args: &[&str]) -> Option<String> {
     }
     let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (!s.is_empty()).then_some(s)
+}
+
+/// The device profile `scenario`'s figures are priced with, as a folder records it
+/// ([`crate::stats::device_identity`]). `None` when the profile cannot be loaded (the run
+/// refuses it anyway on `sim`).
+pub fn device_identity(scenario: &Scenario) -> Option<String> {
+    let dir = scenario.source.as_deref().and_then(Path::parent);
+    let profile = DeviceProfile::load(&scenario.device, dir).ok()?;
+    crate::stats::device_identity(&profile.name, &profile)
 }
 
 pub fn cpu_model() -> Option<String> {

@@ -123,7 +123,7 @@ pub(crate) fn write_rest(exp: &Experiment, dir: &Path) -> Result<(), ResultsErro
     })?;
     write_file(dir, "environment.json", |w| {
         let mut environment = env::collect(exp.backend);
-        environment.device_profile = crate::compare::device_identity(&exp.scenario, None);
+        environment.device_profile = env::device_identity(&exp.scenario);
         serde_json::to_writer_pretty(&mut *w, &environment)?;
         writeln!(w)
     })?;

@@ -1,7 +1,7 @@
 //! Feasibility checks: everything that would make a scenario fail (or silently mean nothing)
 //! once running is refused at load time, each problem naming its key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::error::{Diagnostic, KeyProblem, Origin, ScenarioError};
 use super::ranges::{self, range_message, within, MAX_DELAY_MS, MAX_HORIZON_S};
@@ -290,7 +290,7 @@ impl Scenario {
             // Its rows are checked when it is read (errors name the trace's own line and column).
             let path = self.resolve_path(&tr.path);
             if !tr.path.trim().is_empty() {
-                if let Err(message) = crate::workload::trace::check_file(&path) {
+                if let Err(message) = check_trace_file(&path) {
                     p.push(KeyProblem::new("traffic.arrival.path", message));
                 }
             }
@@ -647,5 +647,22 @@ fn check_moe(moe: &crate::model::Moe, p: &mut Vec<KeyProblem>) {
                 moe.active_experts, moe.experts
             ),
         ));
+    }
+}
+
+/// A trace is read only from a regular file: a FIFO, a device (`/dev/zero`) or a directory
+/// would block or never end. Shared by the scenario check (`run`) and every reader
+/// (`trace stats`).
+pub fn check_trace_file(path: &Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(format!(
+            "{}: not a regular file (a FIFO, device or directory is not read as a trace)",
+            path.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{}: no such trace file", path.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }

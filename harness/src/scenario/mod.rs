@@ -21,6 +21,7 @@ mod trace_spec;
 mod types;
 
 pub use budget::{length_range, request_need, LengthRange, RequestNeed};
+pub use check::check_trace_file;
 pub use device::{device_memory_bytes, KNOWN_DEVICES};
 pub use empirical::read_lengths;
 pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};

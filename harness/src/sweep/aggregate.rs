@@ -18,12 +18,12 @@ use serde::Serialize;
 use super::load::By;
 use super::probe::Probe;
 use super::search::SeedSearch;
-use super::stats;
 use super::verdict::Verdict;
 use super::window::TRIM_SHARE;
 use super::Sweep;
 use crate::metrics::hist::LatencyHist;
 use crate::metrics::Dist;
+use crate::stats::{self, bracket_interval};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SloJson {
@@ -113,8 +113,9 @@ pub struct RunJson {
 pub struct SweepJson {
     pub scenario: String,
     pub backend: String,
-    /// The device profile the figures are priced with (`compare::device_identity`): two sweeps
-    /// of different profiles are not gated against each other.
+    /// The device profile the figures are priced with
+    /// ([`crate::results::env::device_identity`]): two sweeps of different profiles are not
+    /// gated against each other.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
     pub by: By,
@@ -158,28 +159,6 @@ pub struct CapacityJson {
     /// Over the contiguous run (which has no tier, so is the same for every capacity).
     pub ratio_paged_over_contiguous: Option<f64>,
     pub ratio_paged_over_contiguous_ci: [f64; 2],
-}
-
-/// `[mean(a) − t·sd(a)/√n, mean(b) + t·sd(b)/√n]`, clamped at 0 (module doc).
-pub fn bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
-    let [lo, hi] = signed_bracket_interval(a, b);
-    [lo.max(0.0), hi]
-}
-
-/// [`bracket_interval`] without the clamp (for changes, which may be negative).
-pub fn signed_bracket_interval(a: &[f64], b: &[f64]) -> [f64; 2] {
-    let half = |xs: &[f64]| {
-        if xs.len() < 2 {
-            0.0
-        } else {
-            let (_, sd) = stats::mean_sd(xs);
-            stats::t_critical(xs.len() as f64 - 1.0, stats::CONFIDENCE) * sd
-                / (xs.len() as f64).sqrt()
-        }
-    };
-    let (ma, _) = stats::mean_sd(a);
-    let (mb, _) = stats::mean_sd(b);
-    [ma - half(a), mb + half(b)]
 }
 
 fn both(ends: [Option<f64>; 2]) -> Option<[f64; 2]> {
@@ -442,7 +421,7 @@ pub fn build(sweep: &Sweep) -> SweepJson {
     SweepJson {
         scenario: sweep.scenario.name.clone(),
         backend: sweep.backend.into(),
-        device: crate::compare::device_identity(&sweep.scenario, None),
+        device: crate::results::env::device_identity(&sweep.scenario),
         by,
         seeds: sweep.config.seeds.clone(),
         precision_pct: sweep.config.search.precision * 100.0,

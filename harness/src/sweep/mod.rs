@@ -9,7 +9,6 @@ pub mod aggregate;
 pub mod load;
 pub mod probe;
 pub mod search;
-pub mod stats;
 pub mod verdict;
 pub mod window;
 pub mod write;
@@ -25,6 +24,7 @@ pub use search::{SearchConfig, SeedSearch};
 use crate::experiment::{ExperimentError, RunOptions};
 use crate::scenario::Scenario;
 use crate::scenario::SourceMap;
+use crate::stats;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {

@@ -13,8 +13,8 @@
 
 use serde::Serialize;
 
-use super::stats;
 use crate::metrics::hist::LatencyHist;
+use crate::stats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -19,7 +19,7 @@
 
 use crate::engine::{RunRecord, StreamRecord, StreamStatus};
 
-use super::stats;
+use crate::stats;
 
 /// Share of requests trimmed at each end.
 pub const TRIM_SHARE: f64 = 0.10;

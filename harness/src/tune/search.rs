@@ -3,7 +3,7 @@
 //!
 //! Per cache mode: the scenario's own configuration is searched as the sweep searches (double,
 //! then bisect), once per seed. Each configuration's **interval** is the sweep's interval over
-//! its per-seed brackets (`sweep::aggregate::bracket_interval`: with one seed, the bracket
+//! its per-seed brackets (`stats::bracket_interval`: with one seed, the bracket
 //! itself). Round 1 is a coarse pass, one knob at a time: every value of every knob with the
 //! others at the scenario's (a neighbour search from the scenario's values alone stops at a
 //! plateau or a dip beside them). Later rounds try every untried configuration one knob away
@@ -73,11 +73,11 @@ impl Interval {
                     .collect();
                 match b {
                     Some(b) => {
-                        let [lo, hi] = crate::sweep::aggregate::bracket_interval(&a, &b);
+                        let [lo, hi] = crate::stats::bracket_interval(&a, &b);
                         Interval { lo, hi }
                     }
                     None => Interval {
-                        lo: crate::sweep::aggregate::bracket_interval(&a, &a)[0],
+                        lo: crate::stats::bracket_interval(&a, &a)[0],
                         hi: f64::INFINITY,
                     },
                 }
@@ -157,7 +157,7 @@ impl Tried {
             .iter()
             .map(|b| b.pass)
             .collect::<Option<_>>()?;
-        (!a.is_empty()).then(|| crate::sweep::stats::mean_sd(&a).0)
+        (!a.is_empty()).then(|| crate::stats::mean_sd(&a).0)
     }
 }
 

@@ -136,7 +136,7 @@ pub struct TuneJson {
     pub check_failures: Vec<String>,
 }
 
-/// The sweep's interval over the per-seed brackets (`sweep::aggregate::bracket_interval`, with
+/// The sweep's interval over the per-seed brackets (`stats::bracket_interval`, with
 /// `b = a` where a seed's search hit its limit, as the sweep has it); `[0, highest failing]` when
 /// some seed never passed.
 pub fn interval(per_seed: &[Bracket]) -> [f64; 2] {
@@ -148,7 +148,7 @@ pub fn interval(per_seed: &[Bracket]) -> [f64; 2] {
                 .zip(&a)
                 .map(|(b, &a)| b.fail.unwrap_or(a).max(a))
                 .collect();
-            crate::sweep::aggregate::bracket_interval(&a, &b)
+            crate::stats::bracket_interval(&a, &b)
         }
         _ => [
             0.0,
@@ -160,7 +160,7 @@ pub fn interval(per_seed: &[Bracket]) -> [f64; 2] {
 /// The mean of the seeds' failing rates, when every seed has one.
 fn mean_fail(per_seed: &[Bracket]) -> Option<f64> {
     let f: Vec<f64> = per_seed.iter().map(|b| b.fail).collect::<Option<_>>()?;
-    (!f.is_empty()).then(|| crate::sweep::stats::mean_sd(&f).0)
+    (!f.is_empty()).then(|| crate::stats::mean_sd(&f).0)
 }
 
 pub fn to_json(t: &Tune) -> TuneJson {
@@ -225,7 +225,7 @@ pub fn to_json(t: &Tune) -> TuneJson {
         scenario_file: t.scenario_path.display().to_string(),
         base_overrides: t.base_overrides.clone(),
         backend: t.backend.into(),
-        device: crate::compare::device_identity(&t.scenario, None),
+        device: crate::results::env::device_identity(&t.scenario),
         seed: t.seed,
         seeds: t.seeds.clone(),
         search: match t.config.coarse_first {

@@ -247,10 +247,9 @@ pub(super) fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
             let xs: Option<Vec<f64>> = rows.iter().map(|r| r.1).collect();
             let (value, lo, hi) = match &xs {
                 Some(xs) if !xs.is_empty() => {
-                    let (m, _) = crate::sweep::stats::mean_sd(xs);
+                    let (m, _) = crate::stats::mean_sd(xs);
                     let (lo, hi) =
-                        crate::sweep::stats::mean_interval(xs, crate::sweep::stats::CONFIDENCE)
-                            .unwrap_or((m, m));
+                        crate::stats::mean_interval(xs, crate::stats::CONFIDENCE).unwrap_or((m, m));
                     (Some(m), lo, hi)
                 }
                 // A seed without a finite figure: the mean would not be of every seed.

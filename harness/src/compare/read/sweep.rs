@@ -158,7 +158,7 @@ pub(super) fn read_sweep(dir: &Path) -> Result<Folder, CompareError> {
                     let xs: Option<Vec<f64>> = seed_figures.iter().copied().collect();
                     match xs.filter(|xs| !xs.is_empty()) {
                         Some(xs) => {
-                            let mean = crate::sweep::stats::mean_sd(&xs).0;
+                            let mean = crate::stats::mean_sd(&xs).0;
                             if !close(mean, p) {
                                 problems.push(format!(
                                     "{what}: the headline {p} is not the mean {mean} of its per-seed figures"

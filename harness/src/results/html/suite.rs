@@ -11,7 +11,7 @@ use super::super::plot::ticks::{fmt_sig, fmt_time_ms, time_unit};
 use super::super::plot::{bars, blocks, ratios};
 use super::super::suite::{self, SuiteMeta};
 use super::{esc, figure, note, table, ReportError};
-use crate::sweep::stats;
+use crate::stats;
 
 /// The cell folders of a suite: from `suite.json`'s plan when present, else every
 /// sub-folder holding a `summary.json`, in name order.

@@ -33,7 +33,7 @@ pub use reuse::{ideal_prefix_reuse, IdealReuse};
 pub use stats::{trace_stats, trace_stats_with, TraceStats};
 pub use time::{azure_timestamp_ns, decimal_scaled};
 
-use crate::scenario::TraceFormat;
+use crate::scenario::{check_trace_file, TraceFormat};
 
 /// One data row, in the trace's own units, borrowing its labels from the line.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,23 +96,6 @@ pub struct TraceRead {
     pub has_content_ids: bool,
 }
 
-/// A trace is read only from a regular file: a FIFO, a device (`/dev/zero`) or a directory
-/// would block or never end. Shared by the scenario check (`run`) and every reader
-/// (`trace stats`).
-pub fn check_file(path: &Path) -> Result<(), String> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(format!(
-            "{}: not a regular file (a FIFO, device or directory is not read as a trace)",
-            path.display()
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("{}: no such trace file", path.display()))
-        }
-        Err(e) => Err(format!("{}: {e}", path.display())),
-    }
-}
-
 /// Read a trace row by row, handing each good row (with the format and its 1-based line) to
 /// `on_row`: the format from `format` or, for `auto`, from the header line. A bad row is an
 /// error naming file, line and column unless `skip_bad_rows`, which skips and counts it.
@@ -133,7 +116,7 @@ pub fn read_rows(
         col,
         message,
     };
-    check_file(path).map_err(|message| TraceError::Nothing {
+    check_trace_file(path).map_err(|message| TraceError::Nothing {
         path: path.to_path_buf(),
         message: message
             .strip_prefix(&format!("{}: ", path.display()))

@@ -1,4 +1,5 @@
-//! The statistics a probe's verdict rests on: pure functions of counts, no I/O.
+//! Intervals from counts and samples (a probe's verdict, a comparison's change, a kernel
+//! ratio's median): pure functions, no I/O.
 //!
 //! - A distribution-free interval for a quantile from binomial order statistics: the number of
 //!   samples at or below the true q-quantile is Binomial(n, q) whatever the distribution, so the
