@@ -336,6 +336,15 @@ pub trait KvCacheManager: Send {
         let _ = token;
         self.append(seq)
     }
+    /// The token ids `seq`'s prefix-cache keys are built from, in position order (prompt, then
+    /// the generated tokens it was told), where this manager keys blocks by content; `None`
+    /// where it keys nothing for `seq`. The engine checks it against the tokens the sequence
+    /// really holds: a key built on a wrong token names a block another prompt will hit, and
+    /// that read is wrong long before any check of the data could see it.
+    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+        let _ = seq;
+        None
+    }
     /// Slots that one more `append` on `seq` would take from the pool: paged, 0 or `block_size`
     /// (a new block, or a copy-on-write of a shared partial block); contiguous, 0 inside the
     /// reservation and 1 past it (where `append` fails with `NoSpace`: the reservation is the cap).

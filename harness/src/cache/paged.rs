@@ -286,6 +286,12 @@ impl KvCacheManager for PagedCache {
         Ok(copies)
     }
 
+    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+        let s = self.seqs.get(&seq)?;
+        s.scope.as_ref()?;
+        Some(s.prompt.iter().chain(&s.generated).copied().collect())
+    }
+
     fn append_cost(&self, seq_id: SeqId) -> u64 {
         let bs = self.bs();
         let Some(seq) = self.seqs.get(&seq_id) else {

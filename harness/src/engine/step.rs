@@ -81,6 +81,9 @@ impl Engine<'_> {
             if let Err(msg) = self.cache.check_invariants() {
                 self.fail(format!("invariant violated: {msg}"));
             }
+            if let Some(msg) = self.keyed_tokens_disagree() {
+                self.fail(format!("invariant violated: {msg}"));
+            }
             let a = self.cache.accounting();
             if !a.is_conserved() {
                 self.fail(format!("slot accounting not conserved: {a:?}"));
@@ -88,6 +91,45 @@ impl Engine<'_> {
         }
         self.rec.host(t1);
         Ok(true)
+    }
+
+    /// The first stream whose cache keys its blocks by tokens other than those it holds (its
+    /// prompt, then the tokens it sampled), if any: the manager must never be told a token the
+    /// stream has not sampled yet, or one from another position.
+    fn keyed_tokens_disagree(&mut self) -> Option<String> {
+        for i in 0..self.streams.running().len() {
+            let s = self.streams.running()[i];
+            if !self.streams[s as usize].cached() {
+                continue;
+            }
+            let Some(keyed) = self.cache.keyed_tokens(Stream::seq(s)) else {
+                continue;
+            };
+            let request = self.streams[s as usize].request;
+            self.ensure_prompt(request);
+            let prompt = self.prompt_of(request);
+            let sampled = &self.streams[s as usize].record.token_ids;
+            let held = prompt.iter().chain(sampled);
+            if let Some((pos, (k, h))) = keyed
+                .iter()
+                .zip(held)
+                .enumerate()
+                .find(|(_, (k, h))| k != h)
+            {
+                return Some(format!(
+                    "stream {s}: the cache keys position {pos} as token {k}, but the stream holds \
+                     {h} there"
+                ));
+            }
+            if keyed.len() > prompt.len() + sampled.len() {
+                return Some(format!(
+                    "stream {s}: the cache keys {} tokens, but the stream holds {}",
+                    keyed.len(),
+                    prompt.len() + sampled.len()
+                ));
+            }
+        }
+        None
     }
 
     /// The step being planned carries tier ops: trace each (onloads on their stream) and count

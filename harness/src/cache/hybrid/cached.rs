@@ -377,6 +377,11 @@ impl PrefixCache {
         true
     }
 
+    /// The tokens `seq`'s keys are built from (`KvCacheManager::keyed_tokens`).
+    pub(crate) fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+        self.seqs.get(&seq).map(|p| p.chain.tokens.clone())
+    }
+
     /// A refused append takes its token back (and any key that covered it).
     pub(crate) fn pop_token(&mut self, seq: SeqId) {
         if let Some(p) = self.seqs.get_mut(&seq) {

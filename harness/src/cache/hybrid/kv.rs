@@ -477,6 +477,10 @@ impl KvCacheManager for HybridKv {
         out
     }
 
+    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+        self.prefix.keyed_tokens(seq)
+    }
+
     fn append_cost(&self, seq: SeqId) -> u64 {
         let Some(entry) = self.cache.seqs.get(&seq) else {
             return 0;
