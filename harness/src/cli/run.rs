@@ -144,6 +144,26 @@ pub fn load_all(paths: &[PathBuf], overrides: &[String]) -> anyhow::Result<Vec<S
         .collect()
 }
 
+/// A planted fault that a scenario cannot exercise is refused before any work: the run could
+/// only end in "the fault never fired" (exit 1), which reads as a verifier that missed it.
+/// `stale-onload` reuses a host-tier slot under a pending onload, so it needs a host tier.
+pub fn check_fault_applies(scenarios: &[Scenario], fault: Option<Fault>) -> anyhow::Result<()> {
+    if fault != Some(Fault::StaleOnload) {
+        return Ok(());
+    }
+    if let Some(s) = scenarios.iter().find(|s| s.cache.host_tier.is_none()) {
+        anyhow::bail!(
+            "{}: cache.host_tier: --inject-fault stale-onload plants a bug in the host tier's \
+             slot reuse, and this scenario has no [cache.host_tier], so it could never fire; \
+             use a scenario with a lower tier (e.g. scenarios/conversation-tiered-8b-h200.toml)",
+            s.source
+                .as_ref()
+                .map_or_else(|| s.name.clone(), |p| p.display().to_string())
+        );
+    }
+    Ok(())
+}
+
 /// Where a scenario's results go by default: `results/latest/<name>`, or with a planted fault
 /// `results/fault-<kind>/<name>`, so a self-test never replaces the latest real results. Both are
 /// kvbench's own folders: results there are replaced by the next run.
@@ -208,6 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for s in &mut scenarios {
         args.trace.apply(s)?;
     }
+    check_fault_applies(&scenarios, opts.fault)?;
     let single = scenarios.len() == 1;
     let root = default_root(opts.fault);
     // The default folders are kvbench's own; a folder named with --out is the user's.

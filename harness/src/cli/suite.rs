@@ -193,6 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }))
     .map_err(|e| anyhow::anyhow!("--seeds {}: {e}", args.seeds))?;
     let mut items = Vec::new();
+    crate::cli::run::check_fault_applies(&scenarios, opts.fault)?;
     let mut variants: Vec<Vec<Scenario>> = Vec::new();
     for (p, s) in paths.iter().zip(&scenarios) {
         let base = args.flags.seed.unwrap_or(s.seed);

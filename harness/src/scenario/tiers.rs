@@ -71,6 +71,25 @@ impl Scenario {
             for cap in caps {
                 self.check_capacity(key, cap, shape, p);
             }
+            // Each listed capacity is a cell of a suite and a search of a sweep, named by its
+            // size: two spellings of one size would be one configuration run twice.
+            let mut seen: Vec<(u64, &String)> = Vec::new();
+            for cap in caps {
+                let Ok(bytes) = parse_bytes(cap) else {
+                    continue;
+                };
+                if let Some((_, first)) = seen.iter().find(|(b, _)| *b == bytes) {
+                    p.push(KeyProblem::new(
+                        key,
+                        format!(
+                            "{first:?} and {cap:?} are the same size ({bytes} bytes); list each \
+                             capacity once"
+                        ),
+                    ));
+                    break;
+                }
+                seen.push((bytes, cap));
+            }
         }
         if let Some(d) = &c.disk_tier {
             if c.host_tier.is_none() {
@@ -221,5 +240,28 @@ mod tests {
         assert_eq!(tier_capacity_blocks(&m, 1, most), Ok(u32::MAX));
         let err = tier_capacity_blocks(&m, 1, most + block).expect_err("too many");
         assert!(err.contains("at most 4294967295 slots"), "{err}");
+    }
+    #[test]
+    fn a_capacity_listed_twice_is_refused_however_it_is_spelled() {
+        for caps in [
+            r#"["4 GiB", "4 GiB"]"#,
+            r#"["4 GiB", "16 GiB", "4096 MiB"]"#,
+        ] {
+            let text = format!(
+                "name = \"t\"\n[model]\npreset = \"tiny\"\n[memory]\nkv_budget = \"1 MiB\"\n\
+                 [scheduler]\nprefix_cache = true\n[cache.host_tier]\ncapacity = {caps}\n"
+            );
+            let e = crate::scenario::parse_str(&text, None, &[]).expect_err(caps);
+            let e = e.to_string();
+            assert!(
+                e.contains("cache.host_tier.capacity") && e.contains("are the same size"),
+                "{caps}: {e}"
+            );
+        }
+        let ok = "name = \"t\"\n[model]\npreset = \"tiny\"\n[memory]\nkv_budget = \"1 MiB\"\n\
+                  [scheduler]\nprefix_cache = true\n[cache.host_tier]\ncapacity = [\"4 GiB\", \"8 GiB\"]\n";
+        if let Err(e) = crate::scenario::parse_str(ok, None, &[]) {
+            assert!(!e.to_string().contains("same size"), "{e}");
+        }
     }
 }
