@@ -179,6 +179,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Some(size) => {
             let capacity = parse_bytes(size).with_context(|| format!("--host-tier `{size}`"))?;
+            if capacity == 0 {
+                bail!(
+                    "--host-tier `{size}`: a tier of 0 bytes holds nothing to onload; give a \
+                     capacity of at least one block"
+                );
+            }
             let name = a
                 .device
                 .clone()

@@ -44,10 +44,12 @@ pub struct StatsArgs {
     #[arg(long, value_name = "TOKENS")]
     pub max_seq_len: Option<u32>,
     /// Block granularity of the ideal prefix reuse (the cache's block size).
-    #[arg(long, default_value_t = 16, value_name = "TOKENS")]
+    #[arg(long, default_value_t = 16, value_name = "TOKENS",
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub block_size: u32,
-    /// Mooncake: prompt tokens per hash id.
-    #[arg(long, default_value_t = 512, value_name = "TOKENS")]
+    /// Mooncake: prompt tokens per hash id (0 would make every id cover nothing: refused).
+    #[arg(long, default_value_t = 512, value_name = "TOKENS",
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub hash_block_tokens: u32,
     #[arg(long)]
     pub skip_bad_rows: bool,
