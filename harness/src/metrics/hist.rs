@@ -108,16 +108,18 @@ impl LatencyHist {
         for v in self.h.iter_recorded() {
             seen += v.count_at_value();
             if seen >= k {
-                return v.value_iterated_to();
+                return v.value_iterated_to().min(self.max_ns);
             }
         }
         self.max_ns
     }
 
-    /// The `q`-quantile (`q` in [0, 1]): the value at rank ⌈q·n⌉, as hdrhistogram defines it.
+    /// The `q`-quantile (`q` in [0, 1]): the value at rank ⌈q·n⌉, as hdrhistogram defines it,
+    /// never above the exact maximum: the histogram answers with its bucket's highest value,
+    /// which can exceed every value recorded, and a p99 above the max is a figure no run made.
     pub fn quantile_ns(&self, q: f64) -> u64 {
         if self.overflow_ns.is_empty() {
-            return self.h.value_at_quantile(q);
+            return self.h.value_at_quantile(q).min(self.max_ns);
         }
         let n = self.count();
         let rank = (q.clamp(0.0, 1.0) * n as f64).ceil() as u64;
@@ -225,5 +227,22 @@ mod tests {
         });
         assert_eq!(u.count(), 5);
         assert_eq!(u.max_ns(), u64::MAX);
+    }
+
+    /// A quantile is a value the run could have recorded: never above the exact maximum, even
+    /// where the histogram's bucket for the top values reaches past it.
+    #[test]
+    fn no_quantile_exceeds_the_max() {
+        for top in [1_000_001u64, 131_131_050, 7_777_777_777, 123_456_789_013] {
+            let mut h = LatencyHist::new();
+            for v in [top / 3, top / 2, top] {
+                h.record_ns(v);
+            }
+            let d = h.dist();
+            for (name, q) in [("p50", d.p50), ("p90", d.p90), ("p99", d.p99)] {
+                assert!(q <= d.max, "{name} {q} above max {} (top {top})", d.max);
+            }
+            assert_eq!(h.quantile_ns(1.0), top, "the top rank is the max itself");
+        }
     }
 }
