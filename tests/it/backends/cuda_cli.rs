@@ -2,7 +2,7 @@
 //! command that needs a device exits 2 naming what is missing — never a panic. The driver is
 //! hidden with `KVBENCH_CUDA_HIDE`, so these hold on GPU machines too.
 
-mod support;
+use crate::support;
 
 fn kvbench(args: &[&str], hide: &str) -> (i32, String) {
     support::kvbench_env(

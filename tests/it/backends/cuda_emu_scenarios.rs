@@ -13,7 +13,7 @@ use kvbench::experiment::{self, RunOptions};
 use kvbench::results::{self, Experiment};
 use kvbench_cache_api::{CacheMode, Fault};
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 fn scenario(name: &str, overrides: &[&str]) -> kvbench::scenario::Scenario {

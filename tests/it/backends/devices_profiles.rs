@@ -154,7 +154,7 @@ fn every_numeric_constant_in_every_profile_has_a_source_comment() {
 
 #[test]
 fn the_source_check_catches_a_constant_without_a_comment() {
-    let text = include_str!("../scenarios/devices/l40s.toml");
+    let text = include_str!("../../../scenarios/devices/l40s.toml");
     let stripped: String = text
         .lines()
         .filter(|l| !l.contains("Memory bandwidth 864GB/s") && !l.contains("Kept for the report"))
@@ -200,7 +200,7 @@ fn an_out_of_range_value_is_refused_at_its_line_in_every_profile() {
 
 #[test]
 fn memory_out_of_range_is_refused_at_its_line() {
-    let text = include_str!("../scenarios/devices/h100.toml");
+    let text = include_str!("../../../scenarios/devices/h100.toml");
     let (line, ..) = assignments(text)
         .into_iter()
         .find(|(_, k, _)| k == "memory_bytes")
@@ -220,7 +220,7 @@ fn memory_out_of_range_is_refused_at_its_line() {
 
 #[test]
 fn a_wrong_type_is_refused_at_its_line() {
-    let text = include_str!("../scenarios/devices/mi300x.toml");
+    let text = include_str!("../../../scenarios/devices/mi300x.toml");
     let (line, ..) = assignments(text)
         .into_iter()
         .find(|(_, k, _)| k == "peak_flops_per_s")
@@ -238,7 +238,7 @@ fn a_wrong_type_is_refused_at_its_line() {
 
 #[test]
 fn a_missing_key_is_refused_naming_the_file_and_key() {
-    let text = include_str!("../scenarios/devices/gh200.toml");
+    let text = include_str!("../../../scenarios/devices/gh200.toml");
     let broken: String = text
         .lines()
         .filter(|l| !l.starts_with("host_link_bytes_per_s"))
@@ -256,7 +256,7 @@ fn a_missing_key_is_refused_naming_the_file_and_key() {
 
 #[test]
 fn an_unknown_key_is_refused_at_its_line() {
-    let text = include_str!("../scenarios/devices/l40s.toml");
+    let text = include_str!("../../../scenarios/devices/l40s.toml");
     let broken = format!("{text}warp_drive_bytes_per_s = 1e9\n");
     let line = broken.lines().count();
     let err = DeviceProfile::parse(&broken, Some(Path::new("l40s.toml")))

@@ -7,7 +7,7 @@
 //! pool's capacity, itself at most the infinite-cache ceiling. Proptest prints a failing case's
 //! seed and stores it for replay.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

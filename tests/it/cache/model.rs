@@ -5,7 +5,7 @@
 //! `PROPTEST_CASES` raises the proptest case count; `KVBENCH_SEED` replays one seeded run and
 //! `KVBENCH_FUZZ_SEEDS` widens the seeded sweep.
 
-mod support;
+use crate::support;
 
 use kvbench::cache::fuzz::{self, FuzzConfig, FuzzFailure, Op};
 use kvbench::cache::PlantedBug;

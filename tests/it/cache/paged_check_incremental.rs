@@ -12,9 +12,8 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
-#[path = "support/check_strings.rs"]
-mod check_strings;
-mod support;
+use crate::support;
+use crate::support::check_strings;
 
 use kvbench::cache::{EvictionPolicy, PagedCache, PagedConfig, Placement, PlantedBug, TierConfig};
 use kvbench_cache_api::{Fault, KvCacheManager, OffloadMode, ReuseScope, ScopeKey};

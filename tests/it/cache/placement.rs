@@ -5,7 +5,7 @@
 //!
 //! `PROPTEST_CASES` raises the case count; a failure prints the operations that caused it.
 
-mod support;
+use crate::support;
 
 use kvbench::cache::{PagedCache, PagedConfig, Placement};
 use kvbench_cache_api::{

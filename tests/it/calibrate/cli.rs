@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-mod support;
+use crate::support;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -204,7 +204,7 @@ fn calibrate_and_check() -> Vec<String> {
 fn a_bad_profile_for_check_exits_2_naming_file_line_and_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("bad.toml");
-    let text = include_str!("../scenarios/devices/cpu.toml");
+    let text = include_str!("../../../scenarios/devices/cpu.toml");
     let line = text
         .lines()
         .position(|l| l.starts_with("peak_flops_per_s ="))

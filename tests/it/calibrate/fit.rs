@@ -246,7 +246,7 @@ fn a_tp_2_grid_is_fitted_with_its_all_reduces_separated_by_the_link() {
     assert!(err.contains("points.3"), "{err}");
 }
 
-const CPU: &str = include_str!("../scenarios/devices/cpu.toml");
+const CPU: &str = include_str!("../../../scenarios/devices/cpu.toml");
 
 fn refused(text: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -15,7 +15,7 @@ use kvbench::results;
 use kvbench::scenario::Scenario;
 use kvbench_cache_api::{CacheMode, Fault};
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 fn scenario_path(name: &str) -> PathBuf {

@@ -8,7 +8,7 @@ use kvbench::experiment::{self, RunOptions};
 use kvbench::results;
 use kvbench_cache_api::Fault;
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 fn scenario_path(name: &str) -> PathBuf {

@@ -9,9 +9,8 @@
 //! Seeded: each run prints its seed; `KVBENCH_SEED` replays one, `KVBENCH_SHADOW_GROUPED_SEEDS`
 //! widens the sweep.
 
-mod engine_support;
-mod shadow_grouped_support;
-mod support;
+use crate::support;
+use crate::support::shadow_grouped as shadow_grouped_support;
 
 use kvbench::backend::sim::shadow::ShadowReport;
 use kvbench_cache_api::{CacheMode, Fault, KvCacheManager};

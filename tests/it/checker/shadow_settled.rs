@@ -7,9 +7,8 @@
 //! settled would take the fused decode there, find the short record equal to the table, store
 //! the token into the last page the record holds (another block's) and report less.
 
-mod engine_support;
-mod shadow_grouped_support;
-mod support;
+use crate::support::engine as engine_support;
+use crate::support::shadow_grouped as shadow_grouped_support;
 
 use kvbench_cache_api::KvCacheManager;
 

@@ -6,9 +6,8 @@
 //! record once it had compared it (or compared only the block being written) passes every other
 //! test and fails this one.
 
-mod engine_support;
-mod shadow_grouped_support;
-mod support;
+use crate::support::engine as engine_support;
+use crate::support::shadow_grouped as shadow_grouped_support;
 
 use kvbench_cache_api::{CacheMode, Fault, KvCacheManager};
 

@@ -10,7 +10,7 @@
 //! B's arrival is derived from a run of A alone (sim is deterministic): halfway through A's first
 //! step, so B is first considered exactly when that step completes and the next is planned.
 
-mod engine_support;
+use crate::support::engine as engine_support;
 use engine_support::{config, req, run, sched, workload};
 use kvbench::engine::RunRecord;
 use kvbench::scenario::SchedulerSpec;

@@ -2,7 +2,7 @@
 //! before a continuation forks — in both cache modes, synchronous and pipelined: everything a
 //! cancelled stream held comes back, and no token is emitted after its cancel.
 
-mod engine_support;
+use crate::support::engine as engine_support;
 
 use engine_support::*;
 use kvbench::engine::{StreamStatus, TraceKind};

@@ -3,7 +3,7 @@
 //! (synchronous and pipelined steps, recompute and swap, open and closed loop). Every throughput
 //! figure divides by this duration.
 
-mod engine_support;
+use crate::support::engine as engine_support;
 
 use engine_support::*;
 use kvbench::engine::{RunRecord, StreamStatus};

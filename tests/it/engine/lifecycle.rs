@@ -2,7 +2,7 @@
 //! asynchronous steps, parallel sampling, closed loop, policies and tenant fairness. Every run ends
 //! with the reclamation check.
 
-mod engine_support;
+use crate::support::engine as engine_support;
 
 use engine_support::*;
 use kvbench::engine::{RunRecord, StreamStatus, TraceKind};

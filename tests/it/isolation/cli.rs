@@ -2,7 +2,7 @@
 //! more than tenant scope, every AUC is recomputed here from `probes.csv`, and measurement noise
 //! pushes the global scope's AUC towards 0.5.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::{kvbench, pairwise_auc};

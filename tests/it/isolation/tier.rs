@@ -5,7 +5,7 @@
 //! what it can claim by intent has an interval around 0.5, wholly below global's host-hit one.
 //! On sim with a fixed seed the run is deterministic; the seed is printed.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

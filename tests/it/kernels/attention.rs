@@ -4,8 +4,7 @@
 //! dims 64/128, block sizes 8/16/32, NaN-poisoned outputs, fresh non-zero inputs per case.
 //! Replay a failure with the printed KVBENCH_SEED.
 
-#[path = "../kernels/tests/common/mod.rs"]
-mod common;
+use crate::support::kernels_common as common;
 
 use common::{nonzero, reference_attention};
 use kvbench_baselines::attention::ContiguousRegion;

@@ -1,8 +1,7 @@
 //! The seeded transformer over a paged KV cache against the independent f64 oracle, which
 //! recomputes the whole history with no cache. f32 tolerance: ‖out − ref‖/‖ref‖ ≤ 1e-4.
 
-#[path = "../kernels/tests/common/mod.rs"]
-mod common;
+use crate::support::kernels_common as common;
 
 use common::rng;
 use kvbench::backend::cpu::{model_config, BF16_TOLERANCE as BF16_TOL, F32_TOLERANCE as F32_TOL};

@@ -4,7 +4,7 @@
 //! room (it used to pass the bytes-a-token check and stall the contiguous run with "nothing
 //! schedulable").
 
-mod support;
+use crate::support;
 
 use support::kvbench;
 

@@ -3,8 +3,7 @@
 //! the cpu path and the oracle disagree on what a layer attends to (planted faults); the presets
 //! are accepted where `tiny` is.
 
-mod cpu_groups_support;
-mod support;
+use crate::support::cpu_groups as cpu_groups_support;
 
 use std::process::Command;
 

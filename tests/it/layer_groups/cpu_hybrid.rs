@@ -6,8 +6,8 @@
 //!
 //! Every run is seeded: `KVBENCH_SEED` replays another seed (printed by each test).
 
-mod cpu_groups_support;
-mod support;
+use crate::support;
+use crate::support::cpu_groups as cpu_groups_support;
 use cpu_groups_support::{cpu, root, seed, tiny};
 use support::kvbench;
 

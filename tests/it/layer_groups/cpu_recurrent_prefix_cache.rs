@@ -3,7 +3,7 @@
 //! request runs and with nothing written. `sim` prices the hit and runs it; `cuda` refuses the
 //! recurrent group itself.
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 const GROUP: &str = "model.layer_groups.1 (attention = \"recurrent\")";

@@ -11,9 +11,8 @@
 //! `tests/shadow_grouped.rs`; the prefix-cache run keeps it on); `--check-every 0` checks
 //! invariants at the end of each run.
 
-mod engine_support;
-mod hybrid_run_support;
-mod support;
+use crate::support;
+use crate::support::hybrid_run as hybrid_run_support;
 use hybrid_run_support::*;
 use support::kvbench;
 

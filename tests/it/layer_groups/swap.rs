@@ -3,9 +3,8 @@
 //! are recomputed from `trace.jsonl` by the grouping rule (a full table every block, a sliding
 //! table the blocks touching its window, a recurrent state its bytes).
 
-mod engine_support;
-mod hybrid_run_support;
-mod support;
+use crate::support::engine as engine_support;
+use crate::support::hybrid_run as hybrid_run_support;
 use hybrid_run_support::*;
 
 use serde_json::Value;

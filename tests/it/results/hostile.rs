@@ -2,7 +2,7 @@
 //! file read whole is size-capped and parsed strictly, `--force` replaces only a results folder
 //! or an empty one, and a failed or interrupted `suite` or `merge` leaves no partial folder.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

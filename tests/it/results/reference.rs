@@ -3,7 +3,7 @@
 //! up in review. After an intended change, regenerate them with the command in
 //! `results/README.md` and commit the diff.
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 fn check(scenario: &str) {

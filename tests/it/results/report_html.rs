@@ -3,8 +3,8 @@
 //! every plot draws and nothing fails to load. Without Chromium the browser checks print
 //! `SKIP: chromium not installed`, unless `KVBENCH_REQUIRE_CHROMIUM=1` (CI), where they fail.
 
-mod report_browser;
-mod support;
+use crate::support;
+use crate::support::report_browser;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! its figures as "aborted", never as measurements; TPOT sits beside ITL; goodput names each
 //! SLO target with its unit; without a terminal each scenario's start is one line on stderr.
 
-mod support;
+use crate::support;
 
 use kvbench::experiment::{self, RunOptions};
 use kvbench::results::report;

@@ -3,8 +3,8 @@
 //! inside a 1280×800 screen in headless Chromium, and no axis label is a raw float such as
 //! `3500000.0`. Set `KVBENCH_REPORT_SHOTS=DIR` to keep a PNG of each page's first screen there.
 
-mod report_browser;
-mod support;
+use crate::support;
+use crate::support::report_browser;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! interrupted runs (no temporary folder left), I/O errors (the OS message once), the default
 //! folders that both commands replace, and the smaller flag checks of `fuzz` and `kernel-bench`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use kvbench::experiment::fuzz::{run_case, Outcome};
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 #[test]

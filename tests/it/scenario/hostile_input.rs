@@ -21,8 +21,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use toml::Value;
 
-#[path = "support/hostile_tables.rs"]
-mod hostile_tables;
+use crate::support::hostile_tables;
 use hostile_tables::{
     entries, field, hostile_values, kind, leaves, parse_value, set, tables, text,
 };

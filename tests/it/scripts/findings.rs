@@ -5,7 +5,7 @@
 //!
 //! Needs python3 (the script's extraction) and bash; skipped, saying so, where either is missing.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

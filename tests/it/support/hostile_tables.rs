@@ -32,10 +32,10 @@ pub fn tables(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The mutation tables (`tests/support/hostile_input.toml`).
+/// The mutation tables (`tests/it/support/hostile_input.toml`).
 pub fn tables_file() -> toml::Table {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/hostile_input.toml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it/support/hostile_input.toml");
     let text = std::fs::read_to_string(&path).expect("read the mutation tables");
     toml::from_str(&text).expect("the mutation tables parse")
 }

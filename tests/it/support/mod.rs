@@ -1,7 +1,22 @@
-//! Helpers shared by the integration tests that drive the `kvbench` binary.
+//! Helpers shared by the integration tests: running the `kvbench` binary and seeds (here), and
+//! one module per family of tests that share set-ups, drivers or reference models.
 #![allow(dead_code)]
 
+pub mod cache_hybrid;
+pub mod check_strings;
+pub mod cpu_groups;
+pub mod engine;
 pub mod groups;
+pub mod hostile_tables;
+pub mod hybrid_kv;
+pub mod hybrid_prefix;
+pub mod hybrid_run;
+#[path = "../../../kernels/tests/common/mod.rs"]
+pub mod kernels_common;
+pub mod report_browser;
+pub mod shadow_grouped;
+pub mod tier_cpu;
+pub mod tier_results_files;
 pub mod tune_small;
 
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! `kvbench sweep` end to end on `sim`: refusals (exit 2), monotone verdicts, unresolved probes.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::kvbench;

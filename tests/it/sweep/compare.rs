@@ -2,7 +2,7 @@
 //! baseline against a copy with the paged rates scaled down) and runs (two sim runs of
 //! quick-basic with different step budgets).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! figures priced on another device are not a regression of the code). One cheap sweep
 //! configuration throughout (700 requests, one seed, 5% precision).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

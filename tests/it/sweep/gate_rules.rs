@@ -3,7 +3,7 @@
 //! Each case is a copy of a real folder (the committed sim baseline sweep, a sim run of
 //! quick-basic, a two-seed sim suite) with one thing planted; each passed the gate before.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

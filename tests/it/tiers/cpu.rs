@@ -3,7 +3,7 @@
 //! the oracle's logits; an onload left out or read from the wrong slot gives wrong ones, and
 //! the check says so. Every KV element type the cpu backend stores is covered.
 
-mod tier_cpu_support;
+use crate::support::tier_cpu as tier_cpu_support;
 
 use kvbench::backend::cpu::CpuBackend;
 use kvbench::backend::{Backend, StepPlan};

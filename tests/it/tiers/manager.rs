@@ -18,7 +18,7 @@
 //!
 //! `KVBENCH_SEED` replays one seed; `KVBENCH_TIER_SEEDS` widens the sweep.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -25,7 +25,7 @@ use kvbench::scenario::Scenario;
 use kvbench_cache_api::{CacheMode, KvCacheManager, ScopeKey, SeqId};
 use serde_json::Value;
 
-mod tier_results_files;
+use crate::support::tier_results_files;
 use tier_results_files::*;
 
 /// A tiny-model scenario (1024 bytes a token, 16-token blocks: 16 KiB a block) with six shared

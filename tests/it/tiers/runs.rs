@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-mod support;
+use crate::support;
 use support::kvbench;
 
 fn run(backend: &str, out: &Path, extra: &[&str]) -> (i32, String, Value) {

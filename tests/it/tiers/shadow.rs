@@ -14,7 +14,7 @@ use kvbench_cache_api::{
     Tier, TierOp,
 };
 
-mod engine_support;
+use crate::support::engine as engine_support;
 
 const BS: u32 = 16;
 const SLOTS: u64 = 64 * BS as u64;

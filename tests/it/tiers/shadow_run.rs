@@ -31,7 +31,7 @@ use kvbench_cache_api::{
     TierStats,
 };
 
-mod engine_support;
+use crate::support::engine as engine_support;
 
 const BS: u32 = 16;
 

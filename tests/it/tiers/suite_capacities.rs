@@ -7,7 +7,7 @@ use std::path::Path;
 const SCENARIO: &str = "scenarios/conversation-tiered-8b-h200.toml";
 const NAME: &str = "conversation-tiered-8b-h200";
 
-mod support;
+use crate::support;
 
 /// The binary from the repository root, under one revision name so shards merge.
 fn kvbench(args: &[String]) -> (i32, String) {

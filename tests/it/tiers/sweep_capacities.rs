@@ -4,7 +4,7 @@
 //! the contiguous baseline (no tier) is searched once; and a one-element list writes the same
 //! bytes as the plain capacity.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! results); `--skip-bad-rows` skips and counts it; an unknown header names the formats; and
 //! `kvbench trace stats` computes the ideal prefix reuse of a hand-made trace exactly.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! equals the ideal reuse; and `kvbench trace stats --capacity` on a hand-made trace.
 //! Proptest prints a failing case's seed and stores it for replay.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

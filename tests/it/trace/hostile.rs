@@ -5,7 +5,7 @@
 //! its row; `--trace` keeps the scenario's own trace keys; a replay cut by `traffic.requests`
 //! says so in the report, and a window inherited from a synthetic scenario warns on stderr.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! `report.html` is checked in the same runs: one chart per knob tried at two values around a
 //! best, and every rate in its table the one `tune.json` holds.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! Randomized cases are seeded: `KVBENCH_SEED` replays one, `KVBENCH_FUZZ_SEEDS` widens them
 //! (default 200); each prints its seed.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 //! `bracket_interval`), pruned configurations lie wholly below the best's interval, the known
 //! optimum is still found, and `tune.md`/`report.html` show the per-seed figures.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

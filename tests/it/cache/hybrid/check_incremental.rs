@@ -12,10 +12,9 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
-#[path = "support/check_strings.rs"]
-mod check_strings;
-mod hybrid_kv_support;
-mod support;
+use crate::support;
+use crate::support::check_strings;
+use crate::support::hybrid_kv as hybrid_kv_support;
 
 use hybrid_kv_support::{build, mixes, Mix};
 use kvbench::cache::hybrid::{EvictProtected, HybridFault, HybridKv};

@@ -5,9 +5,7 @@
 //! still cuts the sliding table it hands out. A double that dropped these calls would run a
 //! swap as something else and hide what the shadow is there to see.
 
-mod engine_support;
-mod shadow_grouped_support;
-mod support;
+use crate::support::shadow_grouped as shadow_grouped_support;
 
 use kvbench_cache_api::{KvCacheManager, ReleaseReason, SeqLayout, StartRequest};
 use shadow_grouped_support::early_release::EarlyRelease;

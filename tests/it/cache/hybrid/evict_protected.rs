@@ -11,9 +11,9 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
-mod cache_hybrid_prefix_support;
-mod hybrid_kv_support;
-mod support;
+use crate::support;
+use crate::support::hybrid_kv as hybrid_kv_support;
+use crate::support::hybrid_prefix as cache_hybrid_prefix_support;
 
 use cache_hybrid_prefix_support::{probe_cached, prompt, seed, start, SLIDING};
 use hybrid_kv_support::{build, mixes};

@@ -12,9 +12,9 @@
 //! `KVBENCH_SEED` replays one seeded run, `KVBENCH_HYBRID_KV_SEEDS` widens the sweep,
 //! `PROPTEST_CASES` raises the proptest case count.
 
-mod engine_support;
-mod hybrid_kv_support;
-mod support;
+use crate::support;
+use crate::support::engine as engine_support;
+use crate::support::hybrid_kv as hybrid_kv_support;
 
 use std::collections::BTreeSet;
 

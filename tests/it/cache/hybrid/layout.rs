@@ -3,8 +3,7 @@
 //! bytes slots computed by hand, per-block FP8 scales in a page, the layouts refused, and the
 //! prefix hit rule per table kind.
 
-mod cache_hybrid_support;
-mod support;
+use crate::support::cache_hybrid as cache_hybrid_support;
 
 use cache_hybrid_support::{full, shape, sliding};
 use kvbench::cache::hybrid::{

@@ -8,8 +8,8 @@
 //! `PROPTEST_CASES` raises the proptest case count; `KVBENCH_SEED` replays one seeded run and
 //! `KVBENCH_HYBRID_SEEDS` widens the seeded sweep.
 
-mod cache_hybrid_support;
-mod support;
+use crate::support;
+use crate::support::cache_hybrid as cache_hybrid_support;
 
 use cache_hybrid_support::model::{op, random_ops, run_ops, Op};
 use cache_hybrid_support::{build, mixes};

@@ -8,9 +8,8 @@
 //!
 //! Prompts are random token ids from a seed printed by each test; `KVBENCH_SEED` replays one.
 
-mod cache_hybrid_prefix_support;
-mod hybrid_kv_support;
-mod support;
+use crate::support::hybrid_kv as hybrid_kv_support;
+use crate::support::hybrid_prefix as cache_hybrid_prefix_support;
 
 use cache_hybrid_prefix_support::{
     ok, probe_cached, prompt, run_prompt, scope, seed, start, MLA, RECURRENT, SLIDING,

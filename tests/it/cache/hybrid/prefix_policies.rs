@@ -14,8 +14,8 @@
 //!
 //! Prompts are random token ids from a seed printed by the test; `KVBENCH_SEED` replays one.
 
-mod hybrid_kv_support;
-mod support;
+use crate::support;
+use crate::support::hybrid_kv as hybrid_kv_support;
 
 use hybrid_kv_support::{build, full, shape, sliding, Mix};
 use kvbench::cache::{CacheMode, EvictionPolicy, Placement};

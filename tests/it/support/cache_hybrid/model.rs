@@ -1,6 +1,14 @@
 //! The operations of a string (start, append n, fork, release), drawn by proptest or from a
 //! seeded ChaCha stream, and the reference model of the logical blocks each sequence must hold
 //! in each table; `run_ops` runs a string through `HybridCache` and the model side by side.
+//!
+//! A second model of the hybrid manager lives in `support/hybrid_kv/model.rs`, for the layer
+//! above this one: `HybridKv` (the engine's trait over a `HybridCache`) maps a prompt before it
+//! writes it, appends a token at a time, withholds freed pages behind the fences of steps in
+//! flight and reports slot accounting, none of which `HybridCache` has. This model stays the
+//! smaller one on purpose: appends of any length with frees at once and the exact pages an
+//! `OutOfPages` needs, so a wrong copy-on-write, window trim or state count in `HybridCache` is
+//! pinned to the manager itself rather than to the trait's bookkeeping around it.
 
 use std::collections::{BTreeMap, BTreeSet};
 

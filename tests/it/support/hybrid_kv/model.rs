@@ -1,6 +1,15 @@
 //! The reference model: the logical blocks and page versions each sequence holds per table,
 //! the steps in flight and what their fences withhold, written from the layout's table shapes
 //! alone (no manager code).
+//!
+//! It models `HybridKv`, the engine's trait: a start maps the prompt and `fill` writes it, a
+//! sliding table trims by what is written, appends are one token each, released pages wait
+//! behind the newest step in flight, and the slots split into live, unfilled, pending and free.
+//! `support/cache_hybrid/model.rs` models the `HybridCache` beneath it, which has none of
+//! these (token counts only, appends of any length, frees at once); the two agree on the part
+//! they share — a version per logical block, copy-on-write of a shared partial block, a
+//! sliding block kept while its last position is within the window — and each checks its own
+//! layer's interface.
 
 use std::collections::{BTreeMap, BTreeSet};
 

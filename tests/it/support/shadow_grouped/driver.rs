@@ -61,7 +61,7 @@ impl Driver {
         let paged = cache.mode() == CacheMode::Paged;
         let setup = RunSetup {
             seed,
-            ..crate::engine_support::bare_sim_setup(slots, cache.block_size(), CHUNK_TOKENS)
+            ..crate::support::engine::bare_sim_setup(slots, cache.block_size(), CHUNK_TOKENS)
         };
         Driver {
             cache,
