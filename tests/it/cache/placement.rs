@@ -1,7 +1,7 @@
 //! The paged manager's placement policies: `extents` keeps a sequence's blocks ascending within
 //! 64-block extents, and — whatever the operations — hands out exactly as many blocks as `lifo`
 //! at every step, so no count, failure or waste figure moves. The model-based property tests
-//! (`tests/cache_model.rs`, through `cache::fuzz`) run `extents` against the reference model too.
+//! (`cache::model`, through `cache::fuzz`) run `extents` against the reference model too.
 //!
 //! `PROPTEST_CASES` raises the case count; a failure prints the operations that caused it.
 

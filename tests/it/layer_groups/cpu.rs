@@ -361,7 +361,7 @@ fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
 /// Forks copy the recurrent state, preemption by recompute rebuilds it, swaps keep it: a
 /// run with all three (and cancellations) passes the oracle once the prefix cache is off.
 /// With it on, a prefix hit would skip the recurrent layers' prefill, so the run is refused
-/// at set-up with the reason (the CLI's side: `tests/cpu_recurrent_prefix_cache.rs`).
+/// at set-up with the reason (the CLI's side: `cpu_recurrent_prefix_cache.rs`).
 #[test]
 fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
     let seed = seed();

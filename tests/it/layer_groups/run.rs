@@ -8,7 +8,7 @@
 //! file, line and key and write nothing.
 //!
 //! Most runs pass `--no-shadow` to stay quick (the grouped shadow has its own tests in
-//! `tests/shadow_grouped.rs`; the prefix-cache run keeps it on); `--check-every 0` checks
+//! `checker::shadow_grouped`; the prefix-cache run keeps it on); `--check-every 0` checks
 //! invariants at the end of each run.
 
 use crate::support;
@@ -461,7 +461,7 @@ fn plan_lays_out_per_block_fp8_scales_in_each_page() {
 
 /// The shipped Qwen3-Next scenario runs the hybrid managers and still comes out of this code
 /// byte for byte as its committed sim reference (`results/reference/sim/qwen3-next-80b-h200`),
-/// as `tests/run_reference.rs` checks the others; its recurrent states show as live bytes.
+/// as `results::reference` checks the others; its recurrent states show as live bytes.
 #[test]
 fn the_qwen3_next_scenario_matches_its_committed_reference() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -10,7 +10,7 @@
 //! widens it (default 16).
 //!
 //! The mutation tables — the hostile values, the extra keys, the named cases — are data in
-//! `tests/support/hostile_input.toml`.
+//! `tests/it/support/hostile_input.toml`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

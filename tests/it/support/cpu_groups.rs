@@ -1,4 +1,4 @@
-//! What the layer-group tests on `cpu` share (`cpu_layer_groups.rs`, `cpu_hybrid.rs`): the
+//! What the layer-group tests on `cpu` share (`layer_groups::cpu`, `layer_groups::cpu_hybrid`): the
 //! printed, replayable seed, a shipped scenario turned to one tiny variant, and the cpu run
 //! options.
 #![allow(dead_code)]

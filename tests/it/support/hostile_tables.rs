@@ -1,5 +1,5 @@
 //! Reading the hostile-input mutation tables (`hostile_input.toml` beside this file) and
-//! editing TOML trees by dotted path: the data side of `tests/hostile_input.rs`, whose runner
+//! editing TOML trees by dotted path: the data side of `scenario::hostile_input`, whose runner
 //! drives the binary with what these return.
 
 use toml::Value;

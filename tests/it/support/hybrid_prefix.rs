@@ -1,4 +1,4 @@
-//! What the hybrid prefix cache's tests share: which of `hybrid_kv_support`'s mixes is which,
+//! What the hybrid prefix cache's tests share: which of `support::hybrid_kv`'s mixes is which,
 //! the printed seed, random prompts, one reuse scope, and starting, probing and filling a
 //! prompt through the trait with the invariants checked.
 #![allow(dead_code)]

@@ -1,6 +1,6 @@
-//! What the grouped-run tests share (`hybrid_run.rs`, `hybrid_swap.rs`): gpt-oss-120b's shape by
-//! its published `config.json`, the grouping rule's page and slot sizes recomputed by hand, and
-//! readers of a run's `summary.json` and `memory.csv`.
+//! What the grouped-run tests share (`layer_groups::run`, `layer_groups::swap`): gpt-oss-120b's
+//! shape by its published `config.json`, the grouping rule's page and slot sizes recomputed by
+//! hand, and readers of a run's `summary.json` and `memory.csv`.
 #![allow(dead_code)]
 
 use std::path::Path;

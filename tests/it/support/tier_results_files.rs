@@ -1,4 +1,4 @@
-//! Reading a tier run's files for `tier_results.rs`: exact numbers from `requests.csv` and
+//! Reading a tier run's files for `tiers::results`: exact numbers from `requests.csv` and
 //! `trace.jsonl` (decimals parsed as text, never through f64), and the onload waits recomputed
 //! from the trace alone.
 

@@ -2,7 +2,7 @@
 
 /// Short requests on one H200 with an 8B model and no memory pressure: every step is bound by
 /// reading the weights, so the rate at target is proportional to `max_seqs_per_step` — the
-/// largest value is the known optimum, in both cache modes (`tune_cli.rs`, `tune_seeds.rs`).
+/// largest value is the known optimum, in both cache modes (`tune::cli`, `tune::seeds`).
 pub const TUNE_SMALL: &str = r#"name = "tune-small"
 seed = 3
 device = "h200"

@@ -1,4 +1,4 @@
-//! The `EarlyRelease` test double (`tests/shadow_grouped_support/early_release.rs`) forwards a
+//! The `EarlyRelease` test double (`support/shadow_grouped/early_release.rs`) forwards a
 //! swap to the grouped manager it wraps: a swap-out is priced by the inner manager's tables,
 //! and a swap-in's restore reaches the inner manager (the grouped contiguous baseline restores
 //! a whole sequence at once, which a fill of one step's ring refuses), after which the double

@@ -3,7 +3,7 @@
 //! plain reference model of the logical blocks each sequence must hold in each table, with the
 //! manager's invariants, and quiescence at the end; a planted bug the same checks catch; a fork's
 //! copy-on-write and a sliding window's release by hand. Layouts, fits and the prefix hit rule
-//! are `cache_hybrid_layout.rs`.
+//! are `layout.rs`.
 //!
 //! `PROPTEST_CASES` raises the proptest case count; `KVBENCH_SEED` replays one seeded run and
 //! `KVBENCH_HYBRID_SEEDS` widens the seeded sweep.

@@ -4,7 +4,7 @@
 //! invariants hold; generated blocks are hit by the next turn; another scope does not hit; the
 //! lookups count what the summed manager counts; a block's key is hashed once however often its
 //! sequence is probed; the planted `PublishEarly` (a block published before it is written) fires
-//! and the invariants catch it. Eviction is `cache_hybrid_prefix_evict.rs`.
+//! and the invariants catch it. Eviction is `prefix_evict.rs`.
 //!
 //! Prompts are random token ids from a seed printed by each test; `KVBENCH_SEED` replays one.
 

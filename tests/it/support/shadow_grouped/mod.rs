@@ -1,4 +1,4 @@
-//! What `tests/shadow_grouped.rs` runs: the layout mixes and the grouped managers built over
+//! What `checker::shadow_grouped` runs: the layout mixes and the grouped managers built over
 //! them, a test double that releases sliding blocks early (`early_release.rs`) and the seeded
 //! step driver through the sim backend (`driver.rs`).
 #![allow(dead_code)]
