@@ -37,11 +37,13 @@ kvbench="${CARGO_TARGET_DIR:-target}/debug/kvbench"
   --current "${CARGO_TARGET_DIR:-target}/gate/chat-8b-h200" --max-regression 5
 
 # The attention kernels pick AVX2+FMA micro-kernels where the CPU has them; rerun the kernel tests
-# with the slower paths forced, so the portable and AVX2-only code is checked here too.
+# with the slower paths forced, so the portable and AVX2-only code is checked here too. The path
+# is read once per process, so each value is its own run of the integration binary, filtered to
+# the kernel and cpu-oracle tests.
 for path in portable avx2; do
   echo "== kernel tests on the $path code path"
   KVBENCH_KERNEL_PATH=$path cargo test --locked -p kvbench-kernels --test attention
-  KVBENCH_KERNEL_PATH=$path cargo test --locked --test kernels_attention --test kernels_model_oracle --test cpu_oracle
+  KVBENCH_KERNEL_PATH=$path cargo test --locked --test it -- kernels:: backends::cpu_oracle::
 done
 
 echo "== loom: fence/release protocol"

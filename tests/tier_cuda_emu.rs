@@ -4,6 +4,7 @@
 //! device a read before that event sees NaN, which the oracle would catch), and a block that
 //! comes back from the host or the disk gives the oracle's logits — and a wrong onload does not.
 
+#[path = "it/support/tier_cpu/mod.rs"]
 mod tier_cpu_support;
 
 use kvbench::backend::cuda::backend::{take_teardowns, CudaBackend};

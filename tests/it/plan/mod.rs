@@ -1,0 +1,4 @@
+//! `kvbench plan` through the binary.
+
+mod cli;
+mod presets;
