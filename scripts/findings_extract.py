@@ -4,7 +4,7 @@ OUT/findings.json. Every figure is read from a run's own files (plan JSON, summa
 sweep.json, requests.csv, memory.csv, isolation.json); none is typed in. Standard library only.
 
 Figures are named `family.label.[mode.]metric`; findings.md lists each in a table row
-`| `key` | value | interval |` so that tests/findings_script.rs can recompute every one of them
+`| `key` | value | interval |` so that tests/it/scripts/findings.rs can recompute every one of them
 from the same files with its own code.
 
 Intervals: where several seeds ran, a run figure is the mean over seeds with the [min, max] over

@@ -25,7 +25,7 @@ test_log="${CARGO_TARGET_DIR:-target}/check-test-output.log"
 cargo test --workspace --locked -- --nocapture 2>&1 | tee "$test_log"
 bash tests/skips.sh "$test_log"
 
-# The merge gate (README "Throughput at a latency target, compare, gate"): a fresh sweep on the
+# The merge gate (docs/sweep-and-gate.md): a fresh sweep on the
 # deterministic sim backend against the committed baseline; exit 1 on a significant regression
 # beyond 5%, 2 when the workload or scenario definition no longer matches. It uses the binary
 # `cargo test` just built (its integration tests run it), so nothing is compiled again.

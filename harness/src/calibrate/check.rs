@@ -22,7 +22,7 @@ pub const FIGURES: [&str; 7] = [
 ];
 
 /// The target each figure's relative error must meet, as a fraction (±), on the calibration's
-/// own machine (README, "Calibration"): medians, throughput and goodput within 5%, p99s (where
+/// own machine (docs/calibration.md): medians, throughput and goodput within 5%, p99s (where
 /// one slow step weighs) within 10%.
 pub const TARGETS: [(&str, f64); 7] = [
     ("ttft_p50", 0.05),

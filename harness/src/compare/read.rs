@@ -22,22 +22,9 @@ mod sweep;
 use suite::{cell_folders, read_suite};
 use sweep::read_sweep;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Run,
-    Suite,
-    Sweep,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Run => "run",
-            Kind::Suite => "suite",
-            Kind::Sweep => "sweep",
-        }
-    }
-}
+/// What a compared folder is: the kinds kvbench marks its results folders with (compare reads
+/// runs, suites and sweeps).
+pub use crate::results::staging::Kind;
 
 /// What must match for two folders to be comparable.
 #[derive(Debug, Clone, Default, PartialEq)]

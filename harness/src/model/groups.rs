@@ -177,7 +177,7 @@ impl LayerGroup {
     /// `q_per_device` query heads there: QKᵀ and PV at 2 FLOPs a multiply-add. Full and
     /// sliding: `4 × q × head_dim`; MLA in the absorbed form: scores over the latent and the
     /// RoPE part, values over the latent, `2 × q × (2 × latent_dim + rope_dim)`; recurrent: 0
-    /// (its state update is not modelled; see the README).
+    /// (its state update is not modelled; see docs/layer-groups.md).
     pub fn attn_flops_per_pair_per_layer(&self, q_per_device: f64) -> f64 {
         match *self {
             LayerGroup::Full { head_dim, .. } | LayerGroup::Sliding { head_dim, .. } => {

@@ -1,4 +1,4 @@
-//! From searches to the figures of `sweep.json` (schema in SEAM.md / README; fields may be added).
+//! From searches to the figures of `sweep.json` (schema in docs/sweep-and-gate.md; fields may be added).
 //!
 //! Per cache mode, each seed's search brackets its capacity between the highest passing load `a`
 //! and the lowest non-passing one `b` (`b = a` when the search hit its limit without failing).

@@ -21,7 +21,7 @@
 //! A configuration is pruned only when its interval's upper end is at most the centre's lower
 //! end; a centre is a searched configuration, and the best's lower end is the highest searched,
 //! so a pruned configuration's interval lies wholly below the best's — whatever the evaluator
-//! says, since the argument uses only the loads recorded (`tests/tune_search.rs` checks it).
+//! says, since the argument uses only the loads recorded (`tests/it/tune/search.rs` checks it).
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -188,6 +188,8 @@ fn a_prefill_first_prompt_beyond_the_token_budget_fits_the_workspace() {
         "fuzz",
         "--backend",
         "cuda-emu",
+        "--generator",
+        "classic",
         "--seed",
         "1796191032084981358",
         "--emu-seed",

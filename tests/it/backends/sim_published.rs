@@ -4,7 +4,7 @@
 //! FLOPs at the profile's attention rate for their attended length, its K/V or latent reads at
 //! the paged bandwidth, whichever is longer, as the step's roofline takes them), and asserts
 //! every error within 20% of the cited figure. The errors are recomputed here, from the profile
-//! as shipped, and printed (`-- --nocapture`) for the README's table; the cited figures and
+//! as shipped, and printed (`-- --nocapture`) for docs/calibration.md's table; the cited figures and
 //! their sources are beside each case.
 //! No other published per-operator measurement of these devices was found to compare with
 //! (whole-server throughput tables mix scheduling, batching and precision choices into one

@@ -376,7 +376,7 @@ fn a_bad_profile_beside_a_scenario_fails_the_run_with_exit_2() {
     assert!(!dir.path().join("out").exists());
 }
 
-/// The README's calibration figures: every error in the committed `calibration.json` files
+/// The calibration figures of docs/calibration.md: every error in the committed `calibration.json` files
 /// recomputes from the two runs' `summary.json` beside it.
 #[test]
 fn committed_calibration_errors_recompute_from_their_summaries() {

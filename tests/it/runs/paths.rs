@@ -407,3 +407,87 @@ fn report_shows_max_rel_err_and_its_tolerance_recomputed_from_summary() {
     let report = std::fs::read_to_string(sim.join("report.md")).expect("report.md");
     assert!(!report.contains("numerics max rel err"), "{report}");
 }
+
+/// A folder is kvbench's own only by its marker: a `summary.json` alone (anyone's project may
+/// hold one) is not enough, a folder of another command's kind is not replaced by `run`, and a
+/// run folder where someone added a file keeps that file. A folder `run` marked is replaced.
+#[test]
+fn force_replaces_only_a_run_folder_kvbench_marked_holding_only_what_it_wrote() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sc = scenario("quick-basic");
+    let refused = |dir: &Path, why: &str| {
+        let d = dir.to_str().expect("utf-8");
+        let before = entries(dir);
+        let (code, text) = kvbench(&["run", &sc, "--backend", "sim", "--out", d, "--force"]);
+        assert_eq!(code, 2, "{text}");
+        assert!(text.contains(why), "{why:?} not in {text}");
+        assert!(!text.contains("| paged"), "refused before the run: {text}");
+        assert_eq!(entries(dir), before, "nothing deleted");
+    };
+    let lookalike = tmp.path().join("project");
+    std::fs::create_dir(&lookalike).expect("mkdir");
+    std::fs::write(lookalike.join("summary.json"), "{}").expect("write");
+    std::fs::write(lookalike.join("thesis.tex"), "chapter 1").expect("write");
+    refused(&lookalike, "not a kvbench results folder");
+
+    let tune = tmp.path().join("tune");
+    std::fs::create_dir(&tune).expect("mkdir");
+    std::fs::write(tune.join("tune.json"), "{}").expect("write");
+    std::fs::write(
+        tune.join(".kvbench.json"),
+        r#"{"kind": "tune", "format": 1, "files": ["tune.json"]}"#,
+    )
+    .expect("write");
+    refused(&tune, "a kvbench tune folder, not a run folder");
+
+    let mine = tmp.path().join("mine");
+    let m = mine.to_str().expect("utf-8");
+    let (code, text) = kvbench(&["run", &sc, "--backend", "sim", "--out", m]);
+    assert_eq!(code, 0, "{text}");
+    let marker = std::fs::read_to_string(mine.join(".kvbench.json")).expect("marker");
+    for f in ["summary.json", "requests.csv", "trace.jsonl", "memory.csv"] {
+        assert!(
+            marker.contains(&format!("\"{f}\"")),
+            "{f} not listed: {marker}"
+        );
+    }
+    let (code, text) = kvbench(&["run", &sc, "--backend", "sim", "--out", m, "--force"]);
+    assert_eq!(code, 0, "a marked run folder is replaced: {text}");
+    std::fs::write(mine.join("notes.md"), "my notes").expect("write");
+    refused(&mine, "holds notes.md, which kvbench did not write");
+    assert_eq!(
+        std::fs::read_to_string(mine.join("notes.md")).expect("kept"),
+        "my notes"
+    );
+}
+
+/// Flags that can only make a run that proves nothing, or a figure of nothing, are refused with
+/// the flag and file named, before any work.
+#[test]
+fn flags_that_cannot_apply_are_refused_up_front() {
+    let sc = scenario("quick-basic");
+    let (code, text) = kvbench(&[
+        "run",
+        &sc,
+        "--backend",
+        "sim",
+        "--inject-fault",
+        "stale-onload",
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("quick-basic.toml: cache.host_tier: --inject-fault stale-onload"),
+        "{text}"
+    );
+    assert!(!text.contains("| paged"), "refused before the run: {text}");
+    let (code, text) = kvbench(&["plan", "--preset", "llama3-8b", "--host-tier", "0 GiB"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--host-tier `0 GiB`"), "{text}");
+    let trace = repo().join("scenarios/traces/mooncake-mini.jsonl");
+    let t = trace.to_str().expect("utf-8");
+    for flag in ["--hash-block-tokens", "--block-size"] {
+        let (code, text) = kvbench(&["trace", "stats", t, flag, "0"]);
+        assert_eq!(code, 2, "{flag}: {text}");
+        assert!(text.contains(flag), "{flag}: {text}");
+    }
+}

@@ -315,7 +315,7 @@ fn grid_point<E: KvElem>(
         .collect();
     // The two layouts place different values at a given logical position (one storage, two
     // address maps), so outputs differ; their equality on equal data is tested elsewhere
-    // (tests/kernels_attention.rs).
+    // (tests/it/kernels/attention.rs).
     let (mut out_p, mut out_x, mut out_c) = (
         vec![0f32; q.len()],
         vec![0f32; q.len()],
