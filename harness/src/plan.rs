@@ -104,7 +104,9 @@ fn is_zero(x: &u64) -> bool {
 }
 
 impl PlanInput {
-    fn check(&self) -> Result<(), PlanError> {
+    /// Whether every figure can be computed: the shape and sizes are physical and fit 64 bits.
+    /// Each `compute` runs it first; `kvbench plan` runs it alone to blame the flag at fault.
+    pub fn check(&self) -> Result<(), PlanError> {
         if self.block_size == 0 || !self.block_size.is_power_of_two() {
             return Err(PlanError::BlockSize(self.block_size));
         }

@@ -79,6 +79,27 @@ pub struct Grid {
     pub points: Vec<Point>,
 }
 
+impl Grid {
+    /// Every sample that cannot be a step's wall time, as `points[I].samples_s[J]: message`: a
+    /// time is finite and above zero. The fit takes each point's median as a measurement, so a
+    /// negative or zero time (an edited file, a clock that stepped back) would pull the fitted
+    /// constants silently, and a point whose median is not positive would drop out unremarked.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, p) in self.points.iter().enumerate() {
+            for (j, &t) in p.samples_s.iter().enumerate() {
+                if !(t.is_finite() && t > 0.0) {
+                    out.push(format!(
+                        "points[{i}].samples_s[{j}]: a step time must be finite and above 0 s, \
+                         got {t}"
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The 1-minute load average (Linux), if readable.
 pub fn load_average() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;

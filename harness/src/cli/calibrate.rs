@@ -251,5 +251,16 @@ fn read_grid(path: &Path) -> anyhow::Result<Grid> {
             calibrate::grid::GRID_FORMAT
         );
     }
+    let problems = grid.problems();
+    if !problems.is_empty() {
+        anyhow::bail!(
+            "{}",
+            problems
+                .iter()
+                .map(|p| format!("{}: {p}", path.display()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
     Ok(grid)
 }

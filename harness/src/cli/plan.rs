@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use crate::backend::sim::link::HostLink;
 use crate::backend::sim::profile::DeviceProfile;
 use crate::model::{Dtype, KvScale, ModelShape};
-use crate::plan::{DistributionPlan, Plan, PlanInput, TierPlan, WeightsPlan};
+use crate::plan::{DistributionPlan, Plan, PlanError, PlanInput, TierPlan, WeightsPlan};
 use crate::scenario::{self, Reservation};
 use crate::units::{format_bytes, parse_bytes};
 use crate::workload;
@@ -166,6 +166,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         reservation,
         budget_bytes,
     };
+    // Checked before any figure, so the message names the flag whose value is refused (each
+    // figure would otherwise carry the context of the one being computed).
+    input.check().map_err(|e| {
+        let flag = blame(&e, &a);
+        anyhow::Error::new(e).context(flag)
+    })?;
     // The weights are priced for a named shape only: flags alone give no d_model or vocab.
     let weights = if a.preset.is_some() || loaded.is_some() {
         Some(WeightsPlan::of(&input.shape)?)
@@ -206,7 +212,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let single = match a.tokens {
-        Some(t) => Some(Plan::compute(&input, t).context("--tokens")?),
+        Some(t) => Some(Plan::compute(&input, t).map_err(|e| {
+            // Longer than the reservation: either flag may be the one to change.
+            let flag = match (&e, a.max_seq_len) {
+                (PlanError::TooLong { .. }, Some(_)) => "--tokens, --max-seq-len",
+                _ => "--tokens",
+            };
+            anyhow::Error::new(e).context(flag)
+        })?),
         None => None,
     };
     let dist = match &loaded {
@@ -258,6 +271,61 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         print!("{}", render_tier(t));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The flag (or flags) whose value `e` refuses. A value no flag gave comes from `--preset` or
+/// `--scenario`, whose own checks pass only values a plan can use, so that is named last.
+fn blame(e: &PlanError, a: &Args) -> String {
+    let source = match (&a.preset, &a.scenario) {
+        (Some(_), _) => "--preset",
+        (None, Some(_)) => "--scenario",
+        (None, None) => "--layers, --kv-heads, --head-dim",
+    };
+    let given = |flags: &[(&'static str, bool)]| -> String {
+        let named: Vec<&str> = flags
+            .iter()
+            .filter_map(|&(f, set)| set.then_some(f))
+            .collect();
+        match named.is_empty() {
+            true => source.to_string(),
+            false => named.join(", "),
+        }
+    };
+    let shape = [
+        ("--layers", a.layers.is_some()),
+        ("--kv-heads", a.kv_heads.is_some()),
+        ("--head-dim", a.head_dim.is_some()),
+        ("--dtype", a.dtype.is_some()),
+    ];
+    match e {
+        PlanError::BlockSize(_) => given(&[("--block-size", a.block_size.is_some())]),
+        PlanError::Zero("layers") => given(&[("--layers", a.layers.is_some())]),
+        PlanError::Zero("kv_heads") => given(&[("--kv-heads", a.kv_heads.is_some())]),
+        PlanError::Zero("head_dim") => given(&[("--head-dim", a.head_dim.is_some())]),
+        PlanError::Zero("tp") => given(&[("--tp", a.tp.is_some())]),
+        PlanError::Zero("max_seq_len") => given(&[("--max-seq-len", a.max_seq_len.is_some())]),
+        PlanError::TpDoesNotDivide { .. } => given(&[
+            ("--tp", a.tp.is_some()),
+            ("--kv-heads", a.kv_heads.is_some()),
+        ]),
+        PlanError::GroupLayers { .. } => given(&[("--layers", a.layers.is_some())]),
+        PlanError::Overflow("bytes per token") => given(&shape),
+        PlanError::Overflow("reservation bytes") => given(
+            &[
+                ("--max-seq-len", a.max_seq_len.is_some()),
+                ("--block-size", a.block_size.is_some()),
+            ]
+            .into_iter()
+            .chain(shape)
+            .collect::<Vec<_>>(),
+        ),
+        PlanError::Overflow("scale bytes") => given(&[
+            ("--layers", a.layers.is_some()),
+            ("--kv-heads", a.kv_heads.is_some()),
+            ("--kv-scale", a.kv_scale.is_some()),
+        ]),
+        _ => source.to_string(),
+    }
 }
 
 /// Billions, to three significant decimals.

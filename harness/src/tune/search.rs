@@ -18,6 +18,9 @@
 //! the centre's; the search ends when none is (a local optimum), or when the time budget is
 //! spent.
 //!
+//! In the contiguous mode a knob of a lower tier never moves ([`Space::distinct_in`]): the
+//! baseline has no tiers, so each of its values would be the same configuration measured again.
+//!
 //! A configuration is pruned only when its interval's upper end is at most the centre's lower
 //! end; a centre is a searched configuration, and the best's lower end is the highest searched,
 //! so a pruned configuration's interval lies wholly below the best's — whatever the evaluator
@@ -279,7 +282,7 @@ pub fn search_mode<E: Evaluator>(
         };
         let fresh: Vec<Config> = around
             .into_iter()
-            .filter(|n| !seen.contains_key(n))
+            .filter(|n| space.distinct_in(mode, n) && !seen.contains_key(n))
             .collect();
         if fresh.is_empty() {
             break;

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use kvbench_cache_api::CacheMode;
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::{Diagnostic, Origin, Scenario, SourceMap};
@@ -16,6 +17,27 @@ pub type Config = Vec<usize>;
 /// Tables a knob may live in: the serving configuration. The model, device, traffic and SLO are
 /// the question being asked, and the rate is the axis every configuration is searched along.
 pub const KNOB_TABLES: [&str; 3] = ["cache", "scheduler", "memory"];
+
+/// Tables whose knobs configure only the paged cache: the contiguous baseline runs without lower
+/// tiers (`experiment/tiers.rs`), so to it every value of such a knob is one configuration.
+pub const PAGED_ONLY_TABLES: [&str; 2] = ["cache.host_tier", "cache.disk_tier"];
+
+/// Whether two values of a knob are one: equal, or two byte sizes of the same bytes however
+/// spelled ("1 MiB" and "1024 KiB"), which a run reads as the same capacity.
+pub fn same_value(a: &toml::Value, b: &toml::Value) -> bool {
+    if a == b {
+        return true;
+    }
+    match (a, b) {
+        (toml::Value::String(x), toml::Value::String(y)) => {
+            match (crate::units::parse_bytes(x), crate::units::parse_bytes(y)) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
 
 /// A value left out of the default space because the scenario refuses it on its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,7 +65,7 @@ impl Knob {
     pub fn new(key: &str, mut values: Vec<toml::Value>, own: Option<toml::Value>) -> Knob {
         let ordered = values.iter().chain(own.iter()).all(|v| number(v).is_some());
         if let Some(o) = &own {
-            if !values.contains(o) {
+            if !values.iter().any(|v| same_value(v, o)) {
                 values.push(o.clone());
             }
         }
@@ -58,7 +80,7 @@ impl Knob {
         let start = match &own {
             Some(o) => values
                 .iter()
-                .position(|v| v.as_ref() == Some(o))
+                .position(|v| v.as_ref().is_some_and(|v| same_value(v, o)))
                 .unwrap_or(0),
             None => {
                 values.insert(0, None);
@@ -72,6 +94,16 @@ impl Knob {
             start,
             left_out: Vec::new(),
         }
+    }
+
+    /// Whether the knob changes anything in a `mode` run ([`PAGED_ONLY_TABLES`]).
+    pub fn applies_to(&self, mode: CacheMode) -> bool {
+        mode == CacheMode::Paged
+            || !PAGED_ONLY_TABLES.iter().any(|t| {
+                self.key
+                    .strip_prefix(t)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
     }
 
     /// The value at `i` as text (`as written` for the scenario's unset key).
@@ -100,6 +132,16 @@ impl Space {
     /// The scenario as written: every knob at its own value.
     pub fn start(&self) -> Config {
         self.knobs.iter().map(|k| k.start).collect()
+    }
+
+    /// Whether `c` is a configuration of its own in a `mode` run: every knob that changes nothing
+    /// there ([`Knob::applies_to`]) stays at the scenario's value, so no two configurations
+    /// searched in that mode differ only in such a knob.
+    pub fn distinct_in(&self, mode: CacheMode, c: &Config) -> bool {
+        self.knobs
+            .iter()
+            .zip(c)
+            .all(|(k, &i)| k.applies_to(mode) || i == k.start)
     }
 
     /// How many knobs `c` moves away from the scenario's values.
@@ -365,8 +407,17 @@ pub fn parse_space(
         let mut seen: Vec<&toml::Value> = Vec::new();
         let mut bad = false;
         for v in &values {
-            if seen.contains(&v) {
-                problems.push(p(format!("{v} is listed twice")));
+            if let Some(first) = seen.iter().find(|w| same_value(w, v)) {
+                let bytes = v
+                    .as_str()
+                    .and_then(|t| crate::units::parse_bytes(t).ok())
+                    .filter(|_| *first != v);
+                problems.push(p(match bytes {
+                    None => format!("{v} is listed twice"),
+                    Some(b) => {
+                        format!("{first} and {v} are the same size ({b} bytes): list it once")
+                    }
+                }));
                 bad = true;
                 continue;
             }

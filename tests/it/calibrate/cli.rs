@@ -242,6 +242,63 @@ fn a_bad_profile_for_check_exits_2_naming_file_line_and_key() {
     assert!(!out.exists());
 }
 
+/// A grid's step times are wall times: a negative or zero one (an edited file, a clock that
+/// stepped back) is refused before the fit, naming the file and the sample, and nothing is
+/// written; the same grid with the sample restored fits.
+#[test]
+fn a_grid_with_a_step_time_that_is_not_positive_is_refused_naming_the_sample() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/devices/cpu.grid.json"),
+    )
+    .expect("grid");
+    let grid: serde_json::Value = serde_json::from_str(&shipped).expect("json");
+    for (label, sample, shown) in [
+        ("negative", "-0.001", "-0.001"),
+        ("zero", "0.0", "0"),
+        ("huge", "1e999", ""),
+    ] {
+        let mut g = grid.clone();
+        g["points"][2]["samples_s"][1] = serde_json::json!(0.125);
+        // Written by hand: JSON numbers as the file would carry them (1e999 is not finite).
+        let text = serde_json::to_string_pretty(&g)
+            .expect("render")
+            .replacen("0.125", sample, 1);
+        let path = dir.path().join(format!("{label}.grid.json"));
+        std::fs::write(&path, text).expect("write");
+        let out = dir.path().join(format!("{label}.toml"));
+        let (code, text) = kvbench(&[
+            "calibrate",
+            "--from-grid",
+            path.to_str().expect("utf-8"),
+            "--out",
+            out.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(code, 2, "{label}: {text}");
+        let named = match label {
+            "huge" => format!("{}: not a grid file", path.display()),
+            _ => format!(
+                "{}: points[2].samples_s[1]: a step time must be finite and above 0 s, got {shown}",
+                path.display(),
+            ),
+        };
+        assert!(text.contains(&named), "{label}: {text}");
+        assert!(!out.exists(), "{label}: a refused grid writes nothing");
+    }
+    let path = dir.path().join("shipped.grid.json");
+    std::fs::write(&path, &shipped).expect("write");
+    let out = dir.path().join("shipped.toml");
+    let (code, text) = kvbench(&[
+        "calibrate",
+        "--from-grid",
+        path.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(out.is_file());
+}
+
 /// Burns one core per thread until `stop` is set.
 fn burn(stop: &std::sync::atomic::AtomicBool) {
     let mut x = 1u64;

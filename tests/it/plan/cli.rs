@@ -137,3 +137,73 @@ fn non_physical_shapes_are_refused_not_wrapped() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("overflow"), "{err}");
 }
+
+/// Each refused value is blamed on its own flag, not on `--tokens` (the figure being computed)
+/// or `--host-tier`.
+#[test]
+fn a_bad_value_names_its_own_flag() {
+    for (extra, flag, needle) in [
+        (
+            vec!["--tp", "3"],
+            "--tp",
+            "tensor-parallel degree 3 does not divide 8 KV heads",
+        ),
+        (vec!["--tp", "0"], "--tp", "tp must be at least 1"),
+        (
+            vec!["--block-size", "12"],
+            "--block-size",
+            "block size 12 must be a power of two",
+        ),
+        (
+            vec!["--block-size", "0"],
+            "--block-size",
+            "block size 0 must be a power of two",
+        ),
+        (
+            vec!["--kv-heads", "0"],
+            "--kv-heads",
+            "kv_heads must be at least 1",
+        ),
+        (
+            vec!["--kv-heads", "3", "--tp", "2"],
+            "--tp, --kv-heads",
+            "does not divide 3 KV heads",
+        ),
+        (
+            vec!["--max-seq-len", "0"],
+            "--max-seq-len",
+            "max_seq_len must be at least 1",
+        ),
+        (
+            vec!["--max-seq-len", "4294967295", "--block-size", "1048576"],
+            "--max-seq-len, --block-size",
+            "overflow",
+        ),
+        (
+            vec!["--max-seq-len", "100"],
+            "--tokens, --max-seq-len",
+            "exceeds max_seq_len 100",
+        ),
+    ] {
+        let args: Vec<&str> = ["--preset", "llama3-8b", "--tokens", "1024"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let out = plan(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("error: {flag}: ")) && err.contains(needle),
+            "{args:?}: the message must name {flag}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: printed a plan");
+    }
+    // Without --tokens the refusal is the flag's too, not the host tier's.
+    let out = plan(&["--preset", "llama3-8b", "--tp", "3", "--host-tier", "1 GiB"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("error: --tp: tensor-parallel degree 3"),
+        "{err}"
+    );
+}

@@ -80,6 +80,137 @@ fn validate_rejects_a_malformed_file_with_file_line_and_exit_2() {
     );
 }
 
+/// `quick-basic` written into `dir` as `name` with its `device` line replaced; returns the path
+/// and the line the device is on.
+fn quick_basic_on(dir: &Path, name: &str, device: &str) -> (PathBuf, usize) {
+    let text = std::fs::read_to_string(root().join("scenarios/quick-basic.toml")).expect("read");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("device ="))
+        .expect("a device line")
+        + 1;
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with("device =") {
+            true => format!("device = {device:?}\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    (path, line)
+}
+
+/// A device no profile describes is refused by `validate` as `run` refuses it, at the key.
+#[test]
+fn validate_refuses_an_unknown_device_as_run_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, line) = quick_basic_on(dir.path(), "tpu.toml", "tpu9");
+    let p = path.to_str().expect("utf-8");
+    let out = kvbench(&["validate", p]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{p}:{line}:1: device: unknown device profile \"tpu9\""
+        )),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(": ok"));
+    // The same name through `--set` is blamed on the override.
+    let good = root().join("scenarios/quick-basic.toml");
+    let out = kvbench(&[
+        "validate",
+        good.to_str().unwrap_or(""),
+        "--set",
+        "device=tpu9",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--set device: unknown device profile \"tpu9\""),
+        "{err}"
+    );
+    // What `run` says of it, before any work.
+    let results = dir.path().join("out");
+    let out = kvbench(&[
+        "run",
+        p,
+        "--backend",
+        "sim",
+        "--out",
+        results.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown device profile \"tpu9\""), "{err}");
+    assert!(!results.exists());
+}
+
+/// A malformed `devices/NAME.toml` beside the scenario is what `run` loads, so `validate` checks
+/// it too and reports its problems at their lines in the profile.
+#[test]
+fn validate_checks_the_device_profile_beside_the_scenario() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, line) = quick_basic_on(dir.path(), "local.toml", "cpu");
+    let p = path.to_str().expect("utf-8");
+    let out = kvbench(&["validate", p]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::create_dir(dir.path().join("devices")).expect("devices/");
+    let profile = dir.path().join("devices/cpu.toml");
+    let text = std::fs::read_to_string(root().join("scenarios/devices/cpu.toml")).expect("read");
+    let flops_line = text
+        .lines()
+        .position(|l| l.starts_with("peak_flops_per_s ="))
+        .expect("peak_flops_per_s")
+        + 1;
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with("peak_flops_per_s =") {
+            true => "peak_flops_per_s = -1.0\n".to_string(),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&profile, text).expect("write");
+    let out = kvbench(&["validate", p]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:{flops_line}:1: peak_flops_per_s: must be between",
+            profile.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{p}:{line}:1: device: ")), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(": ok"));
+    // `run` refuses it with the same line.
+    let results = dir.path().join("out");
+    let out = kvbench(&[
+        "run",
+        p,
+        "--backend",
+        "sim",
+        "--out",
+        results.to_str().expect("utf-8"),
+    ]);
+    let run_err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{run_err}");
+    assert!(
+        run_err.contains(&format!(
+            "{}:{flops_line}:1: peak_flops_per_s: must be between",
+            profile.display()
+        )),
+        "{run_err}"
+    );
+    assert!(!results.exists());
+}
+
 #[test]
 fn validate_applies_overrides() {
     let good = root().join("scenarios/quick-basic.toml");

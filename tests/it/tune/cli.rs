@@ -378,6 +378,63 @@ fn a_bad_space_file_exits_2_naming_file_line_and_key_and_writes_nothing() {
     }
 }
 
+/// A host-tier capacity is one value however it is spelled ("64 MiB" and "65536 KiB" would be
+/// one configuration searched twice): refused like a value listed twice, before any work.
+#[test]
+fn a_capacity_spelled_twice_in_a_space_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (scenario, space) = files(
+        dir.path(),
+        "# a space\n[cache.host_tier]\ncapacity = [\"64 MiB\", \"65536 KiB\"]\n",
+    );
+    let out = dir.path().join("out");
+    let (code, text) = tune(
+        &scenario,
+        &space,
+        &out,
+        &["--set", "scheduler.prefix_cache=true"],
+    );
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains(
+            "space.toml:3:1: cache.host_tier.capacity: \"64 MiB\" and \"65536 KiB\" are the same \
+             size (67108864 bytes)"
+        ),
+        "{text}"
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+/// The contiguous baseline has no host tier, so its search tries the scenario as written only,
+/// where the paged search tries each capacity.
+#[test]
+fn the_contiguous_mode_does_not_search_a_host_tier_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let (scenario, space) = files(
+        dir.path(),
+        "[cache.host_tier]\ncapacity = [\"64 MiB\", \"128 MiB\"]\n",
+    );
+    let out = dir.path().join("out");
+    let (code, text) = tune(
+        &scenario,
+        &space,
+        &out,
+        &["--set", "scheduler.prefix_cache=true"],
+    );
+    assert_eq!(code, 0, "{text}");
+    let (j, _) = read_json(&out);
+    let tried = |cache: &str| -> Vec<&ConfigJson> {
+        j.configurations
+            .iter()
+            .filter(|c| c.cache == cache)
+            .collect()
+    };
+    let contiguous = tried("contiguous");
+    assert_eq!(contiguous.len(), 1, "{contiguous:?}");
+    assert!(contiguous[0].set.is_empty(), "{contiguous:?}");
+    assert_eq!(tried("paged").len(), 3);
+}
+
 /// A scenario where the block size alone decides the rate at target. `sim`'s step cost has no
 /// block-size term (`backend/sim/cost.rs`: weights, K/V bytes read and written, FLOPs, per-step
 /// and per-sequence overheads — paged attention's penalty is per byte, not per block), so a block

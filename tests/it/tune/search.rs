@@ -541,3 +541,77 @@ fn the_coarse_pass_crosses_a_plateau_the_neighbour_search_stops_at() {
         assert!(i.lo <= by_block[3] && by_block[3] < i.hi, "{name}: {i:?}");
     }
 }
+
+/// The contiguous baseline has no host tier: its search never moves the host-tier capacity (two
+/// configurations that differ only there are one run measured twice), while the paged search
+/// tries every capacity, coarse pass or not.
+#[test]
+fn the_contiguous_search_does_not_vary_a_host_tier_knob() {
+    let text = |xs: &[&str]| xs.iter().map(|&x| toml::Value::from(x)).collect();
+    let space = Space {
+        knobs: vec![
+            int_knob("cache.block_size", &[8, 16, 32], 16),
+            Knob::new(
+                "cache.host_tier.capacity",
+                text(&["1 GiB", "4 GiB"]),
+                Some("2 GiB".into()),
+            ),
+        ],
+    };
+    let host = space.knobs[1].start;
+    // Each larger tier is better for the paged cache, so a search that may move it does.
+    let caps: BTreeMap<Config, f64> = all_configs(&space)
+        .into_iter()
+        .map(|c| {
+            let tier = 1.0 + c[1] as f64;
+            let block = 1.0 + c[0] as f64;
+            (c, 10.0 * tier * block)
+        })
+        .collect();
+    let e = Synthetic::new(caps, 8.0);
+    for coarse_first in [true, false] {
+        let cfg = SearchConfig {
+            coarse_first,
+            ..cfg()
+        };
+        let modes = search::search(&e, &space, &cfg).unwrap();
+        let contiguous = &modes[1];
+        assert_eq!(contiguous.mode, CacheMode::Contiguous);
+        for t in &contiguous.tried {
+            assert_eq!(
+                t.config[1],
+                host,
+                "contiguous tried host-tier capacity {} (coarse pass {coarse_first})",
+                space.knobs[1].text(t.config[1])
+            );
+        }
+        // The block size still moves there.
+        assert!(contiguous.tried.iter().any(|t| t.config[0] != 1));
+        let paged = &modes[0];
+        assert!(
+            paged.tried.iter().any(|t| t.config[1] != host),
+            "the paged search moves the host tier (coarse pass {coarse_first})"
+        );
+    }
+}
+
+/// A capacity is one value however it is spelled: the scenario's "1 MiB" is the list's
+/// "1024 KiB", not a third value beside it.
+#[test]
+fn a_knob_counts_a_capacity_once_however_it_is_spelled() {
+    let k = Knob::new(
+        "cache.host_tier.capacity",
+        vec!["1024 KiB".into(), "2 MiB".into()],
+        Some("1 MiB".into()),
+    );
+    assert_eq!(k.values.len(), 2, "{:?}", k.values);
+    assert_eq!(k.text(k.start), "\"1024 KiB\"");
+    assert!(kvbench::tune::space::same_value(
+        &"1 MiB".into(),
+        &"1048576".into()
+    ));
+    assert!(!kvbench::tune::space::same_value(
+        &"1 MiB".into(),
+        &"2 MiB".into()
+    ));
+}

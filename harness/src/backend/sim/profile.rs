@@ -167,26 +167,44 @@ impl DeviceProfile {
     /// The profile called `name`: `<scenario_dir>/devices/<name>.toml` if it exists, else the
     /// built-in copy of `scenarios/devices/<name>.toml`.
     pub fn load(name: &str, scenario_dir: Option<&Path>) -> Result<DeviceProfile, BackendError> {
+        Self::find(name, scenario_dir)?
+            .ok_or_else(|| BackendError::Config(format!("device: {}", Self::unknown(name))))
+    }
+
+    /// [`DeviceProfile::load`], with `None` where no profile has that name: `kvbench validate`
+    /// places that at the scenario's `device` key, where a run can only say it.
+    pub fn find(
+        name: &str,
+        scenario_dir: Option<&Path>,
+    ) -> Result<Option<DeviceProfile>, BackendError> {
         if let Some(dir) = scenario_dir {
             let path = dir.join("devices").join(format!("{name}.toml"));
             if path.is_file() {
-                return Self::load_file(&path);
+                return Self::load_file(&path).map(Some);
             }
         }
-        match BUILTIN.iter().find(|(n, _)| *n == name) {
-            Some((n, text)) => Self::parse(
-                text,
-                Some(Path::new(&format!("scenarios/devices/{n}.toml"))),
-            ),
-            None => Err(BackendError::Config(format!(
-                "device: unknown device profile {name:?} (known: {})",
-                BUILTIN
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
+        BUILTIN
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(n, text)| {
+                Self::parse(
+                    text,
+                    Some(Path::new(&format!("scenarios/devices/{n}.toml"))),
+                )
+            })
+            .transpose()
+    }
+
+    /// Why `name` is no device profile, with the names that are.
+    pub fn unknown(name: &str) -> String {
+        format!(
+            "unknown device profile {name:?} (known: {})",
+            BUILTIN
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     }
 
     /// A profile file given by path (`kvbench calibrate --check --profile FILE`).
