@@ -200,7 +200,7 @@ fn check(a: &Args) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("results/latest/calibration-{}", sc.name)));
     let staging =
-        crate::results::Staging::begin(&out, crate::results::staging::Kind::Calibration, a.force)?;
+        crate::results::Staging::begin(&out, crate::results::marker::Kind::Calibration, a.force)?;
     let c = calibrate::check::check(&sc, a.backend, &profile, a.seed)?;
     crate::results::calibration::write(&c, profile_path, staging)
         .with_context(|| format!("writing {}", out.display()))?;

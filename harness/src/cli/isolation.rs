@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // `isolation` has no --force: the generic "use --force" hint would name a flag it lacks.
     crate::results::staging::check_target(
         &args.out,
-        crate::results::staging::Kind::Isolation,
+        crate::results::marker::Kind::Isolation,
         false,
     )
     .map_err(|e| match e {

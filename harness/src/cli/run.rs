@@ -192,7 +192,7 @@ pub fn plan_targets(
                 s.name
             );
         }
-        results::check_target(&dir, results::staging::Kind::Run, replace)?;
+        results::check_target(&dir, results::marker::Kind::Run, replace)?;
         out.push(dir);
     }
     Ok(out)
@@ -213,7 +213,7 @@ pub fn run_one(
     out: &Path,
     replace: bool,
 ) -> anyhow::Result<(Experiment, Vec<String>)> {
-    let staging = results::Staging::begin(out, results::staging::Kind::Run, replace)?;
+    let staging = results::Staging::begin(out, results::marker::Kind::Run, replace)?;
     let exp = experiment::run_streaming(s, opts, staging).map_err(|e| match e {
         experiment::ExperimentError::Engine { .. } => anyhow::Error::new(e).context(ExitStatus(1)),
         other => anyhow::Error::new(other),

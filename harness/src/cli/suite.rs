@@ -228,7 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Everything the suite will write is checked before the first cell runs.
     for cell in &selected {
         let dir = results::scenario_folder(&out, &cell.dir)?;
-        results::check_target(&dir, results::staging::Kind::Run, true)?;
+        results::check_target(&dir, results::marker::Kind::Run, true)?;
     }
     for table_file in ["suite.csv", "suite.md", "suite.json", "report.html"] {
         let path = out.join(table_file);

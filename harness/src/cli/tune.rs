@@ -95,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )
         .map_err(|e| bad(e.to_string()))?,
     };
-    crate::results::staging::check_target(&out, crate::results::staging::Kind::Tune, args.force)
+    crate::results::staging::check_target(&out, crate::results::marker::Kind::Tune, args.force)
         .map_err(|e| bad(e.to_string()))?;
     let first = args.seed.unwrap_or(s.seed);
     let seeds = (0..u64::from(args.seeds))

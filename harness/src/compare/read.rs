@@ -24,7 +24,7 @@ use sweep::read_sweep;
 
 /// What a compared folder is: the kinds kvbench marks its results folders with (compare reads
 /// runs, suites and sweeps).
-pub use crate::results::staging::Kind;
+pub use crate::results::marker::Kind;
 
 /// What must match for two folders to be comparable.
 #[derive(Debug, Clone, Default, PartialEq)]

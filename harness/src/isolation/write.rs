@@ -419,7 +419,7 @@ pub fn probes_csv(results: &[ScopeResult]) -> String {
 
 /// Write the three files into `out` (which must not exist yet) all at once.
 pub fn write(out: &Path, j: &IsolationJson, results: &[ScopeResult]) -> Result<(), ResultsError> {
-    let staging = Staging::begin(out, crate::results::staging::Kind::Isolation, false)?;
+    let staging = Staging::begin(out, crate::results::marker::Kind::Isolation, false)?;
     let io = |p: &Path, e: std::io::Error| ResultsError::Io {
         path: p.to_path_buf(),
         err: e,

@@ -14,6 +14,7 @@ pub mod calibration;
 pub mod env;
 pub mod experiment;
 pub mod html;
+pub mod marker;
 pub mod perfetto;
 pub mod plot;
 pub mod report;
@@ -79,7 +80,7 @@ pub fn write(
     force: bool,
     trace_tokens: bool,
 ) -> Result<(), ResultsError> {
-    let staging = Staging::begin(out, staging::Kind::Run, force)?;
+    let staging = Staging::begin(out, marker::Kind::Run, force)?;
     write_into(exp, staging, trace_tokens)
 }
 

@@ -247,8 +247,8 @@ fn io(p: &Path, e: std::io::Error) -> String {
 /// without `force`, and — whatever `force` says — a folder that is neither empty nor a sweep
 /// folder kvbench marked (`results::staging::check_target`): that is someone's data.
 pub fn check_target(out: &Path, force: bool) -> Result<(), String> {
-    use crate::results::{staging, ResultsError};
-    staging::check_target(out, staging::Kind::Sweep, force).map_err(|e| match e {
+    use crate::results::{marker, staging, ResultsError};
+    staging::check_target(out, marker::Kind::Sweep, force).map_err(|e| match e {
         ResultsError::NotAFolder(_) => format!("{}: exists and is not a folder", out.display()),
         ResultsError::NotResults { why, .. } => format!(
             "{}: not a sweep folder ({why}); refusing to replace it",
@@ -281,7 +281,7 @@ pub fn write_folder(j: &SweepJson, out: &Path, force: bool) -> Result<(), String
         text.push('\n');
         std::fs::write(tmp.join("sweep.json"), text).map_err(|e| io(&tmp, e))?;
         std::fs::write(tmp.join("sweep.md"), markdown(j)).map_err(|e| io(&tmp, e))?;
-        crate::results::staging::mark(&tmp, crate::results::staging::Kind::Sweep)
+        crate::results::marker::mark(&tmp, crate::results::marker::Kind::Sweep)
             .map_err(|e| e.to_string())?;
         if out.exists() {
             std::fs::rename(out, &old).map_err(|e| io(out, e))?;

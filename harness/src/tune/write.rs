@@ -573,7 +573,7 @@ fn shell_word(w: &str) -> String {
 /// place). The page is rendered before anything is staged, so a failed chart writes nothing.
 pub fn write_folder(j: &TuneJson, out: &Path, replace: bool) -> Result<(), ResultsError> {
     let html = super::html::report(j)?;
-    let staging = Staging::begin(out, crate::results::staging::Kind::Tune, replace)?;
+    let staging = Staging::begin(out, crate::results::marker::Kind::Tune, replace)?;
     let io = |p: &Path, e: std::io::Error| ResultsError::Io {
         path: p.to_path_buf(),
         err: e,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use kvbench::experiment::{self, RunOptions};
 use kvbench::metrics::timeline::Resolution;
-use kvbench::results::staging::Kind;
+use kvbench::results::marker::Kind;
 use kvbench::results::{self, Staging};
 use kvbench::scenario::Scenario;
 use proptest::prelude::*;

@@ -411,7 +411,7 @@ fn run_both_paths(root: &Path, s: &Scenario) -> PathBuf {
         collected.failures()
     );
     results::write(&collected, &a, true, true).expect("collect write");
-    let staging = Staging::begin(&b, kvbench::results::staging::Kind::Run, true).expect("staging");
+    let staging = Staging::begin(&b, kvbench::results::marker::Kind::Run, true).expect("staging");
     let streamed = experiment::run_streaming(s, &opts(), staging).expect("streaming run");
     for (x, y) in collected.runs.iter().zip(&streamed.runs) {
         assert_eq!(x.metrics, y.metrics, "metrics of {}", x.end.mode.name());

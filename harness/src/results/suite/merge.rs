@@ -140,7 +140,7 @@ pub fn combine(shards: &[PathBuf]) -> Result<(SuiteMeta, BTreeMap<usize, PathBuf
 /// one); returns the merged metadata.
 pub fn merge(shards: &[PathBuf], out: &Path, force: bool) -> Result<SuiteMeta, MergeError> {
     let (meta, owner) = combine(shards)?;
-    let staging = Staging::begin(out, crate::results::staging::Kind::Suite, force)?;
+    let staging = Staging::begin(out, crate::results::marker::Kind::Suite, force)?;
     for cell in &meta.plan {
         if let Some(shard) = owner.get(&cell.index) {
             // `cell.dir` is a slug (checked by `read`): both paths stay in their folders.
