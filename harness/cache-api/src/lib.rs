@@ -227,6 +227,27 @@ impl Accounting {
     }
 }
 
+/// The token ids a manager keyed a sequence's blocks by ([`KvCacheManager::keyed_tokens`]), lent
+/// in the two pieces a manager may keep them in (a prompt, then the tokens it was told), so the
+/// engine's check of every running sequence copies nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyedTokens<'a> {
+    pub head: &'a [u32],
+    pub tail: &'a [u32],
+}
+
+impl<'a> KeyedTokens<'a> {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &'a u32> + 'a {
+        self.head.iter().chain(self.tail)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PrefixStats {
     pub lookups: u64,
@@ -341,7 +362,7 @@ pub trait KvCacheManager: Send {
     /// where it keys nothing for `seq`. The engine checks it against the tokens the sequence
     /// really holds: a key built on a wrong token names a block another prompt will hit, and
     /// that read is wrong long before any check of the data could see it.
-    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+    fn keyed_tokens(&self, seq: SeqId) -> Option<KeyedTokens<'_>> {
         let _ = seq;
         None
     }

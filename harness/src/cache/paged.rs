@@ -29,9 +29,9 @@
 use std::sync::Arc;
 
 use kvbench_cache_api::{
-    Accounting, AllocError, CacheMode, CopyOp, Fault, KvCacheManager, PrefixHit, PrefixStats,
-    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, Tier, TierHits, TierOp,
-    TierStats,
+    Accounting, AllocError, CacheMode, CopyOp, Fault, KeyedTokens, KvCacheManager, PrefixHit,
+    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, Tier,
+    TierHits, TierOp, TierStats,
 };
 
 use super::check::{check_paged, quiescent_paged};
@@ -286,10 +286,13 @@ impl KvCacheManager for PagedCache {
         Ok(copies)
     }
 
-    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+    fn keyed_tokens(&self, seq: SeqId) -> Option<KeyedTokens<'_>> {
         let s = self.seqs.get(&seq)?;
         s.scope.as_ref()?;
-        Some(s.prompt.iter().chain(&s.generated).copied().collect())
+        Some(KeyedTokens {
+            head: &s.prompt,
+            tail: &s.generated,
+        })
     }
 
     fn append_cost(&self, seq_id: SeqId) -> u64 {

@@ -95,10 +95,12 @@ impl Engine<'_> {
 
     /// The first stream whose cache keys its blocks by tokens other than those it holds (its
     /// prompt, then the tokens it sampled), if any: the manager must never be told a token the
-    /// stream has not sampled yet, or one from another position.
-    fn keyed_tokens_disagree(&mut self) -> Option<String> {
-        for i in 0..self.streams.running().len() {
-            let s = self.streams.running()[i];
+    /// stream has not sampled yet, or one from another position. The manager lends its tokens
+    /// and the engine compares them in place: this runs on every checked step, over every
+    /// running stream. A prompt the engine has not made yet is drawn here without being kept
+    /// (a check changes nothing).
+    fn keyed_tokens_disagree(&self) -> Option<String> {
+        for &s in self.streams.running() {
             if !self.streams[s as usize].cached() {
                 continue;
             }
@@ -106,8 +108,14 @@ impl Engine<'_> {
                 continue;
             };
             let request = self.streams[s as usize].request;
-            self.ensure_prompt(request);
-            let prompt = self.prompt_of(request);
+            let drawn;
+            let prompt = match self.prompt_of(request) {
+                [] => {
+                    drawn = self.workload.requests[request as usize].prompt.tokens();
+                    &drawn[..]
+                }
+                made => made,
+            };
             let sampled = &self.streams[s as usize].record.token_ids;
             let held = prompt.iter().chain(sampled);
             if let Some((pos, (k, h))) = keyed

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
-use kvbench_cache_api::{PrefixHit, PrefixStats, ReleaseReason, ScopeKey, SeqId};
+use kvbench_cache_api::{KeyedTokens, PrefixHit, PrefixStats, ReleaseReason, ScopeKey, SeqId};
 
 use crate::cache::prefix::{KeyHasher, PrefixKey, ScopeInfo};
 
@@ -378,8 +378,11 @@ impl PrefixCache {
     }
 
     /// The tokens `seq`'s keys are built from (`KvCacheManager::keyed_tokens`).
-    pub(crate) fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
-        self.seqs.get(&seq).map(|p| p.chain.tokens.clone())
+    pub(crate) fn keyed_tokens(&self, seq: SeqId) -> Option<KeyedTokens<'_>> {
+        self.seqs.get(&seq).map(|p| KeyedTokens {
+            head: &p.chain.tokens,
+            tail: &[],
+        })
     }
 
     /// A refused append takes its token back (and any key that covered it).

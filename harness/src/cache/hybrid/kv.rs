@@ -28,8 +28,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use kvbench_cache_api::{
-    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, KvCacheManager, PrefixStats,
-    Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
+    Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, KeyedTokens, KvCacheManager,
+    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
 };
 
 use serde::{Deserialize, Serialize};
@@ -477,7 +477,7 @@ impl KvCacheManager for HybridKv {
         out
     }
 
-    fn keyed_tokens(&self, seq: SeqId) -> Option<Vec<u32>> {
+    fn keyed_tokens(&self, seq: SeqId) -> Option<KeyedTokens<'_>> {
         self.prefix.keyed_tokens(seq)
     }
 
