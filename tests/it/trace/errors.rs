@@ -219,7 +219,11 @@ fn a_stated_hash_block_the_rows_contradict_is_refused_with_both_numbers() {
     );
     // 10 ids × 512 = 5,120 tokens for 4,249 input tokens.
     assert_eq!(
-        (h["ids"].as_u64(), h["covered_tokens"].as_u64(), h["input_tokens"].as_u64()),
+        (
+            h["ids"].as_u64(),
+            h["covered_tokens"].as_u64(),
+            h["input_tokens"].as_u64()
+        ),
         (Some(10), Some(5120), Some(4249)),
         "{v}"
     );
@@ -243,6 +247,9 @@ fn ids_no_block_can_cover_are_refused_naming_the_rows() {
     );
     let (code, text) = kvbench(&["trace", "stats", &f]);
     assert_eq!(code, 2, "{text}");
-    assert!(text.contains("no one block of tokens per id fits every row"), "{text}");
+    assert!(
+        text.contains("no one block of tokens per id fits every row"),
+        "{text}"
+    );
     assert!(text.contains("line 2"), "{text}");
 }

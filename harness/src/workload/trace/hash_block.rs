@@ -239,7 +239,7 @@ mod tests {
             (512, 509, Some(514))
         );
         assert!(!b.stated);
-        let (line, m) = fit(Some(64), &[(100, 1), (40_160, 79)]).unwrap_err();
+        let (line, m) = fit(Some(64), &[(50, 1), (40_160, 79)]).unwrap_err();
         assert_eq!(line, 2, "{m}");
         assert!(
             m.contains("hash_block_tokens = 64") && m.contains("40160"),
