@@ -320,7 +320,9 @@ fn tokens_per_hash_id_are_inferred_from_the_rows() {
     if let ArrivalSpec::Trace(t) = &mut stated.traffic.arrival {
         t.hash_block_tokens = Some(66);
     }
-    let e = workload::generate(&stated, s.seed).err().expect("refused");
+    let Err(e) = workload::generate(&stated, s.seed) else {
+        panic!("66 tokens per id must be refused")
+    };
     assert!(e.to_string().contains("hash_block_tokens = 66"), "{e}");
 }
 
