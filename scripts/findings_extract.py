@@ -9,6 +9,11 @@ from the same files with its own code.
 
 Intervals: where several seeds ran, a run figure is the mean over seeds with the [min, max] over
 seeds; a sweep figure carries the sweep's own interval; an AUC its Hanley-McNeil interval.
+
+Rounding: a figure and its interval are printed to the decimal place of the interval's
+half-width (its leading digit), so no printed digit is one the interval leaves to chance; a
+figure with no interval, or with every seed agreeing, to three significant digits (integers
+whole). findings.json keeps every figure at full precision, with the place it was printed at.
 """
 
 import csv
@@ -22,6 +27,15 @@ MIB = 1024.0 * 1024.0
 GIB = 1024.0 * MIB
 
 
+class Fig(str):
+    """A figure as printed, carrying its full-precision value (for the direction words)."""
+
+    def __new__(cls, text, value):
+        obj = super().__new__(cls, text)
+        obj.value = value
+        return obj
+
+
 class Findings:
     def __init__(self, out):
         self.out = out
@@ -29,15 +43,59 @@ class Findings:
         self.keys = set()
 
     def add(self, key, value, lo=None, hi=None):
+        """Records the figure at full precision (findings.json) and returns it as printed:
+        rounded to the place its interval supports (see `place`)."""
         if key in self.keys:
             raise SystemExit(f"findings_extract: figure {key} twice")
         self.keys.add(key)
-        self.figs.append({"key": key, "value": value, "lo": lo, "hi": hi})
-        return fmt(value)
+        e = place(value, lo, hi)
+        fig = {"key": key, "value": value, "lo": lo, "hi": hi}
+        if e is not None:
+            fig["printed_place"] = e
+        self.figs.append(fig)
+        return Fig(fmt_at(value, e), value)
+
+    def ci(self, lo, hi, value):
+        """An interval as printed beside its figure: both ends at the figure's place."""
+        return fmt_ci(lo, hi, place(value, lo, hi))
+
+
+# The most significant digits a figure is ever printed with; a figure with no interval (or one
+# of zero width: every seed agreed) and not an integer is printed with 3.
+MAX_DIGITS = 6
+BARE_DIGITS = 3
+
+
+def place(v, lo=None, hi=None):
+    """The decimal place (a power of ten) a number is rounded to, or None for words and
+    integers with no interval. With an interval of half-width h > 0: the place of h's leading
+    digit, so the last printed digit is the first one the interval leaves uncertain. Without
+    one: BARE_DIGITS significant digits (never rounding left of the point). Never more than
+    MAX_DIGITS significant digits."""
+    if isinstance(v, (str, bool)) or v is None or not math.isfinite(v):
+        return None
+    top = math.floor(math.log10(abs(v))) if v != 0 else 0
+    h = (hi - lo) / 2.0 if lo is not None and hi is not None else 0.0
+    if h > 0 and math.isfinite(h):
+        e = math.floor(math.log10(h))
+    elif float(v) == int(v) and abs(v) < 1e15:
+        return None
+    else:
+        e = min(top - (BARE_DIGITS - 1), 0)
+    return max(e, top - (MAX_DIGITS - 1))
+
+
+def fmt_at(v, e):
+    """`v` rounded to 10^e (e None: `fmt`)."""
+    if e is None:
+        return fmt(v)
+    if e >= 0:
+        return str(int(round(v / 10**e)) * 10**e)
+    return f"{v:.{-e}f}"
 
 
 def fmt(v):
-    """Six significant digits; integers as integers; text as is."""
+    """Integers as integers; text as is; other numbers to MAX_DIGITS significant digits."""
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -46,13 +104,15 @@ def fmt(v):
         return "none"
     if float(v) == int(v) and abs(v) < 1e15:
         return str(int(v))
-    return f"{v:.6g}"
+    return f"{v:.{MAX_DIGITS}g}"
 
 
-def fmt_ci(lo, hi):
+def fmt_ci(lo, hi, e=None):
     if lo is None or hi is None:
         return "—"
-    return f"[{fmt(lo)}, {fmt(hi)}]"
+    if e is None:
+        e = place(lo, lo, hi)
+    return f"[{fmt_at(lo, e)}, {fmt_at(hi, e)}]"
 
 
 def read_json(path):
@@ -191,7 +251,7 @@ def sweep_figs(fd, label):
         )
     ci = s["ratio_paged_over_contiguous_ci"]
     out["ratio"] = fd.add(f"sweep.{label}.ratio", s["ratio_paged_over_contiguous"], ci[0], ci[1])
-    out["ci"] = fmt_ci(ci[0], ci[1])
+    out["ci"] = fd.ci(ci[0], ci[1], s["ratio_paged_over_contiguous"])
     if ci[0] > 1.0:
         verdict = "paged wins"
     elif ci[1] < 1.0:
@@ -274,23 +334,24 @@ def main():
     for trace in ("azure", "burstgpt", "csv", "mooncake"):
         for b in blocks:
             d = read_json(os.path.join(out, "plan", f"trace-{trace}-b{b}.json"))["distribution"]
-            waste[(trace, b)] = d["paged_waste_share"] * 100.0
-            fd.add(f"waste.{trace}.b{b}.paged_pct", d["paged_waste_share"] * 100.0)
+            waste[(trace, b)] = fd.add(f"waste.{trace}.b{b}.paged_pct", d["paged_waste_share"] * 100.0)
             if b == 16:
-                waste[(trace, "c")] = d["contiguous_waste_share"] * 100.0
-                fd.add(f"waste.{trace}.contiguous_pct", d["contiguous_waste_share"] * 100.0)
+                waste[(trace, "c")] = fd.add(
+                    f"waste.{trace}.contiguous_pct", d["contiguous_waste_share"] * 100.0
+                )
     rates = {}
     cis = {}
     for b in blocks:
         s = read_json(os.path.join(out, "sweep", f"block-b{b}", "sweep.json"))
         r = mode_run(s, "paged")
-        rates[b] = r["rate_at_target_rps"]
         cis[b] = r["rate_at_target_rps_ci"]
-        fd.add(f"sweep.block-b{b}.paged.rate_rps", rates[b], cis[b][0], cis[b][1])
-    best = max(blocks, key=lambda b: (rates[b], -b))
+        rates[b] = fd.add(
+            f"sweep.block-b{b}.paged.rate_rps", r["rate_at_target_rps"], cis[b][0], cis[b][1]
+        )
+    best = max(blocks, key=lambda b: (rates[b].value, -b))
     fd.add("sweep.block.best", best)
     overlap = max(c[0] for c in cis.values()) <= min(c[1] for c in cis.values())
-    worst = max(("azure", "burstgpt", "csv", "mooncake"), key=lambda t: waste[(t, 64)])
+    worst = max(("azure", "burstgpt", "csv", "mooncake"), key=lambda t: waste[(t, 64)].value)
     tune = tune_choice(out)
     if tune is not None:
         tune_text = "tune's choice: block size {}.".format(fd.add("tune.block_size", tune))
@@ -304,14 +365,19 @@ def main():
         "blocks and {}% at 64, against {}% for max_seq_len reservations; on sim the rate at target "
         "of chat traffic {} with block size ({} req/s at 8, {} at 64; first best {}){}. {}".format(
             worst,
-            fmt(waste[(worst, 8)]),
-            fmt(waste[(worst, 64)]),
-            fmt(waste[(worst, "c")]),
+            waste[(worst, 8)],
+            waste[(worst, 64)],
+            waste[(worst, "c")],
             "does not move measurably" if overlap else "moves",
-            fmt(rates[8]),
-            fmt(rates[64]),
+            rates[8],
+            rates[64],
             best,
-            ", so the smallest block the kernels run well at costs nothing here" if overlap else "",
+            ": sim prices a block's size through memory only (tail waste, the pool's block count), "
+            "not in the attention kernel, whose paged read runs at one paged_attention_efficiency "
+            "whatever the block, so this says the memory larger blocks waste does not bind at this "
+            "budget, not that small blocks cost a GPU kernel nothing"
+            if overlap
+            else "",
             tune_text,
         ),
         ["waste-", "sweep-block-", "tune"],
@@ -353,7 +419,7 @@ def main():
         for m in ("ttft_p99_ms", "itl_p99_ms", "throughput_tok_s", "preemptions"):
             rs[(w, m)] = run_fig(fd, "reserve", f"w{w}", "paged", m)
     rc = {m: run_fig(fd, "reserve", "w1", "contiguous", m) for m in ("itl_p99_ms", "throughput_tok_s")}
-    num = lambda k: float(k)  # the formatted figures read back, for the direction words only
+    num = lambda k: k.value  # the direction words compare full precision
     if num(rs[(1, "throughput_tok_s")]) > num(rs[(30, "throughput_tok_s")]) and num(
         rs[(1, "itl_p99_ms")]
     ) > num(rs[(30, "itl_p99_ms")]):
@@ -426,7 +492,7 @@ def main():
     for label in ("none", "h4g"):
         for m in ("hit_pct", "ttft_p50_ms", "ttft_p99_ms", "offload_gib", "onload_gib"):
             nopay[(label, m)] = run_fig(fd, "nopay", label, "paged", m)
-    num = lambda k: float(k)  # the formatted figures read back, for the direction words only
+    num = lambda k: k.value  # the direction words compare full precision
     worse = num(nopay[("h4g", "ttft_p50_ms")]) > num(nopay[("none", "ttft_p50_ms")])
     section(
         "Eviction and reuse move costs elsewhere",
@@ -478,7 +544,7 @@ def main():
         key = f"iso.{c['scope']}.l{level(c['load_rps'])}.n{level(c['noise_ms'])}.auc"
         auc[(c["scope"], c["load_rps"], c["noise_ms"])] = (
             fd.add(key, c["auc"], c["auc_ci"][0], c["auc_ci"][1]),
-            fmt_ci(*c["auc_ci"]),
+            fd.ci(c["auc_ci"][0], c["auc_ci"][1], c["auc"]),
         )
     loads, noises = iso["loads_rps"], iso["noises_ms"]
     ci_lo = {(c["scope"], c["load_rps"], c["noise_ms"]): c["auc_ci"][0] for c in iso["grid"]}
@@ -497,7 +563,10 @@ def main():
         key = f"isot.{scope}.l{level(load)}.n{level(noise)}.{name}.auc"
         if p["auc"] is None:
             return ("—", "(no probes in a class)")
-        return (fd.add(key, p["auc"], p["auc_ci"][0], p["auc_ci"][1]), fmt_ci(*p["auc_ci"]))
+        return (
+            fd.add(key, p["auc"], p["auc_ci"][0], p["auc_ci"][1]),
+            fd.ci(p["auc_ci"][0], p["auc_ci"][1], p["auc"]),
+        )
 
     th = tier_auc("global", tl[0], tn[0], "host_hit")
     tdh = tier_auc("global", tl[0], tn[0], "device_vs_host")
@@ -604,13 +673,19 @@ def write(out, fd, params, sections):
         "and on `cpu` with the model clock where the tiny model fits. Every figure is read from the "
         "runs' files in OUT. Intervals: a run figure is the mean over seeds with [min, max] over "
         "seeds; a sweep figure carries the sweep's interval (its bracket for one seed, over seeds "
-        "for several); an AUC its 95% Hanley-McNeil interval; — where there is none.",
+        "for several); an AUC its 95% Hanley-McNeil interval; — where there is none. Each figure "
+        "and its interval are rounded to the decimal place of the interval's half-width; one "
+        "without an interval (or whose seeds agree) to three significant digits, integers whole; "
+        "OUT/findings.json keeps full precision.",
         "",
     ]
     for n, (title, reading, prefixes, start) in enumerate(sections, 1):
         lines += [f"## {n}. {title}", "", reading, "", "| figure | value | interval |", "|---|---|---|"]
         for f in fd.figs[start : (sections[n][3] if n < len(sections) else len(fd.figs))]:
-            lines.append(f"| `{f['key']}` | {fmt(f['value'])} | {fmt_ci(f['lo'], f['hi'])} |")
+            e = place(f["value"], f["lo"], f["hi"])
+            lines.append(
+                f"| `{f['key']}` | {fmt_at(f['value'], e)} | {fmt_ci(f['lo'], f['hi'], e)} |"
+            )
         lines += ["", "```"] + commands(out, prefixes) + ["```", ""]
     with open(os.path.join(out, "findings.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines))

@@ -1,5 +1,7 @@
 //! `calibrate --check`: one scenario on the measured backend and on `sim` with a profile, and the
-//! signed relative error of each headline figure, per cache mode.
+//! signed relative error of each headline figure, per cache mode. The measured run is made twice,
+//! identically: how far the two differ is the machine's own noise on that figure, reported beside
+//! the error (an error inside the noise says nothing about the profile).
 
 use kvbench_cache_api::CacheMode;
 
@@ -65,13 +67,18 @@ pub fn misses(c: &Check) -> Vec<String> {
             let e = r.errors[key];
             if verdict(key, e) == "miss" {
                 out.push(format!(
-                    "{} {key}: {} against ±{:.0}%",
+                    "{} {key}: {} against ±{:.0}%, the machine's noise on it {}",
                     r.cache.name(),
                     e.map_or("no error (measured 0)".into(), |e| format!(
                         "{:+.1}%",
                         100.0 * e
                     )),
-                    100.0 * target(key).unwrap_or(0.0)
+                    100.0 * target(key).unwrap_or(0.0),
+                    r.noise
+                        .get(key)
+                        .copied()
+                        .flatten()
+                        .map_or("unmeasured".to_string(), |n| format!("±{:.1}%", 100.0 * n))
                 ));
             }
         }
@@ -115,6 +122,9 @@ pub fn check(
         clock: Clock::Measured,
         ..RunOptions::default()
     };
+    // The noise probe first: the same scenario, seed and backend, whose figures differ from the
+    // kept run's only by the machine's timing.
+    let probe = experiment::run_scenario(s, &measured_opts)?;
     let measured = experiment::run_scenario(s, &measured_opts)?;
     let model_opts = RunOptions {
         backend: BackendKind::Sim,
@@ -129,7 +139,14 @@ pub fn check(
         };
         let mut errors = std::collections::BTreeMap::new();
         let mut figures = std::collections::BTreeMap::new();
+        let mut noise = std::collections::BTreeMap::new();
         for key in FIGURES {
+            let again = probe
+                .run(mode)
+                .and_then(|p| figure(&p.metrics, key))
+                .unwrap_or(0.0);
+            let x = figure(&a.metrics, key).unwrap_or(0.0);
+            noise.insert(key, rel_err(x, again).map(f64::abs));
             let (x, y) = (
                 figure(&a.metrics, key).unwrap_or(0.0),
                 figure(&b.metrics, key).unwrap_or(0.0),
@@ -146,6 +163,7 @@ pub fn check(
         runs.push(ModeCheck {
             cache: mode,
             errors,
+            noise,
             figures,
             measured_steps: a.end.steps as usize,
             model_steps: b.end.steps as usize,
@@ -160,18 +178,18 @@ pub fn check(
 }
 
 /// The error table, one row per figure (with its unit and target), a column per cache mode:
-/// measured, sim, error and pass/miss.
+/// measured, sim, error, the machine's noise on it and pass/miss.
 pub fn table(c: &Check) -> String {
     let mut out = String::from("| figure | target | ");
     for r in &c.runs {
         out.push_str(&format!(
-            "{} measured | {} sim | error | verdict | ",
+            "{} measured | {} sim | error | noise | verdict | ",
             r.cache.name(),
             r.cache.name()
         ));
     }
     out.push('\n');
-    out.push_str(&"| --- ".repeat(2 + 4 * c.runs.len()));
+    out.push_str(&"| --- ".repeat(2 + 5 * c.runs.len()));
     out.push_str("|\n");
     for key in FIGURES {
         let t = target(key).map_or("-".to_string(), |t| format!("±{:.0}%", 100.0 * t));
@@ -179,8 +197,14 @@ pub fn table(c: &Check) -> String {
         for r in &c.runs {
             let f = &r.figures[key];
             let e = r.errors[key].map_or("-".to_string(), |e| format!("{:+.1}%", 100.0 * e));
+            let n = r
+                .noise
+                .get(key)
+                .copied()
+                .flatten()
+                .map_or("-".to_string(), |n| format!("±{:.1}%", 100.0 * n));
             out.push_str(&format!(
-                "{:.3} | {:.3} | {e} | {} | ",
+                "{:.3} | {:.3} | {e} | {n} | {} | ",
                 f.measured,
                 f.model,
                 verdict(key, r.errors[key])

@@ -76,7 +76,18 @@ pub struct Fit {
     pub max_abs_rel_err: f64,
     /// (measured median, model) per point, grid order.
     pub predictions: Vec<(f64, f64)>,
+    /// The machine's own noise: over the points probed more than once, the median of each
+    /// point's half p10–p90 spread of its repeated identical probes, relative to its median.
+    /// None when no point was probed twice.
+    pub noise_rel: Option<f64>,
+    /// Over the same points, the median of |model − measured| ÷ that point's half spread: above
+    /// 1, the model misses more than the repeated probes scatter ([`Fit::refusal`]).
+    pub error_over_noise: Option<f64>,
 }
+
+/// A point's half p10–p90 spread is floored at this share of its median, so a noiseless grid
+/// (a synthetic one) compares its rounding error to something above zero.
+pub const NOISE_FLOOR_REL: f64 = 1e-6;
 
 /// The least R² a fit must reach to be written: below it the linear cost model does not explain
 /// the measured times (a loaded machine, a backend the model does not describe).
@@ -99,6 +110,18 @@ impl Fit {
                 "{} sit on their range's bound (no measurable cost in the grid)",
                 bound.join(", ")
             ));
+        }
+        if let (Some(ratio), Some(noise)) = (self.error_over_noise, self.noise_rel) {
+            if ratio.is_nan() || ratio > 1.0 {
+                why.push(format!(
+                    "its residuals exceed the machine's own noise: the median point misses by \
+                     {ratio:.2}× its repeated probes' half p10–p90 spread (median spread {:.1}%, \
+                     median |error| {:.1}%), so the cost model leaves out something the noise \
+                     does not explain",
+                    100.0 * noise,
+                    100.0 * self.median_abs_rel_err
+                ));
+            }
         }
         if self.r2.is_nan() || self.r2 < R2_FLOOR {
             why.push(format!(
@@ -175,6 +198,7 @@ pub fn fit(grid: &Grid, base: &DeviceProfile, name: &str) -> Result<Fit, FitErro
     };
     let fitted = CostModel::new(&grid.model, &profile, None);
     let mut predictions = Vec::new();
+    let (mut spreads, mut ratios) = (Vec::new(), Vec::new());
     for p in &grid.points {
         let Some(y) = p.median_s() else { continue };
         if y <= 0.0 {
@@ -185,7 +209,16 @@ pub fn fit(grid: &Grid, base: &DeviceProfile, name: &str) -> Result<Fit, FitErro
             .step(&p.seq_work(), &p.copies(grid.block_size), &p.swaps(), paged)
             .total_s;
         predictions.push((y, t));
+        if p.samples_s.len() > 1 {
+            if let Some(spread) = p.spread() {
+                let half = (spread / 2.0).max(NOISE_FLOOR_REL);
+                spreads.push(half);
+                ratios.push(((t - y) / y).abs() / half);
+            }
+        }
     }
+    spreads.sort_by(f64::total_cmp);
+    ratios.sort_by(f64::total_cmp);
     let mean = ys.iter().sum::<f64>() / ys.len().max(1) as f64;
     let ss_tot: f64 = ys.iter().map(|y| (y - mean).powi(2)).sum();
     let ss_res: f64 = predictions.iter().map(|(y, t)| (y - t).powi(2)).sum();
@@ -207,6 +240,8 @@ pub fn fit(grid: &Grid, base: &DeviceProfile, name: &str) -> Result<Fit, FitErro
         median_abs_rel_err: super::grid::quantile(&rel, 0.5).unwrap_or(0.0),
         max_abs_rel_err: rel.last().copied().unwrap_or(0.0),
         predictions,
+        noise_rel: super::grid::quantile(&spreads, 0.5),
+        error_over_noise: super::grid::quantile(&ratios, 0.5),
     })
 }
 

@@ -142,12 +142,20 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     write_file_atomic(&out, &text)?;
     println!(
-        "fitted {} points on {}: R² {:.4}, median |error| {:.1}%, max {:.1}%",
+        "fitted {} points on {}: R² {:.4}, median |error| {:.1}%, max {:.1}%; {}",
         fitted.points,
         grid.device,
         fitted.r2,
         100.0 * fitted.median_abs_rel_err,
-        100.0 * fitted.max_abs_rel_err
+        100.0 * fitted.max_abs_rel_err,
+        match (fitted.noise_rel, fitted.error_over_noise) {
+            (Some(n), Some(r)) => format!(
+                "the machine's noise (median half p10–p90 spread of repeated probes) {:.1}%, \
+                 the median point's error {r:.2}× its own spread",
+                100.0 * n
+            ),
+            _ => "the machine's noise unmeasured (no point probed twice)".into(),
+        }
     );
     for (key, origin) in fit::PARAMS.iter().zip(fitted.origins) {
         let v = fitted.profile.value(key).unwrap_or(f64::NAN);

@@ -47,10 +47,10 @@ pub struct StatsArgs {
     #[arg(long, default_value_t = 16, value_name = "TOKENS",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub block_size: u32,
-    /// Mooncake: prompt tokens per hash id (0 would make every id cover nothing: refused).
-    #[arg(long, default_value_t = 512, value_name = "TOKENS",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub hash_block_tokens: u32,
+    /// Mooncake: prompt tokens per hash id (default: inferred from the rows; one the rows
+    /// contradict is refused).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub hash_block_tokens: Option<u32>,
     #[arg(long)]
     pub skip_bad_rows: bool,
     /// Cache capacities (repeat or comma-separate) at which to replay lru, lfu and the offline
@@ -164,7 +164,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
     let mut spec = TraceSpec::new(a.file.display().to_string());
     spec.format = a.format.format();
     spec.skip_bad_rows = a.skip_bad_rows;
-    spec.hash_block_tokens = a.hash_block_tokens.max(1);
+    spec.hash_block_tokens = a.hash_block_tokens;
     let capacities = a
         .capacity
         .iter()
@@ -202,6 +202,24 @@ fn stats(a: StatsArgs) -> anyhow::Result<ExitCode> {
     println!("output       {}", p(&st.output_tokens));
     if let (Some(m), Some(share)) = (st.max_seq_len, st.over_max_seq_len_share) {
         println!("over {m} tokens  {:.2}%", 100.0 * share);
+    }
+    if let Some(h) = &st.hash_block {
+        println!(
+            "hash ids     {} tokens per id ({}; the rows allow {}): {} ids × {} = {} tokens for {} \
+             input tokens, {:.1}%",
+            h.tokens,
+            if h.stated { "stated" } else { "inferred" },
+            match h.allowed_max {
+                Some(m) if m == h.allowed_min => format!("exactly {m}"),
+                Some(m) => format!("{}..={m}", h.allowed_min),
+                None => format!("{} or more", h.allowed_min),
+            },
+            h.ids,
+            h.tokens,
+            h.covered_tokens,
+            h.input_tokens,
+            100.0 * h.coverage()
+        );
     }
     match &st.ideal_prefix_reuse {
         Some(r) => println!(

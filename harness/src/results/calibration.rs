@@ -23,6 +23,9 @@ pub struct ModeCheck {
     /// Signed relative error per figure key (`calibrate::check::FIGURES`; null where the
     /// measured figure is 0).
     pub errors: BTreeMap<&'static str, Option<f64>>,
+    /// The machine's noise per figure: |second − first| ÷ first of two identical measured runs
+    /// (null where the first is 0).
+    pub noise: BTreeMap<&'static str, Option<f64>>,
     pub figures: BTreeMap<&'static str, Figure>,
     /// Steps each run took (scheduling diverges where the step times do).
     pub measured_steps: usize,

@@ -281,6 +281,9 @@ pub fn trace_line(exp: &Experiment) -> Option<String> {
         "trace `{}` ({}): {} of {} rows replayed",
         t.path, t.format, t.replayed, t.rows
     );
+    if let Some(b) = t.hash_block_tokens {
+        s.push_str(&format!(" ({b} tokens per hash id)"));
+    }
     let left = t.left_out(&limits, start_s);
     if !left.is_empty() {
         s.push_str(&format!("; left out: {}", left.join(", ")));

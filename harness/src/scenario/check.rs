@@ -517,7 +517,7 @@ fn check_arrival(a: &ArrivalSpec, p: &mut Vec<KeyProblem>) {
                     range_message((0.0, MAX_HORIZON_S), tr.start_s),
                 ));
             }
-            if tr.hash_block_tokens == 0 {
+            if tr.hash_block_tokens == Some(0) {
                 p.push(KeyProblem::new(
                     format!("{key}.hash_block_tokens"),
                     "must be at least 1",

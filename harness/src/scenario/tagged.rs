@@ -350,7 +350,7 @@ impl TryFrom<RawArrival> for ArrivalSpec {
                     model: r.model,
                     log_type: r.log_type,
                     failed,
-                    hash_block_tokens: r.hash_block_tokens.unwrap_or(d.hash_block_tokens),
+                    hash_block_tokens: r.hash_block_tokens,
                     prefix_tokens: r.prefix_tokens.unwrap_or(d.prefix_tokens),
                     ..d
                 })

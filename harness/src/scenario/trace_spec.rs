@@ -71,9 +71,11 @@ pub struct TraceSpec {
     /// BurstGPT: failed requests (0 response tokens).
     #[serde(default)]
     pub failed: FailedRows,
-    /// Mooncake: prompt tokens per hash id (512 in the FAST'25 release, 16 in others).
-    #[serde(default = "default_hash_block_tokens")]
-    pub hash_block_tokens: u32,
+    /// Mooncake: prompt tokens per hash id (512 in the FAST'25 release, 16 in others). None:
+    /// inferred from the rows' `input_length` and id counts; a stated one they contradict is
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_block_tokens: Option<u32>,
     /// Plain CSV: tokens of a `prefix_group`'s shared prefix (capped below each prompt).
     #[serde(default = "default_group_prefix_tokens")]
     pub prefix_tokens: u32,
@@ -81,10 +83,6 @@ pub struct TraceSpec {
 
 fn one_f64() -> f64 {
     1.0
-}
-
-fn default_hash_block_tokens() -> u32 {
-    512
 }
 
 fn default_group_prefix_tokens() -> u32 {
@@ -104,7 +102,7 @@ impl TraceSpec {
             model: None,
             log_type: None,
             failed: FailedRows::Skip,
-            hash_block_tokens: default_hash_block_tokens(),
+            hash_block_tokens: None,
             prefix_tokens: default_group_prefix_tokens(),
         }
     }

@@ -51,6 +51,7 @@ fn trace_workload(
         requests,
         mut info,
         has_content_ids,
+        ..
     } = trace::replay(&path, spec, &limits, seed, vocab)?;
     if has_content_ids {
         let per_tenant = scenario.scheduler.prefix_scope != crate::scenario::PrefixScope::Global;

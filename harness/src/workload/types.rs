@@ -102,6 +102,9 @@ pub struct TraceInfo {
     /// Share of prompt tokens an infinite prefix cache could serve, at the cache's block size,
     /// in the tenant's scope (None for traces without content ids).
     pub ideal_prefix_hit_rate: Option<f64>,
+    /// Mooncake: tokens per hash id the replay used, stated or inferred from the rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_block_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -149,6 +149,7 @@ fn calibrate_and_check() -> Vec<String> {
     assert!(code == 0 || code == 1, "{text}");
     assert_eq!(code == 1, text.contains("missed their target"), "{text}");
     assert!(text.contains("| ttft_p50 (ms) | ±5% |"), "{text}");
+    assert!(text.contains("| error | noise | verdict |"), "{text}");
     assert!(
         text.contains("| pass |") || text.contains("| miss |"),
         "{text}"
@@ -186,6 +187,13 @@ fn calibrate_and_check() -> Vec<String> {
                 (err - want).abs() <= 1e-9 * want.abs().max(1.0),
                 "{cache} {key}: {err} vs {want}"
             );
+        }
+        // The machine's noise beside each error: two identical measured runs' difference.
+        for key in ["ttft_p50", "itl_p50", "throughput"] {
+            let n = run["noise"][key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{cache} noise {key}: {run}"));
+            assert!(n.is_finite() && n >= 0.0, "{cache} noise {key}: {n}");
         }
         let e = |k: &str| run["errors"][k].as_f64().unwrap_or(f64::NAN);
         if e("throughput").abs() > 0.5 {

@@ -466,6 +466,43 @@ fn a_fit_on_its_bounds_or_below_the_r2_floor_is_refused_and_writes_nothing() {
 }
 
 #[test]
+fn a_fit_whose_residuals_exceed_the_machines_noise_is_refused() {
+    let seed = seed();
+    let base = DeviceProfile::load("cpu", None).expect("cpu");
+    // 2% noise per probe, seven probes a point: the model that made the times misses each
+    // point's median by far less than the probes scatter.
+    let clean = synthetic_grid(&truth(), 0.02, seed);
+    let f = fit::fit(&clean, &base, "fitted").expect("fit");
+    let (noise, ratio) = (
+        f.noise_rel.expect("noise"),
+        f.error_over_noise.expect("ratio"),
+    );
+    println!(
+        "seed {seed}: noise {noise:.4}, error / noise {ratio:.3}, R² {}",
+        f.r2
+    );
+    assert!((0.01..0.04).contains(&noise), "{noise}");
+    assert!(ratio < 1.0, "{ratio}");
+    assert_eq!(f.refusal(), None);
+    // Every other point 15% slower than the model says, a cost it has no term for: the
+    // residuals stand out of the noise though R² stays high.
+    let mut g = clean.clone();
+    for p in g.points.iter_mut().step_by(2) {
+        for t in &mut p.samples_s {
+            *t *= 1.15;
+        }
+    }
+    let f = fit::fit(&g, &base, "fitted").expect("fit");
+    println!(
+        "perturbed: error / noise {:?}, R² {}",
+        f.error_over_noise, f.r2
+    );
+    let why = f.refusal().expect("refused");
+    assert!(why.contains("exceed the machine's own noise"), "{why}");
+    assert!(f.error_over_noise.expect("ratio") > 1.0);
+}
+
+#[test]
 fn a_loaded_machine_is_named() {
     use kvbench::calibrate::grid::load_warning;
     assert_eq!(load_warning(0.3, 2), None);

@@ -1,7 +1,9 @@
 //! `scripts/findings.sh OUT --quick` end to end: it runs, and every figure its findings.md states
 //! is recomputed here from the runs' own files (plan JSON, summary.json, sweep.json,
 //! requests.csv, memory.csv, probes.csv) with code of this test's own — not the script's
-//! extraction — so a figure read from the wrong field, mode, seed set or file fails here.
+//! extraction — so a figure read from the wrong field, mode, seed set or file fails here. Each
+//! printed figure must be rounded to the place its interval supports (recomputed here), and
+//! findings.json must hold it at full precision.
 //!
 //! Needs python3 (the script's extraction) and bash; skipped, saying so, where either is missing.
 
@@ -20,7 +22,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 struct Row {
     key: String,
     value: String,
-    interval: Option<(f64, f64)>,
+    /// The interval's ends as printed.
+    interval: Option<(String, String)>,
 }
 
 fn parse_rows(md: &str) -> Vec<Row> {
@@ -37,7 +40,7 @@ fn parse_rows(md: &str) -> Vec<Row> {
                     .and_then(|s| s.strip_suffix(']'))
                     .unwrap_or_else(|| panic!("interval: {l}"));
                 let (lo, hi) = inner.split_once(", ").unwrap();
-                Some((lo.parse().unwrap(), hi.parse().unwrap()))
+                Some((lo.to_string(), hi.to_string()))
             };
             Row {
                 key: cells[0].trim_matches('`').to_string(),
@@ -438,9 +441,44 @@ fn expected(out: &Path, key: &str) -> Expected {
     }
 }
 
-/// The printed figure (six significant digits) matches the recomputed one.
-fn close(printed: f64, actual: f64) -> bool {
-    (printed - actual).abs() <= 1e-5 * actual.abs().max(1e-12) + 1e-12
+/// The decimal place (a power of ten) a figure is printed to, recomputed from the files: the
+/// leading digit of its interval's half-width; with no interval (or one of zero width) three
+/// significant digits, never rounding left of the point, integers whole (None); never more
+/// than six significant digits.
+fn print_place(v: f64, interval: Option<(f64, f64)>) -> Option<i32> {
+    let top = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
+    let h = interval.map_or(0.0, |(lo, hi)| (hi - lo) / 2.0);
+    let e = if h > 0.0 && h.is_finite() {
+        h.log10().floor() as i32
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        return None;
+    } else {
+        (top - 2).min(0)
+    };
+    Some(e.max(top - 5))
+}
+
+/// `printed` is `actual` rounded to 10^e: as many decimals as the place asks, and within half a
+/// unit of it (None: the integer itself).
+fn rounded_to(printed: &str, actual: f64, e: Option<i32>) -> bool {
+    let Ok(p) = printed.parse::<f64>() else {
+        return false;
+    };
+    let Some(e) = e else {
+        return p == actual;
+    };
+    let decimals = printed.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+    let half_unit = 0.5 * 10f64.powi(e);
+    decimals == (-e).max(0) && (p - actual).abs() <= half_unit * (1.0 + 1e-9) + 1e-12 * actual.abs()
+}
+
+/// findings.json's full-precision figure matches the recomputed one.
+fn close(full: f64, actual: f64) -> bool {
+    (full - actual).abs() <= 1e-9 * actual.abs().max(1e-12) + 1e-12
 }
 
 fn tools_present() -> bool {
@@ -481,6 +519,13 @@ fn quick_findings_recompute_from_the_runs_files() {
         assert!(md.contains(&format!("\n## {n}. ")), "section {n} missing");
     }
     let rows = parse_rows(&md);
+    let json = read_json(&out.join("findings.json"));
+    let json_figs: BTreeMap<String, Value> = json["figures"]
+        .as_array()
+        .expect("findings.json figures[]")
+        .iter()
+        .map(|g| (g["key"].as_str().unwrap().to_string(), g.clone()))
+        .collect();
     assert!(rows.len() >= 80, "only {} figures", rows.len());
     let mut seen = std::collections::BTreeSet::new();
     let mut values = BTreeMap::new();
@@ -492,21 +537,33 @@ fn quick_findings_recompute_from_the_runs_files() {
                 assert!(row.interval.is_none(), "{}", row.key);
             }
             Expected::Num(v, interval) => {
-                let printed: f64 = row
-                    .value
-                    .parse()
-                    .unwrap_or_else(|_| panic!("{}: not a number: {}", row.key, row.value));
+                let e = print_place(v, interval);
                 assert!(
-                    close(printed, v),
-                    "{}: findings.md {printed}, files {v}",
-                    row.key
+                    rounded_to(&row.value, v, e),
+                    "{}: findings.md {}, files {v} (to 10^{e:?})",
+                    row.key,
+                    row.value
                 );
-                match (row.interval, interval) {
+                let full = json_figs
+                    .get(&row.key)
+                    .unwrap_or_else(|| panic!("{} missing from findings.json", row.key));
+                assert!(
+                    close(f(&full["value"]), v),
+                    "{}: findings.json {}, files {v}",
+                    row.key,
+                    full["value"]
+                );
+                match (&row.interval, interval) {
                     (None, None) => {}
                     (Some((plo, phi)), Some((lo, hi))) => {
                         assert!(
-                            close(plo, lo) && close(phi, hi),
-                            "{}: interval [{plo}, {phi}] vs files [{lo}, {hi}]",
+                            rounded_to(plo, lo, e) && rounded_to(phi, hi, e),
+                            "{}: interval [{plo}, {phi}] vs files [{lo}, {hi}] (to 10^{e:?})",
+                            row.key
+                        );
+                        assert!(
+                            close(f(&full["lo"]), lo) && close(f(&full["hi"]), hi),
+                            "{}: findings.json interval vs files [{lo}, {hi}]",
                             row.key
                         );
                     }

@@ -158,3 +158,98 @@ fn trace_stats_computes_the_ideal_reuse_of_a_hand_made_trace_exactly() {
         (Some(153), Some(48))
     );
 }
+
+/// A Mooncake trace whose ids are 512 tokens each (the published release's block), three rows.
+fn mooncake_512(dir: &Path) -> String {
+    write(
+        dir,
+        "m512.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 1500, \"output_length\": 4, \"hash_ids\": [0, 1, 2]}\n\
+         {\"timestamp\": 10, \"input_length\": 2049, \"output_length\": 4, \"hash_ids\": [0, 1, 3, 4, 5]}\n\
+         {\"timestamp\": 20, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [0, 6]}\n",
+    )
+}
+
+#[test]
+fn a_stated_hash_block_the_rows_contradict_is_refused_with_both_numbers() {
+    // trace-mooncake.toml's fixture has 64 tokens per id; this trace has 512. A stated 64 would
+    // cover an eighth of each prompt and make the rest unique, silently.
+    let tmp = tempfile::tempdir().unwrap();
+    let f = mooncake_512(tmp.path());
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/trace-mooncake.toml",
+        "--backend",
+        "sim",
+        "--trace",
+        &f,
+        "--set",
+        "traffic.arrival.hash_block_tokens=64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    // Line 1: 1,500 tokens in 3 ids allows 500..=749; line 2 (2,049 in 5) 410..=512, line 3
+    // (700 in 2) 350..=699: 500..=512 in all.
+    assert!(text.contains(&format!("{f}:1:1:")), "{text}");
+    assert!(text.contains("hash_block_tokens = 64"), "{text}");
+    assert!(
+        text.contains("input_length 1500 with 3 hash ids allows 500..=749"),
+        "{text}"
+    );
+    assert!(text.contains("3 ids × 64 = 192 tokens"), "{text}");
+    assert!(text.contains("the whole trace allows 500..=512"), "{text}");
+    assert!(!out.exists(), "no half-written results");
+
+    // trace stats refuses it the same way, and infers 512 when it is left out.
+    let (code, text) = kvbench(&["trace", "stats", &f, "--hash-block-tokens", "64"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("hash_block_tokens = 64"), "{text}");
+    let (code, text) = kvbench(&["trace", "stats", &f, "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let h = &v["hash_block"];
+    assert_eq!(h["tokens"].as_u64(), Some(512), "{v}");
+    assert_eq!(h["stated"].as_bool(), Some(false), "{v}");
+    assert_eq!(
+        (h["allowed_min"].as_u64(), h["allowed_max"].as_u64()),
+        (Some(500), Some(512)),
+        "{v}"
+    );
+    // 10 ids × 512 = 5,120 tokens for 4,249 input tokens.
+    assert_eq!(
+        (
+            h["ids"].as_u64(),
+            h["covered_tokens"].as_u64(),
+            h["input_tokens"].as_u64()
+        ),
+        (Some(10), Some(5120), Some(4249)),
+        "{v}"
+    );
+    let (code, text) = kvbench(&["trace", "stats", &f]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("hash ids     512 tokens per id (inferred; the rows allow 500..=512)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ids_no_block_can_cover_are_refused_naming_the_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Line 1 needs 16 tokens per id exactly (64 in 4), line 2 at least 32 (64 in 2).
+    let f = write(
+        tmp.path(),
+        "clash.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 64, \"output_length\": 4, \"hash_ids\": [0, 1, 2, 3]}\n\
+         {\"timestamp\": 1, \"input_length\": 64, \"output_length\": 4, \"hash_ids\": [0, 1]}\n",
+    );
+    let (code, text) = kvbench(&["trace", "stats", &f]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("no one block of tokens per id fits every row"),
+        "{text}"
+    );
+    assert!(text.contains("line 2"), "{text}");
+}

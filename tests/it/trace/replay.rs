@@ -295,6 +295,38 @@ fn equal_hash_ids_give_equal_tokens_and_unequal_ones_differ() {
 }
 
 #[test]
+fn tokens_per_hash_id_are_inferred_from_the_rows() {
+    // The fixture's rows allow 64..=65 tokens per id and the scenario states none: 64, and the
+    // very prompts a stated 64 gives.
+    let s = scenario("trace-mooncake");
+    let ArrivalSpec::Trace(spec) = &s.traffic.arrival else {
+        panic!("a trace scenario")
+    };
+    assert_eq!(spec.hash_block_tokens, None);
+    let w = workload::generate(&s, s.seed).expect("workload");
+    assert_eq!(w.trace.as_ref().unwrap().hash_block_tokens, Some(64));
+    let mut stated = s.clone();
+    if let ArrivalSpec::Trace(t) = &mut stated.traffic.arrival {
+        t.hash_block_tokens = Some(64);
+    }
+    let v = workload::generate(&stated, s.seed).expect("workload");
+    assert_eq!(v.workload_hash, w.workload_hash);
+    // 65 is allowed too, and gives other prompts; 66 is refused.
+    if let ArrivalSpec::Trace(t) = &mut stated.traffic.arrival {
+        t.hash_block_tokens = Some(65);
+    }
+    let v = workload::generate(&stated, s.seed).expect("workload");
+    assert_ne!(v.workload_hash, w.workload_hash);
+    if let ArrivalSpec::Trace(t) = &mut stated.traffic.arrival {
+        t.hash_block_tokens = Some(66);
+    }
+    let Err(e) = workload::generate(&stated, s.seed) else {
+        panic!("66 tokens per id must be refused")
+    };
+    assert!(e.to_string().contains("hash_block_tokens = 66"), "{e}");
+}
+
+#[test]
 fn the_trace_is_part_of_the_workload_hash() {
     let s = scenario("trace-azure");
     let a = workload::generate(&s, 1).unwrap().workload_hash;

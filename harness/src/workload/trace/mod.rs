@@ -4,13 +4,15 @@
 //! `read_rows` streams rows to a visitor (`lines.rs` bounds each line and hashes every byte;
 //! `columns.rs` and `mooncake.rs` parse rows; `time.rs` keeps times exact): no whole-file buffer
 //! and no row is kept unless the visitor keeps it. `replay.rs` keeps compact rows and turns them
-//! into requests whose prompts are recipes; `reuse.rs` computes the ideal prefix reuse an
-//! infinite cache would reach; `bounds.rs` (with the policies of `evict.rs`) what `lru`, `lfu`
-//! and the offline optimum reach at a finite capacity; `stats.rs` folds rows into `kvbench trace stats`.
+//! into requests whose prompts are recipes (`hash_block.rs` reads a Mooncake trace's tokens per
+//! id from its rows); `reuse.rs` computes the ideal prefix reuse an infinite cache would reach;
+//! `bounds.rs` (with the policies of `evict.rs`) what `lru`, `lfu` and the offline optimum reach
+//! at a finite capacity; `stats.rs` folds rows into `kvbench trace stats`.
 
 mod bounds;
 mod columns;
 pub mod evict;
+mod hash_block;
 mod lines;
 mod mooncake;
 mod replay;
@@ -27,6 +29,7 @@ pub use crate::workload::hash_block_tokens;
 pub use bounds::{
     access_string, capacity_blocks, eviction_bounds, AccessString, EvictionBounds, PolicyHits,
 };
+pub use hash_block::HashBlock;
 pub use lines::MAX_LINE_BYTES;
 pub use replay::{replay, ReplayLimits, Replayed};
 pub use reuse::{ideal_prefix_reuse, IdealReuse};

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::hash_block::{HashBlock, HashBlockFit};
 use super::session_chain::SessionChain;
 use super::{read_rows, TraceError, TraceRead};
 use crate::scenario::ranges::MAX_HORIZON_S;
@@ -31,6 +32,8 @@ pub struct Replayed {
     pub info: TraceInfo,
     /// Rows identify content (Mooncake hash ids; CSV sessions or prefix groups).
     pub has_content_ids: bool,
+    /// Mooncake: the tokens per hash id used, and what the rows allow (None: no ids).
+    pub hash_block: Option<HashBlock>,
 }
 
 /// Where a replay's limits come from besides the trace spec.
@@ -70,6 +73,7 @@ pub fn replay(
     let (mut filtered, mut failed_skipped) = (0u64, 0u64);
     let mut session_ids: BTreeMap<String, u32> = BTreeMap::new();
     let mut kept: Vec<Kept> = Vec::new();
+    let mut fit = HashBlockFit::new(spec.hash_block_tokens);
     let wanted = |want: &Option<String>, have: Option<&str>| match want {
         Some(w) => have.map(str::trim) == Some(w.trim()),
         None => true,
@@ -79,6 +83,7 @@ pub fn replay(
         spec.format,
         spec.skip_bad_rows,
         |format, line, row| {
+            fit.push(line, row.prompt_tokens, row.hash_ids.len());
             let burst = format == TraceFormat::Burstgpt;
             if burst && !(wanted(&spec.model, row.model) && wanted(&spec.log_type, row.log_type)) {
                 filtered += 1;
@@ -114,8 +119,15 @@ pub fn replay(
         },
     )?;
     drop(session_ids);
+    let hash_block = fit.resolve().map_err(|(line, message)| TraceError::Row {
+        path: path_of(&read),
+        line,
+        col: 1,
+        message,
+    })?;
     replay_kept(
         kept,
+        hash_block,
         &read,
         spec,
         limits,
@@ -129,6 +141,7 @@ pub fn replay(
 #[allow(clippy::too_many_arguments)]
 fn replay_kept(
     mut kept: Vec<Kept>,
+    hash_block: Option<HashBlock>,
     read: &TraceRead,
     spec: &TraceSpec,
     limits: &ReplayLimits,
@@ -152,6 +165,7 @@ fn replay_kept(
         past_requests: 0,
         past_duration: 0,
         ideal_prefix_hit_rate: None,
+        hash_block_tokens: hash_block.as_ref().map(|b| b.tokens),
     };
     // Traces are nearly sorted; a stable sort keeps file order among equal times.
     kept.sort_by_key(|r| r.time_ns);
@@ -167,7 +181,7 @@ fn replay_kept(
     // whose own ids all lie at or past `upto` (no later row reads them through the chain) and
     // links to the top, so each row is pushed and popped once: linear in the session.
     let mut sessions: BTreeMap<u32, SessionChain> = BTreeMap::new();
-    let block = spec.hash_block_tokens.max(1);
+    let block = hash_block.as_ref().map_or(1, |b| b.tokens.max(1));
     let mut requests = Vec::with_capacity(kept.len().min(cap));
     for row in kept {
         let rel = match row.time_ns.checked_sub(start) {
@@ -302,6 +316,7 @@ fn replay_kept(
         requests,
         info,
         has_content_ids: read.has_content_ids,
+        hash_block,
     })
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::bounds::{access_string, eviction_bounds, EvictionBounds};
+use super::hash_block::HashBlock;
 use super::reuse::{ideal_prefix_reuse, IdealReuse};
 use super::{read_rows, replay, ReplayLimits, TraceError};
 use crate::scenario::TraceSpec;
@@ -35,6 +36,10 @@ pub struct TraceStats {
     pub over_max_seq_len_share: Option<f64>,
     /// For traces with content ids: the infinite-cache prefix reuse at `block_tokens`.
     pub ideal_prefix_reuse: Option<IdealReuse>,
+    /// Mooncake: tokens per hash id (stated or inferred), the range the rows allow, and the
+    /// coverage: ids × block against the input tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_block: Option<HashBlock>,
     /// For traces with content ids: `lru`, `lfu` and the offline optimum at each capacity asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub eviction: Vec<EvictionBounds>,
@@ -160,12 +165,14 @@ pub fn trace_stats_with(
         (None, None)
     };
     let mut eviction = Vec::new();
+    let mut hash_block = None;
     let ideal = if read.has_content_ids {
         let limits = ReplayLimits {
             max_requests: None,
             duration_s: None,
         };
         let r = replay(path, spec, &limits, 0, 1 << 20)?;
+        hash_block = r.hash_block.clone();
         let max = max_seq_len.unwrap_or(u32::MAX);
         if !capacities_blocks.is_empty() {
             let s = access_string(&r.requests, block_tokens, max, true);
@@ -189,6 +196,7 @@ pub fn trace_stats_with(
         max_seq_len,
         over_max_seq_len_share: max_seq_len.map(|_| over as f64 / rows.max(1) as f64),
         ideal_prefix_reuse: ideal,
+        hash_block,
         eviction,
     })
 }
