@@ -68,6 +68,9 @@ struct BlockDims {
 };
 
 extern thread_local Thread* t_cur;
+/// K/V bytes the running launch's kernel read (`KV_READ_COUNT` in common.cuh), on the
+/// launching thread; added to the process-wide counter when the launch ends.
+extern thread_local unsigned long long t_kv_read_bytes;
 const BlockDims& block_dims(const Thread* t);
 
 /// Block barrier (`__syncthreads`).
@@ -101,6 +104,7 @@ inline T from_bits(std::uint64_t b) {
 #define blockDim (::emu::block_dims(::emu::t_cur).dim)
 #define gridDim (::emu::block_dims(::emu::t_cur).grid)
 #define warpSize 32
+#define KV_READ_COUNT(bytes) (::emu::t_kv_read_bytes += (bytes))
 
 // A planted race for the sanitizer test: the `__syncthreads` on this source line is dropped.
 #ifdef EMU_DROP_SYNC_LINE

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -29,6 +30,9 @@
 namespace emu {
 
 thread_local Thread* t_cur = nullptr;
+thread_local unsigned long long t_kv_read_bytes = 0;
+// Every launch's K/V reads since the host last took the count (all launching threads).
+std::atomic<unsigned long long> g_kv_read_bytes{0};
 
 constexpr unsigned int kMaxThreads = 1024;
 
@@ -510,7 +514,9 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
         t.block = &blocks[b];
         t.warp = &blocks[b].warps[i / 32];
         t_cur = &t;
+        t_kv_read_bytes = 0;
         k->call(params);
+        g_kv_read_bytes.fetch_add(t_kv_read_bytes, std::memory_order_relaxed);
         leave(blocks[b].bar);
         leave(t.warp->bar);
         arrive(between, blocks[b]);
@@ -518,6 +524,7 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
     });
   for (auto& t : ts) t.join();
   delete blk;
+  // (Each CUDA thread counted on its own OS thread: those counts were added as it ended.)
   t_cur = saved_cur;
   return LAUNCH_OK;
 #else
@@ -536,6 +543,7 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
   fs.faulted = false;
   fs.npages = 0;
   fs.active = 1;
+  t_kv_read_bytes = 0;
   bool deadlock = false;
   for (unsigned int bz = 0; bz < grid[2] && !deadlock; ++bz)
     for (unsigned int by = 0; by < grid[1] && !deadlock; ++by)
@@ -551,6 +559,7 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
         }
       }
   end_faults(fs);
+  g_kv_read_bytes.fetch_add(t_kv_read_bytes, std::memory_order_relaxed);
   t_sched = saved_sched;
   t_cur = saved_cur;
   delete blk;
@@ -564,3 +573,8 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
 }
 
 }  // namespace emu
+
+/// The K/V bytes counted since the last call (every launch of the process), and a reset.
+extern "C" unsigned long long emu_kv_read_bytes_take() {
+  return ::emu::g_kv_read_bytes.exchange(0, std::memory_order_relaxed);
+}

@@ -60,6 +60,15 @@ extern "C" {
         nparams: usize,
         res: *mut LaunchResult,
     ) -> c_int;
+    fn emu_kv_read_bytes_take() -> u64;
+}
+
+/// The K/V cache bytes the attention kernels read since the last call, over every launch of
+/// the process (the emulator counts each global K/V load; a GPU has no such counter). Resets
+/// the count: synchronize the stream, take, launch, synchronize, take again.
+pub fn take_kv_read_bytes() -> u64 {
+    // SAFETY: an atomic exchange, no arguments.
+    unsafe { emu_kv_read_bytes_take() }
 }
 
 /// Every kernel name the host build provides (the same names NVRTC programs export).
