@@ -143,15 +143,21 @@ __device__ __forceinline__ void attn_impl(
       }
     }
     __syncthreads();
-    // Online softmax, one thread per query-head row.
-    for (int qi = tid; qi < nq; qi += ATTN_THREADS) {
-      const int cnt = min(nk, sm.len[qi] - k0);
-      if (cnt <= 0) continue;
+    // Online softmax, one thread per query-head row. A row's probabilities past its length
+    // (and every probability of a row the tile lacks) are 0 and its rescale 1, so the P V
+    // sweep below leaves its accumulators exactly as they were for those keys.
+    for (int qi = tid; qi < ATTN_QROWS; qi += ATTN_THREADS) {
+      const int cnt = qi < nq ? min(nk, sm.len[qi] - k0) : 0;
+      if (cnt <= 0) {
+        sm.alpha[qi] = 1.f;
+        for (int j = 0; j < ATTN_KT; ++j) sm.p[qi][j] = 0.f;
+        continue;
+      }
       float mx = sm.m[qi];
       for (int j = 0; j < cnt; ++j) mx = fmaxf(mx, sm.p[qi][j]);
       float sum = 0.f;
-      for (int j = 0; j < cnt; ++j) {
-        const float e = expf(sm.p[qi][j] - mx);
+      for (int j = 0; j < ATTN_KT; ++j) {
+        const float e = j < cnt ? expf(sm.p[qi][j] - mx) : 0.f;
         sm.p[qi][j] = e;
         sum += e;
       }
@@ -163,14 +169,12 @@ __device__ __forceinline__ void attn_impl(
     __syncthreads();
     // acc = acc * alpha + P V, each thread one column of ACC rows.
 #pragma unroll
-    for (int a = 0; a < ACC; ++a) {
-      const int qi = qi0 + a * RSTEP;
-      const int cnt = min(nk, qi < nq ? sm.len[qi] - k0 : 0);
-      if (cnt > 0) {
-        float x = acc[a] * sm.alpha[qi];
-        for (int j = 0; j < cnt; ++j) x = fmaf(sm.p[qi][j], sm.v[j][col], x);
-        acc[a] = x;
-      }
+    for (int a = 0; a < ACC; ++a) acc[a] *= sm.alpha[qi0 + a * RSTEP];
+#pragma unroll 1
+    for (int j = 0; j < nk; ++j) {
+      const float vj = sm.v[j][col];
+#pragma unroll
+      for (int a = 0; a < ACC; ++a) acc[a] = fmaf(sm.p[qi0 + a * RSTEP][j], vj, acc[a]);
     }
     __syncthreads();
   }
