@@ -69,7 +69,7 @@ extern "C" {
 /// launch's blocks run in an order drawn from it, two in flight, interleaved at barriers), or
 /// `off` (one block at a time, in index order). Unset: seed [`DEFAULT_BLOCK_SEED`].
 pub const BLOCK_SEED_ENV: &str = "KVBENCH_EMU_BLOCK_SEED";
-pub const DEFAULT_BLOCK_SEED: u64 = 0x6b76_6265_6e63_68;
+pub const DEFAULT_BLOCK_SEED: u64 = 0x006b_7662_656e_6368;
 
 /// How the blocks of a launch are scheduled on the emulated device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
