@@ -25,10 +25,11 @@
 // (`__noinline__` is left alone: the C++ library spells its attribute with that word.)
 #define __launch_bounds__(...)
 #define __constant__ static
-// Block-shared storage. Blocks of one launch run one at a time, so one static object per
-// declaration is the block's shared memory; fibers of a launch share their OS thread, so
-// `thread_local` keeps launches on different host threads apart. With OS threads per CUDA
-// thread, one launch at a time (the sanitizer driver) and plain `static`.
+// Block-shared storage: one `thread_local` object per declaration. Each block in flight runs
+// on an OS thread of its own (a lane, emu_runtime.cpp), whose fibers are the block's CUDA
+// threads, so each in-flight block has its own shared memory and launches on different host
+// threads stay apart. With OS threads per CUDA thread, one launch at a time, blocks in turn
+// (the sanitizer driver) and plain `static`.
 #ifdef EMU_OS_THREADS
 #define __shared__ static
 #else
@@ -283,7 +284,7 @@ struct LaunchResult {
 
 enum LaunchStatus { LAUNCH_OK = 0, LAUNCH_UNKNOWN = 1, LAUNCH_BAD = 2, LAUNCH_FAULT = 3 };
 
-/// Validates the launch as the device would, then runs every block in turn.
+/// Validates the launch as the device would, then runs its blocks (seeded order, two in flight).
 int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigned int block[3],
                  unsigned int dynamic_shared_bytes, void** params, std::size_t nparams,
                  LaunchResult* res);

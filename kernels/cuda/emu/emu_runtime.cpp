@@ -1,11 +1,12 @@
-// Runs one kernel launch of the host build: validates it as the device would, then every block
-// in turn, each block's CUDA threads as fibers on the calling thread (default) or as OS threads
+// Runs one kernel launch of the host build: validates it as the device would, then its blocks,
+// each block's CUDA threads as fibers — two blocks in flight on lanes of their own, in a seeded
+// order (default), or one after the other on the calling thread — or as OS threads
 // (EMU_OS_THREADS, the ThreadSanitizer build). Barriers count live threads: a thread that
 // returns no longer takes part, as on the device.
 //
 // Fibers also make faults recoverable: a kernel thread that touches a protected page (a guard
-// page or freed memory of the emulated device) raises SIGSEGV on the launching thread; the
-// handler records the address, maps a scratch page there so the access completes, and the
+// page or freed memory of the emulated device) raises SIGSEGV on the thread running its fiber;
+// the handler records the address, maps a scratch page there so the access completes, and the
 // launch finishes and reports the fault. The page is made inaccessible again afterwards.
 #include "emu_cuda.h"
 
@@ -15,8 +16,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <memory>
-#include <thread>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -24,11 +25,6 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#ifdef EMU_OS_THREADS
-#include <condition_variable>
-#include <memory>
-#include <thread>
-#endif
 
 namespace emu {
 
