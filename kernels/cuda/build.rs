@@ -38,7 +38,10 @@ fn main() {
 
     // (name, program index, kernel index), sorted by name for the lookup.
     let mut all: Vec<(String, usize, usize)> = Vec::new();
-    let mut registry = String::from("#include \"emu_cuda.h\"\n");
+    let mut registry = String::from(
+        "#include \"emu_cuda.h\"\n\
+         extern \"C\" const ::emu::KernelEntry* emu_table_emu_tests(std::size_t* n);\n",
+    );
     for (pi, p) in ProgramId::ALL.iter().enumerate() {
         let text = host_text(&p.source());
         let names = kernel_names(&out, p.name(), &text);
@@ -65,6 +68,19 @@ fn main() {
             all.push((n.clone(), pi, ki));
         }
     }
+    // The emulator's test kernels: a program of the host build only (no NVRTC counterpart).
+    let test_pi = ProgramId::ALL.len();
+    let test_text = host_text(
+        &std::fs::read_to_string(emu_dir.join("test_kernels.cu")).expect("test_kernels.cu"),
+    );
+    let test_names = kernel_names(&out, "emu_tests", &test_text);
+    let tu = out.join("emu_emu_tests.cpp");
+    std::fs::write(&tu, program_tu("emu_tests", &test_text, &test_names)).expect("write test TU");
+    build.file(&tu);
+    let mut test_all: Vec<(String, usize, usize)> = Vec::new();
+    for (ki, n) in test_names.iter().enumerate() {
+        test_all.push((n.clone(), test_pi, ki));
+    }
     registry.push_str(
         "extern \"C\" int emu_kernels_launch(unsigned int program, unsigned int kernel,\n\
          \x20   const unsigned int* grid, const unsigned int* block, unsigned int shared,\n\
@@ -78,6 +94,10 @@ fn main() {
             p.name()
         );
     }
+    let _ = writeln!(
+        registry,
+        "    case {test_pi}: t = emu_table_emu_tests(&n); break;"
+    );
     registry.push_str(
         "    default: return ::emu::LAUNCH_UNKNOWN;\n  }\n\
          \x20 if (kernel >= n) return ::emu::LAUNCH_UNKNOWN;\n\
@@ -89,14 +109,18 @@ fn main() {
     build.compile("kvbench_cuda_emu");
 
     all.sort();
+    // NAMES: the kernels NVRTC programs export; KERNELS: those and the emulator's test kernels.
+    let names: Vec<String> = all.iter().map(|e| e.0.clone()).collect();
+    all.extend(test_all);
+    all.sort();
     let mut rs = String::from("/// (kernel name, program index, kernel index), sorted by name.\n");
     let _ = writeln!(rs, "static KERNELS: [(&str, u32, u32); {}] = [", all.len());
     for (n, p, k) in &all {
         let _ = writeln!(rs, "    ({n:?}, {p}, {k}),");
     }
     rs.push_str("];\n");
-    let _ = writeln!(rs, "static NAMES: [&str; {}] = [", all.len());
-    for (n, _, _) in &all {
+    let _ = writeln!(rs, "static NAMES: [&str; {}] = [", names.len());
+    for n in &names {
         let _ = writeln!(rs, "    {n:?},");
     }
     rs.push_str("];\n");

@@ -25,6 +25,9 @@ enum KernelBackend {
     Cpu,
     /// The CUDA kernels (needs a GPU; exits 2 naming what is missing otherwise).
     Cuda,
+    /// The CUDA kernels on the emulated device: K/V bytes read per kernel, decode and
+    /// prefill, beside the least each must read (counts, not timings).
+    CudaEmu,
 }
 
 /// Bounds that keep every grid point's byte count (batch × context × row × 2 × element) far
@@ -100,14 +103,17 @@ impl Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check_flags(&args)?;
     // Auto and cpu run the cpu kernels; cuda its own benchmark.
-    if args.backend == KernelBackend::Cuda {
+    if matches!(args.backend, KernelBackend::Cuda | KernelBackend::CudaEmu) {
         if args.repeats != 1 {
             bail!("kernel-bench: --repeats is for the cpu kernels; the cuda benchmark times its own rounds");
         }
         if !args.run_blocks.is_empty() {
             bail!("kernel-bench: --run-blocks is for the cpu kernels");
         }
-        return super::kernel_bench_cuda::run(&args.cuda_args());
+        return super::kernel_bench_cuda::run(
+            &args.cuda_args(),
+            args.backend == KernelBackend::CudaEmu,
+        );
     }
     let Some(shape) = ModelShape::preset(&args.model) else {
         bail!(

@@ -1,14 +1,18 @@
 //! `kvbench kernel-bench --backend cuda`: the CUDA decode-attention benchmark
 //! ([`kvbench_cuda::bench`]), paged and contiguous over the same device storage, next to a
 //! streaming-read ceiling measured in the same run. Writes `kernel_bench.csv` with the cpu
-//! backend's columns first, then cuda's own (dtype, event and graph times, copies, partitions).
+//! backend's columns first, then cuda's own (dtype, event and graph times, copies, partitions,
+//! phase, K/V bytes read and ideal). On the emulated device (`--backend cuda-emu`) nothing is
+//! timed: the emulator counts the K/V bytes each kernel reads, for decode and for prefill, and
+//! the file's timing fields are empty.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use kvbench_cuda::bench::{self, GpuBenchConfig, GpuBenchResult};
+use kvbench_cuda::bench::{self, ByteRow, GpuBenchConfig, GpuBenchResult};
 use kvbench_cuda::device::Gpu;
+use kvbench_cuda::emu::EmuConfig;
 use kvbench_cuda::launch::AttnShape;
 use kvbench_cuda::KvDtype;
 
@@ -29,7 +33,7 @@ pub struct CudaBenchArgs {
     pub seed: u64,
 }
 
-pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &CudaBenchArgs, emulated: bool) -> anyhow::Result<ExitCode> {
     let Some(m) = ModelShape::preset(&args.model) else {
         bail!(
             "kernel-bench: --model {}: unknown preset (known: {})",
@@ -43,9 +47,15 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
     let pick = |given: &[usize], quick: &[usize], full: &[usize]| {
         grid_axis(args.quick, given, quick, full)
     };
+    // The emulator runs every CUDA thread on the host: its grid is small.
+    let (batches, contexts): (&[usize], &[usize]) = if emulated {
+        (&[1, 4], &[128, 512])
+    } else {
+        (&[1, 16, 64], &[512, 2048, 8192])
+    };
     let cfg = GpuBenchConfig {
-        batches: pick(&args.batch, &[1, 64], &[1, 16, 64]),
-        contexts: pick(&args.context, &[2048], &[512, 2048, 8192]),
+        batches: pick(&args.batch, &batches[..2], batches),
+        contexts: pick(&args.context, &contexts[..1], contexts),
         block_sizes: pick(&args.block_size, &[16], &[8, 16, 32]),
         shape: AttnShape {
             q_heads: m.q_heads as usize,
@@ -66,6 +76,16 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<ExitCode> {
     cfg.shape.check().context("kernel-bench --model")?;
     // The output folder is made (or refused) before any measurement, as on cpu.
     let csv_path = csv_target(args.out.as_deref())?;
+    if emulated {
+        let gpu = Gpu::emulated_open(EmuConfig::new(args.seed))
+            .context("kernel-bench --backend cuda-emu: the emulated device")?;
+        let rows = bench::count_bytes(&gpu, &cfg).context("kernel-bench")?;
+        print_bytes(&cfg, &rows);
+        if let Some(path) = &csv_path {
+            write_bytes_csv(path, &cfg, &rows)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let gpu = Gpu::open().context("kernel-bench --backend cuda: no usable GPU")?;
     let res = bench::run(&gpu, &cfg).context("kernel-bench")?;
     print_table(&gpu, &cfg, &res);
@@ -129,40 +149,141 @@ fn write_csv(
     res: &GpuBenchResult,
 ) -> anyhow::Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record([
-        "backend",
-        "cache",
-        "batch",
-        "context_tokens",
-        "block_size",
-        "time_us",
-        "gbytes_per_s",
-        "ceiling_fraction",
-        "dtype",
-        "time_events_us",
-        "time_graph_us",
-        "kv_bytes",
-        "rotating_copies",
-        "partitions",
-        "ceiling_gbytes_per_s",
-    ])?;
+    w.write_record(CSV_HEADER)?;
     for r in &res.rows {
+        write_gpu_row(&mut w, cfg, res, r)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| anyhow::anyhow!("kernel_bench.csv: {e}"))?;
+    let text = String::from_utf8(bytes).context("kernel_bench.csv")?;
+    crate::results::staging::write_file_atomic(path, &text)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `kernel_bench.csv`'s columns on cuda and cuda-emu: the cpu file's eight, then cuda's own.
+const CSV_HEADER: [&str; 18] = [
+    "backend",
+    "cache",
+    "batch",
+    "context_tokens",
+    "block_size",
+    "time_us",
+    "gbytes_per_s",
+    "ceiling_fraction",
+    "dtype",
+    "time_events_us",
+    "time_graph_us",
+    "kv_bytes",
+    "rotating_copies",
+    "partitions",
+    "ceiling_gbytes_per_s",
+    "phase",
+    "kv_bytes_read",
+    "kv_bytes_ideal",
+];
+
+fn write_gpu_row(
+    w: &mut csv::Writer<Vec<u8>>,
+    cfg: &GpuBenchConfig,
+    res: &GpuBenchResult,
+    r: &bench::GpuBenchRow,
+) -> anyhow::Result<()> {
+    w.write_record([
+        "cuda".to_string(),
+        r.cache.to_string(),
+        r.batch.to_string(),
+        r.context_tokens.to_string(),
+        r.block_size.to_string(),
+        format!("{:.3}", r.time_us),
+        format!("{:.2}", r.gbytes_per_s),
+        format!("{:.4}", r.ceiling_fraction),
+        cfg.dtype.name().to_string(),
+        format!("{:.3}", r.time_events_us),
+        r.time_graph_us.map_or(String::new(), |t| format!("{t:.3}")),
+        r.kv_bytes.to_string(),
+        r.rotating_copies.to_string(),
+        r.partitions.to_string(),
+        format!("{:.2}", res.ceiling_gbytes_per_s),
+        // A GPU has no byte counter: the count comes from the emulator.
+        "decode".to_string(),
+        String::new(),
+        r.kv_bytes.to_string(),
+    ])?;
+    Ok(())
+}
+
+fn print_bytes(cfg: &GpuBenchConfig, rows: &[ByteRow]) {
+    let s = cfg.shape;
+    println!(
+        "K/V bytes read by the attention kernels on the emulated device (counted per load), one \
+         layer: {} q heads, {} kv heads, head dim {}, KV {}",
+        s.q_heads,
+        s.kv_heads,
+        s.head_dim,
+        cfg.dtype.name()
+    );
+    println!(
+        "{:>10} {:>7} {:>5} {:>8} {:>5} {:>5} {:>5} {:>13} {:>13} {:>7} {:>9}",
+        "cache",
+        "phase",
+        "batch",
+        "context",
+        "block",
+        "tile",
+        "parts",
+        "read bytes",
+        "ideal bytes",
+        "read/id",
+        "per-row/id"
+    );
+    for r in rows {
+        println!(
+            "{:>10} {:>7} {:>5} {:>8} {:>5} {:>5} {:>5} {:>13} {:>13} {:>7.3} {:>9.2}",
+            r.cache,
+            r.phase,
+            r.batch,
+            r.context_tokens,
+            r.block_size,
+            r.tile_rows,
+            r.partitions,
+            r.kv_bytes_read,
+            r.kv_bytes_ideal,
+            r.ratio(),
+            r.kv_bytes_per_row as f64 / r.kv_bytes_ideal.max(1) as f64
+        );
+    }
+}
+
+/// The same columns as the GPU's file; the timing fields are empty (nothing is timed).
+fn write_bytes_csv(
+    path: &std::path::Path,
+    cfg: &GpuBenchConfig,
+    rows: &[ByteRow],
+) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(CSV_HEADER)?;
+    for r in rows {
         w.write_record([
-            "cuda".to_string(),
+            "cuda-emu".to_string(),
             r.cache.to_string(),
             r.batch.to_string(),
             r.context_tokens.to_string(),
             r.block_size.to_string(),
-            format!("{:.3}", r.time_us),
-            format!("{:.2}", r.gbytes_per_s),
-            format!("{:.4}", r.ceiling_fraction),
+            String::new(),
+            String::new(),
+            String::new(),
             cfg.dtype.name().to_string(),
-            format!("{:.3}", r.time_events_us),
-            r.time_graph_us.map_or(String::new(), |t| format!("{t:.3}")),
+            String::new(),
+            String::new(),
             r.kv_bytes.to_string(),
-            r.rotating_copies.to_string(),
+            "1".to_string(),
             r.partitions.to_string(),
-            format!("{:.2}", res.ceiling_gbytes_per_s),
+            String::new(),
+            r.phase.to_string(),
+            r.kv_bytes_read.to_string(),
+            r.kv_bytes_ideal.to_string(),
         ])?;
     }
     let bytes = w

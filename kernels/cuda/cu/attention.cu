@@ -1,18 +1,33 @@
-// Decode and chunked-prefill attention over the KV cache, paged or contiguous.
+// Decode and prefill attention over the KV cache, paged or contiguous, FlashAttention-2 style.
 //
-// One thread block per (KV head, query row, partition): all G query heads of the KV group are
-// computed together, so each K/V byte of the partition is read once. A query row attends
-// positions [0, row_len[row]) of sequence row_seq[row]: a decode is one row per sequence; a
-// prefill chunk is one row per query token (its length ends at its own position, which is the
-// causal mask). Paged and contiguous differ only in slot_of(); everything else is one code path.
+// One thread block per (KV head, query tile, partition). A query tile is up to ATTN_QROWS / G
+// consecutive query rows of one sequence (a prefill chunk's tokens; a decode is a tile of one
+// row), taken for all G query heads of the KV group: ATTN_QROWS query-head rows per block. The
+// block walks the tile's causal prefix in tiles of ATTN_KT tokens: each K/V token row is read
+// from global memory once per block into shared memory, scored against every query-head row,
+// and folded into running max / sum / f32 accumulators (online softmax). A query row attends
+// positions [0, row_len[row]) of sequence row_seq[row]; keys past a row's length are never
+// touched by that row, and key tiles past the tile's longest row are never loaded (causal
+// tiles skipped). Paged and contiguous differ only in slot_of(); everything else is one path.
 //
-// Long rows are split into partitions of part_tokens tokens (grid z). With one partition the
-// block writes the normalized output; with several it writes an unnormalized partial, its max
-// and its exp-sum, and attn_merge combines them by log-sum-exp.
+// Each row's arithmetic depends only on its own query, its length and the partition bounds,
+// never on which other rows share its tile or its launch: a row masked out of a key tile skips
+// it entirely (no rescale), and every sum runs in a fixed order. So a token's output is
+// bit-identical whether it was computed in a prefill tile or as a decode row, and the paged and
+// contiguous runs of a scenario, which batch differently, emit identical greedy tokens.
+//
+// Long rows are split into partitions of part_tokens tokens (grid z, FlashDecoding). With one
+// partition the block writes the normalized output; with several it writes an unnormalized
+// partial, its max and its exp-sum, and attn_merge combines them by log-sum-exp.
+//
+// Tiles: with `tiled` set, tile t is rows [tile_row0[t], tile_row0[t + 1]), at most
+// ATTN_QROWS / G rows of one sequence (the host checks); otherwise tile t is row t.
 
 #define ATTN_THREADS 128
-#define ATTN_MAX_PART 512
-// At least 4 blocks per SM (<= 128 registers): ptxas then keeps every variant spill-free.
+#define ATTN_MAX_PART 512  // the longest partition the host plans (launch.rs)
+#define ATTN_QROWS 32      // query-head rows per block: a tile is ATTN_QROWS / G query rows
+#define ATTN_KT 16         // key tokens per shared K/V tile
+// At least 4 blocks per SM (<= 128 registers, 4 x 36 KiB of shared memory at head dim 128).
 
 template <bool PAGED>
 __device__ __forceinline__ i64 slot_of(int pos, int seq, const int* __restrict__ block_tables,
@@ -26,156 +41,158 @@ __device__ __forceinline__ i64 slot_of(int pos, int seq, const int* __restrict__
   }
 }
 
+// The block's shared memory, one instance per head dim (shared by every group size and
+// storage type). Rows are padded by one float so that lanes reading one column of different
+// rows hit different banks.
+template <int D>
+struct AttnSmem {
+  float q[ATTN_QROWS][D + 1];
+  float k[ATTN_KT][D + 1];
+  float v[ATTN_KT][D];
+  float p[ATTN_QROWS][ATTN_KT];
+  float m[ATTN_QROWS];
+  float l[ATTN_QROWS];
+  float alpha[ATTN_QROWS];
+  int len[ATTN_QROWS];
+  i64 slot[ATTN_KT];
+};
+
+template <int D>
+__device__ __forceinline__ AttnSmem<D>& attn_smem() {
+  __shared__ AttnSmem<D> s;
+  return s;
+}
+
 template <typename T, int D, int G, bool PAGED>
 __device__ __forceinline__ void attn_impl(
     float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_max,
     float* __restrict__ part_sum, const float* __restrict__ q, const T* __restrict__ k_cache,
     const T* __restrict__ v_cache, const int* __restrict__ row_seq,
     const int* __restrict__ row_len, const int* __restrict__ block_tables, int max_blocks,
-    int log2_bs, const i64* __restrict__ seq_base, int kv_heads, int part_tokens, float scale) {
-  constexpr int N = Vec16<T>::N;        // elements per 16-byte load
-  constexpr int L = D / N;              // lanes per token row
-  constexpr int TG = ATTN_THREADS / L;  // token groups per block
-  constexpr int U = G >= 8 ? 2 : 4;      // token rows each group loads per iteration
-  static_assert(L <= 32 && (32 % L) == 0, "a token row must sit inside one warp");
+    int log2_bs, const i64* __restrict__ seq_base, int kv_heads, int part_tokens, float scale,
+    const int* __restrict__ tile_row0, int tiled) {
+  constexpr int N = Vec16<T>::N;  // elements per 16-byte load
+  constexpr int L = D / N;        // 16-byte loads per token row
+  constexpr int TQ = ATTN_QROWS / G;
+  constexpr int RSTEP = ATTN_THREADS / D;       // query-head rows between a thread's columns
+  constexpr int ACC = ATTN_QROWS * D / ATTN_THREADS;  // accumulators per thread
+  static_assert(D <= ATTN_THREADS && ATTN_THREADS % D == 0, "a thread owns one column");
+  static_assert(TQ >= 1 && TQ * G == ATTN_QROWS, "group size divides the tile");
 
-  __shared__ float scores[G * ATTN_MAX_PART];
-  __shared__ float acc_s[G * D];
-  __shared__ float head_max[G];
-  __shared__ float head_sum[G];
-
+  AttnSmem<D>& sm = attn_smem<D>();
   const int kvh = blockIdx.x;
-  const int row = blockIdx.y;
+  const int tile = blockIdx.y;
   const int part = blockIdx.z;
   const int nparts = gridDim.z;
   const int q_heads = kv_heads * G;
   const int tid = threadIdx.x;
-  const int lane = tid % L;
-  const int group = tid / L;
-  const int len = row_len[row];
-  const int seq = row_seq[row];
+  const int r0 = tiled ? tile_row0[tile] : tile;
+  const int nr = tiled ? min(tile_row0[tile + 1] - r0, TQ) : 1;
+  const int nq = nr * G;
+  const int seq = row_seq[r0];
+  int max_len = 0;
+  for (int r = 0; r < nr; ++r) max_len = max(max_len, row_len[r0 + r]);
   const int start = part * part_tokens;
-  const int n = min(len, start + part_tokens) - start;
-  if (n <= 0 && part > 0) return;  // nothing here; attn_merge skips partitions past the row
+  const int end = min(max_len, start + part_tokens);
+  if (end <= start && part > 0) return;  // nothing here; attn_merge skips partitions past a row
 
-  float qr[G][N];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const float* qp = q + ((i64)row * q_heads + kvh * G + g) * D + lane * N;
-#pragma unroll
-    for (int i = 0; i < N; ++i) qr[g][i] = qp[i] * scale;
+  for (int i = tid; i < nq * D; i += ATTN_THREADS) {
+    const int qi = i / D, d = i % D;
+    const int r = qi / G, g = qi % G;
+    sm.q[qi][d] = q[((i64)(r0 + r) * q_heads + kvh * G + g) * D + d] * scale;
   }
-  for (int i = tid; i < G * D; i += ATTN_THREADS) acc_s[i] = 0.f;
+  for (int qi = tid; qi < nq; qi += ATTN_THREADS) {
+    sm.m[qi] = NEG_INF;
+    sm.l[qi] = 0.f;
+    sm.len[qi] = row_len[r0 + qi / G];
+  }
+  const int col = tid % D;
+  const int qi0 = tid / D;
+  float acc[ACC];
+#pragma unroll
+  for (int a = 0; a < ACC; ++a) acc[a] = 0.f;
 
-  // Pass 1: scores[g][t] = q_g . k_t (scaled). U token rows per group are loaded before any
-  // is reduced, so each thread keeps U 16-byte loads in flight. Every thread runs the same trip
-  // count, so the shuffles always see their whole warp.
-  for (int t0 = 0; t0 < n; t0 += TG * U) {
-    float kf[U][N];
+  for (int k0 = start; k0 < end; k0 += ATTN_KT) {
+    const int nk = min(ATTN_KT, end - k0);
+    if (tid < nk)
+      sm.slot[tid] = slot_of<PAGED>(k0 + tid, seq, block_tables, max_blocks, log2_bs, seq_base);
+    __syncthreads();
+    // The key tile: every K and V token row read once, 16 bytes per load.
+    for (int i = tid; i < nk * L; i += ATTN_THREADS) {
+      const int j = i / L, c = i % L;
+      const i64 at = (sm.slot[j] * kv_heads + kvh) * D + c * N;
+      float kf[N], vf[N];
+      Vec16<T>::load(k_cache + at, kf);
+      Vec16<T>::load(v_cache + at, vf);
+      KV_READ_COUNT(32);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = t0 + u * TG + group;
-      if (t < n) {
-        const i64 slot =
-            slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
-        Vec16<T>::load(k_cache + (slot * kv_heads + kvh) * D + lane * N, kf[u]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < N; ++i) kf[u][i] = 0.f;
+      for (int e = 0; e < N; ++e) {
+        sm.k[j][c * N + e] = kf[e];
+        sm.v[j][c * N + e] = vf[e];
       }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = t0 + u * TG + group;
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
+    __syncthreads();
+    // Scores of the keys each row may see; the others are never read.
+    for (int i = tid; i < nq * ATTN_KT; i += ATTN_THREADS) {
+      const int qi = i / ATTN_KT, j = i % ATTN_KT;
+      if (j < sm.len[qi] - k0 && j < nk) {
         float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < N; ++i) s = fmaf(qr[g][i], kf[u][i], s);
-#pragma unroll
-        for (int off = L / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0 && t < n) scores[g * ATTN_MAX_PART + t] = s;
+#pragma unroll 8
+        for (int d = 0; d < D; ++d) s = fmaf(sm.q[qi][d], sm.k[j][d], s);
+        sm.p[qi][j] = s;
       }
     }
-  }
-  __syncthreads();
-
-  // Softmax numerators per head, one warp per head.
-  const int warp = tid / 32, wl = tid % 32;
-  for (int g = warp; g < G; g += ATTN_THREADS / 32) {
-    float m = NEG_INF;
-    for (int t = wl; t < n; t += 32) m = fmaxf(m, scores[g * ATTN_MAX_PART + t]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float s = 0.f;
-    for (int t = wl; t < n; t += 32) {
-      float e = expf(scores[g * ATTN_MAX_PART + t] - m);
-      scores[g * ATTN_MAX_PART + t] = e;
-      s += e;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (wl == 0) {
-      head_max[g] = m;
-      head_sum[g] = s;
-    }
-  }
-  __syncthreads();
-
-  // Pass 2: acc[g] = sum_t p_g[t] v_t.
-  float acc[G][N];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int i = 0; i < N; ++i) acc[g][i] = 0.f;
-  for (int t0 = 0; t0 < n; t0 += TG * U) {
-    float vf[U][N];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = t0 + u * TG + group;
-      if (t < n) {
-        const i64 slot =
-            slot_of<PAGED>(start + t, seq, block_tables, max_blocks, log2_bs, seq_base);
-        Vec16<T>::load(v_cache + (slot * kv_heads + kvh) * D + lane * N, vf[u]);
+    __syncthreads();
+    // Online softmax, one thread per query-head row. A row's probabilities past its length
+    // (and every probability of a row the tile lacks) are 0 and its rescale 1, so the P V
+    // sweep below leaves its accumulators exactly as they were for those keys.
+    for (int qi = tid; qi < ATTN_QROWS; qi += ATTN_THREADS) {
+      const int cnt = qi < nq ? min(nk, sm.len[qi] - k0) : 0;
+      if (cnt <= 0) {
+        sm.alpha[qi] = 1.f;
+        for (int j = 0; j < ATTN_KT; ++j) sm.p[qi][j] = 0.f;
+        continue;
       }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = t0 + u * TG + group;
-      if (t < n) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float p = scores[g * ATTN_MAX_PART + t];
-#pragma unroll
-          for (int i = 0; i < N; ++i) acc[g][i] = fmaf(p, vf[u][i], acc[g][i]);
-        }
+      float mx = sm.m[qi];
+      for (int j = 0; j < cnt; ++j) mx = fmaxf(mx, sm.p[qi][j]);
+      float sum = 0.f;
+      for (int j = 0; j < ATTN_KT; ++j) {
+        const float e = j < cnt ? expf(sm.p[qi][j] - mx) : 0.f;
+        sm.p[qi][j] = e;
+        sum += e;
       }
+      const float alpha = expf(sm.m[qi] - mx);  // 0 on the row's first keys (max was -inf)
+      sm.alpha[qi] = alpha;
+      sm.l[qi] = sm.l[qi] * alpha + sum;
+      sm.m[qi] = mx;
     }
-  }
-  // Token groups add their partial sums in a fixed order (not with atomics, whose order
-  // varies): the output is bit-identical run to run, so the paged and contiguous runs of a
-  // scenario, which batch differently, emit identical greedy tokens.
-  for (int tg = 0; tg < TG; ++tg) {
-    if (group == tg) {
+    __syncthreads();
+    // acc = acc * alpha + P V, each thread one column of ACC rows.
 #pragma unroll
-      for (int g = 0; g < G; ++g)
+    for (int a = 0; a < ACC; ++a) acc[a] *= sm.alpha[qi0 + a * RSTEP];
+#pragma unroll 1
+    for (int j = 0; j < nk; ++j) {
+      const float vj = sm.v[j][col];
 #pragma unroll
-        for (int i = 0; i < N; ++i) acc_s[g * D + lane * N + i] += acc[g][i];
+      for (int a = 0; a < ACC; ++a) acc[a] = fmaf(sm.p[qi0 + a * RSTEP][j], vj, acc[a]);
     }
     __syncthreads();
   }
 
-  for (int i = tid; i < G * D; i += ATTN_THREADS) {
-    const int g = i / D, d = i % D;
-    const i64 qh = (i64)row * q_heads + kvh * G + g;
+#pragma unroll
+  for (int a = 0; a < ACC; ++a) {
+    const int qi = qi0 + a * RSTEP;
+    if (qi >= nq) continue;
+    const int r = qi / G, g = qi % G;
+    const i64 qh = (i64)(r0 + r) * q_heads + kvh * G + g;
     if (nparts == 1) {
-      const float s = head_sum[g];
-      out[qh * D + d] = s > 0.f ? acc_s[i] / s : 0.f;
+      const float s = sm.l[qi];
+      out[qh * D + col] = s > 0.f ? acc[a] / s : 0.f;
     } else {
-      part_out[(qh * nparts + part) * D + d] = acc_s[i];
-      if (d == 0) {
-        part_max[qh * nparts + part] = head_max[g];
-        part_sum[qh * nparts + part] = head_sum[g];
+      part_out[(qh * nparts + part) * D + col] = acc[a];
+      if (col == 0) {
+        part_max[qh * nparts + part] = sm.m[qi];
+        part_sum[qh * nparts + part] = sm.l[qi];
       }
     }
   }
@@ -187,10 +204,11 @@ __device__ __forceinline__ void attn_impl(
       const T *__restrict__ k_cache, const T *__restrict__ v_cache,                        \
       const int *__restrict__ row_seq, const int *__restrict__ row_len,                    \
       const int *__restrict__ block_tables, int max_blocks, int log2_bs,                   \
-      const i64 *__restrict__ seq_base, int kv_heads, int part_tokens, float scale
+      const i64 *__restrict__ seq_base, int kv_heads, int part_tokens, float scale,        \
+      const int *__restrict__ tile_row0, int tiled
 #define ATTN_PASS                                                                          \
   out, part_out, part_max, part_sum, q, k_cache, v_cache, row_seq, row_len, block_tables, \
-      max_blocks, log2_bs, seq_base, kv_heads, part_tokens, scale
+      max_blocks, log2_bs, seq_base, kv_heads, part_tokens, scale, tile_row0, tiled
 
 // Kernel names: attn_{paged,contig}_{f32,bf16}_d{D}_g{G} (G = query heads per KV head).
 #define ATTN_VARIANT(T, TN, D, G)                                                          \

@@ -4,6 +4,12 @@
 // bf16 is stored as its 16 bits (no cuda_bf16.h: NVRTC wheels ship no headers).
 
 typedef long long i64;
+
+// Counts bytes a kernel reads from the K/V cache: the emulated device defines it (emu_cuda.h)
+// to add to its per-launch counter; on a GPU it is nothing.
+#ifndef KV_READ_COUNT
+#define KV_READ_COUNT(bytes)
+#endif
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float bf16_to_f32(unsigned short x) {

@@ -25,10 +25,11 @@
 // (`__noinline__` is left alone: the C++ library spells its attribute with that word.)
 #define __launch_bounds__(...)
 #define __constant__ static
-// Block-shared storage. Blocks of one launch run one at a time, so one static object per
-// declaration is the block's shared memory; fibers of a launch share their OS thread, so
-// `thread_local` keeps launches on different host threads apart. With OS threads per CUDA
-// thread, one launch at a time (the sanitizer driver) and plain `static`.
+// Block-shared storage: one `thread_local` object per declaration. Each block in flight runs
+// on an OS thread of its own (a lane, emu_runtime.cpp), whose fibers are the block's CUDA
+// threads, so each in-flight block has its own shared memory and launches on different host
+// threads stay apart. With OS threads per CUDA thread, one launch at a time, blocks in turn
+// (the sanitizer driver) and plain `static`.
 #ifdef EMU_OS_THREADS
 #define __shared__ static
 #else
@@ -68,6 +69,9 @@ struct BlockDims {
 };
 
 extern thread_local Thread* t_cur;
+/// K/V bytes the running launch's kernel read (`KV_READ_COUNT` in common.cuh), on the
+/// launching thread; added to the process-wide counter when the launch ends.
+extern thread_local unsigned long long t_kv_read_bytes;
 const BlockDims& block_dims(const Thread* t);
 
 /// Block barrier (`__syncthreads`).
@@ -101,6 +105,7 @@ inline T from_bits(std::uint64_t b) {
 #define blockDim (::emu::block_dims(::emu::t_cur).dim)
 #define gridDim (::emu::block_dims(::emu::t_cur).grid)
 #define warpSize 32
+#define KV_READ_COUNT(bytes) (::emu::t_kv_read_bytes += (bytes))
 
 // A planted race for the sanitizer test: the `__syncthreads` on this source line is dropped.
 #ifdef EMU_DROP_SYNC_LINE
@@ -279,7 +284,7 @@ struct LaunchResult {
 
 enum LaunchStatus { LAUNCH_OK = 0, LAUNCH_UNKNOWN = 1, LAUNCH_BAD = 2, LAUNCH_FAULT = 3 };
 
-/// Validates the launch as the device would, then runs every block in turn.
+/// Validates the launch as the device would, then runs its blocks (seeded order, two in flight).
 int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigned int block[3],
                  unsigned int dynamic_shared_bytes, void** params, std::size_t nparams,
                  LaunchResult* res);

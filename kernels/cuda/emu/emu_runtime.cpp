@@ -1,18 +1,23 @@
-// Runs one kernel launch of the host build: validates it as the device would, then every block
-// in turn, each block's CUDA threads as fibers on the calling thread (default) or as OS threads
+// Runs one kernel launch of the host build: validates it as the device would, then its blocks,
+// each block's CUDA threads as fibers — two blocks in flight on lanes of their own, in a seeded
+// order (default), or one after the other on the calling thread — or as OS threads
 // (EMU_OS_THREADS, the ThreadSanitizer build). Barriers count live threads: a thread that
 // returns no longer takes part, as on the device.
 //
 // Fibers also make faults recoverable: a kernel thread that touches a protected page (a guard
-// page or freed memory of the emulated device) raises SIGSEGV on the launching thread; the
-// handler records the address, maps a scratch page there so the access completes, and the
+// page or freed memory of the emulated device) raises SIGSEGV on the thread running its fiber;
+// the handler records the address, maps a scratch page there so the access completes, and the
 // launch finishes and reports the fault. The page is made inaccessible again afterwards.
 #include "emu_cuda.h"
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -20,15 +25,15 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#ifdef EMU_OS_THREADS
-#include <condition_variable>
-#include <memory>
-#include <thread>
-#endif
 
 namespace emu {
 
 thread_local Thread* t_cur = nullptr;
+thread_local unsigned long long t_kv_read_bytes = 0;
+// What a shuffle from an absent lane reads: a NaN as a float, nonsense as an integer.
+constexpr std::uint64_t kShflPoison = 0x7fc0dead7fc0deadull;
+// Every launch's K/V reads since the host last took the count (all launching threads).
+std::atomic<unsigned long long> g_kv_read_bytes{0};
 
 constexpr unsigned int kMaxThreads = 1024;
 
@@ -206,7 +211,9 @@ std::uint64_t warp_exchange(std::uint64_t bits, int src) {
   t->shfl_phase ^= 1u;
   w->buf[p][t->lane] = bits;
   arrive(w->bar, *t->block);
-  if (src < 0 || src >= 32 || !((w->live >> src) & 1u)) return bits;
+  if (src < 0 || src >= 32) return bits;
+  // A lane the warp lacks (a partial warp) or that has returned: undefined on the device.
+  if (!((w->live >> src) & 1u)) return kShflPoison;
   return w->buf[p][src];
 }
 
@@ -445,6 +452,7 @@ void fiber_main(void* arg) {
   f->done = true;
   Block& blk = *f->t.block;
   ++blk.events;
+  f->t.warp->live &= ~(1u << f->t.lane);
   leave(blk.bar);
   leave(f->t.warp->bar);
   ctx_switch(&f->ctx, &s->ctx);
@@ -474,6 +482,245 @@ bool run_block(Sched& s, Block& blk, std::vector<Fiber>& fibers, unsigned int n)
     if (live > 0 && blk.events == before) return false;
   }
   return true;
+}
+
+// ---- Blocks in flight: lanes ------------------------------------------------------------------
+// A GPU runs many blocks of a launch at once, in no promised order. Here the blocks of a launch
+// run in a seeded order on kLanes lanes, each lane an OS thread of its own (so each in-flight
+// block has its own `__shared__` storage, which is thread_local) running its block's CUDA
+// threads as fibers. One lane runs at a time, handing over after a scheduler round (every live
+// thread ran until it waited at a barrier or returned) when a seeded coin says so: blocks
+// interleave at barriers, deterministically for a seed. A kernel that assumes blocks run in
+// index order, or one after the other, then computes something else.
+constexpr unsigned int kLanes = 2;
+std::atomic<int> g_lanes_on{1};
+std::atomic<unsigned long long> g_block_seed{0x6b7662656e6368ull};
+// Bumped by every change of the order: each launching thread restarts its launch count.
+std::atomic<unsigned long long> g_block_gen{0};
+
+std::uint64_t splitmix(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct Job {
+  const KernelEntry* k = nullptr;
+  unsigned int grid[3];
+  unsigned int block[3];
+  void** params = nullptr;
+  std::vector<std::uint64_t> order;  // linear block indices, shuffled
+  std::size_t next = 0;
+  std::uint64_t rng = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  int turn = 0;  // the lane that may run
+  bool lane_done[kLanes] = {};
+  unsigned int done = 0;
+  bool failed = false;  // a lane could not start (stacks)
+  bool deadlock = false;
+  bool faulted = false;
+  std::uintptr_t fault_addr = 0;
+  int fault_write = 0;
+  char reason[256] = {};
+  unsigned long long kv_bytes = 0;
+};
+
+// The lane that runs next: another lane not yet done, chosen by the job's coin.
+void hand_over(Job& j, unsigned int from) {
+  for (unsigned int i = 1; i <= kLanes; ++i) {
+    const unsigned int o = (from + i) % kLanes;
+    if (!j.lane_done[o]) {
+      j.turn = (int)o;
+      j.cv.notify_all();
+      return;
+    }
+  }
+  j.turn = -1;
+  j.cv.notify_all();
+}
+
+void lane_run(Job& j, unsigned int lane) {
+  static thread_local bool alt = false;
+  if (!alt) {
+    // A signal handler stack, so a fiber that overflowed its stack is still reported.
+    static thread_local char altstack[64 * 1024];
+    stack_t ss;
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);
+    alt = true;
+  }
+  const unsigned int n = j.block[0] * j.block[1] * j.block[2];
+  std::unique_lock<std::mutex> l(j.m);
+  j.cv.wait(l, [&] { return j.turn == (int)lane; });
+  if (!t_stacks.grow_to(n)) {
+    j.failed = true;
+    j.lane_done[lane] = true;
+    ++j.done;
+    hand_over(j, lane);
+    return;
+  }
+  Sched s;
+  s.kernel = j.k;
+  s.params = j.params;
+  t_sched = &s;
+  std::unique_ptr<Block> blk(new Block());
+  std::vector<Thread> threads;
+  std::vector<Fiber> fibers(n);
+  FaultState& fs = t_fault;
+  fs.faulted = false;
+  fs.npages = 0;
+  fs.active = 1;
+  t_kv_read_bytes = 0;
+  bool have = false;
+  unsigned int live = 0;
+  while (true) {
+    if (!have) {
+      if (j.next >= j.order.size() || j.deadlock) break;
+      const std::uint64_t b = j.order[j.next++];
+      const unsigned int bx = unsigned(b % j.grid[0]);
+      const unsigned int by = unsigned(b / j.grid[0] % j.grid[1]);
+      const unsigned int bz = unsigned(b / (std::uint64_t(j.grid[0]) * j.grid[1]));
+      init_block(*blk, j.grid, j.block, bx, by, bz, threads);
+      for (unsigned int i = 0; i < n; ++i) {
+        Fiber& f = fibers[i];
+        f.t = threads[i];
+        f.done = false;
+        f.wait_bar = nullptr;
+        ctx_init(&f.ctx, t_stacks.bases[i] + t_stacks.page + kStackBytes, &fiber_main, &f);
+      }
+      live = n;
+      have = true;
+    }
+    const unsigned long before = blk->events;
+    for (unsigned int i = 0; i < n; ++i) {
+      Fiber& f = fibers[i];
+      if (f.done || (f.wait_bar != nullptr && f.wait_bar->gen == f.wait_gen)) continue;
+      t_cur = &f.t;
+      s.cur = &f;
+      ctx_switch(&s.ctx, &f.ctx);
+      if (f.done) --live;
+    }
+    if (live == 0) {
+      have = false;
+    } else if (blk->events == before) {
+      j.deadlock = true;
+      std::snprintf(j.reason, sizeof j.reason,
+                    "deadlock in block (%u, %u, %u): threads wait at a barrier that the "
+                    "other threads of the block never reach",
+                    blk->dims.idx.x, blk->dims.idx.y, blk->dims.idx.z);
+      break;
+    }
+    if (splitmix(j.rng) & 1u) {
+      hand_over(j, lane);
+      j.cv.wait(l, [&] { return j.turn == (int)lane; });
+    }
+  }
+  end_faults(fs);
+  if (fs.faulted && !j.faulted) {
+    j.faulted = true;
+    j.fault_addr = fs.addr;
+    j.fault_write = fs.write;
+  }
+  j.kv_bytes += t_kv_read_bytes;
+  t_kv_read_bytes = 0;
+  t_sched = nullptr;
+  t_cur = nullptr;
+  j.lane_done[lane] = true;
+  ++j.done;
+  hand_over(j, lane);
+}
+
+/// The lanes of one launching thread, started on its first launch and kept (their fiber
+/// stacks with them) until that thread ends.
+struct LanePool {
+  std::thread th[kLanes];
+  std::mutex m;
+  std::condition_variable cv;
+  Job* job = nullptr;
+  unsigned long gen = 0;
+  bool quit = false;
+  LanePool() {
+    for (unsigned int i = 0; i < kLanes; ++i)
+      th[i] = std::thread([this, i] {
+        unsigned long seen = 0;
+        while (true) {
+          Job* j;
+          {
+            std::unique_lock<std::mutex> l(m);
+            cv.wait(l, [&] { return quit || gen != seen; });
+            if (quit) return;
+            seen = gen;
+            j = job;
+          }
+          lane_run(*j, i);
+        }
+      });
+  }
+  ~LanePool() {
+    {
+      std::lock_guard<std::mutex> l(m);
+      quit = true;
+    }
+    cv.notify_all();
+    for (auto& t : th) t.join();
+  }
+};
+
+/// Runs the launch on the lanes; LAUNCH_OK, LAUNCH_BAD (deadlock, stacks) or LAUNCH_FAULT.
+int launch_on_lanes(const KernelEntry* k, const unsigned int grid[3], const unsigned int block[3],
+                    void** params, LaunchResult* res) {
+  static thread_local std::unique_ptr<LanePool> pool;
+  static thread_local std::uint64_t launches = 0;
+  static thread_local std::uint64_t gen = 0;
+  if (!pool) pool.reset(new LanePool());
+  const std::uint64_t g = g_block_gen.load(std::memory_order_relaxed);
+  if (g != gen) {
+    gen = g;
+    launches = 0;
+  }
+  install_handler();
+  Job j;
+  j.k = k;
+  for (int i = 0; i < 3; ++i) {
+    j.grid[i] = grid[i];
+    j.block[i] = block[i];
+  }
+  j.params = params;
+  const std::uint64_t nblocks = std::uint64_t(grid[0]) * grid[1] * grid[2];
+  j.order.resize(nblocks);
+  for (std::uint64_t b = 0; b < nblocks; ++b) j.order[b] = b;
+  // Seeded per launch of this thread since the order was last set: a stream's launches get
+  // the same orders run to run.
+  std::uint64_t x = g_block_seed.load(std::memory_order_relaxed) ^ (0x51ed27u * ++launches);
+  for (std::uint64_t b = nblocks; b > 1; --b) std::swap(j.order[b - 1], j.order[splitmix(x) % b]);
+  j.rng = splitmix(x);
+  j.turn = 0;
+  {
+    std::lock_guard<std::mutex> l(pool->m);
+    pool->job = &j;
+    ++pool->gen;
+  }
+  pool->cv.notify_all();
+  {
+    std::unique_lock<std::mutex> l(j.m);
+    j.cv.wait(l, [&] { return j.done == kLanes; });
+  }
+  g_kv_read_bytes.fetch_add(j.kv_bytes, std::memory_order_relaxed);
+  if (j.failed) return bad(res, "cannot map %llu fiber stacks of %llu bytes", block[0] * block[1] * block[2], kStackBytes);
+  if (j.faulted) {
+    res->fault_addr = j.fault_addr;
+    res->fault_write = j.fault_write;
+    return LAUNCH_FAULT;
+  }
+  if (j.deadlock) {
+    std::memcpy(res->reason, j.reason, sizeof res->reason);
+    return LAUNCH_BAD;
+  }
+  return LAUNCH_OK;
 }
 #endif
 
@@ -510,7 +757,9 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
         t.block = &blocks[b];
         t.warp = &blocks[b].warps[i / 32];
         t_cur = &t;
+        t_kv_read_bytes = 0;
         k->call(params);
+        g_kv_read_bytes.fetch_add(t_kv_read_bytes, std::memory_order_relaxed);
         leave(blocks[b].bar);
         leave(t.warp->bar);
         arrive(between, blocks[b]);
@@ -518,9 +767,15 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
     });
   for (auto& t : ts) t.join();
   delete blk;
+  // (Each CUDA thread counted on its own OS thread: those counts were added as it ended.)
   t_cur = saved_cur;
   return LAUNCH_OK;
 #else
+  if (g_lanes_on.load(std::memory_order_relaxed)) {
+    delete blk;
+    t_cur = saved_cur;
+    return launch_on_lanes(k, grid, block, params, res);
+  }
   if (!t_stacks.grow_to(n)) {
     delete blk;
     return bad(res, "cannot map %llu fiber stacks of %llu bytes", n, kStackBytes);
@@ -536,6 +791,7 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
   fs.faulted = false;
   fs.npages = 0;
   fs.active = 1;
+  t_kv_read_bytes = 0;
   bool deadlock = false;
   for (unsigned int bz = 0; bz < grid[2] && !deadlock; ++bz)
     for (unsigned int by = 0; by < grid[1] && !deadlock; ++by)
@@ -551,6 +807,7 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
         }
       }
   end_faults(fs);
+  g_kv_read_bytes.fetch_add(t_kv_read_bytes, std::memory_order_relaxed);
   t_sched = saved_sched;
   t_cur = saved_cur;
   delete blk;
@@ -564,3 +821,21 @@ int launch_entry(const KernelEntry* k, const unsigned int grid[3], const unsigne
 }
 
 }  // namespace emu
+
+/// Block order: `on` nonzero runs each launch's blocks in an order seeded by `seed`, two in
+/// flight, interleaved at barriers; zero runs them one at a time in index order.
+extern "C" void emu_set_block_order(int on, unsigned long long seed) {
+#ifndef EMU_OS_THREADS
+  ::emu::g_lanes_on.store(on, std::memory_order_relaxed);
+  ::emu::g_block_seed.store(seed, std::memory_order_relaxed);
+  ::emu::g_block_gen.fetch_add(1, std::memory_order_relaxed);
+#else
+  (void)on;
+  (void)seed;
+#endif
+}
+
+/// The K/V bytes counted since the last call (every launch of the process), and a reset.
+extern "C" unsigned long long emu_kv_read_bytes_take() {
+  return ::emu::g_kv_read_bytes.exchange(0, std::memory_order_relaxed);
+}

@@ -68,7 +68,10 @@ bool check_variant(const emu::KernelEntry& paged, const emu::KernelEntry& contig
             row) != emu::LAUNCH_OK)
       return false;
     const int rows = 4;
-    std::vector<int> row_seq = {0, 1, 2, 2}, row_len = {37, 1, 70, 64};
+    // Rows 2 and 3 (positions 68 and 69 of sequence 2) are one prefill tile.
+    std::vector<int> row_seq = {0, 1, 2, 2}, row_len = {37, 1, 69, 70};
+    std::vector<int> tile_row0 = {0, 1, 2, 4};
+    const int tiles = 3;
     std::vector<float> q(rows * q_heads * head_dim);
     for (auto& x : q) x = unit();
     const float scale = 1.f / std::sqrt((float)head_dim);
@@ -79,11 +82,11 @@ bool check_variant(const emu::KernelEntry& paged, const emu::KernelEntry& contig
       std::vector<float> po(q.size() * nparts, NAN), pm(rows * q_heads * nparts, NAN),
           ps(rows * q_heads * nparts, NAN);
       float* out = pass == 0 ? whole.data() : split.data();
-      if (run(is_paged ? paged : contig, kv_heads, rows, nparts, 128, out, po.data(), pm.data(),
+      if (run(is_paged ? paged : contig, kv_heads, tiles, nparts, 128, out, po.data(), pm.data(),
               ps.data(), (const float*)q.data(), (const T*)kc.data(), (const T*)vc.data(),
               (const int*)row_seq.data(), (const int*)row_len.data(),
               (const int*)table.data(), max_blocks, log2_bs, (const long long*)base.data(),
-              kv_heads, part_tokens, scale) != emu::LAUNCH_OK)
+              kv_heads, part_tokens, scale, (const int*)tile_row0.data(), 1) != emu::LAUNCH_OK)
         return false;
       if (nparts > 1) {
         const emu::KernelEntry merge = EMU_KERNEL_ENTRY(k, attn_merge);

@@ -246,3 +246,155 @@ fn graph_time(
     })?;
     Ok(total / (reps * per_graph) as f64)
 }
+
+/// One point of the K/V traffic count (`kernel-bench --backend cuda-emu`): the bytes the
+/// attention kernels read from the cache, counted by the emulator, beside the least a kernel of
+/// this design must read. Hardware-independent: the count is a property of the kernel's code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByteRow {
+    pub cache: &'static str,
+    /// `decode` (one query row per sequence) or `prefill` (a whole prompt per sequence).
+    pub phase: &'static str,
+    pub batch: usize,
+    pub context_tokens: usize,
+    pub block_size: usize,
+    /// The sequences' K/V bytes (batch × context × 2 × kv row × element size).
+    pub kv_bytes: u64,
+    pub kv_bytes_read: u64,
+    /// Decode: `kv_bytes`, each byte once. Prefill: the tiling bound, each query tile reading
+    /// the causal prefix of its last row once (⌈N / tile rows⌉ passes over growing prefixes).
+    pub kv_bytes_ideal: u64,
+    /// One block per query row instead of per tile: what the tiling saves.
+    pub kv_bytes_per_row: u64,
+    pub partitions: u32,
+    pub tile_rows: usize,
+}
+
+impl ByteRow {
+    pub fn ratio(&self) -> f64 {
+        self.kv_bytes_read as f64 / self.kv_bytes_ideal.max(1) as f64
+    }
+}
+
+/// Counts the K/V bytes of decode and prefill attention at every grid point, paged and
+/// contiguous, on the emulated device (whose counter [`crate::emu::kernels::take_kv_read_bytes`]
+/// is process-wide: nothing else may launch kernels meanwhile). Decode splits rows into
+/// partitions by [`plan_partitions`] (FlashDecoding), prefill by the model's fixed 512 tokens.
+pub fn count_bytes(gpu: &Gpu, cfg: &GpuBenchConfig) -> Result<Vec<ByteRow>, CudaError> {
+    use crate::device::{tile_rows, Tiles};
+    use crate::launch::{fixed_partitions, ATTN_MAX_PART_TOKENS};
+    use crate::model::batch::tiles;
+    cfg.shape.check()?;
+    let shape = cfg.shape;
+    let elem = cfg.dtype.bytes();
+    let row_bytes = (2 * shape.kv_row() * elem) as u64;
+    let tq = tile_rows(shape.group());
+    let mut rng = Rng::new(cfg.seed);
+    let mut out = Vec::new();
+    for &batch in &cfg.batches {
+        for &context in &cfg.contexts {
+            let kv_bytes = batch as u64 * context as u64 * row_bytes;
+            if kv_bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
+                continue;
+            }
+            let unit = cfg.block_sizes.iter().fold(1usize, |l, &b| l.max(b));
+            let per_seq = context.div_ceil(unit) * unit;
+            let num_slots = batch * per_seq;
+            let mut layer = gpu.new_layer(cfg.dtype, num_slots, shape)?;
+            let words = num_slots * shape.kv_row() * elem / 4;
+            for b in [&mut layer.k, &mut layer.v] {
+                match b {
+                    KvBuf::F32(s) => gpu.fill_words(s, words, 0x3c00_0000)?,
+                    KvBuf::Bf16(s) => gpu.fill_words(s, words, 0x3c00_3c00)?,
+                }
+            }
+            let bases =
+                gpu.upload(&(0..batch).map(|i| (i * per_seq) as i64).collect::<Vec<_>>())?;
+            // Decode: one row per sequence at the full context.
+            let dec_seq: Vec<i32> = (0..batch as i32).collect();
+            let dec_len = vec![context as i32; batch];
+            // Prefill: every position of every sequence, in query tiles.
+            let pre_seq: Vec<i32> = (0..batch as i32)
+                .flat_map(|s| std::iter::repeat_n(s, context))
+                .collect();
+            let pre_len: Vec<i32> = (0..batch).flat_map(|_| 1..=context as i32).collect();
+            let pre_tiles = tiles(&pre_seq, &pre_len, tq);
+            let ideal_prefill: u64 = pre_tiles
+                .windows(2)
+                .map(|w| pre_len[w[1] as usize - 1] as u64 * row_bytes)
+                .sum();
+            let per_row_prefill: u64 = pre_len.iter().map(|&l| l as u64 * row_bytes).sum();
+            let scale = 1.0 / (shape.head_dim as f32).sqrt();
+            let mut ws = Workspace::default();
+            for &bs in &cfg.block_sizes {
+                let nb = per_seq / bs;
+                let mut perm: Vec<i32> = (0..(num_slots / bs) as i32).collect();
+                rng.shuffle(&mut perm);
+                let tables = gpu.upload(&perm)?;
+                let paged = Addressing::Paged {
+                    block_tables: &tables,
+                    max_blocks: nb,
+                    block_size: bs,
+                };
+                let contig = Addressing::Contiguous { seq_base: &bases };
+                for (cache, addr) in [("paged", &paged), ("contiguous", &contig)] {
+                    for phase in ["decode", "prefill"] {
+                        let (seq, len) = match phase {
+                            "decode" => (&dec_seq, &dec_len),
+                            _ => (&pre_seq, &pre_len),
+                        };
+                        let n = seq.len();
+                        let row_seq = gpu.upload(seq)?;
+                        let row_len = gpu.upload(len)?;
+                        let tile_buf = gpu.upload(&pre_tiles)?;
+                        let q: Vec<f32> = (0..n * shape.q_row()).map(|_| rng.unit()).collect();
+                        let q = gpu.upload(&q)?;
+                        let mut o = gpu.zeros::<f32>(n * shape.q_row())?;
+                        let rows = Rows {
+                            row_seq: &row_seq,
+                            row_len: &row_len,
+                            rows: n,
+                            max_len: context,
+                        };
+                        let t = Tiles {
+                            row0: &tile_buf,
+                            count: pre_tiles.len() - 1,
+                        };
+                        let (parts, tiling) = match phase {
+                            "decode" => (
+                                plan_partitions(batch, shape.kv_heads, context, gpu.info.sm_count),
+                                None,
+                            ),
+                            _ => (fixed_partitions(context, ATTN_MAX_PART_TOKENS), Some(&t)),
+                        };
+                        gpu.sync()?;
+                        crate::emu::kernels::take_kv_read_bytes();
+                        gpu.attention_tiled(
+                            &layer, addr, &rows, tiling, &q, &mut o, parts, &mut ws, scale,
+                        )?;
+                        gpu.sync()?;
+                        let read = crate::emu::kernels::take_kv_read_bytes();
+                        let (ideal, per_row) = match phase {
+                            "decode" => (kv_bytes, kv_bytes),
+                            _ => (ideal_prefill, per_row_prefill),
+                        };
+                        out.push(ByteRow {
+                            cache,
+                            phase,
+                            batch,
+                            context_tokens: context,
+                            block_size: bs,
+                            kv_bytes,
+                            kv_bytes_read: read,
+                            kv_bytes_ideal: ideal,
+                            kv_bytes_per_row: per_row,
+                            partitions: parts.parts,
+                            tile_rows: if phase == "decode" { 1 } else { tq },
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -5,8 +5,10 @@
 
 use std::ffi::c_void;
 
+use kvbench_cuda::device::tile_rows;
 use kvbench_cuda::emu::kernels::{kernel_names, launch, Dim3, EmuKernelError};
 use kvbench_cuda::launch::fixed_partitions;
+use kvbench_cuda::model::batch::tiles;
 use kvbench_cuda::reference::{attention_row, round_to};
 use kvbench_cuda::rng::Rng;
 use kvbench_cuda::source::{attn_kernel_name, kv_write_kernel_name, GROUPS, HEAD_DIMS};
@@ -137,67 +139,89 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
         KvDtype::F32 => (k32.as_ptr().cast(), v32.as_ptr().cast()),
         KvDtype::Bf16 => (k16.as_ptr().cast(), v16.as_ptr().cast()),
     };
-    // Rows: one decode row per sequence, then a causal chunk of 4 tokens of sequence 0.
+    // Rows: one decode row per sequence, a causal chunk of 4 tokens of sequence 0, and the
+    // whole of sequence 2 as one prefill chunk (several query tiles and key tiles).
     let mut row_seq: Vec<i32> = (0..lens.len() as i32).collect();
     let mut row_len: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
     for l in lens[0] - 3..=lens[0] {
         row_seq.push(0);
         row_len.push(l as i32);
     }
+    for l in 1..=lens[2] {
+        row_seq.push(2);
+        row_len.push(l as i32);
+    }
     let rows = row_seq.len();
+    let tile_row0 = tiles(&row_seq, &row_len, tile_rows(c.group));
     let q: Vec<f32> = (0..rows * q_heads * d).map(|_| rng.unit()).collect();
-    let mut out = vec![f32::NAN; rows * q_heads * d];
     let parts = match c.part_tokens {
         Some(p) => fixed_partitions(max_len, p),
         None => fixed_partitions(max_len, 512),
     };
     let np = parts.parts as usize;
-    let mut part_out = vec![f32::NAN; rows * q_heads * np * d];
-    let mut part_max = vec![f32::NAN; rows * q_heads * np];
-    let mut part_sum = vec![f32::NAN; rows * q_heads * np];
     let scale = 1.0 / (d as f32).sqrt();
     let name = attn_kernel_name(c.paged, c.dtype, d, c.group);
-    run(
-        &name,
-        (kv_heads as u32, rows as u32, parts.parts),
-        128,
-        &[
-            ptr(out.as_mut_ptr()),
-            ptr(part_out.as_mut_ptr()),
-            ptr(part_max.as_mut_ptr()),
-            ptr(part_sum.as_mut_ptr()),
-            ptr(q.as_ptr()),
-            ptr(kp),
-            ptr(vp),
-            ptr(row_seq.as_ptr()),
-            ptr(row_len.as_ptr()),
-            ptr(tables.as_ptr()),
-            int(max_blocks as i32),
-            int(block_size.trailing_zeros() as i32),
-            ptr(seq_base.as_ptr()),
-            int(kv_heads as i32),
-            int(parts.part_tokens as i32),
-            float(scale),
-        ],
-    )
-    .unwrap_or_else(|e| panic!("{name}: {e}"));
-    if np > 1 {
+    // Once one row per block, once in query tiles: the outputs must be bit-identical.
+    let mut outs = Vec::new();
+    for tiled in [false, true] {
+        let mut out = vec![f32::NAN; rows * q_heads * d];
+        let mut part_out = vec![f32::NAN; rows * q_heads * np * d];
+        let mut part_max = vec![f32::NAN; rows * q_heads * np];
+        let mut part_sum = vec![f32::NAN; rows * q_heads * np];
+        let grid_y = if tiled { tile_row0.len() - 1 } else { rows };
         run(
-            "attn_merge",
-            (q_heads as u32, rows as u32, 1),
-            d as u32,
+            &name,
+            (kv_heads as u32, grid_y as u32, parts.parts),
+            128,
             &[
                 ptr(out.as_mut_ptr()),
-                ptr(part_out.as_ptr()),
-                ptr(part_max.as_ptr()),
-                ptr(part_sum.as_ptr()),
+                ptr(part_out.as_mut_ptr()),
+                ptr(part_max.as_mut_ptr()),
+                ptr(part_sum.as_mut_ptr()),
+                ptr(q.as_ptr()),
+                ptr(kp),
+                ptr(vp),
+                ptr(row_seq.as_ptr()),
                 ptr(row_len.as_ptr()),
-                int(np as i32),
+                ptr(tables.as_ptr()),
+                int(max_blocks as i32),
+                int(block_size.trailing_zeros() as i32),
+                ptr(seq_base.as_ptr()),
+                int(kv_heads as i32),
                 int(parts.part_tokens as i32),
-                int(d as i32),
+                float(scale),
+                ptr(tile_row0.as_ptr()),
+                int(tiled as i32),
             ],
         )
-        .expect("attn_merge");
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if np > 1 {
+            run(
+                "attn_merge",
+                (q_heads as u32, rows as u32, 1),
+                d as u32,
+                &[
+                    ptr(out.as_mut_ptr()),
+                    ptr(part_out.as_ptr()),
+                    ptr(part_max.as_ptr()),
+                    ptr(part_sum.as_ptr()),
+                    ptr(row_len.as_ptr()),
+                    int(np as i32),
+                    int(parts.part_tokens as i32),
+                    int(d as i32),
+                ],
+            )
+            .expect("attn_merge");
+        }
+        outs.push(out);
+    }
+    let out = &outs[1];
+    for (i, (a, b)) in outs[0].iter().zip(out.iter()).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{name} parts {np}: element {i} differs between one row per block and tiles"
+        );
     }
     for r in 0..rows {
         let s = row_seq[r] as usize;

@@ -59,8 +59,8 @@ fn run_tsan(bin: &Path) -> Output {
     o
 }
 
-/// The line of attention.cu's first `__syncthreads` (after the scores are written): dropping
-/// it lets the softmax warps read scores other warps are still writing.
+/// The line of attention.cu's first `__syncthreads` (after a key tile's slots are written):
+/// dropping it lets threads load K/V rows through slots other threads are still writing.
 fn first_sync_line() -> usize {
     let text = std::fs::read_to_string(manifest().join("cu/attention.cu")).expect("attention.cu");
     text.lines()

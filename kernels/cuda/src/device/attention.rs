@@ -1,5 +1,6 @@
-//! Attention launches: where rows find their tokens (paged tables or contiguous bases), the
-//! partition scratch, and the attention + log-sum-exp merge kernels.
+//! Attention launches: where rows find their tokens (paged tables or contiguous bases), how
+//! rows group into query tiles, the partition scratch, and the attention + log-sum-exp merge
+//! kernels.
 
 use super::{i32_of, DevLayer, Gpu};
 use crate::error::CudaError;
@@ -26,6 +27,22 @@ pub struct Rows<'a> {
     pub row_len: &'a DevBuf<i32>,
     pub rows: usize,
     pub max_len: usize,
+}
+
+/// Query-head rows one attention block computes (`ATTN_QROWS` in attention.cu): a query tile
+/// is `ATTN_QROWS / group` rows, each K/V token read once per tile.
+pub const ATTN_QROWS: usize = 32;
+
+/// Query rows per tile for a group size (query heads per KV head).
+pub fn tile_rows(group: usize) -> usize {
+    (ATTN_QROWS / group.max(1)).max(1)
+}
+
+/// Query tiles of a launch: tile `t` is rows `row0[t] .. row0[t + 1]` (`count + 1` entries),
+/// each at most [`tile_rows`] consecutive rows of one sequence (`model::batch::tiles`).
+pub struct Tiles<'a> {
+    pub row0: &'a DevBuf<i32>,
+    pub count: usize,
 }
 
 /// Partition scratch for the log-sum-exp merge, grown on demand.
@@ -61,13 +78,32 @@ impl Workspace {
 }
 
 impl Gpu {
-    /// Attention for `rows`; `q` and `out` are `[rows, q_heads, head_dim]` f32.
+    /// Attention for `rows`, one block per row (and KV head and partition); `q` and `out` are
+    /// `[rows, q_heads, head_dim]` f32.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &self,
         layer: &DevLayer,
         addr: &Addressing<'_>,
         rows: &Rows<'_>,
+        q: &DevBuf<f32>,
+        out: &mut DevBuf<f32>,
+        parts: Partitions,
+        ws: &mut Workspace,
+        scale: f32,
+    ) -> Result<(), CudaError> {
+        self.attention_tiled(layer, addr, rows, None, q, out, parts, ws, scale)
+    }
+
+    /// Attention for `rows` in query tiles (`None`: one row per tile). A row's output does not
+    /// depend on the tiles: tiling changes only how often each K/V byte is read.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_tiled(
+        &self,
+        layer: &DevLayer,
+        addr: &Addressing<'_>,
+        rows: &Rows<'_>,
+        tiles: Option<&Tiles<'_>>,
         q: &DevBuf<f32>,
         out: &mut DevBuf<f32>,
         parts: Partitions,
@@ -104,6 +140,20 @@ impl Gpu {
             ),
             Addressing::Contiguous { seq_base } => (false, &self.dummy_i32, 0, 0, *seq_base),
         };
+        let (tile_buf, ntiles, tiled) = match tiles {
+            Some(t) => {
+                if t.count == 0 || t.count > rows.rows || t.row0.len() <= t.count {
+                    return Err(CudaError::Shape(format!(
+                        "attention: {} tiles for {} rows ({} tile entries)",
+                        t.count,
+                        rows.rows,
+                        t.row0.len()
+                    )));
+                }
+                (t.row0, t.count, 1)
+            }
+            None => (&self.dummy_i32, rows.rows, 0),
+        };
         let name = attn_kernel_name(paged, layer.k.dtype(), shape.head_dim, shape.group());
         let split = parts.parts > 1;
         if split {
@@ -128,12 +178,13 @@ impl Gpu {
             let (k, v) = layer.kv_args()?;
             let grid = crate::launch::grid(
                 shape.kv_heads,
-                rows.rows,
+                ntiles,
                 parts.parts as usize,
-                "kv_heads, rows, partitions",
+                "kv_heads, query tiles, partitions",
             )?;
-            // The caller checked tables/bases/lengths against the layer on the host; buffers
-            // hold rows x heads x partitions as the kernel indexes them.
+            // The caller checked tables/bases/lengths against the layer on the host, and the
+            // tiles against the rows (`model::batch::tiles`); buffers hold rows x heads x
+            // partitions as the kernel indexes them.
             self.launch(
                 &name,
                 grid,
@@ -156,6 +207,8 @@ impl Gpu {
                     Arg::I32(kv_heads),
                     Arg::I32(part_tokens),
                     Arg::F32(scale),
+                    Arg::Buf(tile_buf),
+                    Arg::I32(tiled),
                 ],
             )?;
         }

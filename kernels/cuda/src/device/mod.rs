@@ -18,7 +18,7 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext};
 use cudarc::nvrtc::Ptx;
 
-pub use attention::{Addressing, Rows, Workspace};
+pub use attention::{tile_rows, Addressing, Rows, Tiles, Workspace, ATTN_QROWS};
 pub use kv::{DevLayer, KvBuf};
 pub use swap::PinnedKv;
 

@@ -241,6 +241,28 @@ pub fn pack(
     Ok(b)
 }
 
+/// The query tiles of packed rows, as the attention kernel's `tile_row0` (one entry per tile
+/// plus the end): a run of rows of one sequence at consecutive positions (a prefill chunk) is
+/// cut into tiles of at most `tile_rows`; every other row is a tile of its own.
+pub fn tiles(row_seq: &[i32], row_len: &[i32], tile_rows: usize) -> Vec<i32> {
+    let mut out = Vec::with_capacity(row_seq.len() + 1);
+    let mut r = 0usize;
+    while r < row_seq.len() {
+        out.push(r as i32);
+        let mut e = r + 1;
+        while e < row_seq.len()
+            && e - r < tile_rows.max(1)
+            && row_seq[e] == row_seq[e - 1]
+            && row_len.get(e).copied() == row_len[e - 1].checked_add(1)
+        {
+            e += 1;
+        }
+        r = e;
+    }
+    out.push(row_seq.len() as i32);
+    out
+}
+
 /// `(src, dst, len)` slot copies as the copy kernel's pairs, one list per launch: each list is
 /// one copy op (so an op that reads what an earlier op wrote sees it: launches run in order),
 /// split into lists of at most `per_launch` pairs, each checked by
@@ -379,6 +401,18 @@ mod tests {
             want_logits: false,
         };
         assert!(pack(&[bad_bs], 64, 10, &INV).is_err());
+    }
+
+    #[test]
+    fn tiles_cut_prefill_runs_and_keep_decode_rows_alone() {
+        // Sequence 0: 5 prefill rows; sequence 1: a decode row; sequence 2: 2 rows.
+        let seq = [0, 0, 0, 0, 0, 1, 2, 2];
+        let len = [3, 4, 5, 6, 7, 10, 1, 2];
+        assert_eq!(tiles(&seq, &len, 2), vec![0, 2, 4, 5, 6, 8]);
+        assert_eq!(tiles(&seq, &len, 32), vec![0, 5, 6, 8]);
+        // Rows of one sequence that are not consecutive positions are separate tiles.
+        assert_eq!(tiles(&[0, 0], &[3, 5], 8), vec![0, 1, 2]);
+        assert_eq!(tiles(&[], &[], 8), vec![0]);
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //! logits copied to page-locked host memory (two buffers, so a step's results survive while the
 //! next one is enqueued). Nothing here waits for the device except [`DevModel::read_fetched`].
 
-use super::batch::{PackedAddr, StepBatch};
+use super::batch::{tiles, PackedAddr, StepBatch};
 use super::blas::{Blas, WeightBuf};
 use super::sizes::{plan_slices, weight_bytes, WorkspacePlan};
 use super::{HostWeights, ModelDims, WeightDtype};
-use crate::device::{Addressing, DevLayer, Gpu, Rows, Workspace};
+use crate::device::{tile_rows, Addressing, DevLayer, Gpu, Rows, Tiles, Workspace};
 use crate::error::CudaError;
 use crate::launch::{fixed_partitions, ATTN_MAX_PART_TOKENS};
 use crate::runtime::{DevBuf, Elem, Event, HostBuf};
@@ -96,6 +96,8 @@ pub struct DevModel {
     row_len: DevBuf<i32>,
     chunk_seq: DevBuf<i32>,
     chunk_len: DevBuf<i32>,
+    tiles: DevBuf<i32>,
+    chunk_tiles: DevBuf<i32>,
     logit_rows: DevBuf<i32>,
     argmax: Vec<DevBuf<i32>>,
     tables: DevBuf<i32>,
@@ -197,6 +199,8 @@ impl DevModel {
             row_len: a.zeros(r)?,
             chunk_seq: a.zeros(cr)?,
             chunk_len: a.zeros(cr)?,
+            tiles: a.zeros(r + 1)?,
+            chunk_tiles: a.zeros(cr + 1)?,
             logit_rows: a.zeros(lr)?,
             argmax: vec![a.zeros(lr)?, a.zeros(lr)?],
             tables: a.zeros(plan.table_entries)?,
@@ -347,6 +351,11 @@ impl DevModel {
         up(gpu, &b.row_seq, &mut s.row_seq)?;
         up(gpu, &b.row_len, &mut s.row_len)?;
         up(gpu, &b.logit_rows, &mut s.logit_rows)?;
+        // Query tiles: a prefill chunk's rows share each K/V read; a row's output does not
+        // depend on its tile, so the tiling may differ between steps and runs.
+        let tq = tile_rows(d.attn_shape().group());
+        let step_tiles = tiles(&b.row_seq, &b.row_len, tq);
+        up(gpu, &step_tiles, &mut s.tiles)?;
         match &b.addr {
             PackedAddr::Paged { tables, .. } => {
                 if tables.len() > s.plan.table_entries {
@@ -401,10 +410,15 @@ impl DevModel {
                     rows: n,
                     max_len: b.max_len,
                 };
-                gpu.attention(
+                let t = Tiles {
+                    row0: &s.tiles,
+                    count: step_tiles.len() - 1,
+                };
+                gpu.attention_tiled(
                     layer,
                     &addr,
                     &rows,
+                    Some(&t),
                     &s.q,
                     &mut s.att,
                     parts,
@@ -422,6 +436,8 @@ impl DevModel {
                     let m = r1 - r0;
                     up(gpu, &b.row_seq[r0..r1], &mut s.chunk_seq)?;
                     up(gpu, &b.row_len[r0..r1], &mut s.chunk_len)?;
+                    let ct = tiles(&b.row_seq[r0..r1], &b.row_len[r0..r1], tq);
+                    up(gpu, &ct, &mut s.chunk_tiles)?;
                     let max_len = b.row_len[r0..r1].iter().copied().max().unwrap_or(1) as usize;
                     gpu.dtod(&s.q, r0 * qd, &mut s.q_chunk, 0, m * qd)?;
                     let rows = Rows {
@@ -431,10 +447,15 @@ impl DevModel {
                         max_len,
                     };
                     let p = fixed_partitions(max_len, parts.part_tokens);
-                    gpu.attention(
+                    let t = Tiles {
+                        row0: &s.chunk_tiles,
+                        count: ct.len() - 1,
+                    };
+                    gpu.attention_tiled(
                         layer,
                         &addr,
                         &rows,
+                        Some(&t),
                         &s.q_chunk,
                         &mut s.out_chunk,
                         p,

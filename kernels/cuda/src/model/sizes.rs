@@ -181,9 +181,15 @@ impl WorkspacePlan {
     }
 
     /// i32 and i64 step inputs: tokens, rows' sequences and lengths, logits rows, two argmax
-    /// outputs, block tables (i32); slots, copy pairs, sequence bases (i64).
+    /// outputs, block tables, query tiles of the step and of a chunk (i32); slots, copy pairs,
+    /// sequence bases (i64).
     pub fn index_bytes(&self) -> usize {
-        let i32s = 3 * self.rows + 3 * self.logit_rows + self.table_entries + self.chunk_rows() * 2;
+        let i32s = 3 * self.rows
+            + 3 * self.logit_rows
+            + self.table_entries
+            + self.chunk_rows() * 2
+            + (self.rows + 1)
+            + (self.chunk_rows() + 1);
         let i64s = self.rows + 2 * COPY_PAIRS_PER_LAUNCH + self.rows;
         i32s * 4 + i64s * 8
     }
