@@ -7,6 +7,7 @@
 //! `results` only writes and reads files, and [`Experiment`] is what its writers read.
 
 pub mod fuzz;
+pub mod host;
 pub mod manager;
 pub mod tiers;
 pub mod tokens;
@@ -159,6 +160,15 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
             .check_grouped_budget(&model, layout, pool_bytes, ring_tokens)
             .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
     }
+    // Before any backend allocates: what it holds in host memory, with the engine's share.
+    host::check(
+        scenario,
+        kind,
+        &model,
+        managers.total_slots,
+        max_step_tokens,
+    )
+    .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
     let workspace_bytes = match &scenario.memory.workspace {
         Some(w) => Some(
             crate::units::parse_bytes(w)

@@ -174,8 +174,12 @@ impl Scenario {
         if slots == 0 {
             return;
         }
+        // Both pools are host memory on the cpu backend, FP8 held as f32 (4 bytes for 1).
         let held = if self.device == "cpu" {
-            tier_block_bytes(shape, self.block_size()).map_or(u64::MAX, |b| b.saturating_mul(host))
+            let f32_factor = if shape.kv_dtype.is_fp8() { 4 } else { 1 };
+            tier_block_bytes(shape, self.block_size()).map_or(u64::MAX, |b| {
+                b.saturating_mul(slots).saturating_mul(f32_factor)
+            })
         } else {
             0
         };
@@ -185,7 +189,11 @@ impl Scenario {
         if let Some((available, source)) = super::host::available_bytes() {
             if need > available {
                 p.push(KeyProblem::new(
-                    "cache.host_tier.capacity",
+                    if disk > host {
+                        "cache.disk_tier.capacity"
+                    } else {
+                        "cache.host_tier.capacity"
+                    },
                     format!(
                         "the tiers' {slots} slots need about {} of host memory, and {} is \
                          available ({source})",

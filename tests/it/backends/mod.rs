@@ -7,6 +7,7 @@ mod cpu_oracle;
 mod cuda_cli;
 mod cuda_emu_scenarios;
 mod devices_profiles;
+mod host_memory;
 mod interrupt_compile;
 mod moe_tp;
 mod sim_published;
