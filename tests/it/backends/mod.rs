@@ -2,6 +2,7 @@
 //! emulated device, the `sim` cost model against hand computations and published figures, and the
 //! device profiles.
 
+mod config_located;
 mod cpu_kernel_bench;
 mod cpu_oracle;
 mod cuda_cli;
