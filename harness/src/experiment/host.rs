@@ -119,9 +119,9 @@ pub fn resident(
 
 /// The engine's share of a run (request list, stream states, block and tier-slot metadata),
 /// from the scenario's estimate without the KV it prices for a `cpu` device: the backend's
-/// figure replaces it. A trace replay, whose lengths are unknown before it is read, counts its
-/// tier slots' metadata alone.
-fn engine_bytes(scenario: &Scenario, model: &ModelShape, tier_slots: u64) -> u64 {
+/// figure replaces it. A trace replay's lengths are unknown before it is read: its share is
+/// the replay's own to bound (tier slot records grow with use).
+fn engine_bytes(scenario: &Scenario, model: &ModelShape) -> u64 {
     match scenario.host_need(model) {
         Some(need) => HostNeed {
             host_kv_bytes: 0,
@@ -129,7 +129,7 @@ fn engine_bytes(scenario: &Scenario, model: &ModelShape, tier_slots: u64) -> u64
             ..need
         }
         .bytes(),
-        None => tier_slots.saturating_mul(crate::scenario::host_cost::PER_BLOCK_BYTES),
+        None => 0,
     }
 }
 
@@ -162,7 +162,6 @@ pub fn check(
     kv_slots: u64,
     max_step_tokens: u32,
 ) -> Result<(), crate::scenario::Diagnostic> {
-    let (host_blocks, disk_blocks) = scenario.tier_slots(model);
     let r = scenario_resident(scenario, kind, model, kv_slots, max_step_tokens);
     if r.total_bytes() == 0 {
         // `sim`: the scenario's own check at load is the whole estimate.
@@ -171,7 +170,7 @@ pub fn check(
     let Some((available, source)) = host_available_bytes() else {
         return Ok(());
     };
-    let engine = engine_bytes(scenario, model, host_blocks.saturating_add(disk_blocks));
+    let engine = engine_bytes(scenario, model);
     let total = r.total_bytes().saturating_add(engine);
     if total <= available {
         return Ok(());

@@ -543,8 +543,14 @@ fn check_memory(
     });
     let block = u64::from(scenario.block_size().max(1));
     let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
+    let requests = probes + filler + background;
+    let prompt = f64::from(cfg.prefix_tokens) + f64::from(cfg.suffix_tokens);
+    // Tier slot records grow with use: at most one per block the workload writes.
+    let written_blocks = (requests * (prompt + f64::from(BACKGROUND_OUTPUT_TOKENS)) / block as f64)
+        .ceil()
+        .min(u64::MAX as f64) as u64;
     let need = crate::scenario::HostNeed {
-        requests: (probes + filler + background).min(u64::MAX as f64) as u64,
+        requests: requests.min(u64::MAX as f64) as u64,
         mean_prompt_tokens: f64::from(cfg.prefix_tokens) + f64::from(cfg.suffix_tokens),
         prompts_held: true,
         mean_output_tokens: f64::from(BACKGROUND_OUTPUT_TOKENS),
@@ -552,7 +558,7 @@ fn check_memory(
         paged_blocks: setup.total_slots / block,
         block_tokens: block,
         host_kv_bytes: 0,
-        tier_blocks: host_blocks.saturating_add(disk_blocks),
+        tier_blocks: host_blocks.saturating_add(disk_blocks).min(written_blocks),
         host_tier_bytes: 0,
     };
     let resident = experiment::host::scenario_resident(

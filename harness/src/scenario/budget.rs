@@ -474,7 +474,12 @@ impl Scenario {
             paged_blocks,
             block_tokens: block,
             host_kv_bytes,
-            tier_blocks: host_slots.saturating_add(disk_slots),
+            // Slot records grow with use: at most the blocks the workload writes.
+            tier_blocks: host_slots.saturating_add(disk_slots).min(
+                (requests * mean_samples * (mean_prompt + mean_output) / block as f64)
+                    .ceil()
+                    .min(u64::MAX as f64) as u64,
+            ),
             host_tier_bytes,
         })
     }

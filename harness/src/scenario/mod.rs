@@ -25,7 +25,7 @@ pub use check::check_trace_file;
 pub use device::{device_memory_bytes, KNOWN_DEVICES};
 pub use empirical::read_lengths;
 pub use error::{Diagnostic, KeyProblem, Origin, ScenarioError};
-pub use host::{available_bytes as host_available_bytes, cost as host_cost, HostNeed};
+pub use host::{available_bytes as host_available_bytes, HostNeed};
 pub use load::{load, locate_in_source, parse_document, parse_str};
 pub use locate::SourceMap;
 pub use manager::{layers_keep_tokens_differently, CacheManager, HybridSupport, ManagerChoice};

@@ -165,9 +165,9 @@ impl Scenario {
         }
     }
 
-    /// The tiers' host memory alone (their slots' metadata, and a cpu host tier's bytes) against
-    /// what this process can get: the estimate for a trace replay, whose lengths are unknown
-    /// before it is read.
+    /// The tiers' host memory alone (a cpu device's pools; slot records grow with use and are
+    /// counted with the workload) against what this process can get: the estimate for a trace
+    /// replay, whose lengths are unknown before it is read.
     pub(super) fn check_tier_host_memory(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
         let (host, disk) = self.tier_slots(shape);
         let slots = host.saturating_add(disk);
@@ -183,9 +183,7 @@ impl Scenario {
         } else {
             0
         };
-        let need = slots
-            .saturating_mul(super::host::cost::PER_BLOCK_BYTES)
-            .saturating_add(held);
+        let need = held;
         if let Some((available, source)) = super::host::available_bytes() {
             if need > available {
                 p.push(KeyProblem::new(

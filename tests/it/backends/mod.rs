@@ -10,6 +10,7 @@ mod cuda_emu_scenarios;
 mod devices_profiles;
 mod host_memory;
 mod interrupt_compile;
+mod kernel_bench_bounds;
 mod moe_tp;
 mod sim_published;
 mod sim_workspace_moe;
