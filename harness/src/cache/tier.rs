@@ -389,7 +389,7 @@ impl Tiers {
             }
             let st = &pool.stats;
             let cap = u64::from(pool.capacity());
-            let free = pool.free_list().len() as u64;
+            let free = pool.free_slots();
             if st.capacity_blocks != cap || st.used_blocks.checked_add(free) != Some(cap) {
                 problems.push(format!(
                     "{name}: {} slots used and {free} free of {cap} (capacity counter {})",
@@ -420,7 +420,9 @@ impl Tiers {
 fn check_pool(pool: &TierPool, tiers: &Tiers, p: &mut Vec<String>) {
     let name = pool.tier.name();
     let cap = pool.capacity() as usize;
-    let mut pins = vec![(0u32, 0u32); cap];
+    // Only touched slots have records; a pin or a listed slot past them is an error.
+    let touched = pool.slots.len();
+    let mut pins = vec![(0u32, 0u32); touched];
     for pin in tiers.all_pins().filter(|x| x.loc.tier == pool.tier) {
         match pins.get_mut(pin.loc.slot as usize) {
             Some(c) if pin.ghost => c.1 += 1,
@@ -478,7 +480,7 @@ fn check_pool(pool: &TierPool, tiers: &Tiers, p: &mut Vec<String>) {
             ));
         }
     }
-    let mut seen = vec![false; cap];
+    let mut seen = vec![false; touched];
     for &s in pool.free_list() {
         match seen.get_mut(s as usize) {
             Some(b) if !*b => *b = true,
@@ -493,9 +495,15 @@ fn check_pool(pool: &TierPool, tiers: &Tiers, p: &mut Vec<String>) {
         }
     }
     let order = pool.eviction_order();
-    let mut in_order = vec![false; cap];
+    let mut in_order = vec![false; touched];
     for &s in &order {
-        if std::mem::replace(&mut in_order[s as usize], true) {
+        let Some(seen) = in_order.get_mut(s as usize) else {
+            p.push(format!(
+                "{name} slot {s} is in the eviction order but was never taken"
+            ));
+            continue;
+        };
+        if std::mem::replace(seen, true) {
             p.push(format!("{name} slot {s} is in the eviction order twice"));
         }
         if pool.slots[s as usize].state() != SlotState::Held {

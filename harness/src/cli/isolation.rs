@@ -13,7 +13,7 @@ use crate::cli::run::load_all;
 use crate::cli::ExitStatus;
 use crate::experiment::RunOptions;
 use crate::isolation::probe::{self, ProbeConfig};
-use crate::isolation::write;
+use crate::isolation::{noise, write};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -100,6 +100,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     check_levels("--load", &args.load)?;
     check_levels("--noise-ms", &args.noise_ms)?;
+    if let Some(n) = args.noise_ms.iter().find(|&&n| n > noise::MAX_NOISE_MS) {
+        return Err(bad(format!(
+            "--noise-ms: {n} is above {} ms (a minute's jitter already hides any TTFT gap)",
+            noise::MAX_NOISE_MS
+        )));
+    }
     let scenario = load_all(std::slice::from_ref(&args.scenario), &args.overrides)?
         .into_iter()
         .next()

@@ -7,6 +7,7 @@
 //! `results` only writes and reads files, and [`Experiment`] is what its writers read.
 
 pub mod fuzz;
+pub mod host;
 pub mod manager;
 pub mod tiers;
 pub mod tokens;
@@ -159,6 +160,15 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
             .check_grouped_budget(&model, layout, pool_bytes, ring_tokens)
             .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
     }
+    // Before any backend allocates: what it holds in host memory, with the engine's share.
+    host::check(
+        scenario,
+        kind,
+        &model,
+        managers.total_slots,
+        max_step_tokens,
+    )
+    .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
     let workspace_bytes = match &scenario.memory.workspace {
         Some(w) => Some(
             crate::units::parse_bytes(w)
@@ -180,6 +190,60 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         layout: managers.layout,
         max_step_tokens,
     })
+}
+
+/// A backend's refusal of the scenario's configuration placed in the scenario's file, as the
+/// scenario's own errors are: `FILE:LINE:COL: KEY: message`, the key the message names (a
+/// message that starts with `model.kv_dtype: ...`) or the one it is about (tier sizes, KV
+/// storage, the model's shape). Other backend errors pass through.
+fn located_backend_error(scenario: &Scenario, e: backend::BackendError) -> ExperimentError {
+    let backend::BackendError::Config(message) = e else {
+        return ExperimentError::Backend(e);
+    };
+    let (key, message) = backend_config_key(&message);
+    let d = crate::scenario::locate_in_source(scenario.source.as_deref(), &key, message);
+    ExperimentError::Scenario(d.to_string())
+}
+
+/// The scenario key a backend's configuration message is about, and the message without a
+/// key it already starts with.
+fn backend_config_key(message: &str) -> (String, String) {
+    let keyed = ["model.", "cache.", "memory.", "scheduler.", "device:"];
+    if keyed.iter().any(|k| message.starts_with(k)) {
+        // `model.layer_groups.0 (attention = "mla"): ...` or `model.kv_dtype: ...`.
+        let end = message
+            .find([':', ' '])
+            .unwrap_or(message.len())
+            .min(message.len());
+        let key = message[..end].trim_end_matches(':').to_string();
+        let rest = message[end..]
+            .trim_start_matches(':')
+            .trim_start()
+            .to_string();
+        let rest = if rest.starts_with('(') {
+            message.to_string()
+        } else {
+            rest
+        };
+        return (key, rest);
+    }
+    let lower = message.to_lowercase();
+    let key = if lower.contains("disk tier") {
+        "cache.disk_tier.capacity"
+    } else if lower.contains("tier") {
+        "cache.host_tier.capacity"
+    } else if lower.contains("kv storage") || lower.contains("cache slots") {
+        "memory.kv_budget"
+    } else if lower.contains("tp =") {
+        "model.tp"
+    } else if lower.contains("stores kv") {
+        "model.kv_dtype"
+    } else if lower.contains("stores weights") {
+        "model.weight_dtype"
+    } else {
+        "model"
+    };
+    (key.to_string(), message.to_string())
 }
 
 /// What one mode's run returns besides what it handed its sink.
@@ -245,12 +309,17 @@ fn run_mode_with(
     // `sim` is kept concrete so its shadow report can be read after the run.
     let mut sim: Option<SimBackend> = None;
     let mut other: Option<Box<dyn Backend>> = None;
+    let located = |e| located_backend_error(scenario, e);
     let be: &mut dyn Backend = if setup.kind == BackendKind::Sim {
-        let b = SimBackend::new(&run_setup)?;
-        sim.insert(if opts.shadow { b.with_shadow()? } else { b })
+        let b = SimBackend::new(&run_setup).map_err(located)?;
+        sim.insert(if opts.shadow {
+            b.with_shadow().map_err(located)?
+        } else {
+            b
+        })
     } else {
         other
-            .insert(backend::create(setup.kind, &run_setup)?)
+            .insert(backend::create(setup.kind, &run_setup).map_err(located)?)
             .as_mut()
     };
     let backend_name = be.name();

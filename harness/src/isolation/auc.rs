@@ -8,10 +8,14 @@
 //! small leak, and the interval could not contain 0.5 from below). A value below 0.5 therefore
 //! means hits were *slower*, which is itself worth seeing rather than folding away.
 //!
-//! Interval: Hanley & McNeil (1982) standard error, A ± z·SE, clipped to [0, 1]. It is closed-form
-//! and deterministic, so the same probes always give the same interval and no seed is involved.
-//! With every pair ordered (AUC 0 or 1) it collapses to a point, which is the honest answer for a
-//! perfect separation on finite samples.
+//! Interval: the hull of Hanley & McNeil's (1982) A ± z·SE and a Wilson score interval for A as
+//! a proportion of the smaller class's count, clipped to [0, 1]. Both are closed-form and
+//! deterministic, so the same probes always give the same interval and no seed is involved.
+//! Hanley–McNeil alone collapses to a point where every pair is ordered (AUC 0 or 1): three
+//! hits and three misses all ordered would read as [1, 1], although one such ordering in twenty
+//! arises by chance. The Wilson interval is the score interval of a proportion whose variance is
+//! at most a(1 − a) over the smaller count (the Birnbaum–Klose bound on an AUC's variance); it
+//! never collapses, and shrinks with the sample as an honest interval must.
 
 use statrs::distribution::{ContinuousCDF, Normal};
 
@@ -91,11 +95,26 @@ pub fn estimate(
     let auc = directed_auc(hit_ttft_ms, miss_ttft_ms)?;
     let se = hanley_mcneil_se(auc, hit_ttft_ms.len(), miss_ttft_ms.len());
     let z = Normal::standard().inverse_cdf(0.5 + confidence / 2.0);
+    let n = hit_ttft_ms.len().min(miss_ttft_ms.len());
+    let (w_lo, w_hi) = wilson(auc, n, z);
     Ok(AucEstimate {
         auc,
-        ci: ((auc - z * se).max(0.0), (auc + z * se).min(1.0)),
+        ci: (
+            (auc - z * se).min(w_lo).max(0.0),
+            (auc + z * se).max(w_hi).min(1.0),
+        ),
         std_error: se,
     })
+}
+
+/// The Wilson score interval of a proportion `p` observed over `n` trials, at normal quantile
+/// `z`: never a point, even at `p` = 0 or 1.
+pub fn wilson(p: f64, n: usize, z: f64) -> (f64, f64) {
+    let n = n.max(1) as f64;
+    let z2 = z * z;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).max(0.0).sqrt();
+    (centre - half, centre + half)
 }
 
 #[cfg(test)]
@@ -137,8 +156,24 @@ mod tests {
         let misses: Vec<f64> = (0..60).map(|i| 100.0 + i as f64).collect();
         let e = estimate(&hits, &misses, 0.95).expect("estimate");
         assert_eq!(e.auc, 1.0);
-        assert_eq!(e.ci, (1.0, 1.0));
+        // 50 hits all faster than 60 misses: the Wilson bound at the smaller count, 50.
+        let z2 = 1.959_963_984_540_054f64.powi(2);
+        assert!((e.ci.0 - 50.0 / (50.0 + z2)).abs() < 1e-9, "{e:?}");
+        assert_eq!(e.ci.1, 1.0);
         assert_eq!(directed_auc(&misses, &hits).expect("auc"), 0.0);
+    }
+
+    /// Three hits and three misses all ordered: one labelling in twenty orders them so by chance,
+    /// so the interval must reach well below 1 (it read [1, 1]); it narrows as probes grow.
+    #[test]
+    fn a_perfect_separation_of_few_probes_is_not_a_certainty() {
+        let e = estimate(&[1.0, 2.0, 3.0], &[10.0, 11.0, 12.0], 0.95).expect("estimate");
+        assert_eq!(e.auc, 1.0);
+        assert!(e.ci.0 < 0.5 && e.ci.1 == 1.0, "{e:?}");
+        let hits: Vec<f64> = (0..100).map(f64::from).collect();
+        let misses: Vec<f64> = (0..100).map(|i| 1000.0 + f64::from(i)).collect();
+        let big = estimate(&hits, &misses, 0.95).expect("estimate");
+        assert!(big.ci.0 > 0.95 && big.ci.0 < 1.0, "{big:?}");
     }
 
     #[test]

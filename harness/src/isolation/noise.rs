@@ -6,8 +6,11 @@
 //! Common random numbers: one standard-normal draw per probe *ordinal* (the k-th probe of a run),
 //! scaled by the noise level. Every scope, load and noise level therefore sees the same draws, so
 //! a difference between grid cells is the cache's doing or the scale's, never a different draw.
-//! Observed TTFTs are not clamped at zero: a clamp would turn large noise into ties, which the AUC
-//! counts half, and would hide the scale of the noise.
+//! The jitter rides on a network floor: the prober observes `ttft + σ·(FLOOR_SIGMAS + z)`, `z`
+//! clamped to ±[`FLOOR_SIGMAS`] (a clamp that touches one draw in 500 million), so an observed
+//! time is never below the engine's and never negative. The floor is the same for every probe,
+//! so the AUC, which only compares observed times, is the Gaussian jitter's; clamping at zero
+//! instead would turn large noise into ties, which the AUC counts half.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -22,10 +25,17 @@ pub fn unit_draws(seed: u64, n: usize) -> Vec<f64> {
     (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
 }
 
-/// The TTFT the prober observes: `ttft_ms + noise_ms * draw` (`noise_ms` is the jitter's standard
-/// deviation).
+/// Standard deviations of the network floor the jitter rides on.
+pub const FLOOR_SIGMAS: f64 = 6.0;
+
+/// The most jitter `--noise-ms` takes: a minute's standard deviation hides any TTFT gap already,
+/// and a bound keeps every observed time a finite number.
+pub const MAX_NOISE_MS: f64 = 60_000.0;
+
+/// The TTFT the prober observes: `ttft_ms + noise_ms × (FLOOR_SIGMAS + draw)`, the draw clamped
+/// to ±`FLOOR_SIGMAS` (`noise_ms` is the jitter's standard deviation): at least `ttft_ms`.
 pub fn observed_ms(ttft_ms: f64, noise_ms: f64, draw: f64) -> f64 {
-    ttft_ms + noise_ms * draw
+    ttft_ms + noise_ms * (FLOOR_SIGMAS + draw.clamp(-FLOOR_SIGMAS, FLOOR_SIGMAS))
 }
 
 #[cfg(test)]
@@ -67,5 +77,16 @@ mod tests {
         // The first draws of a longer run are the shorter run's: a probe's draw is its ordinal's.
         assert_eq!(unit_draws(5, 80)[..50], unit_draws(5, 50)[..]);
         assert_eq!(observed_ms(12.0, 0.0, 3.0), 12.0);
+    }
+
+    /// Noise of 5 ms on TTFTs of a few ms made a third of the observed times negative.
+    #[test]
+    fn an_observed_time_is_never_below_the_engines() {
+        let seed = 40;
+        println!("seed {seed}");
+        for z in unit_draws(seed, 10_000).into_iter().chain([-1e9, 1e9]) {
+            let o = observed_ms(2.0, 5.0, z);
+            assert!((2.0..=2.0 + 12.0 * 5.0).contains(&o), "draw {z}: {o}");
+        }
     }
 }

@@ -422,6 +422,7 @@ pub fn run(
     opts: &RunOptions,
 ) -> Result<Vec<ScopeResult>, ExperimentError> {
     let setup = experiment::setup(scenario, opts)?;
+    check_memory(scenario, cfg, loads_rps, &setup)?;
     let draws = noise::unit_draws(cfg.seed, cfg.probes as usize);
     let mut out = Vec::new();
     for scope in SCOPES {
@@ -445,7 +446,18 @@ pub fn run(
                     continue;
                 };
                 let first_ns = st.token_ns.first().copied().ok_or_else(|| {
-                    ExperimentError::Scenario(format!("probe {} produced no token", st.request))
+                    ExperimentError::Scenario(format!(
+                        "probe {} produced no token: its prompt of {} tokens (--prefix-tokens \
+                         {} and a {}-token suffix) was refused or cut short; the scenario's \
+                         cache.max_seq_len is {} (lower --prefix-tokens, or --load {} if the \
+                         background crowds it out)",
+                        st.request,
+                        u64::from(cfg.prefix_tokens) + u64::from(cfg.suffix_tokens),
+                        cfg.prefix_tokens,
+                        cfg.suffix_tokens,
+                        scenario.cache.max_seq_len,
+                        load_rps
+                    ))
                 })?;
                 let tier_hits = ProbeHits {
                     device_tokens: hit_device_tokens(st),
@@ -499,6 +511,94 @@ pub fn run(
         }
     }
     Ok(out)
+}
+
+/// Requests of one cell's probe workload — victims and probes, the filler's rounds, the
+/// background load over the probes' horizon — from its configuration, before any is drawn:
+/// `(victims and probes, filler, background)`.
+pub fn cell_requests(cfg: &ProbeConfig) -> (f64, f64, f64) {
+    let probes = f64::from(cfg.probes);
+    let prompt = (f64::from(cfg.prefix_tokens) + f64::from(cfg.suffix_tokens)).max(1.0);
+    let filler = match cfg.filler_tokens {
+        Some(f) if f > 0 => (f as f64 / prompt).ceil() * probes,
+        _ => 0.0,
+    };
+    let background = cfg.load_rps.max(0.0) * probes * cfg.gap_ms / 1000.0;
+    (2.0 * probes, filler, background)
+}
+
+/// Refuses a grid whose busiest cell would not fit in the memory this process can still get
+/// (its probe workload held whole, every stream's record collected, and what the backend holds),
+/// naming the flag that costs most and the figure, before any workload is drawn.
+fn check_memory(
+    scenario: &Scenario,
+    cfg: &ProbeConfig,
+    loads_rps: &[f64],
+    setup: &experiment::Setup,
+) -> Result<(), ExperimentError> {
+    let load_rps = loads_rps.iter().copied().fold(0.0, f64::max);
+    let (probes, filler, background) = cell_requests(&ProbeConfig {
+        load_rps,
+        ..cfg.clone()
+    });
+    let block = u64::from(scenario.block_size().max(1));
+    let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
+    let requests = probes + filler + background;
+    let prompt = f64::from(cfg.prefix_tokens) + f64::from(cfg.suffix_tokens);
+    // Tier slot records grow with use: at most one per block the workload writes.
+    let written_blocks = (requests * (prompt + f64::from(BACKGROUND_OUTPUT_TOKENS)) / block as f64)
+        .ceil()
+        .min(u64::MAX as f64) as u64;
+    let need = crate::scenario::HostNeed {
+        requests: requests.min(u64::MAX as f64) as u64,
+        mean_prompt_tokens: f64::from(cfg.prefix_tokens) + f64::from(cfg.suffix_tokens),
+        prompts_held: true,
+        mean_output_tokens: f64::from(BACKGROUND_OUTPUT_TOKENS),
+        mean_samples: 1.0,
+        paged_blocks: setup.total_slots / block,
+        block_tokens: block,
+        host_kv_bytes: 0,
+        tier_blocks: host_blocks.saturating_add(disk_blocks).min(written_blocks),
+        host_tier_bytes: 0,
+    };
+    let resident = experiment::host::scenario_resident(
+        scenario,
+        setup.kind,
+        &setup.model,
+        setup.total_slots,
+        setup.max_step_tokens,
+    );
+    let total = need
+        .collected_bytes()
+        .saturating_add(resident.total_bytes());
+    let Some((available, source)) = crate::scenario::host_available_bytes() else {
+        return Ok(());
+    };
+    if total <= available {
+        return Ok(());
+    }
+    let flag = if background >= filler.max(probes) {
+        format!("--load {load_rps}")
+    } else if filler >= probes {
+        match cfg.filler_tokens {
+            Some(f) => format!("--filler-tokens {f}"),
+            None => "--filler-tokens".into(),
+        }
+    } else {
+        format!("--probes {}", cfg.probes)
+    };
+    Err(ExperimentError::Scenario(format!(
+        "{flag}: a probe run would hold about {} of host memory ({:.0} requests of {} prompt          tokens: {:.0} probes and victims, {:.0} filler, {:.0} background; {} held by --backend          {}), and {} is available ({source})",
+        crate::units::format_bytes(total),
+        probes + filler + background,
+        u64::from(cfg.prefix_tokens) + u64::from(cfg.suffix_tokens),
+        probes,
+        filler,
+        background,
+        crate::units::format_bytes(resident.total_bytes()),
+        setup.kind.name(),
+        crate::units::format_bytes(available)
+    )))
 }
 
 /// Hit and miss observed TTFTs (ms) of a probe list: what the prober has to go on.

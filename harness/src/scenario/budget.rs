@@ -372,8 +372,13 @@ impl Scenario {
         if bytes <= available {
             return;
         }
+        let (host_slots, disk_slots) = self.tier_slots(shape);
         let key = if need.tier_bytes() >= bytes / 2 {
-            "cache.host_tier.capacity"
+            if disk_slots > host_slots {
+                "cache.disk_tier.capacity"
+            } else {
+                "cache.host_tier.capacity"
+            }
         } else if need.host_kv_bytes >= bytes / 2 {
             "memory.kv_budget"
         } else if t.requests.is_some() {
@@ -443,12 +448,19 @@ impl Scenario {
         let bpt = shape.kv_bytes_per_token().max(1);
         let block = self.block_size().max(1) as u64;
         let paged_blocks = kv_bytes / bpt / block;
-        let host_kv_bytes = if self.device == "cpu" { kv_bytes } else { 0 };
+        // The cpu backend holds FP8 KV as dequantised f32: 4 bytes where the budget prices 1.
+        let held = if shape.kv_dtype.is_fp8() { 4 } else { 1 };
+        let host_kv_bytes = if self.device == "cpu" {
+            kv_bytes.saturating_mul(held)
+        } else {
+            0
+        };
         let (host_slots, disk_slots) = self.tier_slots(shape);
+        // Both lower tiers are pools in host memory on the cpu backend (the disk's stands for it).
         let host_tier_bytes = if self.device == "cpu" {
             super::tier_block_bytes(shape, self.block_size())
-                .and_then(|b| b.checked_mul(host_slots))
-                .unwrap_or(u64::MAX)
+                .and_then(|b| b.checked_mul(host_slots.saturating_add(disk_slots)))
+                .map_or(u64::MAX, |b| b.saturating_mul(held))
         } else {
             0
         };
@@ -462,7 +474,12 @@ impl Scenario {
             paged_blocks,
             block_tokens: block,
             host_kv_bytes,
-            tier_blocks: host_slots.saturating_add(disk_slots),
+            // Slot records grow with use: at most the blocks the workload writes.
+            tier_blocks: host_slots.saturating_add(disk_slots).min(
+                (requests * mean_samples * (mean_prompt + mean_output) / block as f64)
+                    .ceil()
+                    .min(u64::MAX as f64) as u64,
+            ),
             host_tier_bytes,
         })
     }

@@ -89,7 +89,8 @@ pub struct HostNeed {
     pub host_kv_bytes: u64,
     /// Slots of the lower tiers (host and disk), each with a block's metadata.
     pub tier_blocks: u64,
-    /// Bytes of the host tier where the cpu backend holds it in this process (0 for a device).
+    /// Bytes of the lower tiers' pools where the cpu backend holds them in this process (0 for
+    /// a device).
     pub host_tier_bytes: u64,
 }
 

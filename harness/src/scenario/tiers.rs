@@ -165,27 +165,33 @@ impl Scenario {
         }
     }
 
-    /// The tiers' host memory alone (their slots' metadata, and a cpu host tier's bytes) against
-    /// what this process can get: the estimate for a trace replay, whose lengths are unknown
-    /// before it is read.
+    /// The tiers' host memory alone (a cpu device's pools; slot records grow with use and are
+    /// counted with the workload) against what this process can get: the estimate for a trace
+    /// replay, whose lengths are unknown before it is read.
     pub(super) fn check_tier_host_memory(&self, shape: &ModelShape, p: &mut Vec<KeyProblem>) {
         let (host, disk) = self.tier_slots(shape);
         let slots = host.saturating_add(disk);
         if slots == 0 {
             return;
         }
+        // Both pools are host memory on the cpu backend, FP8 held as f32 (4 bytes for 1).
         let held = if self.device == "cpu" {
-            tier_block_bytes(shape, self.block_size()).map_or(u64::MAX, |b| b.saturating_mul(host))
+            let f32_factor = if shape.kv_dtype.is_fp8() { 4 } else { 1 };
+            tier_block_bytes(shape, self.block_size()).map_or(u64::MAX, |b| {
+                b.saturating_mul(slots).saturating_mul(f32_factor)
+            })
         } else {
             0
         };
-        let need = slots
-            .saturating_mul(super::host::cost::PER_BLOCK_BYTES)
-            .saturating_add(held);
+        let need = held;
         if let Some((available, source)) = super::host::available_bytes() {
             if need > available {
                 p.push(KeyProblem::new(
-                    "cache.host_tier.capacity",
+                    if disk > host {
+                        "cache.disk_tier.capacity"
+                    } else {
+                        "cache.host_tier.capacity"
+                    },
                     format!(
                         "the tiers' {slots} slots need about {} of host memory, and {} is \
                          available ({source})",

@@ -264,6 +264,7 @@ fn bad_grid_levels_exit_2() {
         ("--load", "-1"),
         ("--noise-ms", "nan"),
         ("--noise-ms", "5,5"),
+        ("--noise-ms", "1e300"),
         ("--load", "0,1,2,3,4,5,6,7,8"),
     ] {
         let out = dir.path().join("x");
@@ -277,6 +278,41 @@ fn bad_grid_levels_exit_2() {
         ]);
         assert_eq!(code, 2, "{flag} {value}: {text}");
         assert!(text.contains(flag), "{flag} {value}: {text}");
+        assert!(!out.exists());
+    }
+}
+
+/// The probe workload is estimated before it is drawn: a background load or a filler that
+/// would hold more than the process can get (here under a 4 GiB address-space limit) is
+/// refused naming the flag and the figure, not grown until an allocation aborts.
+#[test]
+fn a_probe_workload_past_host_memory_is_refused_naming_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    for (scenario, flag, value) in [
+        ("scenarios/quick-basic.toml", "--load", "1000000"),
+        (
+            "scenarios/quick-tiered.toml",
+            "--filler-tokens",
+            "100000000",
+        ),
+    ] {
+        let out = dir.path().join("x");
+        let arg = format!("{flag}={value}");
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 4194304 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_kvbench"))
+            .args(["isolation", scenario, "--backend", "sim", &arg, "--out"])
+            .arg(&out)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {text}");
+        assert!(
+            text.contains(&format!("{flag} {value}: ")) && text.contains("of host memory"),
+            "{flag}: {text}"
+        );
         assert!(!out.exists());
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use support::{kvbench, pairwise_auc};
 
 const SEED: &str = "5";
-const PROBES: usize = 48;
+const PROBES: usize = 96;
 
 /// A device cache of 2,048 tokens (256 MiB of Llama-3-8B KV) under a 1 GiB host tier: the
 /// shipped tiered scenario shrunk so a round's filler (1.5 × the device) is 12 requests.

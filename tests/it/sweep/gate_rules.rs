@@ -345,3 +345,38 @@ fn compare_states_refusals_and_single_runs_have_no_interval() {
     assert!(row.contains("no interval"), "{row}");
     assert!(!text.contains("yes ("), "{text}");
 }
+
+/// Two suites of one tiered scenario at different host-tier capacities are two
+/// configurations: each suite lists one capacity, so only the capacity in the row's key tells
+/// them apart, and the gate refuses instead of comparing them as one.
+#[test]
+fn suites_at_different_host_tier_capacities_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = |name: &str, cap: &str| {
+        let out = dir.path().join(name);
+        let (code, text) = kvbench(&[
+            "suite",
+            "scenarios/quick-tiered.toml",
+            "--backend",
+            "sim",
+            "--seeds",
+            "2",
+            "--set",
+            &format!("cache.host_tier.capacity={cap}"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{text}");
+        out
+    };
+    let (a, b, same) = (
+        suite("a", "1 MiB"),
+        suite("b", "2 MiB"),
+        suite("c", "1024 KiB"),
+    );
+    let (code, text) = gate(&a, &b);
+    refused(code, &text, "host 1 MiB");
+    // The same capacity, however spelled, is the same configuration.
+    let (code, text) = gate(&a, &same);
+    assert_eq!(code, 0, "{text}");
+}

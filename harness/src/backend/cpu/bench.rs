@@ -241,9 +241,66 @@ fn runs_tables(
         .collect()
 }
 
-/// Runs the grid.
+/// The most a grid may be estimated to take before it is refused: an hour of measurement.
+pub const MAX_ESTIMATED_S: f64 = 3600.0;
+
+/// K/V bytes of one grid point in element size `elem` (0 where it overflows: skipped).
+fn point_bytes(cfg: &BenchConfig, batch: usize, context: usize, elem: usize) -> u64 {
+    batch
+        .checked_mul(context)
+        .and_then(|x| x.checked_mul(cfg.dims.kv_row()))
+        .and_then(|x| x.checked_mul(2 * elem))
+        .map_or(u64::MAX, |b| b as u64)
+}
+
+/// The grid points that run (their K/V within `max_kv_bytes`).
+fn points(cfg: &BenchConfig) -> Vec<(usize, usize)> {
+    let elem = if cfg.bf16 { 2 } else { 4 };
+    let mut out = Vec::new();
+    for &batch in &cfg.batches {
+        for &context in &cfg.contexts {
+            let bytes = point_bytes(cfg, batch, context, elem);
+            if bytes <= cfg.max_kv_bytes && batch > 0 && context > 0 {
+                out.push((batch, context));
+            }
+        }
+    }
+    out
+}
+
+/// A lower bound on the grid's measuring time, in seconds: each repeat of each (point, block
+/// size) runs for at least `min_time_s`.
+pub fn min_seconds(cfg: &BenchConfig) -> f64 {
+    points(cfg).len() as f64
+        * cfg.block_sizes.len() as f64
+        * cfg.repeats.max(1) as f64
+        * cfg.min_time_s
+}
+
+/// Runs the grid: refused before any measurement when its time is estimated past
+/// [`MAX_ESTIMATED_S`] (naming `--repeats` and the figure); the estimate and each grid point are
+/// printed on stderr as it goes.
 pub fn run_grid(cfg: &BenchConfig) -> Result<BenchResult, KernelError> {
     cfg.dims.validate()?;
+    let estimate_s = min_seconds(cfg);
+    let points = points(cfg);
+    if estimate_s > MAX_ESTIMATED_S {
+        return Err(KernelError::Config(format!(
+            "--repeats {}: {} grid points × {} block sizes × {} repeats × {} s a repeat is at \
+             least {:.0} s of measurement, above the {:.0} s bound; lower --repeats or the grid",
+            cfg.repeats,
+            points.len(),
+            cfg.block_sizes.len(),
+            cfg.repeats.max(1),
+            cfg.min_time_s,
+            estimate_s,
+            MAX_ESTIMATED_S
+        )));
+    }
+    eprintln!(
+        "kernel-bench: {} grid points, at least {estimate_s:.0} s of measurement",
+        points.len()
+    );
     // The ceiling is measured before and after the grid and the better kept, so a burst of
     // other load during one measurement cannot inflate every fraction.
     let ceiling = streaming_ceiling(cfg.ceiling_bytes);
@@ -252,13 +309,16 @@ pub fn run_grid(cfg: &BenchConfig) -> Result<BenchResult, KernelError> {
         rows: Vec::new(),
         kv_bytes: Vec::new(),
     };
-    for &batch in &cfg.batches {
-        for &context in &cfg.contexts {
-            if cfg.bf16 {
-                grid_point::<bf16>(cfg, batch, context, &mut result)?;
-            } else {
-                grid_point::<f32>(cfg, batch, context, &mut result)?;
-            }
+    for (i, &(batch, context)) in points.iter().enumerate() {
+        eprintln!(
+            "kernel-bench: [{}/{}] batch {batch} context {context}",
+            i + 1,
+            points.len()
+        );
+        if cfg.bf16 {
+            grid_point::<bf16>(cfg, batch, context, &mut result)?;
+        } else {
+            grid_point::<f32>(cfg, batch, context, &mut result)?;
         }
     }
     result.ceiling_gbytes_per_s = ceiling.max(streaming_ceiling(cfg.ceiling_bytes));
@@ -296,6 +356,21 @@ fn grid_point<E: KvElem>(
     // The placed pool's extra blocks, held by other sequences.
     let held_slots = (num_slots / HELD_PER_FREE).div_ceil(unit) * unit;
     let storage_slots = num_slots + held_slots;
+    // The storage is allocated whole: refused where this process cannot get it, not aborted.
+    let storage_bytes = (storage_slots as u64)
+        .saturating_mul(row as u64)
+        .saturating_mul(2 * std::mem::size_of::<E>() as u64);
+    if let Some((available, source)) = crate::scenario::host_available_bytes() {
+        if storage_bytes > available {
+            return Err(KernelError::Config(format!(
+                "--max-gib {:.3}: batch {batch} context {context} needs {} of host memory for \
+                 its K/V, and {} is available ({source}); lower --max-gib or the grid",
+                cfg.max_kv_bytes as f64 / (1u64 << 30) as f64,
+                crate::units::format_bytes(storage_bytes),
+                crate::units::format_bytes(available)
+            )));
+        }
+    }
     let mut layer = LayerKv {
         k: kvbench_kernels::kv::kv_buffer(storage_slots * row, E::default()),
         v: kvbench_kernels::kv::kv_buffer(storage_slots * row, E::default()),

@@ -33,8 +33,17 @@ impl<E: KvElem> Pool<E> {
                 "{slots} tier slots of {slot_elems} elements overflow"
             ))
         })?;
+        // Fallible: a pool the host cannot give is refused, not an abort.
+        let mut data = Vec::new();
+        data.try_reserve_exact(n).map_err(|_| {
+            BackendError::Config(format!(
+                "{slots} tier slots of {} bytes: the host cannot allocate the pool",
+                slot_elems.saturating_mul(std::mem::size_of::<E>())
+            ))
+        })?;
+        data.resize(n, E::from_f32(f32::NAN));
         Ok(Pool {
-            data: vec![E::from_f32(f32::NAN); n],
+            data,
             slot_elems,
             slots,
         })

@@ -29,12 +29,16 @@ impl Evictor for Lfu {
     fn insert(&mut self, slot: u32, info: Evictable) {
         self.clock += 1;
         let key = (info.hits, self.clock);
+        if slot as usize >= self.keys.len() {
+            // Built for fewer slots (a lower tier's grow with use).
+            self.keys.resize(slot as usize + 1, None);
+        }
         self.keys[slot as usize] = Some(key);
         self.order.insert((key.0, key.1, slot));
     }
 
     fn remove(&mut self, slot: u32) {
-        if let Some((h, t)) = self.keys[slot as usize].take() {
+        if let Some((h, t)) = self.keys.get_mut(slot as usize).and_then(Option::take) {
             self.order.remove(&(h, t, slot));
         }
     }

@@ -30,6 +30,11 @@ impl Lru {
 impl Evictor for Lru {
     fn insert(&mut self, slot: u32, _info: Evictable) {
         let s = slot as usize;
+        if s >= self.prev.len() {
+            // Built for fewer slots (a lower tier's grow with use).
+            self.prev.resize(s + 1, NIL);
+            self.next.resize(s + 1, NIL);
+        }
         self.prev[s] = self.tail;
         self.next[s] = NIL;
         if self.tail == NIL {

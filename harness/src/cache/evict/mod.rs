@@ -88,7 +88,8 @@ impl EvictionPolicy {
         }
     }
 
-    /// The policy's ordering state for `capacity` slots.
+    /// The policy's ordering state for `capacity` slots (it grows past them as slots are
+    /// inserted: a lower tier builds it for none).
     pub fn build(self, capacity: u32) -> AnyEvictor {
         match self {
             EvictionPolicy::Lru => AnyEvictor::Lru(Lru::new(capacity)),

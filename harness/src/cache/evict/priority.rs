@@ -31,12 +31,16 @@ impl Evictor for Priority {
     fn insert(&mut self, slot: u32, info: Evictable) {
         self.clock += 1;
         let key = (info.shared, u32::MAX - info.depth, self.clock);
+        if slot as usize >= self.keys.len() {
+            // Built for fewer slots (a lower tier's grow with use).
+            self.keys.resize(slot as usize + 1, None);
+        }
         self.keys[slot as usize] = Some(key);
         self.order.insert((key, slot));
     }
 
     fn remove(&mut self, slot: u32) {
-        if let Some(key) = self.keys[slot as usize].take() {
+        if let Some(key) = self.keys.get_mut(slot as usize).and_then(Option::take) {
             self.order.remove(&(key, slot));
         }
     }

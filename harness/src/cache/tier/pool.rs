@@ -42,12 +42,18 @@ pub(crate) struct Carried {
     pub hits: u32,
 }
 
-/// One tier's slots, index, eviction order and counters.
+/// One tier's slots, index, eviction order and counters. Metadata grows with use: a slot's
+/// record exists once it was first taken (a 600 GiB disk tier of 16 KiB blocks has 39 million
+/// slots, and a run of a few requests touches a handful), so `slots` holds the slots touched,
+/// `0..slots.len()`, and the untouched rest are free without a record.
 #[derive(Debug)]
 pub(crate) struct TierPool {
     pub tier: Tier,
+    /// Records of the slots touched so far (`0..slots.len()`).
     pub slots: Vec<SlotMeta>,
-    /// Free slots, popped from the back (initially lowest slot first).
+    capacity: u32,
+    /// Touched slots that are free again, popped from the back before an untouched one is
+    /// taken (lowest first): the order a full free list `capacity-1..=0` would give.
     free: Vec<u32>,
     evict: AnyEvictor,
     index: HashMap<PrefixKey, Published, BuildHasherDefault<KeyHasher>>,
@@ -62,9 +68,10 @@ impl TierPool {
     pub fn new(tier: Tier, capacity: u32, eviction: EvictionPolicy) -> Self {
         TierPool {
             tier,
-            slots: vec![SlotMeta::default(); capacity as usize],
-            free: (0..capacity).rev().collect(),
-            evict: eviction.build(capacity),
+            slots: Vec::new(),
+            capacity,
+            free: Vec::new(),
+            evict: eviction.build(0),
             index: HashMap::default(),
             stats: TierStats {
                 tier: Some(tier),
@@ -77,7 +84,12 @@ impl TierPool {
     }
 
     pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
+        self.capacity
+    }
+
+    /// Free slots: those freed again and those never touched.
+    pub fn free_slots(&self) -> u64 {
+        self.free.len() as u64 + u64::from(self.capacity) - self.slots.len() as u64
     }
 
     pub fn contains(&self, key: &PrefixKey) -> bool {
@@ -93,6 +105,7 @@ impl TierPool {
         self.index.iter()
     }
 
+    /// The touched slots that are free again (an untouched slot is free without being listed).
     pub fn free_list(&self) -> &[u32] {
         &self.free
     }
@@ -105,6 +118,11 @@ impl TierPool {
     /// identity is returned so the caller may pass it down). `None` when every slot is pinned.
     pub fn take_slot(&mut self) -> Option<(u32, Option<Carried>)> {
         if let Some(s) = self.free.pop() {
+            return Some((s, None));
+        }
+        if (self.slots.len() as u64) < u64::from(self.capacity) {
+            let s = self.slots.len() as u32;
+            self.slots.push(SlotMeta::default());
             return Some((s, None));
         }
         let s = self.evict.pop_victim()?;

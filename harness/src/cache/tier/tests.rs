@@ -361,3 +361,24 @@ fn build_gives_the_paged_cache_its_tiers_and_contiguous_none() {
     let c = build(&CacheSpec::new(CacheMode::Paged, 64, BS, true).with_tiers(no_host));
     assert!(c.tier_stats().is_empty());
 }
+
+/// A tier's slot records grow with use: a pool of `u32::MAX` slots (a 600 GiB disk tier of
+/// small blocks is tens of millions) allocates nothing up front, its slots come out lowest
+/// first as a full free list would give them, and the counters count the untouched as free.
+#[test]
+fn tier_slot_metadata_grows_with_use() {
+    use super::pool::TierPool;
+    for policy in [
+        EvictionPolicy::Lru,
+        EvictionPolicy::Lfu,
+        EvictionPolicy::Priority,
+    ] {
+        let mut pool = TierPool::new(Tier::Disk, u32::MAX, policy);
+        assert_eq!(pool.slots.len(), 0);
+        assert_eq!(pool.free_slots(), u64::from(u32::MAX));
+        let taken: Vec<u32> = (0..3).map(|_| pool.take_slot().expect("slot").0).collect();
+        assert_eq!(taken, vec![0, 1, 2]);
+        assert_eq!(pool.slots.len(), 3);
+        assert_eq!(pool.free_slots(), u64::from(u32::MAX) - 3);
+    }
+}

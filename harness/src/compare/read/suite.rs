@@ -42,7 +42,7 @@ fn disagreements(
             Some(b) => format!("{cache} b{b}"),
             None => cache.to_string(),
         };
-        // A scenario run at several host-tier capacities keys its rows by capacity too.
+        // A scenario run with a host tier keys its rows by capacity too.
         let with_host = host_capacity_bytes(j).map(|b| format!("{cache} {}", host_key(b)));
         for (column, keys) in CELL_FIGURES {
             let key = (o.scenario.clone(), cache.clone(), o.seed, *column);
@@ -80,8 +80,7 @@ fn host_key(bytes: u64) -> String {
 }
 
 /// Per scenario, whether its rows carry several host-tier capacities (a capacity list the
-/// suite expanded): only then is the capacity part of a row's key, so other suites compare as
-/// they always have.
+/// suite expanded, where a row without a tier is keyed `host` with no figure).
 fn several_capacities(csv_text: &str) -> BTreeSet<String> {
     let mut rdr = csv::Reader::from_reader(csv_text.as_bytes());
     let Ok(headers) = rdr.headers().cloned() else {
@@ -195,9 +194,10 @@ pub(super) fn read_suite(dir: &Path) -> Result<Folder, CompareError> {
             None => get(ca).to_string(),
         };
         let scenario = get(sc).to_string();
-        // ... and one listing several host-tier capacities a row per capacity.
-        if multi_capacity.contains(&scenario) {
-            let h = ht.map(get).unwrap_or_default();
+        // ... and one with a host tier a row per capacity: cells of another capacity are
+        // another configuration, whether the suite listed one capacity or several.
+        let h = ht.map(get).unwrap_or_default();
+        if multi_capacity.contains(&scenario) || !h.is_empty() {
             match crate::units::parse_bytes(h) {
                 Ok(b) => cache = format!("{cache} {}", host_key(b)),
                 Err(_) => cache = format!("{cache} host {h}"),
