@@ -16,8 +16,10 @@ pub fn workload_hash(requests: &[Request], closed_loop: Option<&ClosedLoop>) -> 
         .to_string()
 }
 
-/// A replay's hash covers the trace's identity too (path, format, rows, bytes), so two replays
-/// that happen to yield the same requests from different files still differ.
+/// A replay's hash covers the trace's identity too (format, rows, the blake3 of its bytes), so
+/// two replays that happen to yield the same requests from different files still differ. The
+/// path is not part of it: one file named from another folder, or by another spelling, is the
+/// same workload.
 pub fn workload_hash_with_trace(
     requests: &[Request],
     closed_loop: Option<&ClosedLoop>,
@@ -25,7 +27,7 @@ pub fn workload_hash_with_trace(
 ) -> String {
     let mut h = hasher(requests, closed_loop);
     h.update(b"trace");
-    for s in [&trace.path, &trace.format, &trace.blake3] {
+    for s in [&trace.format, &trace.blake3] {
         h.update(&(s.len() as u64).to_le_bytes())
             .update(s.as_bytes());
     }

@@ -343,6 +343,42 @@ fn the_trace_is_part_of_the_workload_hash() {
     }
 }
 
+/// The hash names the trace by what it holds, not by how a scenario spells its path: the same
+/// file from another folder, by another spelling, is the same workload (runs of it compare and
+/// gate); one more row is another.
+#[test]
+fn the_workload_hash_follows_the_traces_bytes_not_its_path() {
+    let s = scenario("trace-azure");
+    let a = workload::generate(&s, 1).unwrap();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("elsewhere/data")).expect("mkdir");
+    let text = std::fs::read_to_string(root().join("scenarios/trace-azure.toml")).expect("read");
+    let spelled = "./data/../data/azure copy.csv";
+    let moved = text.replace("traces/azure-mini.csv", spelled);
+    assert_ne!(moved, text, "the scenario names traces/azure-mini.csv");
+    let toml = tmp.path().join("elsewhere/s.toml");
+    std::fs::write(&toml, &moved).expect("write scenario");
+    let rows =
+        std::fs::read_to_string(root().join("scenarios/traces/azure-mini.csv")).expect("fixture");
+    std::fs::write(tmp.path().join("elsewhere/data/azure copy.csv"), &rows).expect("copy");
+    let load = || kvbench::scenario::load(&toml, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let b = workload::generate(&load(), 1).unwrap();
+    assert_ne!(
+        a.trace.as_ref().unwrap().path,
+        b.trace.as_ref().unwrap().path
+    );
+    assert_eq!(a.workload_hash, b.workload_hash, "same bytes, another path");
+    // One more row is another file.
+    let last = rows.lines().last().expect("a row").to_string();
+    std::fs::write(
+        tmp.path().join("elsewhere/data/azure copy.csv"),
+        format!("{rows}{last}\n"),
+    )
+    .expect("append");
+    let c = workload::generate(&load(), 1).unwrap();
+    assert_ne!(a.workload_hash, c.workload_hash, "other bytes");
+}
+
 #[test]
 fn windows_by_count_and_time_and_rate_scaling() {
     let base = scenario("trace-azure");
