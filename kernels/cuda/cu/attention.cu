@@ -156,6 +156,7 @@ __device__ __forceinline__ void attn_impl(
       float mx = sm.m[qi];
       for (int j = 0; j < cnt; ++j) mx = fmaxf(mx, sm.p[qi][j]);
       float sum = 0.f;
+#pragma unroll 1
       for (int j = 0; j < ATTN_KT; ++j) {
         const float e = j < cnt ? expf(sm.p[qi][j] - mx) : 0.f;
         sm.p[qi][j] = e;
@@ -179,17 +180,24 @@ __device__ __forceinline__ void attn_impl(
     __syncthreads();
   }
 
+  // The accumulators go through shared memory (sm.q, no longer read; each thread rewrites the
+  // very elements it filled) so that the store loop below is one rolled loop rather than ACC
+  // unrolled copies of a division and its address arithmetic (NVRTC time).
 #pragma unroll
+  for (int a = 0; a < ACC; ++a) sm.q[qi0 + a * RSTEP][col] = acc[a];
+  __syncthreads();
+#pragma unroll 1
   for (int a = 0; a < ACC; ++a) {
     const int qi = qi0 + a * RSTEP;
     if (qi >= nq) continue;
+    const float acc_a = sm.q[qi][col];
     const int r = qi / G, g = qi % G;
     const i64 qh = (i64)(r0 + r) * q_heads + kvh * G + g;
     if (nparts == 1) {
       const float s = sm.l[qi];
-      out[qh * D + col] = s > 0.f ? acc[a] / s : 0.f;
+      out[qh * D + col] = s > 0.f ? acc_a / s : 0.f;
     } else {
-      part_out[(qh * nparts + part) * D + col] = acc[a];
+      part_out[(qh * nparts + part) * D + col] = acc_a;
       if (col == 0) {
         part_max[qh * nparts + part] = sm.m[qi];
         part_sum[qh * nparts + part] = sm.l[qi];
