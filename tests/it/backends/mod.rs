@@ -5,6 +5,7 @@
 mod cpu_kernel_bench;
 mod cpu_oracle;
 mod cuda_cli;
+mod cuda_emu_driver;
 mod cuda_emu_scenarios;
 mod devices_profiles;
 mod interrupt_compile;
