@@ -266,7 +266,12 @@ pub fn fault_verdict(exp: &Experiment, failures: &[String], asked: Option<&str>)
     let fired = if name == DEVICE_LEAK {
         exp.runs
             .iter()
-            .filter(|r| r.end.device.as_ref().is_some_and(|d| d.planted_leak_bytes.is_some()))
+            .filter(|r| {
+                r.end
+                    .device
+                    .as_ref()
+                    .is_some_and(|d| d.planted_leak_bytes.is_some())
+            })
             .count() as u64
     } else {
         exp.fault_fired()

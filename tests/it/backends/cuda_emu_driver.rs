@@ -81,7 +81,10 @@ fn runs_pass_under_driver_noise_and_the_printed_reconciliation_is_the_summarys()
             int(dev, "residue_bytes"),
             int(dev, "tolerance_bytes")
         );
-        assert!(text.contains(&line), "printed reconciliation lacks {line:?}: {text}");
+        assert!(
+            text.contains(&line),
+            "printed reconciliation lacks {line:?}: {text}"
+        );
         assert!(
             dev["tolerance"]
                 .as_str()

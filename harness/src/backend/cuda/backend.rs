@@ -95,8 +95,8 @@ fn emulated_gpu() -> Result<Arc<Gpu>, BackendError> {
         noise_seed: driver.noise_seed,
         ..EmuConfig::new(seed)
     })
-        .map(Arc::new)
-        .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
+    .map(Arc::new)
+    .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
 }
 
 pub struct CudaBackend {
@@ -707,7 +707,8 @@ impl Drop for CudaBackend {
         );
         let returned = match mem(&self.gpu) {
             Ok(after) => {
-                let ok = ledger::returned_to_baseline(self.baseline, after, self.driver_warmup_bytes);
+                let ok =
+                    ledger::returned_to_baseline(self.baseline, after, self.driver_warmup_bytes);
                 eprintln!(
                     "{name} backend: device free memory {} B before, {} B after teardown, driver warm-up {} B: {}",
                     self.baseline.free_bytes,

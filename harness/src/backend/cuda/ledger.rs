@@ -185,11 +185,7 @@ impl DeviceLedger {
 /// After teardown: kvbench holds exactly what it held before the backend (the exact check), and
 /// the device's free memory is back at its pre-run figure less the driver's stated warm-up take,
 /// within the fixed allowance (the driver keeps module images until the context goes).
-pub fn returned_to_baseline(
-    before: DeviceMem,
-    after: DeviceMem,
-    driver_warmup_bytes: i64,
-) -> bool {
+pub fn returned_to_baseline(before: DeviceMem, after: DeviceMem, driver_warmup_bytes: i64) -> bool {
     let drop = before.free_bytes as i128 - after.free_bytes as i128 - driver_warmup_bytes as i128;
     before.total_bytes == after.total_bytes && drop.unsigned_abs() <= FIXED_OVERHEAD_BYTES as u128
 }

@@ -78,9 +78,16 @@ pub fn resolve(version: i32, has: impl Fn(&str) -> bool) -> Result<EntryPoints, 
     } else if has(ElapsedCall::V1.name()) {
         ElapsedCall::V1
     } else {
-        return Err(missing(version, "cuEventElapsedTime_v2 nor cuEventElapsedTime"));
+        return Err(missing(
+            version,
+            "cuEventElapsedTime_v2 nor cuEventElapsedTime",
+        ));
     };
-    for call in ["cuMemAllocAsync", "cuMemPoolTrimTo", "cuDeviceGetDefaultMemPool"] {
+    for call in [
+        "cuMemAllocAsync",
+        "cuMemPoolTrimTo",
+        "cuDeviceGetDefaultMemPool",
+    ] {
         if !has(call) {
             return Err(missing(version, call));
         }

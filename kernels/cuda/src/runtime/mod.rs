@@ -432,7 +432,6 @@ impl Gpu {
         Ok(())
     }
 
-
     /// The emulated device behind this `Gpu`, if it is one.
     pub fn emulated(&self) -> Option<&Arc<EmuDevice>> {
         match &self.rt {

@@ -37,9 +37,8 @@ pub(crate) fn entry_points() -> Result<(EntryPoints, ElapsedFn), CudaError> {
     let found = crate::libs::open(CudaLib::Driver)?;
     let version = crate::device::driver_version()?;
     // SAFETY: the driver library is already loaded (`open`); this takes another reference.
-    let lib = unsafe { libloading::Library::new(&found.path) }.map_err(|e| {
-        CudaError::NoDevice(format!("reopening {}: {e}", found.path.display()))
-    })?;
+    let lib = unsafe { libloading::Library::new(&found.path) }
+        .map_err(|e| CudaError::NoDevice(format!("reopening {}: {e}", found.path.display())))?;
     let has = |name: &str| {
         // SAFETY: only the symbol's presence is asked.
         unsafe { lib.get::<*const std::ffi::c_void>(name.as_bytes()) }.is_ok()
@@ -181,7 +180,6 @@ impl RealRt {
                 .map_err(CudaError::driver("cuMemPoolTrimTo"))
         })?
     }
-
 }
 
 /// Milliseconds between two recorded events of one context, through the resolved entry point.
