@@ -412,3 +412,62 @@ fn describe_fault(mem: &Memory, params: &[EmuParam], e: EmuKernelError) -> Strin
         r.describe(*addr)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noisy(seed: u64) -> Arc<EmuDevice> {
+        EmuDevice::new(EmuConfig {
+            noise_seed: Some(seed),
+            ..EmuConfig::new(1)
+        })
+        .expect("device")
+    }
+
+    /// A kernel's first launch grows the reserve and later ones do not; the first GEMM takes the
+    /// workspace; another process allocates at its seeded launch; all of it from the seed alone.
+    #[test]
+    fn driver_noise_moves_free_memory_as_a_driver_does_from_its_seed() {
+        let seed = 42;
+        eprintln!("driver noise seed {seed}");
+        let (a, b) = (noisy(seed), noisy(seed));
+        let free0 = a.mem_info().0;
+        a.driver_sees(Some("k"));
+        let free1 = a.mem_info().0;
+        assert!(free1 < free0 && free0 - free1 <= noise::FIRST_LAUNCH_MAX_MIB << 20);
+        a.driver_sees(Some("k"));
+        assert_eq!(a.mem_info().0, free1, "a second launch takes nothing");
+        a.driver_sees(None);
+        assert_eq!(free1 - a.mem_info().0, noise::BLAS_WORKSPACE_MIB << 20);
+        for _ in 0..noise::OTHER_PROCESS_FROM_LAUNCH + noise::OTHER_PROCESS_SPREAD {
+            a.driver_sees(Some("k"));
+        }
+        let (_, other) = a.noise_bytes();
+        assert!((8 << 20..=noise::OTHER_PROCESS_MAX_MIB << 20).contains(&other));
+        for k in [Some("k"), Some("k"), None] {
+            b.driver_sees(k);
+        }
+        for _ in 0..noise::OTHER_PROCESS_FROM_LAUNCH + noise::OTHER_PROCESS_SPREAD {
+            b.driver_sees(Some("k"));
+        }
+        assert_eq!(
+            a.mem_info(),
+            b.mem_info(),
+            "the same seed, the same figures"
+        );
+        let quiet = EmuDevice::new(EmuConfig::new(1)).expect("device");
+        quiet.driver_sees(Some("k"));
+        assert_eq!(quiet.mem_info().0, quiet.config.total_bytes);
+    }
+
+    #[test]
+    fn an_older_reported_driver_takes_the_older_timing_call() {
+        let d = EmuDevice::new(EmuConfig {
+            driver_version: 12040,
+            ..EmuConfig::new(1)
+        })
+        .expect("device");
+        assert_eq!(d.entry().elapsed, crate::runtime::entry::ElapsedCall::V1);
+    }
+}
