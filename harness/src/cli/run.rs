@@ -302,7 +302,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     check_fault_applies(&scenarios, opts.fault)?;
     let single = scenarios.len() == 1;
-    let root = default_root(opts.fault);
+    let root = if args.flags.inject_fault.as_deref() == Some(DEVICE_LEAK) {
+        PathBuf::from(format!("results/fault-{DEVICE_LEAK}"))
+    } else {
+        default_root(opts.fault)
+    };
     // The default folders are kvbench's own; a folder named with --out is the user's.
     let replace = args.out.is_none() || args.force;
     let targets = plan_targets(
