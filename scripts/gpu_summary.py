@@ -7,7 +7,8 @@ into summary.md under its step table). Every figure is recomputed from the files
   with PASS/MISS against the targets (information, not an exit code);
 - cuda-check (cuda_check.csv): checks passed and the largest attention error;
 - each scenario run under e2e/ (summary.json): backend, checks, tokens per cache, numerics,
-  reclamation.
+  reclamation, and the device memory reconciliation (kvbench's bytes, the driver's measured
+  warm-up, the residue against its tolerance, the driver version and event-timing call).
 
 Usage: gpu_summary.py WORK_FOLDER"""
 import csv
@@ -89,20 +90,20 @@ def scenario_section(d, lines):
     for name in sorted(os.listdir(e2e)):
         path = os.path.join(e2e, name, "summary.json")
         if not os.path.exists(path):
-            rows.append(f"| {name} | - | no summary.json | | | |")
+            rows.append(f"| {name} | - | no summary.json | | | | |")
             continue
         try:
             with open(path) as f:
                 s = json.load(f)
         except (OSError, ValueError) as e:
-            rows.append(f"| {name} | - | unreadable summary.json: {e} | | | |")
+            rows.append(f"| {name} | - | unreadable summary.json: {e} | | | | |")
             continue
         checks = s.get("checks") or {}
         ok = "ok" if checks.get("ok") else "FAILED: " + "; ".join(str(x) for x in checks.get("failures", []))[:200]
         fault = s.get("fault")
         if fault:
             ok += f" (fault {fault}, fired {s.get('fault_fired')})"
-        tokens, numerics, reclaim = [], [], []
+        tokens, numerics, reclaim, device = [], [], [], []
         for r in s.get("runs", []):
             cache = r.get("cache")
             tokens.append(f"{cache} {r.get('output_tokens')}")
@@ -111,12 +112,22 @@ def scenario_section(d, lines):
                 numerics.append(f"{cache} " + ", ".join(f"{k} {v}" for k, v in list(n.items())[:3]))
             rec = r.get("reclamation") or {}
             reclaim.append(f"{cache} {'ok' if rec.get('ok') else rec.get('detail', '-')}")
-        rows.append(f"| {name} | {s.get('backend')} | {ok} | {'; '.join(tokens)} | {'; '.join(numerics) or '-'} | {'; '.join(reclaim)} |")
+            dev = (r.get("memory") or {}).get("device")
+            if isinstance(dev, dict):
+                mib = 1 << 20
+                device.append(
+                    f"{cache} kvbench {dev.get('kvbench_bytes', 0) / mib:.1f} MiB, warm-up "
+                    f"{dev.get('driver_warmup_bytes', 0) / mib:.1f} MiB, residue "
+                    f"{dev.get('residue_bytes', 0) / mib:.1f} of {dev.get('tolerance_bytes', 0) / mib:.0f} MiB"
+                    f" ({'ok' if dev.get('residue_ok') else 'BEYOND'}); driver {dev.get('driver_version')}, "
+                    f"{dev.get('event_timing_call')}"
+                )
+        rows.append(f"| {name} | {s.get('backend')} | {ok} | {'; '.join(tokens)} | {'; '.join(numerics) or '-'} | {'; '.join(reclaim)} | {'; '.join(device) or '-'} |")
     if rows:
         lines.append("## Scenarios")
         lines.append("")
-        lines.append("| run | backend | checks | output tokens | numerics | reclamation |")
-        lines.append("|---|---|---|---|---|---|")
+        lines.append("| run | backend | checks | output tokens | numerics | reclamation | device memory |")
+        lines.append("|---|---|---|---|---|---|---|")
         lines.extend(rows)
         lines.append("")
 

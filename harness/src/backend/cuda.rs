@@ -88,6 +88,50 @@ pub fn emu_seed() -> u64 {
     EMU_SEED.load(Ordering::Relaxed)
 }
 
+/// How emulated devices opened from now on present their driver (`--emu-driver`,
+/// `--emu-driver-noise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmuDriver {
+    /// `cuDriverGetVersion`'s figure (13000 = 13.0).
+    pub version: i32,
+    pub noise_seed: Option<u64>,
+}
+
+static EMU_DRIVER: std::sync::Mutex<EmuDriver> = std::sync::Mutex::new(EmuDriver {
+    version: 13000,
+    noise_seed: None,
+});
+
+pub fn set_emu_driver(d: EmuDriver) {
+    *EMU_DRIVER.lock().unwrap_or_else(|e| e.into_inner()) = d;
+}
+
+pub fn emu_driver() -> EmuDriver {
+    *EMU_DRIVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static DEVICE_LEAK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static DEVICE_LEAKS_PLANTED: AtomicU64 = AtomicU64::new(0);
+
+/// Plants a device leak in the runs from now on (`--inject-fault device-leak`): each cuda
+/// backend allocates one KV block's bytes at its first step and never frees them.
+pub fn set_device_leak(on: bool) {
+    DEVICE_LEAK.store(on, Ordering::Relaxed);
+}
+
+pub fn device_leak() -> bool {
+    DEVICE_LEAK.load(Ordering::Relaxed)
+}
+
+/// How many planted device leaks took effect in this process.
+pub fn device_leaks_planted() -> u64 {
+    DEVICE_LEAKS_PLANTED.load(Ordering::Relaxed)
+}
+
+pub(crate) fn note_device_leak_planted() {
+    DEVICE_LEAKS_PLANTED.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Prints the delay seed once per process and seed, so a failing run can be replayed.
 pub fn note_emu_seed(seed: u64) {
     static LAST: AtomicU64 = AtomicU64::new(u64::MAX);

@@ -97,6 +97,17 @@ pub trait Backend {
     fn complete(&mut self) -> Result<StepOutput, BackendError>;
 
     fn memory(&self) -> MemoryParts;
+    /// kvbench's own device allocations now, (allocations, bytes), counted exactly where a
+    /// backend has a device: the engine fails a run that ends holding any byte it did not hold
+    /// at its start.
+    fn owned_device(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// The device's `cuMemGetInfo` reconciled with kvbench's allocations at the end of a run,
+    /// term by term ([`cuda::ledger`]), printed once; `None` without a device.
+    fn device_ledger(&mut self) -> Option<Result<cuda::ledger::DeviceLedger, String>> {
+        None
+    }
     fn numerics(&self) -> Option<NumericsReport>;
     /// Wall seconds spent executing steps so far, on a backend that measures them.
     fn measured_step_s(&self) -> Option<f64> {

@@ -36,6 +36,55 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// NVRTC's CUDA version against the driver's, and on a GPU every program compiled for it and
+/// loaded as a run loads it, so a module the driver refuses is found here rather than at the
+/// first run. True when something failed.
+fn nvrtc_and_modules(probe: &Probe, no_compile: bool) -> bool {
+    use kvbench_cuda::runtime::entry;
+    let mut failed = false;
+    let driver = probe
+        .lib(CudaLib::Driver)
+        .found
+        .is_ok()
+        .then(kvbench_cuda::device::driver_version)
+        .and_then(Result::ok);
+    let nvrtc = probe
+        .lib(CudaLib::Nvrtc)
+        .found
+        .is_ok()
+        .then(kvbench_cuda::nvrtc::version)
+        .and_then(Result::ok);
+    if let (Some(d), Some(n)) = (driver, nvrtc) {
+        match entry::check_nvrtc(d, n) {
+            Ok(None) => println!(
+                "nvrtc vs driver: NVRTC {}.{} <= driver CUDA {}: ok",
+                n.0,
+                n.1,
+                entry::version_name(d)
+            ),
+            Ok(Some(w)) => println!("nvrtc vs driver: WARN {w}"),
+            Err(e) => {
+                failed = true;
+                println!("nvrtc vs driver: FAIL {e}");
+            }
+        }
+    }
+    if probe.gpu.is_ok() && nvrtc.is_some() && !no_compile {
+        match kvbench_cuda::device::Gpu::open() {
+            Ok(g) => println!(
+                "modules: every program compiled for {} and loaded; events timed with {}",
+                g.info.arch(),
+                g.entry_points().elapsed.name()
+            ),
+            Err(e) => {
+                failed = true;
+                println!("modules: FAIL {e}");
+            }
+        }
+    }
+    failed
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for r in &args.require {
         if !["driver", "nvrtc", "cublas", "gpu"].contains(&r.as_str()) {
@@ -119,6 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    failed |= nvrtc_and_modules(&probe, args.no_compile);
     let missing = probe.missing();
     if missing.is_empty() {
         println!("cuda backend: usable");

@@ -55,6 +55,14 @@ pub struct RunFlags {
     /// On cuda-emu: seed of the emulated device's completion delays (printed; replays a run).
     #[arg(long, value_name = "SEED")]
     pub emu_seed: Option<u64>,
+    /// On cuda-emu: make `cuMemGetInfo` move as a driver's does (a reserve growing at each
+    /// kernel's first launch, cuBLAS's workspace, another process allocating mid-run), seeded.
+    #[arg(long, value_name = "SEED")]
+    pub emu_driver_noise: Option<u64>,
+    /// On cuda-emu: the driver version the device reports; entry points it lacks are hidden
+    /// (12.4 times events with cuEventElapsedTime instead of cuEventElapsedTime_v2).
+    #[arg(long, value_name = "VERSION", value_parser = ["12.4", "12.8", "13.0"])]
+    pub emu_driver: Option<String>,
     /// Seed of the workload (and model weights), overriding the scenario's.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -62,7 +70,8 @@ pub struct RunFlags {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Plant a bug in the paged manager to prove the checks catch it:
-    /// skip-cow | early-reuse | leak | bad-block-table.
+    /// skip-cow | early-reuse | leak | bad-block-table; or device-leak (cuda, cuda-emu: one KV
+    /// block of device memory allocated and never freed).
     #[arg(long, value_name = "KIND")]
     pub inject_fault: Option<String>,
     /// What trace.jsonl records: `run` defaults to tokens, `suite` to requests (a whole suite
@@ -97,10 +106,35 @@ impl RunFlags {
         if let Some(seed) = self.emu_seed {
             crate::backend::cuda::set_emu_seed(seed);
         }
+        crate::backend::cuda::set_emu_driver(crate::backend::cuda::EmuDriver {
+            version: self
+                .emu_driver
+                .as_deref()
+                .map_or(Some(13000), kvbench_cuda::runtime::entry::parse_version)
+                .ok_or_else(|| anyhow::anyhow!("--emu-driver: expected MAJOR.MINOR"))?,
+            noise_seed: self.emu_driver_noise,
+        });
+        let device_leak = self.inject_fault.as_deref() == Some(DEVICE_LEAK);
+        if device_leak
+            && !matches!(
+                self.backend.resolve(),
+                BackendKind::Cuda | BackendKind::CudaEmu
+            )
+        {
+            anyhow::bail!(
+                "--inject-fault {DEVICE_LEAK} plants a leak in the cuda backend's device memory: \
+                 use it with --backend cuda or cuda-emu"
+            );
+        }
+        crate::backend::cuda::set_device_leak(device_leak);
         Ok(RunOptions {
             backend: self.backend,
             seed: self.seed,
-            fault: parse_fault(self.inject_fault.as_deref())?,
+            fault: if device_leak {
+                None
+            } else {
+                parse_fault(self.inject_fault.as_deref())?
+            },
             trace_tokens: self.trace_level.unwrap_or(level) == TraceLevel::Tokens,
             invariant_check_every: self.check_every,
             shadow: !self.no_shadow,
@@ -118,6 +152,9 @@ impl RunFlags {
     }
 }
 
+/// The planted fault that lives in the cuda backend, not in a cache manager.
+pub const DEVICE_LEAK: &str = "device-leak";
+
 pub fn parse_fault(s: Option<&str>) -> anyhow::Result<Option<Fault>> {
     s.map(|k| {
         Fault::parse(k).ok_or_else(|| {
@@ -129,7 +166,7 @@ pub fn parse_fault(s: Option<&str>) -> anyhow::Result<Option<Fault>> {
                 .map(|f| f.name())
                 .collect();
             anyhow::anyhow!(
-                "--inject-fault: unknown fault {k:?} (known: {})",
+                "--inject-fault: unknown fault {k:?} (known: {}, {DEVICE_LEAK})",
                 known.join(", ")
             )
         })
@@ -222,6 +259,41 @@ pub fn run_one(
     Ok((exp, failures))
 }
 
+/// One line on a planted fault: whether it fired and which checks caught it (`scripts/gpu-check.sh`
+/// attributes a fault step's failure by this line, never by the exit code alone).
+pub fn fault_verdict(exp: &Experiment, failures: &[String], asked: Option<&str>) -> Option<String> {
+    let name = asked?;
+    let fired = if name == DEVICE_LEAK {
+        exp.runs
+            .iter()
+            .filter(|r| {
+                r.end
+                    .device
+                    .as_ref()
+                    .is_some_and(|d| d.planted_leak_bytes.is_some())
+            })
+            .count() as u64
+    } else {
+        exp.fault_fired()
+    };
+    // The "never fired" failure is the check that the fault ran; it catches nothing.
+    let caught: Vec<&str> = failures
+        .iter()
+        .map(String::as_str)
+        .filter(|f| !f.contains("never fired"))
+        .collect();
+    Some(if fired == 0 {
+        format!("planted fault `{name}` did not fire")
+    } else if caught.is_empty() {
+        format!("planted fault `{name}` fired {fired} times and was NOT caught")
+    } else {
+        format!(
+            "planted fault `{name}` fired {fired} times, caught: {}",
+            caught.join("; ")
+        )
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = args.flags.options()?;
     let mut scenarios = load_all(&args.scenarios, &args.flags.overrides)?;
@@ -230,7 +302,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     check_fault_applies(&scenarios, opts.fault)?;
     let single = scenarios.len() == 1;
-    let root = default_root(opts.fault);
+    let root = if args.flags.inject_fault.as_deref() == Some(DEVICE_LEAK) {
+        PathBuf::from(format!("results/fault-{DEVICE_LEAK}"))
+    } else {
+        default_root(opts.fault)
+    };
     // The default folders are kvbench's own; a folder named with --out is the user's.
     let replace = args.out.is_none() || args.force;
     let targets = plan_targets(
@@ -274,6 +350,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for f in &failures {
                 progress.eprintln(&format!("check failed: {}: {f}", s.name));
             }
+        }
+        if let Some(line) = fault_verdict(&exp, &failures, args.flags.inject_fault.as_deref()) {
+            progress.eprintln(&format!("{}: {line}", s.name));
         }
     }
     progress.finish();

@@ -247,6 +247,9 @@ pub struct RunEnd {
     /// First invariant violation or unexpected cache error, which stopped the run.
     pub violation: Option<String>,
     pub reclamation: Reclamation,
+    /// The device's free memory reconciled with kvbench's allocations at the run's end, term by
+    /// term, where the backend has a device.
+    pub device: Option<crate::backend::cuda::ledger::DeviceLedger>,
     pub numerics: Option<NumericsReport>,
     /// The backend computed real tokens (token ids are comparable across cache modes).
     pub computes: bool,

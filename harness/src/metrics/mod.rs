@@ -365,6 +365,7 @@ pub(crate) mod tests_support {
                     leaked_slots: 0,
                     detail: "ok".into(),
                 },
+                device: None,
                 numerics: None,
                 computes: false,
                 end_ns: 0,

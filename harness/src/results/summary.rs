@@ -179,8 +179,14 @@ pub struct PrefixSummary {
 pub struct MemorySummary {
     #[serde(flatten)]
     pub ledger: LedgerSummary,
-    /// Device-reported bytes in use minus the ledger's total, where a device reports (else null).
+    /// Device-reported bytes in use (`cuMemGetInfo`'s drop since before the backend's
+    /// allocations) minus kvbench's own live device allocations, where a device reports (else
+    /// null): `device.unaccounted_bytes`, the figure the run prints.
     pub device_unaccounted_bytes: Option<i64>,
+    /// That reconciliation term by term: kvbench's allocations, the driver's measured warm-up,
+    /// the residue and its tolerance with the derivation, the driver version and timing call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::backend::cuda::ledger::DeviceLedger>,
 }
 
 #[derive(Debug, Serialize)]
@@ -233,10 +239,7 @@ pub fn build(exp: &Experiment) -> Summary {
 fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
     let (rec, m) = (&r.end, &r.metrics);
     let l = &m.ledger;
-    let device_unaccounted_bytes = rec.memory.device_used_bytes.map(|dev| {
-        let ledger = l.weights_bytes + l.kv_budget_bytes + l.workspace_peak_bytes + l.other_bytes;
-        dev as i64 - ledger as i64
-    });
+    let device_unaccounted_bytes = rec.device.as_ref().map(|d| d.unaccounted_bytes);
     let p = &rec.prefix;
     RunSummary {
         cache: rec.mode.name().into(),
@@ -275,6 +278,7 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
         memory: MemorySummary {
             ledger: *l,
             device_unaccounted_bytes,
+            device: rec.device.clone(),
         },
         reclamation: ReclamationSummary {
             ok: rec.reclamation.ok,

@@ -6,6 +6,7 @@ mod config_located;
 mod cpu_kernel_bench;
 mod cpu_oracle;
 mod cuda_cli;
+mod cuda_emu_driver;
 mod cuda_emu_kernel_bench;
 mod cuda_emu_scenarios;
 mod devices_profiles;

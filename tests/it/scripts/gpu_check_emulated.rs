@@ -12,7 +12,7 @@ use std::process::Command;
 
 /// Every step of the GPU check, in the order the script runs them (the GPU names of the
 /// sanitizer steps are `memcheck`/`racecheck`; emulated, one `compute_sanitizer` line).
-const ORDER: [&str; 14] = [
+const ORDER: [&str; 15] = [
     "doctor",
     "cuda_check",
     "kernel_bench",
@@ -25,6 +25,7 @@ const ORDER: [&str; 14] = [
     "fault_early-reuse",
     "fault_leak",
     "fault_bad-block-table",
+    "fault_device-leak",
     "compute_sanitizer",
     "e2e_chat_8b",
 ];
@@ -197,12 +198,17 @@ fn a_binary_that_catches_nothing_fails_the_check_and_the_summary_says_which_step
         };
         assert_eq!(verdict, want, "{name}\n{summary}");
     }
-    assert!(summary.contains("4 failed"), "{summary}");
+    assert!(summary.contains("5 failed"), "{summary}");
+    // Exit 0 where 1 was wanted, and no line naming the fault: never "caught".
+    assert!(
+        summary.contains("exit 0 without the planted fault named as the cause"),
+        "{summary}"
+    );
     // A second run into the same folder replaces the first, leaving the same two files.
     let (rc2, _) = gpu_check(&out, &stub, Some("doctor"));
     assert_eq!(rc2, 0);
     let again = only_archive_and_summary(&out);
-    assert!(again.contains("1 ok, 0 failed, 13 skipped"), "{again}");
+    assert!(again.contains("1 ok, 0 failed, 14 skipped"), "{again}");
     // Usage errors exit 2 and write nothing.
     let o = Command::new("bash")
         .arg(repo().join("scripts/gpu-check.sh"))
@@ -210,4 +216,146 @@ fn a_binary_that_catches_nothing_fails_the_check_and_the_summary_says_which_step
         .output()
         .expect("run");
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A stand-in binary for the fault steps: exit 1, with the run's own verdict line as given.
+fn fault_stub(dir: &Path, verdict: &str) -> PathBuf {
+    let stub = dir.join("kvbench");
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo stand-in\n\
+         for a in \"$@\"; do [ \"$prev\" = --inject-fault ] && f=$a; prev=$a; done\n\
+         [ -n \"$f\" ] && {{ echo \"quick-mixed: planted fault \\`$f\\` {verdict}\"; exit 1; }}\n\
+         exit 0\n"
+    );
+    std::fs::write(&stub, script).expect("stub");
+    let st = Command::new("chmod")
+        .arg("+x")
+        .arg(&stub)
+        .status()
+        .expect("chmod");
+    assert!(st.success());
+    stub
+}
+
+#[test]
+fn a_fault_step_passes_only_when_the_run_names_its_fault_as_the_cause() {
+    let faults = "fault_skip-cow,fault_leak,fault_device-leak";
+    let tmp = fresh("gpu_check_fault_attribution");
+    let caught = fault_stub(&tmp, "fired 3 times, caught: paged: reclamation failed: x");
+    let (rc, text) = gpu_check(&tmp.join("caught"), &caught, Some(faults));
+    assert_eq!(rc, 0, "{text}");
+    let summary = only_archive_and_summary(&tmp.join("caught"));
+    for (name, verdict, note) in steps(&summary) {
+        if name.starts_with("fault_") && faults.contains(&name) {
+            assert_eq!(verdict, "ok", "{name}: {summary}");
+            assert!(
+                note.starts_with("caught: paged: reclamation failed"),
+                "{note}"
+            );
+        }
+    }
+    let silent = tmp.join("silent");
+    std::fs::create_dir_all(&silent).expect("dir");
+    let stub = fault_stub(&silent, "did not fire");
+    let (rc, text) = gpu_check(&tmp.join("silent-out"), &stub, Some(faults));
+    assert_eq!(rc, 1, "{text}");
+    let summary = only_archive_and_summary(&tmp.join("silent-out"));
+    let failed: Vec<_> = steps(&summary)
+        .into_iter()
+        .filter(|(n, _, _)| faults.contains(n.as_str()))
+        .collect();
+    assert_eq!(failed.len(), 3, "{summary}");
+    for (name, verdict, note) in failed {
+        assert_eq!(
+            (verdict.as_str(), note.as_str()),
+            ("FAILED", "did not fire"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_step_caps_are_stated_checked_and_within_360_seconds() {
+    let script = std::fs::read_to_string(repo().join("scripts/gpu-check.sh")).expect("script");
+    let stated: u64 = script
+        .lines()
+        .find_map(|l| l.strip_prefix("CAPS_SUM_S="))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("CAPS_SUM_S stated");
+    let caps: u64 = script
+        .split("declare -A CAP=(")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .expect("CAP table")
+        .split_whitespace()
+        .filter_map(|kv| kv.split('=').nth(1)?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(caps, stated);
+    assert!(stated <= 360, "{stated}");
+    assert!(
+        script.contains(&format!("caps sum to {stated} s")),
+        "the header states the sum"
+    );
+}
+
+#[test]
+fn a_check_killed_mid_step_leaves_a_valid_archive_and_summary_of_the_steps_done() {
+    use std::os::unix::process::CommandExt;
+    let tmp = fresh("gpu_check_killed");
+    // Its scenarios never end: the check is killed inside the first one.
+    let stub = tmp.join("kvbench");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo stand-in\n[ \"$1\" = run ] && exec sleep 300\nexit 0\n",
+    )
+    .expect("stub");
+    let st = Command::new("chmod")
+        .arg("+x")
+        .arg(&stub)
+        .status()
+        .expect("chmod");
+    assert!(st.success());
+    let out = tmp.join("out");
+    let mut child = Command::new("bash")
+        .arg(repo().join("scripts/gpu-check.sh"))
+        .arg("--emulated")
+        .arg(&out)
+        .arg(&stub)
+        .env_remove("KVBENCH_GPU_CHECK_ONLY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn gpu-check.sh");
+    // Wait (up to a minute) until the doctor step's row is saved.
+    let mut saved = false;
+    for _ in 0..600 {
+        let s = std::fs::read_to_string(out.join("summary.md")).unwrap_or_default();
+        if s.contains("| doctor | ok") {
+            saved = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pg = format!("-{}", child.id());
+    let st = Command::new("kill")
+        .args(["-KILL", "--", &pg])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    let _ = child.wait();
+    assert!(saved, "the doctor step's row was never saved");
+    let list = Command::new("tar")
+        .arg("-tzf")
+        .arg(out.join("gpu-check.tar.gz"))
+        .output()
+        .expect("tar");
+    assert!(list.status.success(), "the archive is not a valid tar.gz");
+    let names = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        names.contains("doctor.log") && names.contains("summary.md"),
+        "{names}"
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    assert!(summary.contains("| doctor | ok"), "{summary}");
 }

@@ -9,8 +9,10 @@
 //! drives the virtual clock as on `cpu` (or the cost model under `--clock model`).
 //!
 //! Memory: weights, KV and workspace are plain device allocations made once at construction
-//! ([`kvbench_cuda::model::sizes`]); `device_used_bytes` is the free-memory drop since just
-//! before them (`cuMemGetInfo`), reconciled with the ledger by [`super::ledger`].
+//! ([`kvbench_cuda::model::sizes`]), counted exactly by the runtime seam; then every kernel and
+//! the GEMM run once (warm-up), so the driver's own first-launch take is measured and stated
+//! before the run. `device_used_bytes` is the free-memory drop since just before the
+//! allocations (`cuMemGetInfo`), reconciled term by term by [`super::ledger`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -28,7 +30,7 @@ use kvbench_kernels::rank_token;
 
 use super::check::{Checker, Reference};
 use super::fence::{Completion, InOrder};
-use super::ledger::{self, Accounted, DeviceMem, Reconciliation};
+use super::ledger::{self, DeviceLedger, DeviceMem, Owned, Readings};
 use super::setup::{
     self, CheckPolicy, SAMPLE_FORKS, SAMPLE_MAX_PROMPT_TOKENS, SAMPLE_SEQS, SAMPLE_STEPS,
 };
@@ -87,9 +89,14 @@ pub fn shared_gpu() -> Result<Arc<Gpu>, BackendError> {
 fn emulated_gpu() -> Result<Arc<Gpu>, BackendError> {
     let seed = super::emu_seed();
     super::note_emu_seed(seed);
-    Gpu::emulated_open(EmuConfig::new(seed))
-        .map(Arc::new)
-        .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
+    let driver = super::emu_driver();
+    Gpu::emulated_open(EmuConfig {
+        driver_version: driver.version,
+        noise_seed: driver.noise_seed,
+        ..EmuConfig::new(seed)
+    })
+    .map(Arc::new)
+    .map_err(|e| BackendError::Unavailable(format!("cuda-emu: {e}")))
 }
 
 pub struct CudaBackend {
@@ -121,8 +128,26 @@ pub struct CudaBackend {
     sampled_seqs: u64,
     clock_model: Option<CostModel>,
     measured_s: f64,
+    /// Free device memory and kvbench's own allocations before this backend's allocations.
     baseline: DeviceMem,
-    accounted: Accounted,
+    owned_baseline: Owned,
+    /// The driver's take while every kernel and the GEMM ran once.
+    driver_warmup_bytes: i64,
+    weights_bytes: u64,
+    workspace_bytes: u64,
+    /// One KV block's bytes, and the planted leak's bytes once made.
+    block_bytes: u64,
+    planted_leak_bytes: Option<u64>,
+}
+
+fn owned(gpu: &Gpu) -> Owned {
+    let o = gpu.owned();
+    Owned {
+        allocations: o.live_allocations,
+        bytes: o.live_bytes,
+        allocated_bytes: o.allocated_bytes,
+        freed_bytes: o.freed_bytes,
+    }
 }
 
 fn mem(gpu: &Gpu) -> Result<DeviceMem, BackendError> {
@@ -181,6 +206,7 @@ impl CudaBackend {
         };
         gpu.release_freed().map_err(dev)?;
         let baseline = mem(&gpu)?;
+        let owned_baseline = owned(&gpu);
         let shape = cc.dims.attn_shape();
         let mut kv = Vec::with_capacity(cc.dims.layers);
         for _ in 0..cc.dims.layers {
@@ -217,17 +243,33 @@ impl CudaBackend {
             None
         };
         gpu.sync().map_err(dev)?;
-        let kv_pool_bytes =
-            (cc.dims.layers * 2 * num_slots * shape.kv_row() * cc.kv.bytes()) as u64;
-        let accounted = Accounted {
-            weights_bytes: model.weight_bytes(),
-            kv_pool_bytes,
-            workspace_bytes: model.workspace_bytes(),
-            other_bytes: 0,
-            allocations: model.allocations + 2 * cc.dims.layers as u64,
-        };
+        let block_bytes = (cc.dims.layers
+            * 2
+            * (setup.block_size.max(1) as usize)
+            * shape.kv_row()
+            * cc.kv.bytes()) as u64;
+        let mut model = model;
+        let inv_freq = rope_inv_freq(cc.dims.head_dim, cc.cfg.rope_theta);
+        warm_up(
+            &gpu,
+            &mut model,
+            &mut kv,
+            num_slots,
+            setup.block_size,
+            &inv_freq,
+            &start_ev[0],
+        )?;
+        gpu.release_freed().map_err(dev)?;
+        // The driver's take from the baseline through the warm-up, beyond kvbench's own bytes
+        // (its allocation rounding included): stated, and no part of the run's residue.
+        let after_warmup = mem(&gpu)?;
+        let held = owned(&gpu).bytes.saturating_sub(owned_baseline.bytes);
+        let driver_warmup_bytes = (baseline.free_bytes as i64 - after_warmup.free_bytes as i64)
+            .saturating_sub(i64::try_from(held).unwrap_or(i64::MAX));
+        let (model_weight_bytes, model_workspace_bytes) =
+            (model.weight_bytes(), model.workspace_bytes());
         Ok(CudaBackend {
-            inv_freq: rope_inv_freq(cc.dims.head_dim, cc.cfg.rope_theta),
+            inv_freq,
             checker: Checker::new(reference, cc.tolerance),
             policy: cc.policy,
             kv_dtype: cc.kv,
@@ -251,7 +293,12 @@ impl CudaBackend {
             clock_model,
             measured_s: 0.0,
             baseline,
-            accounted,
+            owned_baseline,
+            driver_warmup_bytes,
+            weights_bytes: model_weight_bytes,
+            workspace_bytes: model_workspace_bytes,
+            block_bytes,
+            planted_leak_bytes: None,
         })
     }
 
@@ -261,11 +308,42 @@ impl CudaBackend {
             .ok_or_else(|| BackendError::Step("cuda: model already torn down".into()))
     }
 
-    /// The run's device use against the ledger (weights + KV + workspace).
-    pub fn reconciliation(&self) -> Result<Reconciliation, BackendError> {
+    /// The device's free memory against kvbench's allocations and the driver's warm-up, now.
+    pub fn reconciliation(&self) -> Result<DeviceLedger, BackendError> {
         let now = mem(&self.gpu)?;
-        ledger::reconcile(self.baseline, now, &self.accounted)
-            .map_err(|e| BackendError::Step(e.to_string()))
+        let mut l = ledger::reconcile(&Readings {
+            baseline: self.baseline,
+            owned_baseline: self.owned_baseline,
+            now,
+            owned_now: owned(&self.gpu),
+            driver_warmup_bytes: self.driver_warmup_bytes,
+        })
+        .map_err(|e| BackendError::Step(e.to_string()))?;
+        let entry = self.gpu.entry_points();
+        l.driver_version = kvbench_cuda::runtime::entry::version_name(entry.driver_version);
+        l.event_timing_call = entry.elapsed.name().to_string();
+        l.emu_driver_noise_seed = self.gpu.emulated().and_then(|d| d.config.noise_seed);
+        l.planted_leak_bytes = self.planted_leak_bytes;
+        Ok(l)
+    }
+
+    /// The planted device leak (`--inject-fault device-leak`): one KV block's bytes, allocated
+    /// at the first step and never freed.
+    fn plant_device_leak(&mut self) -> Result<(), BackendError> {
+        if self.planted_leak_bytes.is_some() || !super::device_leak() {
+            return Ok(());
+        }
+        self.gpu
+            .leak_for_fault(self.block_bytes as usize)
+            .map_err(dev)?;
+        self.planted_leak_bytes = Some(self.block_bytes);
+        super::note_device_leak_planted();
+        eprintln!(
+            "{}: planted fault device-leak fired: one KV block ({} B) allocated on the device and never freed",
+            self.name(),
+            self.block_bytes
+        );
+        Ok(())
     }
 
     fn keep_steps(&self) -> usize {
@@ -430,6 +508,7 @@ impl Backend for CudaBackend {
         }) {
             self.resolve(i)?;
         }
+        self.plant_device_leak()?;
         let ring = (self.next_id as usize) % RING;
         let id = self.next_id;
         self.next_id += 1;
@@ -535,12 +614,32 @@ impl Backend for CudaBackend {
             .ok()
             .and_then(|m| self.baseline.free_bytes.checked_sub(m.free_bytes));
         MemoryParts {
-            weights_bytes: self.accounted.weights_bytes,
-            workspace_bytes: self.accounted.workspace_bytes,
+            weights_bytes: self.weights_bytes,
+            workspace_bytes: self.workspace_bytes,
             other_bytes: 0,
             host_tier_bytes: self.tiers.as_ref().map_or(0, CudaTiers::host_bytes),
             device_used_bytes: used,
         }
+    }
+
+    fn owned_device(&self) -> Option<(u64, u64)> {
+        let o = owned(&self.gpu);
+        Some((o.allocations, o.bytes))
+    }
+
+    fn device_ledger(&mut self) -> Option<Result<DeviceLedger, String>> {
+        let name = self.name();
+        let r = self
+            .gpu
+            .release_freed()
+            .map_err(dev)
+            .and_then(|()| self.reconciliation())
+            .map_err(|e| e.to_string());
+        match &r {
+            Ok(l) => eprintln!("{}", l.line(name)),
+            Err(e) => eprintln!("{name} device memory: not reconciled: {e}"),
+        }
+        Some(r)
     }
 
     fn measured_step_s(&self) -> Option<f64> {
@@ -552,11 +651,13 @@ impl Backend for CudaBackend {
     }
 }
 
-/// What a backend's teardown found: the ledger against the device's free-memory drop, the
-/// free memory back at its pre-run figure, and any error the device's stream still held.
+/// What a backend's teardown found: kvbench's own allocations back at their figure from before
+/// the backend (exact), the device's free memory back within the allowance after the stated
+/// warm-up, and any error the device's stream still held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Teardown {
     pub backend: &'static str,
+    /// kvbench holds exactly what it held before this backend.
     pub reconciled: bool,
     pub returned: bool,
     pub stream_error: Option<String>,
@@ -584,23 +685,6 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         let name = self.name();
         let mut stream_error = self.gpu.sync().err().map(|e| e.to_string());
-        let reconciled = match self.reconciliation() {
-            Ok(r) => {
-                eprintln!(
-                    "{name} backend: ledger {} B, device {} B, unaccounted {} B (allowed {} B): {}",
-                    r.accounted_bytes,
-                    r.device_used_bytes,
-                    r.unaccounted_bytes,
-                    r.allowed_overhead_bytes,
-                    if r.ok { "reconciled" } else { "NOT RECONCILED" }
-                );
-                r.ok
-            }
-            Err(e) => {
-                eprintln!("{name} backend: ledger not reconciled: {e}");
-                false
-            }
-        };
         self.in_flight.clear();
         self.graveyard.clear();
         self.host.clear();
@@ -610,13 +694,26 @@ impl Drop for CudaBackend {
         if let Err(e) = self.gpu.release_freed() {
             stream_error.get_or_insert(e.to_string());
         }
+        let held = owned(&self.gpu);
+        let reconciled = held.bytes == self.owned_baseline.bytes
+            && held.allocations == self.owned_baseline.allocations;
+        eprintln!(
+            "{name} backend: kvbench holds {} B in {} device allocations after teardown, {} B in {} before: {}",
+            held.bytes,
+            held.allocations,
+            self.owned_baseline.bytes,
+            self.owned_baseline.allocations,
+            if reconciled { "all freed" } else { "NOT FREED" }
+        );
         let returned = match mem(&self.gpu) {
             Ok(after) => {
-                let ok = ledger::returned_to_baseline(self.baseline, after);
+                let ok =
+                    ledger::returned_to_baseline(self.baseline, after, self.driver_warmup_bytes);
                 eprintln!(
-                    "{name} backend: device free memory {} B before, {} B after teardown: {}",
+                    "{name} backend: device free memory {} B before, {} B after teardown, driver warm-up {} B: {}",
                     self.baseline.free_bytes,
                     after.free_bytes,
+                    self.driver_warmup_bytes,
                     if ok { "returned" } else { "NOT RETURNED" }
                 );
                 ok
@@ -634,4 +731,56 @@ impl Drop for CudaBackend {
         };
         TEARDOWNS.with(|v| v.borrow_mut().push(t));
     }
+}
+
+/// Runs every kernel and the GEMM once before the run — a prefill and a decode step in each
+/// addressing (paged, contiguous), a slot copy — so that what the driver takes for itself at a
+/// kernel's first launch (its local-memory reserve) and at the first GEMM (cuBLAS's workspace)
+/// is taken here and stated, not in the middle of the run. Writes only slots 0..3 of the KV
+/// layers, which no sequence reads before writing.
+fn warm_up(
+    gpu: &Gpu,
+    model: &mut DevModel,
+    kv: &mut [DevLayer],
+    num_slots: usize,
+    block_size: u32,
+    inv_freq: &[f64],
+    ev: &Event,
+) -> Result<(), BackendError> {
+    let bs = block_size.max(1) as usize;
+    let positions = 3usize;
+    if num_slots < positions.max(bs) {
+        return Ok(());
+    }
+    let blocks = vec![0u32; positions.div_ceil(bs)];
+    let addrs = [
+        SeqAddr::Paged {
+            block_size: bs,
+            blocks: &blocks,
+        },
+        SeqAddr::Contiguous {
+            base_slot: 0,
+            capacity_tokens: positions as u64,
+        },
+    ];
+    let vocab = model.dims.vocab;
+    let werr = |e: CudaError| BackendError::Config(format!("cuda: warm-up: {e}"));
+    for addr in addrs {
+        for (start_pos, tokens) in [(0usize, &[0u32, 0][..]), (2, &[0u32][..])] {
+            let chunk = SeqChunk {
+                addr,
+                start_pos,
+                tokens,
+                want_logits: true,
+            };
+            let batch = pack(&[chunk], num_slots, vocab, inv_freq).map_err(werr)?;
+            model.forward(gpu, kv, &batch, 0).map_err(werr)?;
+            model.finish_step(gpu, 0, 1, ev).map_err(werr)?;
+            ev.synchronize().map_err(werr)?;
+            model.read_fetched(0, 1).map_err(werr)?;
+        }
+    }
+    let launches = copy_launches(&[(0, 1, 1)], num_slots, COPY_PAIRS_PER_LAUNCH).map_err(werr)?;
+    model.copy(gpu, kv, &launches).map_err(werr)?;
+    gpu.sync().map_err(werr)
 }

@@ -113,6 +113,15 @@ impl Gpu {
     /// Opens device 0 and compiles every program for its architecture.
     pub fn open() -> Result<Gpu, CudaError> {
         let (ctx, info) = context(0)?;
+        // The driver's entry points and NVRTC's version before any compile: an old driver is
+        // refused (or its older calls taken) here, in one line, never by a panic mid-run.
+        let entry = crate::runtime::real::entry_points()?;
+        let nvrtc = nvrtc::version()?;
+        if let Some(w) = crate::runtime::entry::check_nvrtc(info.driver_version, nvrtc)
+            .map_err(CudaError::NoDevice)?
+        {
+            eprintln!("kvbench: warning: {w}");
+        }
         let arch = info.arch();
         let mut functions = HashMap::new();
         // The three programs compile in parallel (NVRTC is thread-safe; ~10 s each alone).
@@ -157,7 +166,7 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(CudaError::driver("cuStreamCreate"))?;
-        Self::with_runtime(info, Rt::Real(RealRt::new(ctx, stream, functions)))
+        Self::with_runtime(info, Rt::Real(RealRt::new(ctx, stream, functions, entry)))
     }
 
     /// The emulated device (`--backend cuda-emu`): host memory, a worker-thread stream with
@@ -170,7 +179,7 @@ impl Gpu {
             sm_count: 132,
             l2_bytes: 50 << 20,
             total_mem_bytes: config.total_bytes as usize,
-            driver_version: 13000,
+            driver_version: config.driver_version,
         };
         Self::with_runtime(info, Rt::Emu(dev))
     }

@@ -3,8 +3,10 @@
 //! emulated device ([`crate::emu`]). Everything above it (`device`, `model`, the harness's
 //! `cuda` backend) is written once against these types, so the same host code runs on both.
 
+pub mod entry;
 pub(crate) mod real;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::ValidAsZeroBits;
@@ -52,9 +54,65 @@ pub(crate) enum Rt {
     Emu(Arc<EmuDevice>),
 }
 
+impl Rt {
+    fn owned(&self) -> &Arc<Owned> {
+        match self {
+            Rt::Real(r) => &r.owned,
+            Rt::Emu(d) => &d.owned,
+        }
+    }
+}
+
+/// kvbench's own device allocations, counted where they are made and dropped: the exact half
+/// of the memory ledger. The driver's `cuMemGetInfo` moves for reasons of its own (a local-memory
+/// reserve, library workspaces, another process), so a leak is judged on this count, never on
+/// the free-memory figure alone.
+#[derive(Debug, Default)]
+pub struct Owned {
+    live_allocations: AtomicU64,
+    live_bytes: AtomicU64,
+    allocated_bytes: AtomicU64,
+    freed_bytes: AtomicU64,
+}
+
+/// A reading of [`Owned`]: live allocations and bytes as requested (before any rounding), and
+/// the bytes ever allocated and freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OwnedBytes {
+    pub live_allocations: u64,
+    pub live_bytes: u64,
+    pub allocated_bytes: u64,
+    pub freed_bytes: u64,
+}
+
+impl Owned {
+    fn add(&self, bytes: u64) {
+        self.live_allocations.fetch_add(1, Ordering::Relaxed);
+        self.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.allocated_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.live_allocations.fetch_sub(1, Ordering::Relaxed);
+        self.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.freed_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn read(&self) -> OwnedBytes {
+        OwnedBytes {
+            live_allocations: self.live_allocations.load(Ordering::Relaxed),
+            live_bytes: self.live_bytes.load(Ordering::Relaxed),
+            allocated_bytes: self.allocated_bytes.load(Ordering::Relaxed),
+            freed_bytes: self.freed_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// A device allocation of `len` elements of `T`.
 pub struct DevBuf<T: Elem> {
     inner: DevInner<T>,
+    /// The runtime's count of kvbench's allocations, given this one's bytes back on drop.
+    owned: Arc<Owned>,
 }
 
 enum DevInner<T: Elem> {
@@ -108,6 +166,7 @@ impl<T: Elem> DevBuf<T> {
 
 impl<T: Elem> Drop for DevBuf<T> {
     fn drop(&mut self) {
+        self.owned.sub(bytes_of::<T>(self.len()) as u64);
         if let DevInner::Emu { region, dev, .. } = &self.inner {
             dev.free_device(region.clone());
         }
@@ -179,14 +238,14 @@ pub struct Event {
 }
 
 enum EvInner {
-    Real(CudaEvent),
+    Real(CudaEvent, (real::ElapsedFn, entry::ElapsedCall)),
     Emu(EmuEvent, Arc<EmuDevice>),
 }
 
 impl Event {
     pub fn synchronize(&self) -> Result<(), CudaError> {
         match &self.inner {
-            EvInner::Real(e) => e
+            EvInner::Real(e, _) => e
                 .synchronize()
                 .map_err(CudaError::driver("cuEventSynchronize")),
             EvInner::Emu(e, d) => e
@@ -198,7 +257,7 @@ impl Event {
     /// Whether the stream passed the event (an error counts as done: `synchronize` says it).
     pub fn is_complete(&self) -> bool {
         match &self.inner {
-            EvInner::Real(e) => e.try_is_complete().unwrap_or(true),
+            EvInner::Real(e, _) => e.try_is_complete().unwrap_or(true),
             EvInner::Emu(e, d) => e.is_complete(&d.stream),
         }
     }
@@ -206,11 +265,10 @@ impl Event {
     /// Milliseconds from `self` to `end` (both complete).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
         match (&self.inner, &end.inner) {
-            (EvInner::Real(a), EvInner::Real(b)) => a
-                .elapsed_ms(b)
-                .map_err(CudaError::driver("cuEventElapsedTime")),
-            (EvInner::Emu(a, _), EvInner::Emu(b, _)) => {
-                a.elapsed_ms(b).map_err(emu_err("cuEventElapsedTime"))
+            (EvInner::Real(a, f), EvInner::Real(b, _)) => real::elapsed_ms(*f, a, b),
+            (EvInner::Emu(a, d), EvInner::Emu(b, _)) => {
+                let call = d.entry().elapsed.name();
+                a.elapsed_ms(b).map_err(emu_err(call))
             }
             _ => Err(CudaError::Shape("events of two runtimes".into())),
         }
@@ -334,7 +392,8 @@ impl GemmArgs<'_> {
 /// A device buffer of `n` elements (at least one) on `rt`, zeroed in stream order.
 pub(crate) fn zeros_in<T: Elem>(rt: &Rt, n: usize) -> Result<DevBuf<T>, CudaError> {
     let n = n.max(1);
-    Ok(DevBuf {
+    let buf = DevBuf {
+        owned: rt.owned().clone(),
         inner: match rt {
             Rt::Real(r) => DevInner::Real(r.zeros(n)?),
             Rt::Emu(d) => DevInner::Emu {
@@ -345,10 +404,34 @@ pub(crate) fn zeros_in<T: Elem>(rt: &Rt, n: usize) -> Result<DevBuf<T>, CudaErro
                 len: n,
             },
         },
-    })
+    };
+    buf.owned.add(bytes_of::<T>(n) as u64);
+    Ok(buf)
 }
 
 impl Gpu {
+    /// The driver entry points this device's runs take (the emulated device's by its reported
+    /// version).
+    pub fn entry_points(&self) -> entry::EntryPoints {
+        match &self.rt {
+            Rt::Real(r) => r.entry,
+            Rt::Emu(d) => d.entry(),
+        }
+    }
+
+    /// kvbench's own device allocations on this device, counted exactly.
+    pub fn owned(&self) -> OwnedBytes {
+        self.rt.owned().read()
+    }
+
+    /// A planted leak (`--inject-fault device-leak`): `bytes` of device memory allocated and
+    /// never freed, as a forgotten buffer would be. Counted in [`Gpu::owned`] like any other.
+    pub fn leak_for_fault(&self, bytes: usize) -> Result<(), CudaError> {
+        let b = self.zeros::<u16>(bytes.div_ceil(2))?;
+        std::mem::forget(b);
+        Ok(())
+    }
+
     /// The emulated device behind this `Gpu`, if it is one.
     pub fn emulated(&self) -> Option<&Arc<EmuDevice>> {
         match &self.rt {
@@ -559,7 +642,7 @@ impl Gpu {
     pub fn new_event(&self) -> Result<Event, CudaError> {
         Ok(Event {
             inner: match &self.rt {
-                Rt::Real(r) => EvInner::Real(r.new_event()?),
+                Rt::Real(r) => EvInner::Real(r.new_event()?, (r.elapsed, r.entry.elapsed)),
                 Rt::Emu(d) => EvInner::Emu(EmuEvent::default(), d.clone()),
             },
         })
@@ -568,7 +651,7 @@ impl Gpu {
     /// Records `ev` on the stream (it completes once everything queued before it ran).
     pub fn record(&self, ev: &Event) -> Result<(), CudaError> {
         match (&self.rt, &ev.inner) {
-            (Rt::Real(r), EvInner::Real(e)) => r.record(e),
+            (Rt::Real(r), EvInner::Real(e, _)) => r.record(e),
             (Rt::Emu(d), EvInner::Emu(e, _)) => {
                 e.record(&d.stream).map_err(emu_err("cuEventRecord"))
             }

@@ -11,7 +11,8 @@ use cudarc::driver::{
     LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
-use super::{Arg, Elem, GemmArgs, GemmIn};
+use super::entry::{self, ElapsedCall, EntryPoints};
+use super::{Arg, Elem, GemmArgs, GemmIn, Owned};
 use crate::error::CudaError;
 use crate::libs::{guarded, CudaLib};
 
@@ -20,6 +21,36 @@ pub(crate) struct RealRt {
     pub stream: Arc<CudaStream>,
     pub functions: HashMap<String, CudaFunction>,
     blas: OnceLock<CudaBlas>,
+    pub owned: Arc<Owned>,
+    pub entry: EntryPoints,
+    pub elapsed: ElapsedFn,
+}
+
+/// `cuEventElapsedTime` or `_v2` (one signature), looked up by kvbench itself: cudarc's binding
+/// always names `_v2` and panics where the driver lacks it.
+pub(crate) type ElapsedFn =
+    unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+
+/// The installed driver's entry points ([`entry::resolve`] over the symbols libcuda exports),
+/// with the event-timing call to use.
+pub(crate) fn entry_points() -> Result<(EntryPoints, ElapsedFn), CudaError> {
+    let found = crate::libs::open(CudaLib::Driver)?;
+    let version = crate::device::driver_version()?;
+    // SAFETY: the driver library is already loaded (`open`); this takes another reference.
+    let lib = unsafe { libloading::Library::new(&found.path) }
+        .map_err(|e| CudaError::NoDevice(format!("reopening {}: {e}", found.path.display())))?;
+    let has = |name: &str| {
+        // SAFETY: only the symbol's presence is asked.
+        unsafe { lib.get::<*const std::ffi::c_void>(name.as_bytes()) }.is_ok()
+    };
+    let points = entry::resolve(version, has)?;
+    // SAFETY: both names have this signature in every driver that exports them.
+    let f = unsafe { lib.get::<ElapsedFn>(points.elapsed.name().as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| CudaError::NoDevice(format!("{}: {e}", points.elapsed.name())))?;
+    // The library stays loaded for the process (libcuda is never unloaded).
+    std::mem::forget(lib);
+    Ok((points, f))
 }
 
 fn blas_err(call: &'static str) -> impl FnOnce(cublas::CublasError) -> CudaError {
@@ -34,12 +65,16 @@ impl RealRt {
         ctx: Arc<CudaContext>,
         stream: Arc<CudaStream>,
         functions: HashMap<String, CudaFunction>,
+        (entry, elapsed): (EntryPoints, ElapsedFn),
     ) -> RealRt {
         RealRt {
             ctx,
             stream,
             functions,
             blas: OnceLock::new(),
+            owned: Arc::default(),
+            entry,
+            elapsed,
         }
     }
 
@@ -145,7 +180,33 @@ impl RealRt {
                 .map_err(CudaError::driver("cuMemPoolTrimTo"))
         })?
     }
+}
 
+/// Milliseconds between two recorded events of one context, through the resolved entry point.
+pub(crate) fn elapsed_ms(
+    (f, call): (ElapsedFn, ElapsedCall),
+    a: &CudaEvent,
+    b: &CudaEvent,
+) -> Result<f32, CudaError> {
+    if a.context() != b.context() {
+        return Err(CudaError::Shape("events of two contexts".into()));
+    }
+    a.context()
+        .bind_to_thread()
+        .map_err(CudaError::driver("cuCtxSetCurrent"))?;
+    a.synchronize()
+        .map_err(CudaError::driver("cuEventSynchronize"))?;
+    b.synchronize()
+        .map_err(CudaError::driver("cuEventSynchronize"))?;
+    let mut ms = 0f32;
+    // SAFETY: two live events of this context, both complete; a valid out-pointer.
+    unsafe { f(&mut ms, a.cu_event(), b.cu_event()) }
+        .result()
+        .map_err(CudaError::driver(call.name()))?;
+    Ok(ms)
+}
+
+impl RealRt {
     pub fn new_event(&self) -> Result<CudaEvent, CudaError> {
         self.ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
