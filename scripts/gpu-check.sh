@@ -272,7 +272,7 @@ fi
 # 3. kernel-bench and the SDPA peer
 if [ "$MODE" = emulated ]; then
   if takes_emu kernel-bench; then
-    step kernel_bench 0 "emulated timings; small grid" -- "${KV[@]}" kernel-bench --backend cuda-emu \
+    step kernel_bench 0 "K/V bytes read beside the ideal (the emulator times nothing); small grid" -- "${KV[@]}" kernel-bench --backend cuda-emu \
       --model llama3-8b --dtype bf16 --batch 1 --context 128 --block-size 16 --max-gib 1 --out "$WORK"
   else
     skip kernel_bench "this kvbench's kernel-bench has no --backend cuda-emu"
