@@ -8,7 +8,8 @@ Figures are named `family.label.[mode.]metric`; findings.md lists each in a tabl
 from the same files with its own code.
 
 Intervals: where several seeds ran, a run figure is the mean over seeds with the [min, max] over
-seeds; a sweep figure carries the sweep's own interval; an AUC its Hanley-McNeil interval.
+seeds; a sweep figure carries the sweep's own interval; an AUC its 95% interval (the hull of
+Hanley-McNeil's and a Wilson score interval over the smaller class's count).
 
 Rounding: a figure and its interval are printed to the decimal place of the interval's
 half-width (its leading digit), so no printed digit is one the interval leaves to chance; a
@@ -673,7 +674,8 @@ def write(out, fd, params, sections):
         "and on `cpu` with the model clock where the tiny model fits. Every figure is read from the "
         "runs' files in OUT. Intervals: a run figure is the mean over seeds with [min, max] over "
         "seeds; a sweep figure carries the sweep's interval (its bracket for one seed, over seeds "
-        "for several); an AUC its 95% Hanley-McNeil interval; — where there is none. Each figure "
+        "for several); an AUC its 95% interval (the hull of Hanley-McNeil's and a Wilson score "
+        "interval over the smaller class's count); — where there is none. Each figure "
         "and its interval are rounded to the decimal place of the interval's half-width; one "
         "without an interval (or whose seeds agree) to three significant digits, integers whole; "
         "OUT/findings.json keeps full precision.",

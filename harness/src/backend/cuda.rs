@@ -65,7 +65,7 @@ pub fn unavailable(missing: &[String], model_built: bool) -> BackendError {
     } else {
         debug_assert!(!model_built);
         BackendError::Unavailable(
-            "cuda: the GPU is usable but the cuda scenario backend (issue 13) is not built yet; \
+            "cuda: the GPU is usable but the cuda scenario backend is not built yet; \
              the kernels run with `kvbench cuda-check` and `kernel-bench --backend cuda`"
                 .into(),
         )
@@ -149,12 +149,20 @@ pub fn create_emulated(setup: &super::RunSetup) -> Result<Box<dyn super::Backend
     Ok(Box::new(backend::CudaBackend::new(setup, true)?))
 }
 
-/// Constructs the cuda backend, or says what is missing (driver, NVRTC, cuBLAS, device).
-pub fn create(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
+/// What is missing for `--backend cuda` (driver, NVRTC, cuBLAS, device), as the error a run
+/// ends with. Checked before anything about the run is estimated: on a machine without a GPU,
+/// that is the one thing to say.
+pub fn check_available() -> Result<(), BackendError> {
     let miss = missing();
     if !miss.is_empty() || !SCENARIO_MODEL_BUILT {
         return Err(unavailable(miss, SCENARIO_MODEL_BUILT));
     }
+    Ok(())
+}
+
+/// Constructs the cuda backend, or says what is missing ([`check_available`]).
+pub fn create(setup: &super::RunSetup) -> Result<Box<dyn super::Backend>, BackendError> {
+    check_available()?;
     Ok(Box::new(backend::CudaBackend::new(setup, false)?))
 }
 

@@ -160,6 +160,10 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
             .check_grouped_budget(&model, layout, pool_bytes, ring_tokens)
             .map_err(|d| ExperimentError::Scenario(d.to_string()))?;
     }
+    // A GPU this machine lacks is said before any estimate of what the run would need.
+    if kind == BackendKind::Cuda {
+        crate::backend::cuda::check_available()?;
+    }
     // Before any backend allocates: what it holds in host memory, with the engine's share.
     host::check(
         scenario,

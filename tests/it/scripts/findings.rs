@@ -248,8 +248,9 @@ fn sweep_json(out: &Path, label: &str) -> Value {
     read_json(&out.join("sweep").join(label).join("sweep.json"))
 }
 
-/// The directed AUC by brute force over all (hit, miss) pairs, with its Hanley–McNeil 95%
-/// interval clipped to [0, 1].
+/// The directed AUC by brute force over all (hit, miss) pairs, with its 95% interval: the wider
+/// of Hanley–McNeil's and the Wilson score interval of the AUC as a proportion over the smaller
+/// class's count (never a point from a few probes), clipped to [0, 1].
 fn auc_with_interval(hits: &[f64], misses: &[f64]) -> (f64, (f64, f64)) {
     let a = support::pairwise_auc(hits, misses);
     let (n1, n2) = (hits.len() as f64, misses.len() as f64);
@@ -258,7 +259,12 @@ fn auc_with_interval(hits: &[f64], misses: &[f64]) -> (f64, (f64, f64)) {
     let var = (a * (1.0 - a) + (n1 - 1.0) * (q1 - a * a) + (n2 - 1.0) * (q2 - a * a)) / (n1 * n2);
     let se = var.max(0.0).sqrt();
     let z = 1.959_963_984_540_054;
-    (a, ((a - z * se).max(0.0), (a + z * se).min(1.0)))
+    let n = n1.min(n2).max(1.0);
+    let centre = (a + z * z / (2.0 * n)) / (1.0 + z * z / n);
+    let half = z / (1.0 + z * z / n) * (a * (1.0 - a) / n + z * z / (4.0 * n * n)).max(0.0).sqrt();
+    let lo = (a - z * se).min(centre - half).max(0.0);
+    let hi = (a + z * se).max(centre + half).min(1.0);
+    (a, (lo, hi))
 }
 
 fn level(s: &str) -> f64 {
