@@ -443,6 +443,25 @@ impl PrefixCache {
                     .checked_sub(table.first_block)
                     .and_then(|i| table.pages.get(i as usize).copied());
                 if let Some(page) = page {
+                    // A block this sequence computed itself although its key is cached (a hit
+                    // another table's window cut short): its copy supersedes the cached one, so
+                    // every table's page of the block belongs to one logical block again, held
+                    // while this sequence runs. Keeping the old entry would split the block: the
+                    // old full pages would stay cached while this sequence's window pages, in a
+                    // block of their own that no table holds, are evicted first — and every
+                    // later hit of the prompt needs them.
+                    let stale = self
+                        .index
+                        .get(&key)
+                        .map(|e| e.page)
+                        .filter(|&old| old != page && !pool.is_published(page));
+                    if let Some(old) = stale {
+                        self.index.remove(&key);
+                        if let Some(k) = self.page_key.get_mut(old as usize) {
+                            *k = None;
+                        }
+                        pool.supersede(old);
+                    }
                     if !self.index.contains_key(&key) && !pool.is_published(page) {
                         if (b + 1) * bt > entry.written {
                             self.published_early += 1;

@@ -263,6 +263,32 @@ impl PagePool {
         }
     }
 
+    /// `page` leaves the prefix cache because a sequence published its own copy of the same
+    /// block under the same key (`cached.rs`' `publish`): held, it stays held, unpublished;
+    /// cached-free, it is freed (pending behind its release's fence while that step is in
+    /// flight). The index drops its entry itself, so nothing goes to `unpublished`.
+    pub(crate) fn supersede(&mut self, page: PageId) {
+        let i = page as usize;
+        if !self.published.get(i).copied().unwrap_or(false) {
+            return;
+        }
+        let cached_free = self.cached.remove(page);
+        self.cached.unpublished(page);
+        self.touch(page);
+        if cached_free {
+            let clear = self.fence_clear(page);
+            self.unpublish_free(page);
+            if clear {
+                self.free.push(page);
+            } else {
+                self.withhold(Freed::Page(page));
+            }
+        } else {
+            self.published[i] = false;
+            self.published_count -= 1;
+        }
+    }
+
     /// A cached-free page is referenced again (a prefix hit): held by one reference.
     pub(crate) fn revive(&mut self, page: PageId) -> Result<(), HybridError> {
         let i = page as usize;

@@ -10,3 +10,4 @@ mod manager;
 mod prefix;
 mod prefix_evict;
 mod prefix_policies;
+mod supersede;
