@@ -479,6 +479,9 @@ fn assemble(
         setup.total_slots,
         host_blocks.saturating_add(disk_blocks),
     );
+    let prefix_ceiling = (setup.cache_manager == crate::scenario::CacheManager::Hybrid)
+        .then(|| crate::metrics::prefix_bounds::ceiling(scenario, &workload).ok())
+        .flatten();
     Experiment {
         scenario: scenario.clone(),
         backend,
@@ -494,6 +497,7 @@ fn assemble(
         token_mismatch,
         memory_resolution: opts.memory_resolution,
         prefix_bounds,
+        prefix_ceiling,
     }
 }
 

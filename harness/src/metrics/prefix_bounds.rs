@@ -46,25 +46,44 @@ pub struct PrefixBounds {
     pub replayed_lru_hit_rate: f64,
 }
 
-/// The bounds, or why the request list cannot give them.
-pub fn compute(
+/// What a hybrid run's prefix hit share is read against: the infinite-cache ceiling alone. It
+/// bounds any manager (no cache hits more than one that never evicts), but the offline optimum
+/// at a capacity does not bound the hybrid manager, whose sliding tables keep a cached prefix
+/// in fewer pages than whole blocks, so it is not given.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrefixCeiling {
+    /// Blocks of the scenario's block size: a hybrid hit is whole blocks of every table, at
+    /// least this long, so the ceiling at this size is at least the hybrid's.
+    pub block_tokens: u32,
+    /// Prompt tokens of the requests a run looks up (those that fit `max_seq_len`).
+    pub lookup_tokens: u64,
+    pub ceiling_hit_tokens: u64,
+    pub ceiling_hit_rate: f64,
+}
+
+/// The ceiling of a hybrid run's request list, or why the list cannot give it (the reasons
+/// [`compute`] gives for any manager).
+pub fn ceiling(scenario: &Scenario, workload: &Workload) -> Result<PrefixCeiling, String> {
+    let s = replayable(scenario, workload)?;
+    let b = eviction_bounds(&s, &[1])
+        .pop()
+        .ok_or_else(|| "no capacity to replay".to_string())?;
+    Ok(PrefixCeiling {
+        block_tokens: b.block_tokens,
+        lookup_tokens: b.lookup_tokens,
+        ceiling_hit_tokens: b.ceiling.hit_tokens,
+        ceiling_hit_rate: b.ceiling.hit_rate,
+    })
+}
+
+/// The request list as the bounds pass replays it, or why it cannot be.
+fn replayable(
     scenario: &Scenario,
     workload: &Workload,
-    manager: CacheManager,
-    total_slots: u64,
-    tier_blocks: u64,
-) -> Result<PrefixBounds, String> {
+) -> Result<crate::workload::trace::AccessString, String> {
     let scope = scenario.scheduler.prefix_scope;
     if !scenario.scheduler.prefix_cache || scope == PrefixScope::None {
         return Err("no prefix cache in this scenario".into());
-    }
-    if manager == CacheManager::Hybrid {
-        return Err(
-            "the hybrid manager caches a page a table, and a sliding table lets a cached \
-             block's pages go one by one: one cache of whole blocks does not bound it (run with \
-             cache.manager = \"summed\" for the bounds)"
-                .into(),
-        );
     }
     if workload
         .requests
@@ -78,9 +97,6 @@ pub fn compute(
         );
     }
     let block_tokens = scenario.block_size().max(1);
-    // With lower tiers a hit in any tier saves the prefill: the bounds are those of one cache
-    // as large as every tier together (the tiers are inclusive, so this is an upper bound).
-    let capacity_blocks = (total_slots / u64::from(block_tokens)).saturating_add(tier_blocks);
     // Counted from the descriptors (no prompt is made): the string must fit in memory beside
     // the run.
     let reads: u64 = workload
@@ -95,12 +111,35 @@ pub fn compute(
              them on their own"
         ));
     }
-    let s = access_string(
+    Ok(access_string(
         &workload.requests,
         block_tokens,
         scenario.cache.max_seq_len,
         scope == PrefixScope::Tenant,
-    );
+    ))
+}
+
+/// The bounds, or why the request list cannot give them.
+pub fn compute(
+    scenario: &Scenario,
+    workload: &Workload,
+    manager: CacheManager,
+    total_slots: u64,
+    tier_blocks: u64,
+) -> Result<PrefixBounds, String> {
+    let s = replayable(scenario, workload)?;
+    if manager == CacheManager::Hybrid {
+        return Err(
+            "the hybrid manager caches a page a table, and a sliding table lets a cached \
+             block's pages go one by one: one cache of whole blocks does not bound it (run with \
+             cache.manager = \"summed\" for the bounds; `ceiling` is the infinite cache's)"
+                .into(),
+        );
+    }
+    let block_tokens = s.block_tokens;
+    // With lower tiers a hit in any tier saves the prefill: the bounds are those of one cache
+    // as large as every tier together (the tiers are inclusive, so this is an upper bound).
+    let capacity_blocks = (total_slots / u64::from(block_tokens)).saturating_add(tier_blocks);
     let b = eviction_bounds(&s, &[capacity_blocks])
         .pop()
         .ok_or_else(|| "no capacity to replay".to_string())?;

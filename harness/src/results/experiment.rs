@@ -54,6 +54,9 @@ pub struct Experiment {
     /// The request list's prefix-hit ceiling and offline optimum at the paged pool's capacity,
     /// or why the list cannot give them.
     pub prefix_bounds: Result<crate::metrics::prefix_bounds::PrefixBounds, String>,
+    /// A hybrid run's request list's infinite-cache ceiling (the one bound that holds for it),
+    /// where the list gives one; `None` on the summed managers, whose `prefix_bounds` has it.
+    pub prefix_ceiling: Option<crate::metrics::prefix_bounds::PrefixCeiling>,
 }
 
 impl Experiment {

@@ -173,6 +173,10 @@ pub struct PrefixSummary {
     /// Why there are no bounds for this paged run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bounds_unavailable: Option<String>,
+    /// A hybrid run's infinite-cache ceiling (its `achieved_hit_rate` is over the ceiling's
+    /// `lookup_tokens`); the summed managers' is in `bounds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<crate::metrics::prefix_bounds::PrefixCeiling>,
 }
 
 #[derive(Debug, Serialize)]
@@ -378,6 +382,7 @@ fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
         request_hit_tokens: None,
         bounds: None,
         bounds_unavailable: None,
+        ceiling: None,
     };
     if r.end.mode != kvbench_cache_api::CacheMode::Paged {
         return out;
@@ -399,6 +404,16 @@ fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
             out.bounds = Some(b.clone());
         }
         Err(why) => out.bounds_unavailable = Some(why.clone()),
+    }
+    if let Some(c) = &exp.prefix_ceiling {
+        let hits = r.metrics.request_prefix_hit_tokens;
+        out.request_hit_tokens = Some(hits);
+        out.achieved_hit_rate = Some(if c.lookup_tokens > 0 {
+            hits as f64 / c.lookup_tokens as f64
+        } else {
+            0.0
+        });
+        out.ceiling = Some(c.clone());
     }
     out
 }

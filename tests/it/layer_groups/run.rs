@@ -407,6 +407,52 @@ fn hybrid_with_the_prefix_cache_hits_shared_prompts_under_the_shadow() {
     assert!(pc.get("bounds").is_none_or(Value::is_null), "{pc}");
     let why = pc["bounds_unavailable"].as_str().unwrap_or_default();
     assert!(why.contains("hybrid") && why.contains("summed"), "{pc}");
+    // The infinite cache bounds any manager: the hybrid run states the ceiling, equal to the
+    // summed run's of the same request list, and its share at admission recomputes from
+    // requests.csv (the rows without a parent) over the ceiling's lookup tokens.
+    let ceiling = &pc["ceiling"];
+    let summed_out = tmp.path().join("summed");
+    let (_, summed) = run_sim(
+        "scenarios/shared-prompts-8b-h200.toml",
+        &summed_out,
+        &[
+            "--set",
+            "model.preset=gemma3-27b",
+            "--set",
+            "cache.manager=summed",
+            "--set",
+            "traffic.requests=20",
+            "--no-shadow",
+        ],
+    );
+    let bounds = &run_of(&summed, "paged")["prefix_cache"]["bounds"];
+    assert_eq!(s["workload_hash"], summed["workload_hash"]);
+    for key in ["lookup_tokens", "ceiling_hit_tokens"] {
+        assert_eq!(
+            num(&ceiling[key]),
+            num(&bounds[key]),
+            "{key}: {ceiling} {bounds}"
+        );
+    }
+    assert!(num(&ceiling["ceiling_hit_tokens"]) > 0, "{ceiling}");
+    let csv = std::fs::read_to_string(out.join("requests.csv")).expect("requests.csv");
+    let mut rows = csv.lines();
+    let header: Vec<&str> = rows.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (cache, parent, cached) = (col("cache"), col("parent_id"), col("cached_prompt_tokens"));
+    let admitted_hits: u64 = rows
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f[cache] == "paged" && f[parent].is_empty())
+        .map(|f| f[cached].parse::<u64>().expect("cached_prompt_tokens"))
+        .sum();
+    assert_eq!(num(&pc["request_hit_tokens"]), admitted_hits, "{pc}");
+    let achieved = pc["achieved_hit_rate"].as_f64().expect("achieved_hit_rate");
+    let lookup = num(&ceiling["lookup_tokens"]) as f64;
+    assert!(
+        (achieved - admitted_hits as f64 / lookup).abs() < 1e-12,
+        "{pc}"
+    );
+    assert!(admitted_hits <= num(&ceiling["ceiling_hit_tokens"]), "{pc}");
 }
 
 /// gpt-oss-120b with an FP8 KV cache and per-block scales: a token of a layer is 2 × 8 × 64
