@@ -169,6 +169,7 @@ fn attn_err(
         row_len: &row_len,
         rows: lg.rows.len(),
         max_len,
+        window: 0,
     };
     let q = gpu.upload(&lg.q)?;
     let mut out = gpu.zeros::<f32>(lg.q.len())?;
