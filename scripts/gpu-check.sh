@@ -2,7 +2,7 @@
 # The GPU check: everything a first session on a GPU box should run, from the carried kvbench
 # binary alone (no Rust, no network; a CUDA 12.4+ driver and PyTorch present). It fits twice in
 # one 15-minute device window, start-up included: every step has a cap (CAP below), and the
-# caps sum to 323 s (CAPS_SUM_S), at most 360 s (the script refuses to run otherwise).
+# caps sum to 350 s (CAPS_SUM_S), at most 360 s (the script refuses to run otherwise).
 #
 # Usage: scripts/gpu-check.sh [--emulated] OUTPUT_FOLDER [path/to/kvbench]
 #   (binary default: $KVBENCH_BIN, else target/dist/kvbench, else target/release/kvbench;
@@ -11,8 +11,10 @@
 # Steps, in this order, each under `timeout -k` and its cap, all within one budget
 # (KVBENCH_GPU_BUDGET_S, default 360 s); a step that fails or is skipped never stops the later ones:
 #   doctor (compiles every program, loads them on the GPU, NVRTC vs driver) -> cuda-check
-#   -> kernel-bench --backend cuda + the PyTorch SDPA peer
-#   -> quick scenarios on cuda under --clock model, every sequence checked by the oracle
+#   -> kernel-bench --backend cuda, its sliding-window case (Llama-3-8B heads, window 1024)
+#      + the PyTorch SDPA peer
+#   -> quick scenarios on cuda under --clock model, every sequence checked by the oracle, one
+#      of them on tiny-sliding (sliding-window layers beside full ones)
 #   -> the five planted faults under --clock model: each passes only when the run names it as
 #      the cause ("planted fault `F` fired N times, caught: ..."), "did not fire" otherwise
 #   -> compute-sanitizer memcheck and racecheck (where installed)
@@ -61,12 +63,13 @@ STEPS="$WORK/steps.tsv"
 # Each step's cap, seconds. Their sum is stated (CAPS_SUM_S) and checked here; at most 360 s, so
 # that two checks and two machine start-ups fit one 15-minute device window.
 declare -A CAP=(
-  [doctor]=35 [cuda_check]=30 [kernel_bench]=35 [peer_sdpa]=25
+  [doctor]=35 [cuda_check]=30 [kernel_bench]=35 [kernel_bench_window]=15 [peer_sdpa]=25
   [e2e_quick_basic]=12 [e2e_quick_mixed]=12 [e2e_quick_mixed_async]=12 [e2e_conversation_quick]=12
+  [e2e_tiny_sliding]=12
   [fault_skip-cow]=10 [fault_early-reuse]=10 [fault_leak]=10 [fault_bad-block-table]=10
   [fault_device-leak]=10 [memcheck]=20 [racecheck]=20 [e2e_chat_8b]=60
 )
-CAPS_SUM_S=323
+CAPS_SUM_S=350
 sum=0; for k in "${!CAP[@]}"; do sum=$(( sum + CAP[$k] )); done
 if [ "$sum" -ne "$CAPS_SUM_S" ] || [ "$sum" -gt 360 ]; then
   echo "gpu-check: step caps sum to ${sum}s (stated ${CAPS_SUM_S}s; at most 360s)" >&2
@@ -277,10 +280,22 @@ if [ "$MODE" = emulated ]; then
   else
     skip kernel_bench "this kvbench's kernel-bench has no --backend cuda-emu"
   fi
+  if "$BIN" kernel-bench --help 2>/dev/null | grep -q -- --window && takes_emu kernel-bench; then
+    step kernel_bench_window 0 "sliding window 64: K/V bytes read beside the window's" -- \
+      "${KV[@]}" kernel-bench --backend cuda-emu --model llama3-8b --dtype bf16 --batch 1 \
+      --context 256 --block-size 16 --window 64 --max-gib 1 --out "$WORK/window"
+  else
+    skip kernel_bench_window "this kvbench's kernel-bench has no --window on cuda-emu"
+  fi
   skip peer_sdpa "the PyTorch SDPA peer needs a GPU"
 else
   step kernel_bench 0 "" -- "${KV[@]}" kernel-bench --backend cuda --model llama3-8b --dtype bf16 \
     --batch 1,16,64 --context 512,2048,8192 --block-size 16 --max-gib 8 --out "$WORK"
+  # A sliding layer of Llama-3-8B's heads (Gemma 3's 1024-token window): decode reads the
+  # window only, so its GB/s are over the window's bytes (kernel_bench.csv, window_tokens).
+  step kernel_bench_window 0 "window 1024 over 8192-token contexts" -- "${KV[@]}" kernel-bench \
+    --backend cuda --model llama3-8b --dtype bf16 --batch 1,16,64 --context 8192 \
+    --block-size 16 --window 1024 --max-gib 8 --out "$WORK/window"
   step peer_sdpa 0 "" -- python3 scripts/sdpa_peer.py --batch 1,16,64 --context 512,2048,8192 \
     --q-heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --out "$WORK/peer_sdpa.csv"
 fi
@@ -295,6 +310,9 @@ scenario e2e_quick_mixed_async scenarios/quick-mixed.toml quick-mixed-async "asy
   --set scheduler.async_steps=true $(REQ 8)
 # shellcheck disable=SC2046
 scenario e2e_conversation_quick scenarios/conversation-quick.toml conversation-quick "" $(REQ 4)
+# shellcheck disable=SC2046
+scenario e2e_tiny_sliding scenarios/quick-basic.toml quick-basic-tiny-sliding \
+  "two sliding layers of window 12 beside two full ones" --set model.preset=tiny-sliding $(REQ 6)
 
 # 5. the planted faults: each must be caught, and named as the cause by the run itself. Each gets
 # what it needs to fire: forks sharing partly filled blocks (skip-cow), releases while a step is

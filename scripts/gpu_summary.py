@@ -5,6 +5,8 @@ into summary.md under its step table). Every figure is recomputed from the files
 - kvbench's paged and contiguous decode attention (kernel_bench.csv), the read ceiling, and the
   PyTorch SDPA peer (peer_sdpa.csv) as a ratio kvbench contiguous / peer (< 1: kvbench faster),
   with PASS/MISS against the targets (information, not an exit code);
+- the same decode attention as a sliding layer (window/kernel_bench.csv, --window): times and
+  GB/s over the window's bytes on a GPU, K/V bytes read against the window's on the emulator;
 - cuda-check (cuda_check.csv): checks passed and the largest attention error;
 - each scenario run under e2e/ (summary.json): backend, checks, tokens per cache, numerics,
   reclamation, and the device memory reconciliation (kvbench's bytes, the driver's measured
@@ -66,6 +68,22 @@ def kernel_section(d, lines):
     lines.append("")
     for name, ok in targets:
         lines.append(f"- {'PASS' if ok else 'MISS'} {name}")
+    lines.append("")
+
+
+def window_section(d, lines):
+    kb = load(os.path.join(d, "window", "kernel_bench.csv"))
+    if not kb:
+        return
+    lines.append(f"## Sliding-window attention (window {kb[0].get('window_tokens', '?')} tokens)")
+    lines.append("")
+    lines.append("| cache | phase | batch | context | block | time us | GB/s (window) | K/V bytes read | K/V bytes ideal (window) |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in kb:
+        lines.append(
+            f"| {r['cache']} | {r.get('phase', '')} | {r['batch']} | {r['context_tokens']} | {r['block_size']} "
+            f"| {r['time_us'] or '-'} | {r['gbytes_per_s'] or '-'} | {r.get('kv_bytes_read') or '-'} | {r.get('kv_bytes_ideal') or '-'} |"
+        )
     lines.append("")
 
 
@@ -140,6 +158,7 @@ def main():
     lines = []
     check_section(d, lines)
     kernel_section(d, lines)
+    window_section(d, lines)
     scenario_section(d, lines)
     if not lines:
         lines.append("(no figures: no step wrote a CSV or a scenario result)")

@@ -471,17 +471,6 @@ impl ModelShape {
         2u64.checked_mul(pairs)?.checked_mul(KV_SCALE_BYTES)
     }
 
-    /// The key of the first layer group a backend that runs full attention only (`cpu`,
-    /// `cuda`) cannot run, with its kind: `model.layer_groups.1 (attention = "sliding")`;
-    /// `None` when every group is full.
-    pub fn non_full_group_key(&self) -> Option<String> {
-        self.layer_groups
-            .iter()
-            .enumerate()
-            .find(|(_, g)| !matches!(g, LayerGroup::Full { .. }))
-            .map(|(i, g)| format!("model.layer_groups.{i} (attention = \"{}\")", g.kind()))
-    }
-
     /// Parameter count of the decoder (embedding, attention, MLP or every expert with its
     /// router, norms, LM head): what the weights in memory hold; saturating.
     pub fn parameter_count(&self) -> u64 {

@@ -82,6 +82,10 @@ pub struct Args {
     /// blocks with the runs shuffled over the pool.
     #[arg(long, value_delimiter = ',')]
     run_blocks: Vec<usize>,
+    /// Sliding window in tokens (cuda, cuda-emu): every decode row attends its last N
+    /// positions only, as a sliding layer does (0: full attention).
+    #[arg(long, default_value_t = 0)]
+    window: usize,
 }
 
 impl Args {
@@ -96,6 +100,7 @@ impl Args {
             block_size: self.block_size.clone(),
             max_gib: self.max_gib,
             seed: self.seed,
+            window: self.window,
         }
     }
 }
@@ -110,10 +115,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if !args.run_blocks.is_empty() {
             bail!("kernel-bench: --run-blocks is for the cpu kernels");
         }
+        if args.window > MAX_CONTEXT_TOKENS {
+            bail!(
+                "kernel-bench: --window {}: at most {MAX_CONTEXT_TOKENS} tokens",
+                args.window
+            );
+        }
         return super::kernel_bench_cuda::run(
             &args.cuda_args(),
             args.backend == KernelBackend::CudaEmu,
         );
+    }
+    if args.window != 0 {
+        bail!("kernel-bench: --window is for the cuda kernels (--backend cuda or cuda-emu)");
     }
     let Some(shape) = ModelShape::preset(&args.model) else {
         bail!(

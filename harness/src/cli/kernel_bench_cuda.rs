@@ -2,7 +2,8 @@
 //! ([`kvbench_cuda::bench`]), paged and contiguous over the same device storage, next to a
 //! streaming-read ceiling measured in the same run. Writes `kernel_bench.csv` with the cpu
 //! backend's columns first, then cuda's own (dtype, event and graph times, copies, partitions,
-//! phase, K/V bytes read and ideal). On the emulated device (`--backend cuda-emu`) nothing is
+//! phase, K/V bytes read and ideal, the sliding window). With `--window N` every row attends
+//! its last N positions, as a sliding layer does; the byte figures are then the window's. On the emulated device (`--backend cuda-emu`) nothing is
 //! timed: the emulator counts the K/V bytes each kernel reads, for decode and for prefill, and
 //! the file's timing fields are empty.
 
@@ -31,6 +32,8 @@ pub struct CudaBenchArgs {
     pub block_size: Vec<usize>,
     pub max_gib: f64,
     pub seed: u64,
+    /// Sliding window in tokens (0: full attention).
+    pub window: usize,
 }
 
 pub fn run(args: &CudaBenchArgs, emulated: bool) -> anyhow::Result<ExitCode> {
@@ -66,6 +69,7 @@ pub fn run(args: &CudaBenchArgs, emulated: bool) -> anyhow::Result<ExitCode> {
         reps: if args.quick { 10 } else { 30 },
         max_kv_bytes: (args.max_gib * (1u64 << 30) as f64) as u64,
         seed: args.seed,
+        window: args.window,
     };
     if cfg.batches.contains(&0) || cfg.contexts.contains(&0) {
         bail!("kernel-bench: batch and context must be positive");
@@ -95,16 +99,24 @@ pub fn run(args: &CudaBenchArgs, emulated: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn window_note(cfg: &GpuBenchConfig) -> String {
+    match cfg.window {
+        0 => String::new(),
+        w => format!(", sliding window {w} tokens"),
+    }
+}
+
 fn print_table(gpu: &Gpu, cfg: &GpuBenchConfig, res: &GpuBenchResult) {
     let s = cfg.shape;
     println!(
-        "decode attention on {} ({}), one layer: {} q heads, {} kv heads, head dim {}, KV {}",
+        "decode attention on {} ({}), one layer: {} q heads, {} kv heads, head dim {}, KV {}{}",
         gpu.info.name,
         gpu.info.arch(),
         s.q_heads,
         s.kv_heads,
         s.head_dim,
-        cfg.dtype.name()
+        cfg.dtype.name(),
+        window_note(cfg)
     );
     println!(
         "read-bandwidth ceiling: {:.0} GB/s (streaming {} MiB); L2 {} MiB",
@@ -162,8 +174,9 @@ fn write_csv(
     Ok(())
 }
 
-/// `kernel_bench.csv`'s columns on cuda and cuda-emu: the cpu file's eight, then cuda's own.
-const CSV_HEADER: [&str; 18] = [
+/// `kernel_bench.csv`'s columns on cuda and cuda-emu: the cpu file's eight, then cuda's own
+/// (`window_tokens`: the sliding window, 0 for full attention).
+const CSV_HEADER: [&str; 19] = [
     "backend",
     "cache",
     "batch",
@@ -182,6 +195,7 @@ const CSV_HEADER: [&str; 18] = [
     "phase",
     "kv_bytes_read",
     "kv_bytes_ideal",
+    "window_tokens",
 ];
 
 fn write_gpu_row(
@@ -210,6 +224,7 @@ fn write_gpu_row(
         "decode".to_string(),
         String::new(),
         r.kv_bytes.to_string(),
+        cfg.window.to_string(),
     ])?;
     Ok(())
 }
@@ -218,11 +233,12 @@ fn print_bytes(cfg: &GpuBenchConfig, rows: &[ByteRow]) {
     let s = cfg.shape;
     println!(
         "K/V bytes read by the attention kernels on the emulated device (counted per load), one \
-         layer: {} q heads, {} kv heads, head dim {}, KV {}",
+         layer: {} q heads, {} kv heads, head dim {}, KV {}{}",
         s.q_heads,
         s.kv_heads,
         s.head_dim,
-        cfg.dtype.name()
+        cfg.dtype.name(),
+        window_note(cfg)
     );
     println!(
         "{:>10} {:>7} {:>5} {:>8} {:>5} {:>5} {:>5} {:>13} {:>13} {:>7} {:>9}",
@@ -284,6 +300,7 @@ fn write_bytes_csv(
             r.phase.to_string(),
             r.kv_bytes_read.to_string(),
             r.kv_bytes_ideal.to_string(),
+            cfg.window.to_string(),
         ])?;
     }
     let bytes = w

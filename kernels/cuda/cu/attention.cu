@@ -6,9 +6,14 @@
 // block walks the tile's causal prefix in tiles of ATTN_KT tokens: each K/V token row is read
 // from global memory once per block into shared memory, scored against every query-head row,
 // and folded into running max / sum / f32 accumulators (online softmax). A query row attends
-// positions [0, row_len[row]) of sequence row_seq[row]; keys past a row's length are never
-// touched by that row, and key tiles past the tile's longest row are never loaded (causal
-// tiles skipped). Paged and contiguous differ only in slot_of(); everything else is one path.
+// positions [lo, row_len[row]) of sequence row_seq[row], lo = 0, or with a sliding window
+// (window > 0) lo = max(0, row_len - window): the query at position p sees (p - window, p].
+// Keys outside a row's range are never touched by that row; key tiles past the tile's longest
+// row are never loaded (causal tiles skipped), and positions before the tile's earliest window
+// start are never loaded nor even looked up in the block table (a sliding layer reads its
+// window only, and blocks released before it may hold anything). Key tiles stay aligned to
+// multiples of ATTN_KT from position 0 whatever the window start, so a row's key tiles do not
+// depend on its tile-mates. Paged and contiguous differ only in slot_of().
 //
 // Each row's arithmetic depends only on its own query, its length and the partition bounds,
 // never on which other rows share its tile or its launch: a row masked out of a key tile skips
@@ -18,7 +23,9 @@
 //
 // Long rows are split into partitions of part_tokens tokens (grid z, FlashDecoding). With one
 // partition the block writes the normalized output; with several it writes an unnormalized
-// partial, its max and its exp-sum, and attn_merge combines them by log-sum-exp.
+// partial, its max and its exp-sum, and attn_merge combines them by log-sum-exp. A partition
+// wholly before the tile's window or past its longest row writes nothing: attn_merge reads a
+// row's partitions from the one holding its window start to the one holding its last key.
 //
 // Tiles: with `tiled` set, tile t is rows [tile_row0[t], tile_row0[t + 1]), at most
 // ATTN_QROWS / G rows of one sequence (the host checks); otherwise tile t is row t.
@@ -28,6 +35,11 @@
 #define ATTN_QROWS 32      // query-head rows per block: a tile is ATTN_QROWS / G query rows
 #define ATTN_KT 16         // key tokens per shared K/V tile
 // At least 4 blocks per SM (<= 128 registers, 4 x 36 KiB of shared memory at head dim 128).
+
+// The first position a row of length len attends (window 0: no window).
+__device__ __forceinline__ int attn_row_lo(int len, int window) {
+  return window > 0 ? max(0, len - window) : 0;
+}
 
 template <bool PAGED>
 __device__ __forceinline__ i64 slot_of(int pos, int seq, const int* __restrict__ block_tables,
@@ -70,7 +82,7 @@ __device__ __forceinline__ void attn_impl(
     const T* __restrict__ v_cache, const int* __restrict__ row_seq,
     const int* __restrict__ row_len, const int* __restrict__ block_tables, int max_blocks,
     int log2_bs, const i64* __restrict__ seq_base, int kv_heads, int part_tokens, float scale,
-    const int* __restrict__ tile_row0, int tiled) {
+    const int* __restrict__ tile_row0, int tiled, int window) {
   constexpr int N = Vec16<T>::N;  // elements per 16-byte load
   constexpr int L = D / N;        // 16-byte loads per token row
   constexpr int TQ = ATTN_QROWS / G;
@@ -90,11 +102,17 @@ __device__ __forceinline__ void attn_impl(
   const int nr = tiled ? min(tile_row0[tile + 1] - r0, TQ) : 1;
   const int nq = nr * G;
   const int seq = row_seq[r0];
-  int max_len = 0;
-  for (int r = 0; r < nr; ++r) max_len = max(max_len, row_len[r0 + r]);
+  int max_len = 0, lo_min = 0x7fffffff;
+  for (int r = 0; r < nr; ++r) {
+    max_len = max(max_len, row_len[r0 + r]);
+    lo_min = min(lo_min, attn_row_lo(row_len[r0 + r], window));
+  }
   const int start = part * part_tokens;
   const int end = min(max_len, start + part_tokens);
-  if (end <= start && part > 0) return;  // nothing here; attn_merge skips partitions past a row
+  const int begin = max(start, lo_min);  // the first position any row of the tile reads here
+  // Nothing here: attn_merge skips partitions before a row's window and past its length. The
+  // only partition of a launch still writes its (zero) output.
+  if (end <= begin && nparts > 1) return;
 
   for (int i = tid; i < nq * D; i += ATTN_THREADS) {
     const int qi = i / D, d = i % D;
@@ -112,13 +130,16 @@ __device__ __forceinline__ void attn_impl(
 #pragma unroll
   for (int a = 0; a < ACC; ++a) acc[a] = 0.f;
 
-  for (int k0 = start; k0 < end; k0 += ATTN_KT) {
+  for (int k0 = start + (begin - start) / ATTN_KT * ATTN_KT; k0 < end; k0 += ATTN_KT) {
     const int nk = min(ATTN_KT, end - k0);
-    if (tid < nk)
+    // Keys [0, jk) of this tile lie before every row's window (the first tile only): never
+    // loaded, never looked up, never read below.
+    const int jk = max(0, begin - k0);
+    if (tid >= jk && tid < nk)
       sm.slot[tid] = slot_of<PAGED>(k0 + tid, seq, block_tables, max_blocks, log2_bs, seq_base);
     __syncthreads();
     // The key tile: every K and V token row read once, 16 bytes per load.
-    for (int i = tid; i < nk * L; i += ATTN_THREADS) {
+    for (int i = jk * L + tid; i < nk * L; i += ATTN_THREADS) {
       const int j = i / L, c = i % L;
       const i64 at = (sm.slot[j] * kv_heads + kvh) * D + c * N;
       float kf[N], vf[N];
@@ -135,7 +156,7 @@ __device__ __forceinline__ void attn_impl(
     // Scores of the keys each row may see; the others are never read.
     for (int i = tid; i < nq * ATTN_KT; i += ATTN_THREADS) {
       const int qi = i / ATTN_KT, j = i % ATTN_KT;
-      if (j < sm.len[qi] - k0 && j < nk) {
+      if (j >= attn_row_lo(sm.len[qi], window) - k0 && j < sm.len[qi] - k0 && j < nk) {
         float s = 0.f;
 #pragma unroll 8
         for (int d = 0; d < D; ++d) s = fmaf(sm.q[qi][d], sm.k[j][d], s);
@@ -143,22 +164,23 @@ __device__ __forceinline__ void attn_impl(
       }
     }
     __syncthreads();
-    // Online softmax, one thread per query-head row. A row's probabilities past its length
-    // (and every probability of a row the tile lacks) are 0 and its rescale 1, so the P V
-    // sweep below leaves its accumulators exactly as they were for those keys.
+    // Online softmax, one thread per query-head row. A row's probabilities outside its keys
+    // [jlo, cnt) (and every probability of a row the tile lacks) are 0 and its rescale 1, so
+    // the P V sweep below leaves its accumulators exactly as they were for those keys.
     for (int qi = tid; qi < ATTN_QROWS; qi += ATTN_THREADS) {
       const int cnt = qi < nq ? min(nk, sm.len[qi] - k0) : 0;
-      if (cnt <= 0) {
+      const int jlo = qi < nq ? max(0, attn_row_lo(sm.len[qi], window) - k0) : 0;
+      if (cnt <= jlo) {
         sm.alpha[qi] = 1.f;
         for (int j = 0; j < ATTN_KT; ++j) sm.p[qi][j] = 0.f;
         continue;
       }
       float mx = sm.m[qi];
-      for (int j = 0; j < cnt; ++j) mx = fmaxf(mx, sm.p[qi][j]);
+      for (int j = jlo; j < cnt; ++j) mx = fmaxf(mx, sm.p[qi][j]);
       float sum = 0.f;
 #pragma unroll 1
       for (int j = 0; j < ATTN_KT; ++j) {
-        const float e = j < cnt ? expf(sm.p[qi][j] - mx) : 0.f;
+        const float e = j >= jlo && j < cnt ? expf(sm.p[qi][j] - mx) : 0.f;
         sm.p[qi][j] = e;
         sum += e;
       }
@@ -168,11 +190,12 @@ __device__ __forceinline__ void attn_impl(
       sm.m[qi] = mx;
     }
     __syncthreads();
-    // acc = acc * alpha + P V, each thread one column of ACC rows.
+    // acc = acc * alpha + P V, each thread one column of ACC rows; keys never loaded are
+    // skipped (every row's probability there is 0: adding 0 x V would change nothing).
 #pragma unroll
     for (int a = 0; a < ACC; ++a) acc[a] *= sm.alpha[qi0 + a * RSTEP];
 #pragma unroll 1
-    for (int j = 0; j < nk; ++j) {
+    for (int j = jk; j < nk; ++j) {
       const float vj = sm.v[j][col];
 #pragma unroll
       for (int a = 0; a < ACC; ++a) acc[a] = fmaf(sm.p[qi0 + a * RSTEP][j], vj, acc[a]);
@@ -213,10 +236,10 @@ __device__ __forceinline__ void attn_impl(
       const int *__restrict__ row_seq, const int *__restrict__ row_len,                    \
       const int *__restrict__ block_tables, int max_blocks, int log2_bs,                   \
       const i64 *__restrict__ seq_base, int kv_heads, int part_tokens, float scale,        \
-      const int *__restrict__ tile_row0, int tiled
+      const int *__restrict__ tile_row0, int tiled, int window
 #define ATTN_PASS                                                                          \
   out, part_out, part_max, part_sum, q, k_cache, v_cache, row_seq, row_len, block_tables, \
-      max_blocks, log2_bs, seq_base, kv_heads, part_tokens, scale, tile_row0, tiled
+      max_blocks, log2_bs, seq_base, kv_heads, part_tokens, scale, tile_row0, tiled, window
 
 // Kernel names: attn_{paged,contig}_{f32,bf16}_d{D}_g{G} (G = query heads per KV head).
 #define ATTN_VARIANT(T, TN, D, G)                                                          \

@@ -42,22 +42,28 @@ extern "C" __global__ void copy_slots(unsigned int* __restrict__ k_cache,
 }
 
 // out[row, h, :] = sum_p part_out[row, h, p, :] e^(max_p - M) / sum_p part_sum_p e^(max_p - M)
-// over the partitions the row actually has. Grid (q_heads, rows); blockDim.x >= D threads.
+// over the partitions the row actually has: from the one holding its first key (its window
+// start; window 0: position 0) to the one holding its last. The attention kernel writes no
+// partition outside a tile's range, so none other is read. Grid (q_heads, rows); blockDim.x >= D
+// threads.
 extern "C" __global__ void attn_merge(float* __restrict__ out, const float* __restrict__ part_out,
                                       const float* __restrict__ part_max,
                                       const float* __restrict__ part_sum,
                                       const int* __restrict__ row_len, int nparts,
-                                      int part_tokens, int D) {
+                                      int part_tokens, int D, int window) {
   const int h = blockIdx.x, row = blockIdx.y, q_heads = gridDim.x;
   const i64 qh = (i64)row * q_heads + h;
-  const int used = min(nparts, (row_len[row] + part_tokens - 1) / part_tokens);
+  const int len = row_len[row];
+  const int used = min(nparts, (len + part_tokens - 1) / part_tokens);
+  const int first = window > 0 ? max(0, len - window) / part_tokens : 0;
   float m = NEG_INF;
-  for (int p = 0; p < used; ++p) m = fmaxf(m, part_max[qh * nparts + p]);
+  for (int p = first; p < used; ++p) m = fmaxf(m, part_max[qh * nparts + p]);
   float total = 0.f;
-  for (int p = 0; p < used; ++p) total += part_sum[qh * nparts + p] * expf(part_max[qh * nparts + p] - m);
+  for (int p = first; p < used; ++p)
+    total += part_sum[qh * nparts + p] * expf(part_max[qh * nparts + p] - m);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.f;
-    for (int p = 0; p < used; ++p)
+    for (int p = first; p < used; ++p)
       acc += part_out[(qh * nparts + p) * D + d] * expf(part_max[qh * nparts + p] - m);
     out[qh * D + d] = total > 0.f ? acc / total : 0.f;
   }

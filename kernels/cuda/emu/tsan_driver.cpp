@@ -86,13 +86,13 @@ bool check_variant(const emu::KernelEntry& paged, const emu::KernelEntry& contig
               ps.data(), (const float*)q.data(), (const T*)kc.data(), (const T*)vc.data(),
               (const int*)row_seq.data(), (const int*)row_len.data(),
               (const int*)table.data(), max_blocks, log2_bs, (const long long*)base.data(),
-              kv_heads, part_tokens, scale, (const int*)tile_row0.data(), 1) != emu::LAUNCH_OK)
+              kv_heads, part_tokens, scale, (const int*)tile_row0.data(), 1, 0) != emu::LAUNCH_OK)
         return false;
       if (nparts > 1) {
         const emu::KernelEntry merge = EMU_KERNEL_ENTRY(k, attn_merge);
         if (run(merge, q_heads, rows, 1, head_dim, out, (const float*)po.data(),
                 (const float*)pm.data(), (const float*)ps.data(), (const int*)row_len.data(),
-                nparts, part_tokens, head_dim) != emu::LAUNCH_OK)
+                nparts, part_tokens, head_dim, 0) != emu::LAUNCH_OK)
           return false;
       }
     }

@@ -4,7 +4,9 @@
 //! events per launch and by CUDA-graph replay (launch overhead removed), next to a read-bandwidth
 //! ceiling measured in the same run by a plain streaming kernel.
 //!
-//! Bytes moved = batch × context × 2 (K and V) × kv_heads × head_dim × element size, as on cpu.
+//! Bytes moved = batch × attended tokens × 2 (K and V) × kv_heads × head_dim × element size, as
+//! on cpu; the attended tokens are the context, or with a sliding window (a sliding layer's
+//! decode) the last `window` of it: the kernel reads nothing before the window.
 
 use crate::device::{Addressing, DevLayer, Gpu, KvBuf, Rows, Workspace};
 use crate::error::CudaError;
@@ -26,6 +28,16 @@ pub struct GpuBenchConfig {
     /// Grid points whose K/V (one copy) exceed this are skipped.
     pub max_kv_bytes: u64,
     pub seed: u64,
+    /// Sliding window in tokens (0: full attention): every row attends its last `window`
+    /// positions, as a sliding layer of Gemma 3 or gpt-oss does.
+    pub window: usize,
+}
+
+impl GpuBenchConfig {
+    /// Tokens a row of `context` attends under the window.
+    pub fn attended(&self, context: usize) -> usize {
+        context - crate::launch::window_start(context, self.window)
+    }
 }
 
 /// One measured grid point for one cache. The first eight columns are `kernel_bench.csv`'s
@@ -113,15 +125,17 @@ fn point(
 ) -> Result<(), CudaError> {
     let shape = cfg.shape;
     let elem = cfg.dtype.bytes();
-    let kv_bytes = (batch * context * 2 * shape.kv_row() * elem) as u64;
-    if kv_bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
+    let stored_bytes = (batch * context * 2 * shape.kv_row() * elem) as u64;
+    if stored_bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
         return Ok(());
     }
+    let kv_bytes = (batch * cfg.attended(context) * 2 * shape.kv_row() * elem) as u64;
     let unit = cfg.block_sizes.iter().fold(1usize, |l, &b| l.max(b));
     let per_seq = context.div_ceil(unit) * unit;
     let num_slots = batch * per_seq;
     // Copies so that what one round of launches touches is >= 4 x L2.
-    let copies = ((4 * gpu.info.l2_bytes as u64).div_ceil(kv_bytes.max(1)) as usize).clamp(1, 64);
+    let copies =
+        ((4 * gpu.info.l2_bytes as u64).div_ceil(stored_bytes.max(1)) as usize).clamp(1, 64);
     let value_word = match cfg.dtype {
         KvDtype::F32 => 0x3c00_0000, // 2^-7
         KvDtype::Bf16 => 0x3c00_3c00,
@@ -148,6 +162,7 @@ fn point(
         row_len: &row_len,
         rows: batch,
         max_len: context,
+        window: cfg.window,
     };
     let bases = gpu.upload(&(0..batch).map(|i| (i * per_seq) as i64).collect::<Vec<_>>())?;
     let parts = plan_partitions(batch, shape.kv_heads, context, gpu.info.sm_count);
@@ -258,11 +273,13 @@ pub struct ByteRow {
     pub batch: usize,
     pub context_tokens: usize,
     pub block_size: usize,
-    /// The sequences' K/V bytes (batch × context × 2 × kv row × element size).
+    /// The K/V bytes the decode rows attend (batch × attended tokens × 2 × kv row × element
+    /// size; the attended tokens are the context, or its last `window` with a window).
     pub kv_bytes: u64,
     pub kv_bytes_read: u64,
     /// Decode: `kv_bytes`, each byte once. Prefill: the tiling bound, each query tile reading
-    /// the causal prefix of its last row once (⌈N / tile rows⌉ passes over growing prefixes).
+    /// the causal prefix of its last row once (⌈N / tile rows⌉ passes over growing prefixes),
+    /// from its first row's window start with a window.
     pub kv_bytes_ideal: u64,
     /// One block per query row instead of per tile: what the tiling saves.
     pub kv_bytes_per_row: u64,
@@ -293,10 +310,12 @@ pub fn count_bytes(gpu: &Gpu, cfg: &GpuBenchConfig) -> Result<Vec<ByteRow>, Cuda
     let mut out = Vec::new();
     for &batch in &cfg.batches {
         for &context in &cfg.contexts {
-            let kv_bytes = batch as u64 * context as u64 * row_bytes;
-            if kv_bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
+            let stored_bytes = batch as u64 * context as u64 * row_bytes;
+            if stored_bytes > cfg.max_kv_bytes || batch == 0 || context == 0 {
                 continue;
             }
+            let kv_bytes = batch as u64 * cfg.attended(context) as u64 * row_bytes;
+            let lo = |len: i32| crate::launch::window_start(len as usize, cfg.window) as u64;
             let unit = cfg.block_sizes.iter().fold(1usize, |l, &b| l.max(b));
             let per_seq = context.div_ceil(unit) * unit;
             let num_slots = batch * per_seq;
@@ -321,9 +340,15 @@ pub fn count_bytes(gpu: &Gpu, cfg: &GpuBenchConfig) -> Result<Vec<ByteRow>, Cuda
             let pre_tiles = tiles(&pre_seq, &pre_len, tq);
             let ideal_prefill: u64 = pre_tiles
                 .windows(2)
-                .map(|w| pre_len[w[1] as usize - 1] as u64 * row_bytes)
+                .map(|w| {
+                    let (first, last) = (pre_len[w[0] as usize], pre_len[w[1] as usize - 1]);
+                    (last as u64 - lo(first)) * row_bytes
+                })
                 .sum();
-            let per_row_prefill: u64 = pre_len.iter().map(|&l| l as u64 * row_bytes).sum();
+            let per_row_prefill: u64 = pre_len
+                .iter()
+                .map(|&l| (l as u64 - lo(l)) * row_bytes)
+                .sum();
             let scale = 1.0 / (shape.head_dim as f32).sqrt();
             let mut ws = Workspace::default();
             for &bs in &cfg.block_sizes {
@@ -355,6 +380,7 @@ pub fn count_bytes(gpu: &Gpu, cfg: &GpuBenchConfig) -> Result<Vec<ByteRow>, Cuda
                             row_len: &row_len,
                             rows: n,
                             max_len: context,
+                            window: cfg.window,
                         };
                         let t = Tiles {
                             row0: &tile_buf,

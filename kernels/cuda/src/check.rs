@@ -2,14 +2,16 @@
 //! against the f64 [`reference`](crate::reference) — lengths 1, 15, 16, 17, 513, 4097 in one
 //! batch with chunked-prefill rows beside the decode rows; shuffled block tables; GQA 1/4/8;
 //! head dim 64/128; blocks 8/16/32; f32 and bf16; planned and forced-small partitions (the
-//! log-sum-exp merge); outputs poisoned with NaN first. KV writes, slot copies and swaps through
-//! pinned memory are checked bit for bit.
+//! log-sum-exp merge); outputs poisoned with NaN first; a sliding window of [`CHECK_WINDOW`]
+//! tokens with every position before it NaN (and its whole blocks mapped to a NaN block), so a
+//! read outside the window poisons the output. KV writes, slot copies and swaps through pinned
+//! memory are checked bit for bit.
 
 use crate::device::{Addressing, DevLayer, Gpu, KvBuf, Rows, Workspace};
 use crate::error::CudaError;
 use crate::launch::{
     check_copy_pairs, check_slots, check_table, copy_pairs, fixed_partitions, plan_partitions,
-    AttnShape, Partitions,
+    window_start, AttnShape, Partitions,
 };
 use crate::reference::{attention_row, round_to};
 use crate::rng::Rng;
@@ -25,6 +27,9 @@ pub const PREFILL_CHUNK: usize = 16;
 /// [-1, 1)): f32 accumulation over ≤ 4097 tokens; storage rounding is in the reference too, so
 /// f32 and bf16 share it.
 pub const ATTN_ABS_TOL: f64 = 1e-3;
+/// The sliding window of the windowed cases: off every block boundary, shorter than the longest
+/// lengths (a window inside one partition of 4097) and longer than the short ones (a no-op).
+pub const CHECK_WINDOW: usize = 100;
 
 /// One checked thing.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,10 +66,29 @@ pub struct Logical {
     pub rows: Vec<(usize, usize)>,
     pub q: Vec<f32>,
     pub reference: Vec<f64>,
+    /// Sliding window of every row (0: none).
+    pub window: usize,
+}
+
+impl Logical {
+    /// The first position any row of sequence `seq` reads (0 without a window).
+    pub fn first_read(&self, seq: usize) -> usize {
+        self.rows
+            .iter()
+            .filter(|r| r.0 == seq)
+            .map(|r| window_start(r.1, self.window))
+            .min()
+            .unwrap_or(0)
+    }
 }
 
 /// Seeded logical data for one (storage type, shape) and its f64 reference outputs.
 pub fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
+    logical_windowed(dtype, shape, 0, rng)
+}
+
+/// [`logical`] with every row attending its last `window` positions (0: all).
+pub fn logical_windowed(dtype: KvDtype, shape: AttnShape, window: usize, rng: &mut Rng) -> Logical {
     let row = shape.kv_row();
     let mut gen = |n: usize| -> Vec<f32> { (0..n).map(|_| round_to(dtype, rng.unit())).collect() };
     let k: Vec<Vec<f32>> = LENGTHS.iter().map(|&l| gen(l * row)).collect();
@@ -82,11 +106,12 @@ pub fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
     let mut reference = Vec::with_capacity(q.len());
     for (r, &(s, len)) in rows.iter().enumerate() {
         let qr = &q[r * shape.q_row()..(r + 1) * shape.q_row()];
+        let lo = window_start(len, window);
         reference.extend(attention_row(
             qr,
-            &k[s],
-            &v[s],
-            len,
+            &k[s][lo * row..],
+            &v[s][lo * row..],
+            len - lo,
             shape.q_heads,
             shape.kv_heads,
             shape.head_dim,
@@ -101,10 +126,12 @@ pub fn logical(dtype: KvDtype, shape: AttnShape, rng: &mut Rng) -> Logical {
         rows,
         q,
         reference,
+        window,
     }
 }
 
-/// Host storage (NaN everywhere) with `place(seq, pos) -> slot` filled from `lg`.
+/// Host storage (NaN everywhere) with `place(seq, pos) -> slot` filled from `lg`, from each
+/// sequence's first read position on (a windowed case leaves what lies before it NaN).
 pub fn storage(
     lg: &Logical,
     num_slots: usize,
@@ -114,7 +141,7 @@ pub fn storage(
     let mut k = vec![f32::NAN; num_slots * row];
     let mut v = vec![f32::NAN; num_slots * row];
     for (s, &len) in LENGTHS.iter().enumerate() {
-        for p in 0..len {
+        for p in lg.first_read(s)..len {
             let slot = place(s, p);
             k[slot * row..(slot + 1) * row].copy_from_slice(&lg.k[s][p * row..(p + 1) * row]);
             v[slot * row..(slot + 1) * row].copy_from_slice(&lg.v[s][p * row..(p + 1) * row]);
@@ -169,6 +196,7 @@ fn attn_err(
         row_len: &row_len,
         rows: lg.rows.len(),
         max_len,
+        window: lg.window,
     };
     let q = gpu.upload(&lg.q)?;
     let mut out = gpu.zeros::<f32>(lg.q.len())?;
@@ -216,6 +244,22 @@ pub struct PagedTables {
 impl PagedTables {
     pub fn slot(&self, seq: usize, pos: usize) -> usize {
         self.tables[seq][pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    /// The device tables with every block wholly before `first_read(seq)` mapped to a spare
+    /// block (never written: NaN), as blocks released behind a sliding window may hold anything.
+    pub fn flat_from(&self, first_read: impl Fn(usize) -> usize) -> Vec<i32> {
+        let used: std::collections::BTreeSet<u32> = self.tables.iter().flatten().copied().collect();
+        let spare = (0..(self.num_slots / self.block_size) as u32)
+            .find(|b| !used.contains(b))
+            .unwrap_or(0) as i32;
+        let mut flat = self.flat.clone();
+        for s in 0..self.tables.len() {
+            for b in 0..first_read(s) / self.block_size {
+                flat[s * self.max_blocks + b] = spare;
+            }
+        }
+        flat
     }
 }
 
@@ -322,6 +366,56 @@ pub fn attention_grid(gpu: &Gpu, seed: u64, size: GridSize) -> Result<Vec<CheckR
                     }
                 }
             }
+        }
+    }
+    // A sliding window, on the grid's first group size and head dim of each storage type.
+    let (g, d) = (groups[0], dims[dims.len() - 1]);
+    for &dtype in dtypes {
+        let shape = AttnShape {
+            q_heads: 2 * g,
+            kv_heads: 2,
+            head_dim: d,
+        };
+        let lg = logical_windowed(dtype, shape, CHECK_WINDOW, &mut rng);
+        let max_len = *LENGTHS.iter().max().unwrap_or(&1);
+        let planned = plan_partitions(lg.rows.len(), shape.kv_heads, max_len, gpu.info.sm_count);
+        let forced = fixed_partitions(max_len, 64);
+        let name = format!("{} g{g} d{d} window {CHECK_WINDOW}", dtype.name());
+        let (bases, next) = contiguous_bases();
+        let (k, v) = storage(&lg, next, |s, p| bases[s] as usize + p);
+        let layer = upload_layer(gpu, &lg, &k, &v, next)?;
+        let base_dev = gpu.upload(&bases)?;
+        let addr = Addressing::Contiguous {
+            seq_base: &base_dev,
+        };
+        for (label, parts) in [("planned", planned), ("parts64", forced)] {
+            let e = attn_err(gpu, &lg, &layer, &addr, parts, &mut ws)?;
+            out.push(CheckRow::new(
+                "attn_contig",
+                format!("{name} {label} ({} parts)", parts.parts),
+                e,
+                ATTN_ABS_TOL,
+            ));
+        }
+        drop(layer);
+        let bs = block_sizes[0];
+        let pt = paged_tables(bs, &mut rng)?;
+        let (k, v) = storage(&lg, pt.num_slots, |s, p| pt.slot(s, p));
+        let layer = upload_layer(gpu, &lg, &k, &v, pt.num_slots)?;
+        let tables_dev = gpu.upload(&pt.flat_from(|s| lg.first_read(s)))?;
+        let addr = Addressing::Paged {
+            block_tables: &tables_dev,
+            max_blocks: pt.max_blocks,
+            block_size: bs,
+        };
+        for (label, parts) in [("planned", planned), ("parts64", forced)] {
+            let e = attn_err(gpu, &lg, &layer, &addr, parts, &mut ws)?;
+            out.push(CheckRow::new(
+                "attn_paged",
+                format!("{name} bs{bs} {label} ({} parts)", parts.parts),
+                e,
+                ATTN_ABS_TOL,
+            ));
         }
     }
     Ok(out)

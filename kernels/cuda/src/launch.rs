@@ -102,6 +102,38 @@ pub fn fixed_partitions(max_len: usize, part_tokens: u32) -> Partitions {
     }
 }
 
+/// The first position a query row of `len_tokens` attends under a sliding `window` (0: none,
+/// the row attends from position 0): the query at position `p = len − 1` sees `(p − window, p]`,
+/// as `kvbench-kernels`' sliding layers and the oracle do. The kernels compute the same bound
+/// (`attn_row_lo` in attention.cu); the host uses it for what a launch must have mapped.
+pub fn window_start(len_tokens: usize, window: usize) -> usize {
+    if window == 0 {
+        0
+    } else {
+        len_tokens.saturating_sub(window)
+    }
+}
+
+/// A sliding window as the kernels take it (an `int`; 0 = none). A row then reads only the
+/// partitions from the one holding [`window_start`] on, and a key tile only from the tile's
+/// earliest window start: positions before it are never looked up, so a block table may map
+/// anything there (blocks released behind the window).
+pub fn window_arg(window: usize) -> Result<i32, CudaError> {
+    i32::try_from(window).map_err(|_| {
+        CudaError::Shape(format!(
+            "sliding window of {window} tokens: the kernels take at most {}",
+            i32::MAX
+        ))
+    })
+}
+
+/// The partitions `[first, used)` a row of `len_tokens` has under `window` with `part_tokens`
+/// per partition: what `attn_merge` reads and the attention kernel writes for it.
+pub fn row_partitions(len_tokens: usize, window: usize, part_tokens: u32) -> (usize, usize) {
+    let p = part_tokens.max(1) as usize;
+    (window_start(len_tokens, window) / p, len_tokens.div_ceil(p))
+}
+
 /// Every slot of a KV write in range (negative = padding, skipped).
 pub fn check_slots(slots: &[i64], num_slots: usize) -> Result<(), CudaError> {
     match slots.iter().find(|&&s| s >= num_slots as i64) {
@@ -288,6 +320,23 @@ mod tests {
         assert!(check_copy_pairs(&[(0, 1), (1, 2)], 8).is_err(), "chain");
         assert!(check_copy_pairs(&[(0, 8)], 8).is_err(), "range");
         assert!(check_copy_pairs(&[(-1, 2)], 8).is_err(), "negative");
+    }
+
+    #[test]
+    fn a_window_starts_window_positions_before_the_row_end_and_picks_its_partitions() {
+        assert_eq!(window_start(100, 0), 0, "no window");
+        assert_eq!(window_start(100, 12), 88, "positions 88..=99");
+        assert_eq!(window_start(5, 12), 0, "a window longer than the row");
+        assert_eq!(window_start(12, 12), 0);
+        assert_eq!(window_start(13, 12), 1);
+        assert_eq!(window_start(1, 1), 0);
+        assert_eq!(window_start(7, 1), 6, "window 1: the token itself");
+        assert_eq!(row_partitions(1200, 0, 512), (0, 3));
+        assert_eq!(row_partitions(1200, 100, 512), (2, 3), "keys 1100..1200");
+        assert_eq!(row_partitions(1200, 700, 512), (0, 3), "keys 500..1200");
+        assert_eq!(row_partitions(1024, 512, 512), (1, 2), "keys 512..1024");
+        assert_eq!(window_arg(4096).ok(), Some(4096));
+        assert!(window_arg(1 << 31).is_err());
     }
 
     #[test]

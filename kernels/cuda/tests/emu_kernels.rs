@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use kvbench_cuda::device::tile_rows;
 use kvbench_cuda::emu::kernels::{kernel_names, launch, Dim3, EmuKernelError};
-use kvbench_cuda::launch::fixed_partitions;
+use kvbench_cuda::launch::{fixed_partitions, window_start};
 use kvbench_cuda::model::batch::tiles;
 use kvbench_cuda::reference::{attention_row, round_to};
 use kvbench_cuda::rng::Rng;
@@ -75,12 +75,16 @@ fn every_kernel_nvrtc_compiles_has_a_host_build() {
 
 /// One attention case: sequences of given lengths stored in a paged (shuffled table) or
 /// contiguous cache, decode rows for every sequence plus a causal prefill chunk of sequence 0.
+/// With a sliding `window` (0: none), every position before the earliest window start of a
+/// sequence's rows is NaN in storage (contiguous) or its whole block mapped to a never-written
+/// NaN block (paged, blocks wholly before it): a kernel that reads one poisons its output.
 struct AttnCase {
     dtype: KvDtype,
     paged: bool,
     head_dim: usize,
     group: usize,
     part_tokens: Option<u32>,
+    window: usize,
 }
 
 fn check_attention(c: &AttnCase, rng: &mut Rng) {
@@ -107,9 +111,11 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
     // Slot of (sequence, position) in each layout.
     let mut free: Vec<u32> = (0..num_blocks as u32).collect();
     rng.shuffle(&mut free);
-    let tables: Vec<i32> = (0..lens.len() * max_blocks)
+    let mut tables: Vec<i32> = (0..lens.len() * max_blocks)
         .map(|i| free[i] as i32)
         .collect();
+    // A block no table maps: never written, NaN.
+    let poison_block = free[lens.len() * max_blocks] as i32;
     let seq_base: Vec<i64> = (0..lens.len())
         .map(|s| (s * (max_len + 5)) as i64)
         .collect();
@@ -119,25 +125,6 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
         } else {
             seq_base[s] as usize + t
         }
-    };
-    let mut k32 = vec![f32::NAN; num_slots * row];
-    let mut v32 = vec![f32::NAN; num_slots * row];
-    for (s, (k, v)) in logical.iter().enumerate() {
-        for t in 0..lens[s] {
-            let at = slot(s, t) * row;
-            k32[at..at + row].copy_from_slice(&k[t * row..(t + 1) * row]);
-            v32[at..at + row].copy_from_slice(&v[t * row..(t + 1) * row]);
-        }
-    }
-    let to16 = |x: &[f32]| -> Vec<u16> {
-        x.iter()
-            .map(|&f| half::bf16::from_f32(f).to_bits())
-            .collect()
-    };
-    let (k16, v16) = (to16(&k32), to16(&v32));
-    let (kp, vp): (*const c_void, *const c_void) = match c.dtype {
-        KvDtype::F32 => (k32.as_ptr().cast(), v32.as_ptr().cast()),
-        KvDtype::Bf16 => (k16.as_ptr().cast(), v16.as_ptr().cast()),
     };
     // Rows: one decode row per sequence, a causal chunk of 4 tokens of sequence 0, and the
     // whole of sequence 2 as one prefill chunk (several query tiles and key tiles).
@@ -151,6 +138,44 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
         row_seq.push(2);
         row_len.push(l as i32);
     }
+    // The first position any row of each sequence reads.
+    let first_read: Vec<usize> = (0..lens.len())
+        .map(|s| {
+            row_seq
+                .iter()
+                .zip(&row_len)
+                .filter(|(&rs, _)| rs as usize == s)
+                .map(|(_, &l)| window_start(l as usize, c.window))
+                .min()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut k32 = vec![f32::NAN; num_slots * row];
+    let mut v32 = vec![f32::NAN; num_slots * row];
+    for (s, (k, v)) in logical.iter().enumerate() {
+        for t in first_read[s]..lens[s] {
+            let at = slot(s, t) * row;
+            k32[at..at + row].copy_from_slice(&k[t * row..(t + 1) * row]);
+            v32[at..at + row].copy_from_slice(&v[t * row..(t + 1) * row]);
+        }
+    }
+    if c.paged {
+        for (s, &from) in first_read.iter().enumerate() {
+            for b in 0..from / block_size {
+                tables[s * max_blocks + b] = poison_block;
+            }
+        }
+    }
+    let to16 = |x: &[f32]| -> Vec<u16> {
+        x.iter()
+            .map(|&f| half::bf16::from_f32(f).to_bits())
+            .collect()
+    };
+    let (k16, v16) = (to16(&k32), to16(&v32));
+    let (kp, vp): (*const c_void, *const c_void) = match c.dtype {
+        KvDtype::F32 => (k32.as_ptr().cast(), v32.as_ptr().cast()),
+        KvDtype::Bf16 => (k16.as_ptr().cast(), v16.as_ptr().cast()),
+    };
     let rows = row_seq.len();
     let tile_row0 = tiles(&row_seq, &row_len, tile_rows(c.group));
     let q: Vec<f32> = (0..rows * q_heads * d).map(|_| rng.unit()).collect();
@@ -192,6 +217,7 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
                 float(scale),
                 ptr(tile_row0.as_ptr()),
                 int(tiled as i32),
+                int(c.window as i32),
             ],
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -209,6 +235,7 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
                     int(np as i32),
                     int(parts.part_tokens as i32),
                     int(d as i32),
+                    int(c.window as i32),
                 ],
             )
             .expect("attn_merge");
@@ -220,20 +247,33 @@ fn check_attention(c: &AttnCase, rng: &mut Rng) {
         assert_eq!(
             a.to_bits(),
             b.to_bits(),
-            "{name} parts {np}: element {i} differs between one row per block and tiles"
+            "{name} parts {np} window {}: element {i} differs between one row per block and tiles",
+            c.window
         );
     }
     for r in 0..rows {
         let s = row_seq[r] as usize;
         let len = row_len[r] as usize;
         let (k, v) = &logical[s];
+        let lo = window_start(len, c.window);
         let qr = &q[r * q_heads * d..(r + 1) * q_heads * d];
-        let want = attention_row(qr, k, v, len, q_heads, kv_heads, d, scale as f64);
+        // The reference over the window's positions only, as logical data from `lo` on.
+        let want = attention_row(
+            qr,
+            &k[lo * row..],
+            &v[lo * row..],
+            len - lo,
+            q_heads,
+            kv_heads,
+            d,
+            scale as f64,
+        );
         let got = &out[r * q_heads * d..(r + 1) * q_heads * d];
         for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
             assert!(
                 (g as f64 - w).abs() <= 2e-5,
-                "{name} parts {np}: row {r} elem {i}: {g} vs {w}"
+                "{name} parts {np} window {}: row {r} (len {len}) elem {i}: {g} vs {w}",
+                c.window
             );
         }
     }
@@ -254,11 +294,45 @@ fn attention_matches_the_f64_reference_in_every_variant() {
                                 head_dim,
                                 group,
                                 part_tokens,
+                                window: 0,
                             },
                             &mut rng,
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Sliding windows at their edges: 1 (the token itself), shorter than a block and off its
+/// boundary (5, 12 with 8-token blocks), exactly a block (8), crossing the 16-token partitions
+/// and several blocks (45), and at least every length (70, 200: the window changes nothing).
+/// Each against the windowed reference, with the positions before it poisoned, and tiles
+/// against one row per block bit for bit; storage types, layouts, head dims and group sizes
+/// rotate over the cases.
+#[test]
+fn windowed_attention_matches_the_reference_and_reads_nothing_before_the_window() {
+    let mut rng = Rng::new(seed());
+    let mut i = 0usize;
+    for window in [1usize, 5, 8, 12, 45, 70, 200] {
+        for paged in [true, false] {
+            for part_tokens in [None, Some(16)] {
+                let dtype = KvDtype::ALL[i % KvDtype::ALL.len()];
+                let head_dim = HEAD_DIMS[i % HEAD_DIMS.len()];
+                let group = GROUPS[(i / 2) % GROUPS.len()];
+                i += 1;
+                check_attention(
+                    &AttnCase {
+                        dtype,
+                        paged,
+                        head_dim,
+                        group,
+                        part_tokens,
+                        window,
+                    },
+                    &mut rng,
+                );
             }
         }
     }

@@ -5,7 +5,9 @@
 //!
 //! Same seeded tiny model, paged layout with a shuffled table: a prefill chunk then a decode
 //! must match the CPU's logits (relative L2 ≤ 1e-4) and greedy tokens, and a token's logits must
-//! be bit-identical whether it runs alone or beside another sequence (batch invariance).
+//! be bit-identical whether it runs alone or beside another sequence (batch invariance). On the
+//! emulated device also with a sliding layer (window 3, off the 4-token blocks) beside a full
+//! one, against the CPU model's sliding layer.
 
 use kvbench_cuda::device::{DevLayer, Gpu};
 use kvbench_cuda::model::batch::{pack, SeqAddr, SeqChunk};
@@ -13,7 +15,7 @@ use kvbench_cuda::model::forward::DevModel;
 use kvbench_cuda::model::{HostLayer, HostWeights, ModelDims, WeightDtype};
 use kvbench_cuda::KvDtype;
 use kvbench_kernels::model::rope_inv_freq;
-use kvbench_kernels::{rank_token, ModelConfig, PagedTable, StepSeq, Transformer};
+use kvbench_kernels::{rank_token, LayerKind, ModelConfig, PagedTable, StepSeq, Transformer};
 
 fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a
@@ -28,7 +30,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 #[test]
 fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
     match Gpu::open() {
-        Ok(g) => check_against_cpu(&g),
+        Ok(g) => check_against_cpu(&g, &[0, 0]),
         Err(e) => eprintln!("SKIP: no CUDA device: {e}"),
     }
 }
@@ -38,10 +40,19 @@ fn gpu_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
 #[test]
 fn emulated_logits_match_the_cpu_model_and_do_not_depend_on_the_batch() {
     let gpu = Gpu::emulated_open(kvbench_cuda::emu::EmuConfig::new(17)).expect("emulated");
-    check_against_cpu(&gpu);
+    check_against_cpu(&gpu, &[0, 0]);
 }
 
-fn check_against_cpu(gpu: &Gpu) {
+/// A sliding layer of window 3 before a full one: the device attends the window the CPU's
+/// sliding layer attends (a prefill of 5 tokens over two blocks, then a decode).
+#[test]
+fn emulated_sliding_layers_match_the_cpu_models() {
+    let gpu = Gpu::emulated_open(kvbench_cuda::emu::EmuConfig::new(19)).expect("emulated");
+    check_against_cpu(&gpu, &[3, 0]);
+}
+
+/// `windows`: per layer, its sliding window (0: full attention).
+fn check_against_cpu(gpu: &Gpu, windows: &[usize]) {
     let cfg = ModelConfig {
         layers: 2,
         q_heads: 8,
@@ -53,7 +64,14 @@ fn check_against_cpu(gpu: &Gpu) {
         rope_theta: 10_000.0,
         norm_eps: 1e-5,
     };
-    let m = Transformer::seeded(cfg.clone(), 5).expect("seeded");
+    let kinds: Vec<LayerKind> = windows
+        .iter()
+        .map(|&w| match w {
+            0 => LayerKind::Full,
+            window => LayerKind::Sliding { window },
+        })
+        .collect();
+    let m = Transformer::seeded_with_kinds(cfg.clone(), kinds, 5).expect("seeded");
     let dims = ModelDims {
         layers: cfg.layers,
         q_heads: cfg.q_heads,
@@ -87,6 +105,9 @@ fn check_against_cpu(gpu: &Gpu) {
     };
     let slots = 64;
     let mut dm = DevModel::new(gpu, dims, WeightDtype::F32, &hw, 64, slots / 4).expect("model");
+    assert!(dm.set_windows(&[3]).is_err(), "one window a layer");
+    dm.set_windows(windows).expect("windows");
+    assert_eq!(dm.windows(), windows);
     let mut kv: Vec<DevLayer> = (0..cfg.layers)
         .map(|_| {
             gpu.new_layer(KvDtype::F32, slots, dims.attn_shape())

@@ -2,8 +2,9 @@
 //! quick scenarios pass the oracle on every sequence with identical paged and contiguous token
 //! streams, reclamation holds, the ledger reconciles with the emulated `cuMemGetInfo` and every
 //! device allocation is freed — with synchronous and with asynchronous steps, under seeded
-//! completion delays. The planted faults are caught; `kvbench fuzz --backend cuda-emu` runs and
-//! replays. Request counts are cut so the whole file stays within a CI minute or two.
+//! completion delays; `tiny-sliding`'s sliding layers attend their windows and pass the oracle,
+//! MLA and recurrent groups are refused by name. The planted faults are caught; `kvbench fuzz
+//! --backend cuda-emu` runs and replays. Request counts are cut so the whole file stays within a CI minute or two.
 
 use std::path::PathBuf;
 
@@ -76,6 +77,77 @@ fn quick_scenarios_pass_with_asynchronous_steps() {
     ] {
         let exp = run_emu(name, &[n, "scheduler.async_steps=true"], None);
         assert_clean(&format!("{name} async"), &exp);
+    }
+}
+
+/// `tiny-sliding` (two sliding layers of window 12, then two full ones) on the emulated device:
+/// each sliding layer's kernels attend its window only, and the oracle, which bounds the window
+/// by its own loops, checks every sequence at every sampled step; paged and contiguous emit the
+/// same tokens. f32 KV with synchronous steps, bf16 KV with asynchronous ones; prompts far
+/// longer than the window and than a block.
+#[test]
+fn tiny_sliding_passes_the_oracle_on_the_emulated_device() {
+    take_teardowns();
+    for (name, sets) in [
+        (
+            "quick-basic",
+            &["traffic.requests=8", "model.preset=tiny-sliding"][..],
+        ),
+        (
+            "quick-mixed",
+            &[
+                "traffic.requests=12",
+                "model.preset=tiny-sliding",
+                "model.kv_dtype=bf16",
+                "scheduler.async_steps=true",
+            ][..],
+        ),
+    ] {
+        let exp = run_emu(name, sets, None);
+        assert_eq!(
+            exp.cache_manager,
+            kvbench::scenario::CacheManager::Summed,
+            "{name}: cuda maps one block table a sequence"
+        );
+        assert_clean(&format!("{name} tiny-sliding"), &exp);
+        for r in &exp.runs {
+            let n = r.end.numerics.expect("numerics");
+            println!(
+                "{name} tiny-sliding {:?}: {} checked steps, max rel err {:.3e}",
+                r.end.mode, n.checked_steps, n.max_rel_err
+            );
+        }
+    }
+}
+
+/// MLA and recurrent groups stay refused on the emulated device, before any work, naming the
+/// group's key and kind.
+#[test]
+fn mla_and_recurrent_groups_are_refused_by_name() {
+    for (preset, key) in [
+        ("tiny-mla", "model.layer_groups.0 (attention = \"mla\")"),
+        (
+            "tiny-hybrid",
+            "model.layer_groups.1 (attention = \"recurrent\")",
+        ),
+    ] {
+        let opts = RunOptions {
+            backend: BackendKind::CudaEmu,
+            ..RunOptions::default()
+        };
+        let s = scenario(
+            "quick-basic",
+            &[
+                "traffic.requests=2",
+                &format!("model.preset={preset}"),
+                "scheduler.prefix_cache=false",
+            ],
+        );
+        let e = match experiment::run_scenario(&s, &opts) {
+            Ok(_) => panic!("{preset} ran on cuda-emu"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(key), "{preset}: {e}");
     }
 }
 

@@ -241,12 +241,15 @@ fn a_window_off_by_one_or_ignored_fails_the_oracle_check() {
 }
 
 #[test]
-fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_runs_them() {
+fn cuda_runs_tiny_sliding_refuses_the_other_variants_naming_the_group_and_cpu_runs_them() {
+    let sliding = kvbench::backend::cuda::setup::config(&ModelShape::tiny_sliding())
+        .expect("cuda runs sliding layers");
+    assert!(
+        sliding.windows.iter().any(|&w| w > 0),
+        "{:?}",
+        sliding.windows
+    );
     for (shape, key) in [
-        (
-            ModelShape::tiny_sliding(),
-            "model.layer_groups.0 (attention = \"sliding\")",
-        ),
         (
             ModelShape::tiny_mla(),
             "model.layer_groups.0 (attention = \"mla\")",
@@ -257,7 +260,7 @@ fn cuda_refuses_the_tiny_variants_naming_the_group_and_cpu_runs_them() {
         ),
     ] {
         let err = kvbench::backend::cuda::setup::config(&shape)
-            .expect_err("cuda runs full layers only")
+            .expect_err("cuda runs full and sliding layers only")
             .to_string();
         assert!(err.contains(key), "{err}");
         seeded_model(&shape, 1).expect("cpu runs it");

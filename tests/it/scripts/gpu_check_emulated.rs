@@ -12,15 +12,17 @@ use std::process::Command;
 
 /// Every step of the GPU check, in the order the script runs them (the GPU names of the
 /// sanitizer steps are `memcheck`/`racecheck`; emulated, one `compute_sanitizer` line).
-const ORDER: [&str; 15] = [
+const ORDER: [&str; 17] = [
     "doctor",
     "cuda_check",
     "kernel_bench",
+    "kernel_bench_window",
     "peer_sdpa",
     "e2e_quick_basic",
     "e2e_quick_mixed",
     "e2e_quick_mixed_async",
     "e2e_conversation_quick",
+    "e2e_tiny_sliding",
     "fault_skip-cow",
     "fault_early-reuse",
     "fault_leak",
@@ -190,7 +192,10 @@ fn a_binary_that_catches_nothing_fails_the_check_and_the_summary_says_which_step
     for (name, verdict, _) in &rows {
         let want = if name.starts_with("fault_") {
             "FAILED"
-        } else if name.starts_with("e2e_quick") || name.starts_with("e2e_conv") || name == "doctor"
+        } else if name.starts_with("e2e_quick")
+            || name.starts_with("e2e_conv")
+            || name == "e2e_tiny_sliding"
+            || name == "doctor"
         {
             "ok"
         } else {
@@ -208,7 +213,7 @@ fn a_binary_that_catches_nothing_fails_the_check_and_the_summary_says_which_step
     let (rc2, _) = gpu_check(&out, &stub, Some("doctor"));
     assert_eq!(rc2, 0);
     let again = only_archive_and_summary(&out);
-    assert!(again.contains("1 ok, 0 failed, 14 skipped"), "{again}");
+    assert!(again.contains("1 ok, 0 failed, 16 skipped"), "{again}");
     // Usage errors exit 2 and write nothing.
     let o = Command::new("bash")
         .arg(repo().join("scripts/gpu-check.sh"))

@@ -171,8 +171,8 @@ fn seq_addr(layout: SeqLayout<'_>) -> SeqAddr<'_> {
             base_slot,
             capacity_tokens: capacity_tokens as u64,
         },
-        // The cuda backend refuses models with non-full groups before any work, so no grouped
-        // manager reaches it; a grouped layout maps nothing, so every read fails.
+        // The cuda backend maps one block table a sequence (`HybridSupport::Unsupported`), so
+        // no grouped manager reaches it; a grouped layout maps nothing, so every read fails.
         SeqLayout::Grouped { .. } => SeqAddr::Contiguous {
             base_slot: 0,
             capacity_tokens: 0,
@@ -224,6 +224,10 @@ impl CudaBackend {
             num_blocks,
         )
         .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
+        let mut model = model;
+        model
+            .set_windows(&cc.windows)
+            .map_err(|e| BackendError::Config(format!("cuda: model: {e}")))?;
         let event = || gpu.new_event().map(Arc::new).map_err(dev);
         let start_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
         let end_ev = (0..RING).map(|_| event()).collect::<Result<Vec<_>, _>>()?;
@@ -248,7 +252,6 @@ impl CudaBackend {
             * (setup.block_size.max(1) as usize)
             * shape.kv_row()
             * cc.kv.bytes()) as u64;
-        let mut model = model;
         let inv_freq = rope_inv_freq(cc.dims.head_dim, cc.cfg.rope_theta);
         warm_up(
             &gpu,

@@ -2,18 +2,20 @@
 //! config (the weights come from the same seeded generator, so logits are comparable with the
 //! oracle), the device dims, weight and KV storage types, and how the oracle check samples.
 //! What the kernels cannot run is refused here, naming its key: a mixture of experts
-//! (`moe_key`), a layer group other than full attention (`non_full_group_key`) and an FP8 KV
-//! dtype (`model.kv_dtype`).
+//! (`moe_key`), an MLA or recurrent layer group (`unsupported_group_key`: the kernels attend
+//! over K/V heads only, and keep no per-sequence state), a group whose heads differ from the
+//! model's, and an FP8 KV dtype (`model.kv_dtype`). Full and sliding groups run: a sliding
+//! layer is a full layer's weights attending its window only (`CudaConfig::windows`).
 
 use std::sync::{Arc, Mutex};
 
 use kvbench_cuda::model::{HostLayer, HostWeights, ModelDims, WeightDtype};
 use kvbench_cuda::KvDtype;
-use kvbench_kernels::{ModelConfig, Transformer};
+use kvbench_kernels::{LayerKind, ModelConfig, Transformer};
 
 use crate::backend::cpu::{shape_config, MAX_PARAMETERS};
 use crate::backend::BackendError;
-use crate::model::{Dtype, ModelShape};
+use crate::model::{Dtype, LayerGroup, ModelShape};
 
 /// f32 weights and f32 KV against the f64 oracle: ‖out − ref‖/‖ref‖ ≤ 1e-4 (as on `cpu`; f32
 /// accumulation in another order moves logits by ~1e-6).
@@ -49,6 +51,11 @@ pub enum CheckPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CudaConfig {
     pub cfg: ModelConfig,
+    /// Each layer's kind, in the cpu model's layer order (`backend::cpu::layer_kinds`): full or
+    /// sliding only. The reference draws and computes the same layers.
+    pub kinds: Vec<LayerKind>,
+    /// Per layer, the window the device attends (0: full attention).
+    pub windows: Vec<usize>,
     pub dims: ModelDims,
     pub weights: WeightDtype,
     pub kv: KvDtype,
@@ -63,11 +70,23 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
             shape.name
         )));
     }
-    if let Some(key) = shape.non_full_group_key() {
+    if let Some(key) = unsupported_group_key(shape) {
         return Err(BackendError::Config(format!(
-            "{key}: the cuda backend runs full-attention layers only; model {} has sliding, MLA or recurrent layer groups (use --backend sim)",
+            "{key}: the cuda backend runs full and sliding-window attention layers only; model {} has an MLA or recurrent layer group (use --backend cpu or sim)",
             shape.name
         )));
+    }
+    for (i, g) in shape.layer_groups.iter().enumerate() {
+        if g.heads()
+            .is_some_and(|h| h != (shape.kv_heads, shape.head_dim))
+        {
+            return Err(BackendError::Config(format!(
+                "model.layer_groups.{i} (attention = \"{}\"): the cuda model has one KV layout ({} KV heads of dim {}); this group's differs",
+                g.kind(),
+                shape.kv_heads,
+                shape.head_dim
+            )));
+        }
     }
     if shape.tp > 1 {
         return Err(BackendError::Config(format!(
@@ -98,6 +117,20 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
         _ => KvDtype::Bf16,
     };
     let cfg = shape_config(shape)?;
+    let kinds = crate::backend::cpu::layer_kinds(shape)?;
+    let windows: Vec<usize> = kinds
+        .iter()
+        .map(|k| match *k {
+            LayerKind::Sliding { window } => window,
+            _ => 0,
+        })
+        .collect();
+    if let Some(&w) = windows.iter().find(|&&w| i32::try_from(w).is_err()) {
+        return Err(BackendError::Config(format!(
+            "model {}: a sliding window of {w} tokens is past what the cuda kernels take",
+            shape.name
+        )));
+    }
     let dims = ModelDims {
         layers: cfg.layers,
         q_heads: cfg.q_heads,
@@ -123,12 +156,25 @@ pub fn config(shape: &ModelShape) -> Result<CudaConfig, BackendError> {
     };
     Ok(CudaConfig {
         cfg,
+        kinds,
+        windows,
         dims,
         weights,
         kv,
         policy,
         tolerance,
     })
+}
+
+/// The key of the first layer group the cuda kernels cannot run, with its kind:
+/// `model.layer_groups.0 (attention = "mla")`; `None` when every group is full or sliding.
+pub fn unsupported_group_key(shape: &ModelShape) -> Option<String> {
+    shape
+        .layer_groups
+        .iter()
+        .enumerate()
+        .find(|(_, g)| !matches!(g, LayerGroup::Full { .. } | LayerGroup::Sliding { .. }))
+        .map(|(i, g)| format!("model.layer_groups.{i} (attention = \"{}\")", g.kind()))
 }
 
 fn round_bf16(v: &mut [f32]) {
@@ -142,9 +188,9 @@ fn round_bf16(v: &mut [f32]) {
 /// the weights the GPU holds. Drawing the 8B shape takes most of a minute, so the last model
 /// is kept for the process (the paged and contiguous runs share it).
 pub fn host_model(cc: &CudaConfig, seed: u64) -> Result<Arc<Transformer>, BackendError> {
-    type Key = (String, u64, WeightDtype);
+    type Key = (String, Vec<LayerKind>, u64, WeightDtype);
     static LAST: Mutex<Option<(Key, Arc<Transformer>)>> = Mutex::new(None);
-    let key: Key = (format!("{:?}", cc.cfg), seed, cc.weights);
+    let key: Key = (format!("{:?}", cc.cfg), cc.kinds.clone(), seed, cc.weights);
     let mut last = LAST
         .lock()
         .map_err(|_| BackendError::Config("host model cache poisoned".into()))?;
@@ -154,7 +200,7 @@ pub fn host_model(cc: &CudaConfig, seed: u64) -> Result<Arc<Transformer>, Backen
         }
     }
     *last = None; // free the previous model before drawing the next
-    let mut model = Transformer::seeded(cc.cfg.clone(), seed)
+    let mut model = Transformer::seeded_with_kinds(cc.cfg.clone(), cc.kinds.clone(), seed)
         .map_err(|e| BackendError::Config(e.to_string()))?;
     if cc.weights == WeightDtype::Bf16 {
         let w = &mut model.weights;
@@ -218,6 +264,39 @@ mod tests {
         assert_eq!((b.weights, b.kv), (WeightDtype::Bf16, KvDtype::Bf16));
         assert_eq!(b.tolerance, BF16_WEIGHTS_TOLERANCE);
         assert_eq!(b.dims.attn_shape().group(), 4);
+    }
+
+    #[test]
+    fn sliding_groups_run_with_their_windows_and_mla_or_recurrent_are_refused_by_name() {
+        let c = config(&ModelShape::tiny_sliding()).expect("tiny-sliding runs on cuda");
+        let w = crate::model::TINY_SLIDING_WINDOW as usize;
+        assert_eq!(
+            c.windows,
+            vec![w, w, 0, 0],
+            "two sliding layers, then two full"
+        );
+        assert_eq!(c.kinds[0], LayerKind::Sliding { window: w });
+        let m = host_model(&c, 5).expect("drawn");
+        assert_eq!(
+            m.layer_kinds(),
+            &c.kinds[..],
+            "the reference computes the same windows"
+        );
+        let full = config(&ModelShape::tiny()).expect("tiny");
+        assert!(full.windows.iter().all(|&w| w == 0));
+        for (shape, key) in [
+            (
+                ModelShape::tiny_mla(),
+                "model.layer_groups.0 (attention = \"mla\")",
+            ),
+            (
+                ModelShape::tiny_hybrid(),
+                "model.layer_groups.1 (attention = \"recurrent\")",
+            ),
+        ] {
+            let e = config(&shape).expect_err("refused").to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     #[test]

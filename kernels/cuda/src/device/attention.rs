@@ -4,7 +4,7 @@
 
 use super::{i32_of, DevLayer, Gpu};
 use crate::error::CudaError;
-use crate::launch::{log2_block_size, AttnShape, Partitions, ATTN_THREADS};
+use crate::launch::{log2_block_size, window_arg, AttnShape, Partitions, ATTN_THREADS};
 use crate::runtime::{Arg, DevBuf};
 use crate::source::attn_kernel_name;
 
@@ -20,13 +20,16 @@ pub enum Addressing<'a> {
     Contiguous { seq_base: &'a DevBuf<i64> },
 }
 
-/// The query rows of one attention launch: row `r` attends positions `[0, row_len[r])` of
-/// sequence `row_seq[r]`.
+/// The query rows of one attention launch: row `r` attends positions `[lo, row_len[r])` of
+/// sequence `row_seq[r]`, `lo` = [`window_start`](crate::launch::window_start)`(row_len[r],
+/// window)`: 0 without a window (`window` 0), the last `window` positions of a sliding layer.
+/// Positions before `lo` are never read, so the addressing need not map them.
 pub struct Rows<'a> {
     pub row_seq: &'a DevBuf<i32>,
     pub row_len: &'a DevBuf<i32>,
     pub rows: usize,
     pub max_len: usize,
+    pub window: usize,
 }
 
 /// Query-head rows one attention block computes (`ATTN_QROWS` in attention.cu): a query tile
@@ -165,6 +168,7 @@ impl Gpu {
         }
         let kv_heads = i32_of(shape.kv_heads, "kv_heads")?;
         let part_tokens = parts.part_tokens as i32;
+        let window = window_arg(rows.window)?;
         {
             let (po, pm, ps) = if split {
                 (
@@ -209,6 +213,7 @@ impl Gpu {
                     Arg::F32(scale),
                     Arg::Buf(tile_buf),
                     Arg::I32(tiled),
+                    Arg::I32(window),
                 ],
             )?;
         }
@@ -231,6 +236,7 @@ impl Gpu {
                     Arg::I32(nparts),
                     Arg::I32(part_tokens),
                     Arg::I32(d),
+                    Arg::I32(window),
                 ],
             )?;
         }

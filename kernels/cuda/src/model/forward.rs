@@ -70,6 +70,9 @@ pub struct DevModel {
     pub plan: WorkspacePlan,
     /// Device allocations made (weights and workspace).
     pub allocations: u64,
+    /// Per layer, its sliding window in tokens (0: full attention). A windowed layer reads the
+    /// last `window` positions of each row only; the block tables still map every block.
+    windows: Vec<usize>,
     blas: Blas,
     embed: DevBuf<f32>,
     layers: Vec<LayerW>,
@@ -170,6 +173,7 @@ impl DevModel {
             dtype,
             plan,
             allocations: 0,
+            windows: vec![0; dims.layers],
             blas: Blas::new(gpu)?,
             embed,
             layers,
@@ -214,6 +218,28 @@ impl DevModel {
         m.allocations = a.count;
         m.warm_up(gpu)?;
         Ok(m)
+    }
+
+    /// Sets each layer's sliding window (0: full attention), one entry per layer: the model's
+    /// sliding layers then attend `(p − window, p]` as `kvbench-kernels`' sliding layers do.
+    pub fn set_windows(&mut self, windows: &[usize]) -> Result<(), CudaError> {
+        if windows.len() != self.dims.layers {
+            return Err(CudaError::Shape(format!(
+                "{} layer windows for a model of {} layers",
+                windows.len(),
+                self.dims.layers
+            )));
+        }
+        for &w in windows {
+            crate::launch::window_arg(w)?;
+        }
+        self.windows = windows.to_vec();
+        Ok(())
+    }
+
+    /// Each layer's sliding window (0: full attention).
+    pub fn windows(&self) -> &[usize] {
+        &self.windows
     }
 
     /// Bytes of weights on the device.
@@ -378,6 +404,7 @@ impl DevModel {
         let parts = fixed_partitions(b.max_len, ATTN_MAX_PART_TOKENS);
         for (l, layer) in kv.iter_mut().enumerate() {
             let lw = &s.layers[l];
+            let window = s.windows.get(l).copied().unwrap_or(0);
             let st = &mut s.staging;
             gpu.rms_norm(&mut s.h, &s.x, &lw.attn_norm, n, dm, eps)?;
             s.blas
@@ -409,6 +436,7 @@ impl DevModel {
                     row_len: &s.row_len,
                     rows: n,
                     max_len: b.max_len,
+                    window,
                 };
                 let t = Tiles {
                     row0: &s.tiles,
@@ -445,6 +473,7 @@ impl DevModel {
                         row_len: &s.chunk_len,
                         rows: m,
                         max_len,
+                        window,
                     };
                     let p = fixed_partitions(max_len, parts.part_tokens);
                     let t = Tiles {
