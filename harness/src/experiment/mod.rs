@@ -494,6 +494,7 @@ fn assemble(
         token_mismatch,
         memory_resolution: opts.memory_resolution,
         prefix_bounds,
+        served: None,
     }
 }
 

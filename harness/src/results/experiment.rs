@@ -54,6 +54,24 @@ pub struct Experiment {
     /// The request list's prefix-hit ceiling and offline optimum at the paged pool's capacity,
     /// or why the list cannot give them.
     pub prefix_bounds: Result<crate::metrics::prefix_bounds::PrefixBounds, String>,
+    /// What a served run (`kvbench serve`) adds; `None` for a batch run.
+    pub served: Option<Served>,
+}
+
+/// A served run: one cache mode behind an HTTP server, its requests as clients sent them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Served {
+    /// The address it listened on.
+    pub address: String,
+    /// Requests the engine took in.
+    pub requests: u64,
+    /// Requests answered with an error before reaching the engine (bad body, queue full,
+    /// draining).
+    pub refused: u64,
+    /// Requests cancelled because their client went away or fell behind its stream.
+    pub client_cancels: u64,
+    /// How it stopped: `drained` (every request finished) or `cancelled` (some were cut).
+    pub shutdown: &'static str,
 }
 
 impl Experiment {
