@@ -52,6 +52,9 @@ pub struct Args {
     /// Seconds a first SIGINT/SIGTERM lets running requests finish before cancelling them.
     #[arg(long, default_value_t = 30.0, value_name = "S")]
     pub drain_timeout_s: f64,
+    /// Seconds a request's headers, then its body, may take to arrive (slow clients are cut).
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    pub read_timeout_s: f64,
     /// Only `cpu` serves (real compute on the wall clock).
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendKind,
@@ -69,6 +72,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!(
             "--drain-timeout-s: {} is not a duration (0 or more seconds)",
             args.drain_timeout_s
+        );
+    }
+    if !(args.read_timeout_s.is_finite() && args.read_timeout_s > 0.0) {
+        anyhow::bail!(
+            "--read-timeout-s: {} is not a duration (more than 0 seconds)",
+            args.read_timeout_s
         );
     }
     if args.max_waiting == 0 {
@@ -97,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         replace,
         max_waiting: args.max_waiting,
         drain_timeout: Duration::from_secs_f64(args.drain_timeout_s.min(1e9)),
+        read_timeout: Duration::from_secs_f64(args.read_timeout_s.min(1e9)),
     })?;
     let stopper = server.stopper();
     crate::serve::signals::spawn(move |n| {

@@ -133,13 +133,13 @@ impl Engine<'_> {
                     ),
                 });
             }
+            // Idle: the gauges read as they stand while it waits, or as the run ends (streams
+            // let go since the turn's first look).
+            self.streams.tidy_running();
+            src.observe(&self.live_stats());
             if stopping {
                 break;
             }
-            // Idle: the gauges read as they stand while it waits (streams let go since the
-            // turn's first look).
-            self.streams.tidy_running();
-            src.observe(&self.live_stats());
             inputs.extend(src.poll(Some(Duration::MAX)));
         }
         while self.steps.in_flight() > 0 {

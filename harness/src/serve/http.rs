@@ -30,10 +30,9 @@ use super::wire::{self, ModelLimits, WireError};
 
 /// A request body larger than this is refused (413) before or while it is read.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
-/// A request's body must arrive within this (slow clients are answered 408); its headers
-/// within [`HEADER_TIMEOUT`] (hyper closes the connection).
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time a request's headers (else hyper closes the connection) and then its body
+/// (else 408) may take to arrive: a slow client cannot hold a connection open for nothing.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub type RespBody = BoxBody<Bytes, Infallible>;
 
@@ -49,6 +48,8 @@ pub struct App {
     pub outstanding: AtomicU64,
     /// The most requests that may wait to start (outstanding less running); beyond: 429.
     pub max_waiting: u64,
+    /// See [`READ_TIMEOUT`].
+    pub read_timeout: Duration,
 }
 
 fn full(status: StatusCode, content_type: &'static str, body: String) -> Response<RespBody> {
@@ -113,7 +114,7 @@ pub async fn handle(
 }
 
 /// The body, capped and under a deadline.
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, WireError> {
+async fn read_body(req: Request<Incoming>, timeout: Duration) -> Result<Bytes, WireError> {
     let too_big = || WireError {
         status: 413,
         message: format!("request body over {MAX_BODY_BYTES} bytes"),
@@ -127,12 +128,12 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, WireError> {
         return Err(too_big());
     }
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES);
-    match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+    match tokio::time::timeout(timeout, body.collect()).await {
         Err(_) => Err(WireError {
             status: 408,
             message: format!(
                 "request body not received within {} s",
-                BODY_TIMEOUT.as_secs()
+                timeout.as_secs_f64()
             ),
         }),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_big()),
@@ -149,7 +150,7 @@ async fn completions(app: &Arc<App>, req: Request<Incoming>) -> Response<RespBod
     if app.draining.load(Ordering::SeqCst) {
         return error(app, draining());
     }
-    let bytes = match read_body(req).await {
+    let bytes = match read_body(req, app.read_timeout).await {
         Ok(b) => b,
         Err(e) => return error(app, e),
     };

@@ -59,6 +59,8 @@ pub struct Config {
     pub max_waiting: u64,
     /// How long a first stop signal lets running requests finish before cancelling them.
     pub drain_timeout: Duration,
+    /// How long a request's headers, then its body, may take to arrive.
+    pub read_timeout: Duration,
 }
 
 /// A bound server, not serving yet: its address is known (print it, then [`Server::run`]).
@@ -130,6 +132,7 @@ pub fn bind(cfg: Config) -> anyhow::Result<Server> {
         next_handle: AtomicU64::new(0),
         outstanding: AtomicU64::new(0),
         max_waiting: cfg.max_waiting,
+        read_timeout: cfg.read_timeout,
     });
     Ok(Server {
         listener,
@@ -231,11 +234,12 @@ async fn accept(listener: tokio::net::TcpListener, app: Arc<App>, stop: Arc<Noti
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let read_timeout = app.read_timeout;
         tokio::spawn(async move {
             let service = service_fn(move |req| http::handle(app.clone(), req));
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(http::HEADER_TIMEOUT)
+                .header_read_timeout(read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
             drop(permit);
