@@ -19,7 +19,8 @@ use tokio::sync::mpsc as tmpsc;
 
 use super::metrics::Metrics;
 use crate::engine::{
-    LiveInput, LiveSource, LiveStats, RunSink, StreamRecord, StreamStatus, TokenEvent,
+    LiveInput, LiveSource, LiveStats, RunSink, StreamRecord, StreamStatus, TokenEvent, TraceEvent,
+    TraceKind,
 };
 use crate::workload::Request;
 
@@ -48,6 +49,8 @@ pub enum Event {
     Token { rank: u32, token: u32 },
     /// Choice `rank` ended.
     Done { rank: u32, status: StreamStatus },
+    /// The request's prompt tokens the prefix cache supplied at its first admission.
+    Cached { tokens: u32 },
     /// The engine refused the request before running it.
     Refused { message: String },
 }
@@ -59,6 +62,8 @@ struct Live {
     samples: u32,
     /// The reader fell behind or went away: later events are dropped.
     gone: bool,
+    /// Its first admission is the last event seen of it (a prefix hit may follow).
+    admitted: bool,
     all_completed: bool,
 }
 
@@ -140,6 +145,7 @@ impl Source {
                         index,
                         samples: request.samples.max(1),
                         gone: false,
+                        admitted: false,
                         all_completed: true,
                     },
                 );
@@ -226,6 +232,29 @@ impl Forward {
 }
 
 impl RunSink for Forward {
+    fn event(&mut self, e: &TraceEvent) {
+        // A first admission's prefix hit is traced right after its `admit` (a restart's after
+        // `resume`): the one to report is a hit whose request's last event was its admission.
+        let hit = {
+            let mut sh = self.shared.borrow_mut();
+            let Some(l) = sh.by_id.get_mut(&e.request) else {
+                return;
+            };
+            let just_admitted = std::mem::replace(&mut l.admitted, false);
+            match e.kind {
+                TraceKind::Admit if e.rank == 0 => {
+                    l.admitted = true;
+                    None
+                }
+                TraceKind::PrefixHit { tokens, .. } if just_admitted => Some(tokens),
+                _ => None,
+            }
+        };
+        if let Some(tokens) = hit {
+            self.send(e.request, Event::Cached { tokens });
+        }
+    }
+
     fn token(&mut self, t: &TokenEvent) {
         self.send(
             t.request,

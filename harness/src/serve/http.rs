@@ -231,6 +231,7 @@ async fn whole(
             Event::Done { rank, status } => {
                 answer.finish(rank as usize, finish_reason(status));
             }
+            Event::Cached { tokens } => answer.cached_tokens = tokens,
             Event::Refused { message } => {
                 guard.finished = true;
                 return error(app, WireError::bad(message));
@@ -295,6 +296,7 @@ impl Body for SseBody {
                         buf.push_str(&e);
                     }
                 }
+                Poll::Ready(Some(Event::Cached { tokens })) => this.answer.cached_tokens = tokens,
                 Poll::Ready(Some(Event::Refused { message })) => {
                     this.guard.app.metrics.refused();
                     let e = WireError::bad(message);

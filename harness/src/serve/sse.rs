@@ -13,6 +13,8 @@ pub struct Answer {
     pub model: String,
     pub created_s: u64,
     pub prompt_tokens: u32,
+    /// Prompt tokens the prefix cache supplied at the first admission, once known.
+    pub cached_tokens: u32,
     pub include_usage: bool,
     /// Per choice: its token ids so far and its finish reason once done.
     pub choices: Vec<(Vec<u32>, Option<&'static str>)>,
@@ -46,6 +48,7 @@ impl Answer {
             model,
             created_s,
             prompt_tokens,
+            cached_tokens: 0,
             include_usage,
             choices: vec![(Vec::new(), None); samples.max(1) as usize],
         }
@@ -62,6 +65,7 @@ impl Answer {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": c,
             "total_tokens": u64::from(self.prompt_tokens) + c,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         })
     }
 

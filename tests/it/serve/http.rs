@@ -74,10 +74,15 @@ fn metrics_prefix_hit_share_equals_the_results_folder() {
     // Three requests on one 48-token prompt (3 blocks of 16: the later two hit), one other.
     let shared: Vec<u32> = (1..=48).collect();
     let other: Vec<u32> = (100..140).collect();
+    let mut cached = 0;
     for prompt in [&shared, &shared, &other, &shared] {
         let body = serde_json::json!({"prompt": prompt, "max_tokens": 4}).to_string();
         let a = request(&server.addr, "POST", "/v1/completions", body.as_bytes());
         assert_eq!(a.status, 200, "{}", a.body);
+        let v: serde_json::Value = serde_json::from_str(&a.body).expect("JSON");
+        cached += v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .expect("cached tokens reported");
     }
     let m = metrics(&server.addr);
     let queries = metric(&m, "vllm:prefix_cache_queries_total");
@@ -93,6 +98,9 @@ fn metrics_prefix_hit_share_equals_the_results_folder() {
     assert_eq!(p["lookup_tokens"].as_f64(), Some(queries), "{p}");
     assert_eq!(p["hit_tokens"].as_f64(), Some(hits), "{p}");
     assert_eq!(p["hit_rate"].as_f64(), Some(hits / queries), "{p}");
+    // Each answer's cached tokens are its request's hit at admission, as requests.csv says.
+    assert_eq!(p["request_hit_tokens"].as_u64(), Some(cached), "{p}");
+    assert!(cached > 0, "the repeated prompt's answers report their hit");
     assert_eq!(s["served"]["requests"], 4);
     assert_eq!(s["runs"][0]["cache"], "paged");
 }
