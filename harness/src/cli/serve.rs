@@ -121,7 +121,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         stopper.stop(n > 1);
     })?;
     println!("listening on http://{}", server.local_addr());
-    let outcome = server.run()?;
+    let outcome = server.run().map_err(|e| {
+        if e.downcast_ref::<crate::serve::engine::EngineFailed>()
+            .is_some()
+        {
+            e.context(ExitStatus(1))
+        } else {
+            e
+        }
+    })?;
     let exp = &outcome.experiment;
     let mut text = format!("{}\n", results::report::markdown(exp));
     if let Some(s) = &exp.served {

@@ -80,6 +80,8 @@ struct Shared {
     cancels: Vec<u32>,
     /// Requests cancelled because their client went away or fell behind.
     client_cancels: u64,
+    /// A cancelling shutdown came while requests were unresolved.
+    cut: bool,
 }
 
 /// The engine's live source: the handlers' messages.
@@ -115,6 +117,19 @@ impl Source {
     /// Requests cancelled because their client went away or fell behind.
     pub fn client_cancels(&self) -> u64 {
         self.shared.borrow().client_cancels
+    }
+
+    /// Whether the shutdown cancelled requests (rather than every one resolving first).
+    pub fn cut(&self) -> bool {
+        self.shared.borrow().cut
+    }
+
+    fn shutdown(&self, cancel: bool, out: &mut Vec<LiveInput>) {
+        let mut sh = self.shared.borrow_mut();
+        if cancel && !sh.by_id.is_empty() {
+            sh.cut = true;
+        }
+        out.push(LiveInput::Shutdown { cancel });
     }
 
     fn take(&mut self, msg: ToEngine, out: &mut Vec<LiveInput>) {
@@ -162,7 +177,10 @@ impl Source {
                     out.push(LiveInput::Cancel(index));
                 }
             }
-            ToEngine::Shutdown { cancel } => out.push(LiveInput::Shutdown { cancel }),
+            ToEngine::Shutdown { cancel } => {
+                drop(sh);
+                self.shutdown(cancel, out);
+            }
         }
     }
 }
@@ -186,7 +204,7 @@ impl LiveSource for Source {
                 Some(m) => self.take(m, &mut out),
                 None if d == Duration::MAX => {
                     self.closed = true;
-                    out.push(LiveInput::Shutdown { cancel: true });
+                    self.shutdown(true, &mut out);
                 }
                 None => {}
             }
@@ -198,7 +216,7 @@ impl LiveSource for Source {
                 Err(mpsc::TryRecvError::Disconnected) => {
                     if !self.closed {
                         self.closed = true;
-                        out.push(LiveInput::Shutdown { cancel: true });
+                        self.shutdown(true, &mut out);
                     }
                     break;
                 }

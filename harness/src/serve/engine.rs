@@ -28,6 +28,18 @@ pub struct Plan {
     pub address: String,
 }
 
+/// The engine itself failed (a backend error, a stall): a failed check, not bad input.
+#[derive(Debug)]
+pub struct EngineFailed(pub String);
+
+impl std::fmt::Display for EngineFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EngineFailed {}
+
 /// The served run's outcome.
 pub struct Outcome {
     pub experiment: Experiment,
@@ -121,18 +133,17 @@ pub fn run(
         let mut rest = Tee(&mut files, &mut forward);
         let mut sink = Tee(&mut acc, &mut rest);
         engine::run_live(&cfg, cache.as_mut(), be.as_mut(), &mut source, &mut sink)
-            .map_err(|e| anyhow::anyhow!("{} run: {e}", mode.name()))?
+            .map_err(|e| anyhow::Error::new(EngineFailed(format!("{} run: {e}", mode.name()))))?
     };
     let run_metrics = acc.finish(&end);
     let mode_files = files.end_mode().map_err(results)?;
     files.finish().map_err(results)?;
-    let cancelled = workload.requests.len() as u64 > run_metrics.counts.completed;
     let served = Served {
         address,
         requests: workload.requests.len() as u64,
         refused: metrics.refused_total(),
         client_cancels: source.client_cancels(),
-        shutdown: if cancelled { "cancelled" } else { "drained" },
+        shutdown: if source.cut() { "cancelled" } else { "drained" },
     };
     let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
     let prefix_bounds = crate::metrics::prefix_bounds::compute(

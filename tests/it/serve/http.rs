@@ -169,6 +169,46 @@ fn a_cancellation_storm_leaves_the_server_reclaimed() {
         s["served"]
     );
     assert!(run["requests"]["completed"].as_u64() >= Some(1));
+    assert_eq!(s["served"]["shutdown"], "drained");
+}
+
+#[test]
+fn a_shutdown_past_its_drain_timeout_cancels_running_requests_and_reclaims() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Served::start(
+        SCENARIO,
+        &tmp.path().join("served"),
+        &["--drain-timeout-s", "0"],
+    );
+    let body = serde_json::json!({
+        "prompt": (1..=16).collect::<Vec<u32>>(), "max_tokens": 240, "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string();
+    let s = send(&server.addr, "POST", "/v1/completions", body.as_bytes());
+    // The stream's first bytes came: the request runs when the signal lands.
+    let mut r = std::io::BufReader::new(s);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut r, &mut line).expect("status line");
+    assert!(line.contains("200"), "{line}");
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut r, &mut rest);
+        rest
+    });
+    let (code, err) = server.stop();
+    assert_eq!(code, Some(0), "{err}");
+    let rest = reader.join().expect("reader");
+    assert!(
+        rest.contains("\"finish_reason\":\"abort\""),
+        "cut by the shutdown: {rest}"
+    );
+    assert!(rest.contains("data: [DONE]"), "{rest}");
+    let s = server.summary();
+    assert_eq!(s["served"]["shutdown"], "cancelled", "{}", s["served"]);
+    assert_eq!(s["runs"][0]["requests"]["cancelled"], 1);
+    assert_eq!(s["runs"][0]["reclamation"]["ok"], true);
+    assert_eq!(s["checks"]["ok"], true, "{}", s["checks"]);
 }
 
 #[test]
