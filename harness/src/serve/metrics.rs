@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::engine::{LiveStats, StreamRecord, StreamStatus};
+use crate::engine::{LiveStats, StreamRecord};
 
 /// vLLM's bucket bounds for time to first token, seconds.
 pub const TTFT_BUCKETS_S: [f64; 22] = [
@@ -120,7 +120,8 @@ impl Metrics {
             .store(s.prefix.hit_tokens, Ordering::Relaxed);
     }
 
-    /// A stream's final record (its request resolved).
+    /// A stream's final record (its request resolved); `request_ok` on a request's last
+    /// stream: whether every stream of it completed.
     pub fn stream_done(&self, r: &StreamRecord, request_ok: Option<bool>) {
         if r.rank == 0 {
             self.prompt_tokens
@@ -238,16 +239,6 @@ impl Metrics {
     }
 }
 
-/// A request resolved with every stream completed: `Some(true)` on its last stream.
-pub fn request_ok(last_of_request: bool, all_completed: bool) -> Option<bool> {
-    last_of_request.then_some(all_completed)
-}
-
-/// Whether a status counts as completed.
-pub fn completed(status: StreamStatus) -> bool {
-    status == StreamStatus::Completed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,7 +267,7 @@ mod tests {
             finish_ns: 0,
             prompt_tokens: 7,
             cached_prompt_tokens: 0,
-            status: StreamStatus::Completed,
+            status: crate::engine::StreamStatus::Completed,
             preemptions: 0,
             recomputed_tokens: 0,
             swapped_bytes: 0,
