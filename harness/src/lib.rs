@@ -17,6 +17,7 @@ pub mod plan;
 pub mod results;
 pub mod scenario;
 pub mod seam;
+pub mod serve;
 pub mod shadow;
 pub mod stats;
 pub mod sweep;

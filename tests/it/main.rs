@@ -29,6 +29,7 @@ mod results;
 mod runs;
 mod scenario;
 mod scripts;
+mod serve;
 mod sweep;
 mod tiers;
 mod trace;

@@ -37,6 +37,7 @@ mod progress;
 mod report_cmd;
 mod run;
 mod scenario_cmd;
+mod serve;
 mod suite;
 mod sweep;
 mod trace_cmd;
@@ -99,6 +100,8 @@ pub enum Command {
     Merge(merge::Args),
     /// Fit a device profile to measured step times (`--check`: its error against a real run).
     Calibrate(calibrate::Args),
+    /// Serve a scenario's model and cache over HTTP (OpenAI completions, /metrics) on cpu.
+    Serve(serve::Args),
 }
 
 /// An error that carries its own exit code (1 for a failed check, 2 for bad input).
@@ -115,7 +118,10 @@ impl std::error::Error for ExitStatus {}
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = crate::results::staging::install_interrupt_cleanup() {
+    // `serve` takes its stop signals itself (a signal drains it, never ends it).
+    let serving = matches!(cli.command, Command::Serve(_));
+    if serving {
+    } else if let Err(e) = crate::results::staging::install_interrupt_cleanup() {
         eprintln!(
             "warning: no interrupt handler ({e}): an interrupted run may leave a temporary folder"
         );
@@ -139,6 +145,7 @@ pub fn main() -> ExitCode {
         Command::Report(a) => report_cmd::run(a),
         Command::Merge(a) => merge::run(a),
         Command::Calibrate(a) => calibrate::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     // An interrupt that arrived while the command finished decides the exit status.
     crate::results::staging::wait_if_interrupted();

@@ -39,6 +39,11 @@ impl VirtualClock {
         self.now_ns
     }
 
+    /// A live run's wall time reached `ns`: the clock follows it, never going back.
+    pub fn advance_to(&mut self, ns: u64) {
+        self.now_ns = self.now_ns.max(ns);
+    }
+
     /// Request `request` arrives at `at_ns`.
     pub fn schedule_arrival(&mut self, at_ns: u64, request: u32) {
         self.arrivals.push(Reverse((at_ns, request)));

@@ -9,6 +9,7 @@
 //! [`Recorder`] (the sink, the run's peaks and totals, the first violation). The engine itself
 //! holds only what it drives: the cache manager, the backend and the policy.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -31,7 +32,8 @@ use crate::workload::Workload;
 
 pub(super) struct Engine<'a> {
     pub cfg: &'a EngineConfig,
-    pub workload: &'a Workload,
+    /// Borrowed on a batch run; owned and growing on a live one (`live.rs`).
+    pub workload: Cow<'a, Workload>,
     pub cache: &'a mut dyn KvCacheManager,
     pub backend: &'a mut dyn Backend,
     pub policy: Option<Box<dyn Policy>>,
@@ -104,36 +106,16 @@ pub fn run_with(
             }
         }
     }
-    let device_start = backend.owned_device();
-    if let Some(f) = cfg.fault {
-        cache.inject_fault(f);
-    }
-    let mut rec = Recorder::new(sink);
-    rec.begin(&RunStart {
-        mode: cache.mode(),
-        block_size: cfg.block_size,
-        total_slots: cache.accounting().total_slots,
-        slot_bytes: cfg.slot_bytes,
-        memory: backend.memory(),
-        computes: backend.computes(),
-        tier_capacity_blocks: super::record::tier_capacity_blocks(&cache.tier_stats()),
-    });
-    let mut e = Engine {
+    let (mut e, device_start) = Engine::start(
         cfg,
-        workload,
+        Cow::Borrowed(workload),
         cache,
         backend,
-        policy: Some(policy::create(cfg.scheduler.policy)),
-        admission: AdmissionConfig {
-            watermark: cfg.scheduler.watermark,
-        },
+        sink,
         clock,
-        streams: Streams::new(n, WaitQueue::new(cfg.scheduler.tenant_fairness, tenants)),
-        steps: Steps::new(),
-        rec,
         next_closed_loop,
-        prompts: BTreeMap::new(),
-    };
+        tenants,
+    );
     e.main_loop()?;
     Ok(e.finish(device_start))
 }
@@ -159,6 +141,55 @@ fn step_ns(duration_s: f64, step: u64) -> Result<u64, EngineError> {
         .into());
     }
     Ok((duration_s * 1e9).round() as u64)
+}
+
+impl<'a> Engine<'a> {
+    /// Arm the fault, tell the sink the run began, and build the engine: what a batch and a
+    /// live run share. Returns the engine and the device memory kvbench held before the run.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        cfg: &'a EngineConfig,
+        workload: Cow<'a, Workload>,
+        cache: &'a mut dyn KvCacheManager,
+        backend: &'a mut dyn Backend,
+        sink: &'a mut dyn RunSink,
+        clock: VirtualClock,
+        next_closed_loop: u32,
+        tenants: u32,
+    ) -> (Engine<'a>, Option<(u64, u64)>) {
+        let n = workload.requests.len();
+        let device_start = backend.owned_device();
+        if let Some(f) = cfg.fault {
+            cache.inject_fault(f);
+        }
+        let mut rec = Recorder::new(sink);
+        rec.begin(&RunStart {
+            mode: cache.mode(),
+            block_size: cfg.block_size,
+            total_slots: cache.accounting().total_slots,
+            slot_bytes: cfg.slot_bytes,
+            memory: backend.memory(),
+            computes: backend.computes(),
+            tier_capacity_blocks: super::record::tier_capacity_blocks(&cache.tier_stats()),
+        });
+        let e = Engine {
+            cfg,
+            workload,
+            cache,
+            backend,
+            policy: Some(policy::create(cfg.scheduler.policy)),
+            admission: AdmissionConfig {
+                watermark: cfg.scheduler.watermark,
+            },
+            clock,
+            streams: Streams::new(n, WaitQueue::new(cfg.scheduler.tenant_fairness, tenants)),
+            steps: Steps::new(),
+            rec,
+            next_closed_loop,
+            prompts: BTreeMap::new(),
+        };
+        (e, device_start)
+    }
 }
 
 impl Engine<'_> {
@@ -205,7 +236,7 @@ impl Engine<'_> {
 
     /// Take the oldest in-flight step's output: advance the clock, retire its fence, stamp its
     /// tokens, finish streams that reached their limit, sample the ledger.
-    fn complete_step(&mut self) -> Result<(), EngineError> {
+    pub(super) fn complete_step(&mut self) -> Result<(), EngineError> {
         let out = self.backend.complete()?;
         let t0 = Instant::now();
         let Some(inf) = self.steps.pop_oldest() else {
@@ -266,7 +297,7 @@ impl Engine<'_> {
         Ok(())
     }
 
-    fn finish(mut self, device_start: Option<(u64, u64)>) -> RunEnd {
+    pub(super) fn finish(&mut self, device_start: Option<(u64, u64)>) -> RunEnd {
         let end_ns = self.clock.end_ns();
         let cache = &mut *self.cache;
         let mut violation = self.rec.take_violation();

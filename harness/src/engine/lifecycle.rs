@@ -57,6 +57,8 @@ impl Engine<'_> {
 
     fn arrive(&mut self, r: u32, t: u64) {
         let req = &self.workload.requests[r as usize];
+        // The fields read past the first `&mut self` call (a live run's list is owned here).
+        let (tenant, output_tokens, cancel) = (req.tenant, req.output_tokens, req.cancel);
         let prompt_len = self.prompt_len_of(r) as usize;
         let samples = req.samples.max(1);
         let (limit, cancel_at_limit) = match req.cancel {
@@ -99,7 +101,7 @@ impl Engine<'_> {
             }),
         );
         self.trace(first, TraceKind::Arrive);
-        let total = prompt_len as u64 + req.output_tokens as u64;
+        let total = prompt_len as u64 + output_tokens as u64;
         let reject = if prompt_len == 0 {
             Some("empty prompt".to_string())
         } else if total > self.cfg.max_seq_len as u64 {
@@ -108,7 +110,7 @@ impl Engine<'_> {
                 self.cfg.max_seq_len
             ))
         } else {
-            let need = self.slots_needed(prompt_len as u32, req.output_tokens);
+            let need = self.slots_needed(prompt_len as u32, output_tokens);
             let have = self.cache.accounting().total_slots;
             (need > have).then(|| format!("needs {need} slots, the cache holds {have}"))
         };
@@ -118,7 +120,7 @@ impl Engine<'_> {
             self.request_resolved(r);
             return;
         }
-        match req.cancel {
+        match cancel {
             Some(CancelPoint::Queued { after_ms }) | Some(CancelPoint::AfterDelay { after_ms }) => {
                 self.clock
                     .arm_cancel(r, t.saturating_add(ms_to_ns(after_ms)));
@@ -131,7 +133,7 @@ impl Engine<'_> {
             }
             return;
         }
-        self.streams.enqueue(first, req.tenant);
+        self.streams.enqueue(first, tenant);
     }
 
     /// Slots one stream of `prompt + output` tokens needs at most in this cache mode.
@@ -165,6 +167,21 @@ impl Engine<'_> {
         }
     }
 
+    /// The client of request `r` went away: every stream of it not done yet is cancelled,
+    /// wherever it is, through the one release path (blocks a step in flight may still read
+    /// wait for its fence). A request not arrived, or resolved already, is left alone.
+    pub(super) fn cancel_request(&mut self, r: u32) {
+        let Some(first) = self.streams.first_of(r) else {
+            return;
+        };
+        let samples = self.workload.requests[r as usize].samples.max(1);
+        for s in first..first + samples {
+            if !self.streams[s as usize].is_done() {
+                self.finish_stream(s, StreamStatus::Cancelled);
+            }
+        }
+    }
+
     /// A step produced `token` for stream `s` at `t_ns`.
     pub(super) fn stamp(&mut self, s: u32, token: u32, t_ns: u64) {
         let st = &mut self.streams[s as usize];
@@ -186,6 +203,7 @@ impl Engine<'_> {
             request,
             rank,
             index: emitted - 1,
+            token,
         });
         if let Some(status) = done {
             self.finish_stream(s, status);

@@ -10,6 +10,9 @@
 //! or how a step is computed (the backend). Admission (memory feasibility) and policy (what to
 //! run) are separate pieces. Both cache modes run the same `Workload` through the same loop.
 //!
+//! A live run (`live.rs`) drives the same loop with requests taken while it runs, on the wall
+//! clock.
+//!
 //! Time is integer nanoseconds of virtual time: arrivals, step durations and every timestamp are
 //! exact, so results are byte-identical for one seed and percentiles recompute exactly from the
 //! written files.
@@ -18,6 +21,7 @@ pub mod admission;
 mod clock;
 mod core;
 mod lifecycle;
+pub mod live;
 pub mod onload;
 pub mod policy;
 pub mod record;
@@ -31,6 +35,7 @@ mod table;
 mod timers;
 
 pub use core::{run, run_with, BLOCK_TABLE_ENTRY_BYTES, SEQ_METADATA_BYTES};
+pub use live::{run_live, LiveInput, LiveSource, LiveStats};
 pub use record::{
     tier_capacity_blocks, tier_used_blocks, RunEnd, RunRecord, RunStart, StepSample, StreamRecord,
     StreamStatus, TokenEvent, TraceEvent, TraceKind,

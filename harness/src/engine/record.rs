@@ -204,6 +204,8 @@ pub struct TokenEvent {
     pub rank: u32,
     /// The token's ordinal in its stream (0: the first token).
     pub index: u32,
+    /// The token's id (what a live run streams to its client).
+    pub token: u32,
 }
 
 /// The verdict of the after-run checks.

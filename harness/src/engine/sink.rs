@@ -118,6 +118,7 @@ pub fn replay(r: &RunRecord, sink: &mut dyn RunSink) {
                 request: st.request,
                 rank: st.rank,
                 index: i,
+                token: st.token_ids.get(i as usize).copied().unwrap_or(0),
             });
         }
     }

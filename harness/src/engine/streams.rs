@@ -178,6 +178,9 @@ pub(super) struct Streams {
     /// Some stream in `running` let go of its cache since the last tidy.
     running_dirty: bool,
     waiting: WaitQueue,
+    /// Streams in the `Waiting` phase (the queue drops stale entries lazily, so its length is
+    /// not this count).
+    waiting_streams: usize,
     swapped: VecDeque<u32>,
     decode_reserve: Option<u64>,
 }
@@ -200,6 +203,7 @@ impl Streams {
             running: Vec::new(),
             running_dirty: false,
             waiting,
+            waiting_streams: 0,
             swapped: VecDeque::new(),
             decode_reserve: None,
         }
@@ -233,6 +237,18 @@ impl Streams {
 
     pub fn swapped_len(&self) -> usize {
         self.swapped.len()
+    }
+
+    /// Streams waiting to start (new, or preempted for recompute).
+    pub fn waiting_streams(&self) -> usize {
+        self.waiting_streams
+    }
+
+    /// A live run took in one more request (its index is the previous count).
+    pub fn add_request(&mut self) {
+        self.req_first.push(u32::MAX);
+        self.req_open.push(0);
+        self.unresolved += 1;
     }
 
     pub fn has_waiting(&self) -> bool {
@@ -271,12 +287,16 @@ impl Streams {
     /// A new stream joins the back of the wait queue.
     pub fn enqueue(&mut self, s: u32, tenant: u32) {
         self.table[s as usize].phase = Phase::Waiting;
+        self.waiting_streams += 1;
         self.waiting.push_back(s, tenant);
     }
 
     /// A stream that must (re)compute its cache goes to the front of the wait queue.
     pub fn requeue(&mut self, s: u32) {
         let st = &mut self.table[s as usize];
+        if st.phase != Phase::Waiting {
+            self.waiting_streams += 1;
+        }
         st.phase = Phase::Waiting;
         st.restart = true;
         self.waiting.push_front(s);
@@ -299,6 +319,9 @@ impl Streams {
     /// Stream `s` now holds cache and runs in `phase` (its counts set by the caller).
     pub fn start_running(&mut self, s: u32, phase: Phase) {
         let st = &mut self.table[s as usize];
+        if st.phase == Phase::Waiting {
+            self.waiting_streams -= 1;
+        }
         st.cached = true;
         st.phase = phase;
         self.running.push(s);
@@ -356,6 +379,9 @@ impl Streams {
         let st = &mut self.table[s as usize];
         if st.phase == Phase::Done {
             return None;
+        }
+        if st.phase == Phase::Waiting {
+            self.waiting_streams -= 1;
         }
         st.phase = Phase::Done;
         st.record.status = status;

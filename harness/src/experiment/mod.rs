@@ -471,17 +471,7 @@ fn assemble(
     runs: Vec<ModeRun>,
     token_mismatch: Option<String>,
 ) -> Experiment {
-    let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
-    let prefix_bounds = crate::metrics::prefix_bounds::compute(
-        scenario,
-        &workload,
-        setup.cache_manager,
-        setup.total_slots,
-        host_blocks.saturating_add(disk_blocks),
-    );
-    let prefix_ceiling = (setup.cache_manager == crate::scenario::CacheManager::Hybrid)
-        .then(|| crate::metrics::prefix_bounds::ceiling(scenario, &workload).ok())
-        .flatten();
+    let (prefix_bounds, prefix_ceiling) = prefix_bounds(scenario, setup, &workload);
     Experiment {
         scenario: scenario.clone(),
         backend,
@@ -498,7 +488,33 @@ fn assemble(
         memory_resolution: opts.memory_resolution,
         prefix_bounds,
         prefix_ceiling,
+        served: None,
     }
+}
+
+/// What a run's prefix hit share is read against, for [`Experiment`]'s `prefix_bounds` and
+/// `prefix_ceiling`: the bounds at the pool's capacity (device and lower tiers), and on the
+/// hybrid manager, which they do not bound, the ceiling alone. Batch and served runs alike.
+pub fn prefix_bounds(
+    scenario: &Scenario,
+    setup: &Setup,
+    workload: &Workload,
+) -> (
+    Result<crate::metrics::prefix_bounds::PrefixBounds, String>,
+    Option<crate::metrics::prefix_bounds::PrefixCeiling>,
+) {
+    let (host_blocks, disk_blocks) = scenario.tier_slots(&setup.model);
+    let bounds = crate::metrics::prefix_bounds::compute(
+        scenario,
+        workload,
+        setup.cache_manager,
+        setup.total_slots,
+        host_blocks.saturating_add(disk_blocks),
+    );
+    let ceiling = (setup.cache_manager == crate::scenario::CacheManager::Hybrid)
+        .then(|| crate::metrics::prefix_bounds::ceiling(scenario, workload).ok())
+        .flatten();
+    (bounds, ceiling)
 }
 
 /// Greedy decoding is deterministic, so every stream's tokens must agree between the modes over

@@ -57,6 +57,24 @@ pub struct Experiment {
     /// A hybrid run's request list's infinite-cache ceiling (the one bound that holds for it),
     /// where the list gives one; `None` on the summed managers, whose `prefix_bounds` has it.
     pub prefix_ceiling: Option<crate::metrics::prefix_bounds::PrefixCeiling>,
+    /// What a served run (`kvbench serve`) adds; `None` for a batch run.
+    pub served: Option<Served>,
+}
+
+/// A served run: one cache mode behind an HTTP server, its requests as clients sent them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Served {
+    /// The address it listened on.
+    pub address: String,
+    /// Requests the engine took in.
+    pub requests: u64,
+    /// Requests answered with an error before reaching the engine (bad body, queue full,
+    /// draining).
+    pub refused: u64,
+    /// Requests cancelled because their client went away or fell behind its stream.
+    pub client_cancels: u64,
+    /// How it stopped: `drained` (every request finished) or `cancelled` (some were cut).
+    pub shutdown: &'static str,
 }
 
 impl Experiment {

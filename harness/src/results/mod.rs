@@ -30,7 +30,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use experiment::{Experiment, ModeRun};
+pub use experiment::{Experiment, ModeRun, Served};
 pub use staging::{check_target, scenario_folder, Staging};
 
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,10 @@ pub struct Summary {
     pub fault_fired: Option<u64>,
     /// Whether `sim` carried the shadow KV payload (false with `--no-shadow` and off `sim`).
     pub shadow: bool,
+    /// Present on a served run (`kvbench serve`): where it listened, what it refused, how
+    /// clients cancelled, how it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served: Option<super::experiment::Served>,
     /// The scenario's latency target: goodput counts the requests whose own TTFT and TPOT meet
     /// `ttft_p99_ms` and `itl_p99_ms`; the report's verdict compares each mode's share of them
     /// with `attainment`.
@@ -231,6 +235,7 @@ pub fn build(exp: &Experiment) -> Summary {
         fault: exp.fault.map(|f| f.name().to_string()),
         fault_fired: exp.fault.map(|_| exp.fault_fired()),
         shadow: exp.shadow,
+        served: exp.served.clone(),
         slo: exp.scenario.slo.clone(),
         checks: Checks {
             ok: failures.is_empty(),
