@@ -23,8 +23,11 @@ pub struct Scrape {
     pub generation_tokens: Option<f64>,
 }
 
+/// Where a name's value goes in a [`Scrape`].
+type Field = fn(&mut Scrape) -> &mut Option<f64>;
+
 /// Names read, with vLLM's older spellings beside the current ones.
-const NAMES: &[(&str, fn(&mut Scrape) -> &mut Option<f64>)] = &[
+const NAMES: &[(&str, Field)] = &[
     ("vllm:prefix_cache_queries_total", |s| {
         &mut s.prefix_cache_queries
     }),
