@@ -27,6 +27,11 @@ fn main() {
         serve();
         return;
     }
+    if !args.iter().any(|a| a == "--bench") {
+        // `cargo test --all-targets` runs benches without `--bench`: a load test is no unit test.
+        println!("endpoint bench: run it with `cargo bench --bench endpoint`");
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--serve")

@@ -330,8 +330,16 @@ fn the_prefix_hit_share_comes_from_metric_deltas_beside_the_bounds() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let s = scenario(&["traffic.cancellation.share=0"]);
-    endpoint::run(&s, &opts(&server.url()), &out, false).unwrap();
+    let mut o = opts(&server.url());
+    o.predict = Some("h100".into());
+    endpoint::run(&s, &o, &out, false).unwrap();
     let j = summary(&out);
+    // sim's prediction of the same list on the profile, beside the measurement with the ratio.
+    let p = &j["predict"];
+    assert_eq!(p["device"], "h100");
+    let measured = j["runs"][0]["ttft_ms"]["p99"].as_f64().unwrap();
+    let predicted = p["ttft_p99_ms"].as_f64().unwrap();
+    assert!((p["ratio"]["ttft_p99"].as_f64().unwrap() - measured / predicted).abs() < 1e-9);
     let sm = &j["endpoint"]["server_metrics"];
     let seen = server.seen();
     let queries: u64 = seen.iter().map(|s| s.prompt_len as u64).sum();
