@@ -1,8 +1,9 @@
-//! The endpoint run's files, through the run writers where the file is a run's: `requests.csv`
-//! and `trace.jsonl` (the cache column says `endpoint`), then `endpoint.csv` (what only a
-//! client has: schedule, lag, HTTP status, chunks, flags), `summary.json`, `report.md` and
-//! `environment.json`. No `memory.csv` or Perfetto file: a client sees no memory ledger and no
-//! steps.
+//! The endpoint run's files: `requests.csv` (the run's header and time format; the columns a
+//! client cannot know — admission, queueing, preemptions, swaps, tiers, the TTFT split — are
+//! empty, and `cached_prompt_tokens` is the server's own report or empty) and `trace.jsonl`
+//! (the run's trace writer; the cache column says `endpoint`), then `endpoint.csv` (what only a
+//! client has: schedule, lag, HTTP status, chunks, flags). No `memory.csv` or Perfetto file: a
+//! client sees no memory ledger and no steps.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -11,7 +12,7 @@ use std::path::Path;
 use super::drive::Done;
 use super::record::CACHE;
 use crate::engine::{RunSink, RunStart, StreamRecord, TokenEvent, TraceEvent};
-use crate::results::tables::{fmt_ms, RequestsWriter};
+use crate::results::tables::{fmt_ms, REQUESTS_HEADER};
 use crate::results::trace::TraceWriter;
 
 fn create(dir: &Path, name: &str) -> std::io::Result<BufWriter<File>> {
@@ -23,17 +24,29 @@ fn create(dir: &Path, name: &str) -> std::io::Result<BufWriter<File>> {
 
 /// `requests.csv` and `trace.jsonl` fed by the engine's sink calls (a replayed record).
 pub struct RunFiles {
-    requests: (BufWriter<File>, RequestsWriter),
+    requests: BufWriter<File>,
+    /// Per stream, whether the server reported its prompt's cached tokens.
+    cached_known: Vec<bool>,
     trace: (BufWriter<File>, TraceWriter),
     error: Option<std::io::Error>,
 }
 
 impl RunFiles {
-    pub fn create(dir: &Path, trace_tokens: bool) -> std::io::Result<RunFiles> {
-        let mut r = create(dir, "requests.csv")?;
-        let rw = RequestsWriter::new(&mut r)?;
+    /// `done` as [`super::record::record`] turned it into streams (request order, ranks
+    /// consecutive).
+    pub fn create(dir: &Path, trace_tokens: bool, done: &[Done]) -> std::io::Result<RunFiles> {
+        let mut requests = create(dir, "requests.csv")?;
+        writeln!(requests, "{REQUESTS_HEADER}")?;
+        let cached_known = done
+            .iter()
+            .flat_map(|d| {
+                let known = d.answer.cached_prompt_tokens.is_some();
+                (0..d.answer.choices.len()).map(move |rank| known && rank == 0)
+            })
+            .collect();
         Ok(RunFiles {
-            requests: (r, rw),
+            requests,
+            cached_known,
             trace: (create(dir, "trace.jsonl")?, TraceWriter::new(trace_tokens)),
             error: None,
         })
@@ -46,21 +59,18 @@ impl RunFiles {
     }
 
     pub fn finish(mut self) -> std::io::Result<()> {
-        let r = self.requests.1.end_mode(&mut self.requests.0);
-        self.keep(r);
         let r = self.trace.1.flush(&mut self.trace.0);
         self.keep(r);
         if let Some(e) = self.error {
             return Err(e);
         }
-        self.requests.0.flush()?;
+        self.requests.flush()?;
         self.trace.0.flush()
     }
 }
 
 impl RunSink for RunFiles {
     fn begin(&mut self, _start: &RunStart) {
-        self.requests.1.begin_mode();
         let r = self.trace.1.begin_mode(CACHE, &mut self.trace.0);
         self.keep(r);
     }
@@ -72,11 +82,36 @@ impl RunSink for RunFiles {
         let r = self.trace.1.token(t, &mut self.trace.0);
         self.keep(r);
     }
-    fn stream_done(&mut self, index: u32, record: &StreamRecord) {
-        let r = self
-            .requests
-            .1
-            .stream(CACHE, index, record, &mut self.requests.0);
+    fn stream_done(&mut self, index: u32, s: &StreamRecord) {
+        let known = self
+            .cached_known
+            .get(index as usize)
+            .copied()
+            .unwrap_or(false);
+        let parent = if s.rank == 0 {
+            String::new()
+        } else {
+            s.request.to_string()
+        };
+        // Columns as `results::tables` writes them; what a client cannot know stays empty.
+        let r = writeln!(
+            self.requests,
+            "{CACHE},{},{parent},{},{},,{},{},{},{},{},{},,{},,,,,,,,,,,,",
+            s.request_label(),
+            s.tenant,
+            fmt_ms(s.arrival_ns),
+            s.first_token_ns().map(fmt_ms).unwrap_or_default(),
+            fmt_ms(s.finish_ns),
+            s.prompt_tokens,
+            if known {
+                s.cached_prompt_tokens.to_string()
+            } else {
+                String::new()
+            },
+            s.token_ns.len(),
+            s.status.name(),
+            fmt_ms(s.intended_arrival_ns),
+        );
         self.keep(r);
     }
 }

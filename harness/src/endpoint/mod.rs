@@ -232,7 +232,8 @@ pub fn run(
         move |err| EndpointError::Io { path, err }
     };
     let record = record::record(&driven.done, driven.end_ns);
-    let mut files = files::RunFiles::create(&dir, opts.trace_tokens).map_err(io(&dir))?;
+    let mut files =
+        files::RunFiles::create(&dir, opts.trace_tokens, &driven.done).map_err(io(&dir))?;
     let mut accum = MetricsAccum::new(&scenario.slo);
     replay(&record, &mut Tee(&mut accum, &mut files));
     files.finish().map_err(io(&dir))?;

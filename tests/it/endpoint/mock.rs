@@ -29,6 +29,8 @@ pub enum Misbehave {
     ShortBy(u32),
     /// A byte every `Duration`, never finishing an event.
     SlowLoris(Duration),
+    /// Tokens until the client closes the stream (a bound far past any test's timeout).
+    Endless,
 }
 
 #[derive(Clone)]
@@ -252,6 +254,7 @@ async fn completion(
         let misbehave = (cfg.misbehave)(id);
         let total = match misbehave {
             Misbehave::ShortBy(k) => max_tokens.saturating_sub(k),
+            Misbehave::Endless => 1_000_000,
             _ => max_tokens,
         };
         let mut sent = 0u32;
