@@ -98,7 +98,7 @@ fn phase(url: &str, dir: &Path, what: &str, requests: u32, model: &str) {
         .and_then(|m| m.peak_requests_running)
         .unwrap_or(0.0);
     println!(
-        "{what}: {} requests ({} completed), achieved {:.1}/s of {:.1}/s offered, lag p50 {:.3} ms p99 {:.3} ms max {:.3} ms, {peak:.0} streams in flight at most, client peak RSS {} MB{}",
+        "{what}: {} requests ({} completed), achieved {:.1}/s of {:.1}/s offered, lag p50 {:.3} ms p99 {:.3} ms max {:.3} ms,{} client peak RSS {} MB{}",
         e.requests_sent,
         r.summary.runs[0].requests.completed,
         e.achieved_rate_per_s.unwrap_or(0.0),
@@ -106,6 +106,11 @@ fn phase(url: &str, dir: &Path, what: &str, requests: u32, model: &str) {
         e.lag_ms.p50,
         e.lag_ms.p99,
         e.lag_ms.max,
+        if peak > 0.0 {
+            format!(" {peak:.0} streams open at most (server's count),")
+        } else {
+            String::new()
+        },
         vm_hwm_kb() / 1024,
         if r.summary.checks.ok { String::new() } else { format!(" (checks: {:?})", r.summary.checks.failures) }
     );
