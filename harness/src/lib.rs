@@ -8,6 +8,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod cli;
 pub mod compare;
+pub mod endpoint;
 pub mod engine;
 pub mod experiment;
 pub mod isolation;

@@ -20,6 +20,7 @@ mod backends;
 mod cache;
 mod calibrate;
 mod checker;
+mod endpoint;
 mod engine;
 mod isolation;
 mod kernels;

@@ -24,6 +24,7 @@ mod calibrate;
 mod compare;
 mod cuda_check;
 mod doctor;
+mod endpoint;
 mod fuzz;
 mod gate;
 mod isolation;

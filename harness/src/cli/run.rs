@@ -43,6 +43,8 @@ pub struct Args {
     pub flags: RunFlags,
     #[command(flatten)]
     pub trace: crate::cli::trace_cmd::TraceFlags,
+    #[command(flatten)]
+    pub endpoint: crate::cli::endpoint::EndpointFlags,
 }
 
 /// How each scenario runs; shared by `run` and `suite`.
@@ -300,6 +302,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for s in &mut scenarios {
         args.trace.apply(s)?;
     }
+    if args.endpoint.endpoint.is_some() {
+        return run_endpoint(&args, &opts, &scenarios);
+    }
     check_fault_applies(&scenarios, opts.fault)?;
     let single = scenarios.len() == 1;
     let root = if args.flags.inject_fault.as_deref() == Some(DEVICE_LEAK) {
@@ -360,4 +365,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(anyhow::Error::new(ExitStatus(1)).context("one or more checks failed"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--endpoint`: one scenario, sent to the server; the engine's own flags do not apply.
+fn run_endpoint(
+    args: &Args,
+    opts: &RunOptions,
+    scenarios: &[Scenario],
+) -> anyhow::Result<ExitCode> {
+    let [s] = scenarios else {
+        anyhow::bail!(
+            "--endpoint: give one scenario (a run against a server measures one request list)"
+        );
+    };
+    if args.flags.inject_fault.is_some() {
+        anyhow::bail!("--inject-fault plants bugs in kvbench's own cache managers: it has no meaning with --endpoint");
+    }
+    let replace = args.out.is_none() || args.force;
+    let out = match &args.out {
+        Some(d) => d.clone(),
+        None => results::scenario_folder(Path::new("results/latest/endpoint"), &s.name)?,
+    };
+    crate::cli::endpoint::run(
+        &args.endpoint,
+        s,
+        args.flags.seed,
+        opts.trace_tokens,
+        out,
+        replace,
+    )
 }

@@ -27,7 +27,7 @@
 //! is not a finite number where the other side has one (a sweep's `null` rate is not this: it
 //! says no load passed); anything a folder holds twice; a headline that does not follow from its
 //! own per-seed figures; a run whose own checks failed; two backends, or two device profiles for
-//! one scenario; cells of one suite made by different kvbench revisions; different workloads or
+//! one scenario (for runs against an endpoint, which have none: two served models); cells of one suite made by different kvbench revisions; different workloads or
 //! definitions. The two sides' revisions differ by design: comparing builds is the gate's job.
 //!
 //! **No interval.** Two single runs (one seed, a point each) have no interval: the change is
@@ -207,6 +207,21 @@ fn mismatches(a: &Folder, b: &Folder) -> Vec<String> {
         .map(|m| &m.scenario)
         .collect();
     for s in scenarios {
+        let models = (a.identity.models.get(s), b.identity.models.get(s));
+        if models != (None, None) {
+            // Endpoint runs: the served model is their identity (another backend is refused
+            // above).
+            if let (Some(x), Some(y)) = models {
+                if x != y {
+                    out.push(format!(
+                        "{s}: {} measured model {x:?} at its endpoint, {} model {y:?}: runs of two models are not comparable",
+                        a.path.display(),
+                        b.path.display()
+                    ));
+                }
+            }
+            continue;
+        }
         match (a.identity.devices.get(s), b.identity.devices.get(s)) {
             (Some(x), Some(y)) if x != y => out.push(format!(
                 "{s}: {} priced with device profile {x}, {} with {y}",

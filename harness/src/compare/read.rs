@@ -37,6 +37,9 @@ pub struct Identity {
     /// Scenario → the device profile its figures were priced with (name and a hash of its
     /// constants); absent where the folder does not record it (written by an older kvbench).
     pub devices: BTreeMap<String, String>,
+    /// Scenario → the model an endpoint run measured (its `endpoint.model`); a run against a
+    /// server has no device profile, and two models are two experiments.
+    pub models: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -277,6 +280,9 @@ fn read_run(dir: &Path) -> Result<Folder, CompareError> {
         .insert((o.scenario.clone(), o.seed), o.workload_hash.clone());
     if let Some(d) = &o.device {
         identity.devices.insert(o.scenario.clone(), d.clone());
+    }
+    if let Some(m) = dig(&j, &["endpoint", "model"]).and_then(Value::as_str) {
+        identity.models.insert(o.scenario.clone(), m.to_string());
     }
     Ok(Folder {
         path: dir.to_path_buf(),
