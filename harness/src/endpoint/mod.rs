@@ -100,6 +100,9 @@ pub enum EndpointError {
 pub struct EndpointRun {
     pub summary: EndpointSummary,
     pub out: PathBuf,
+    /// Each stream's token ids as the server sent them (empty where it sent none), by
+    /// (request, choice): what a caller compares with an in-process run of the same list.
+    pub token_ids: std::collections::BTreeMap<(u64, u32), Vec<u32>>,
 }
 
 impl EndpointRun {
@@ -239,7 +242,11 @@ pub fn run(
     files.finish().map_err(io(&dir))?;
     let mut metrics = accum.finish(&record.end);
     record::chunk_gaps(&driven.done, &mut metrics);
-    drop(record);
+    let token_ids = record
+        .streams
+        .into_iter()
+        .map(|st| ((st.request, st.rank), st.token_ids))
+        .collect();
     files::write_endpoint_csv(&dir, &driven.done).map_err(io(&dir.join("endpoint.csv")))?;
 
     let prediction = profile.map(|p| predict(scenario, seed, p, &metrics));
@@ -281,6 +288,7 @@ pub fn run(
     Ok(EndpointRun {
         summary,
         out: out.to_path_buf(),
+        token_ids,
     })
 }
 

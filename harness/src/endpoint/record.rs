@@ -100,7 +100,7 @@ pub fn record(done: &[Done], end_ns: u64) -> RunRecord {
                 onload_wait_ns: 0,
                 ttft_onload_ns: 0,
                 token_ns: c.token_ns.clone(),
-                token_ids: Vec::new(),
+                token_ids: c.token_ids.clone(),
             });
         }
     }

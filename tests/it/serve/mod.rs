@@ -3,5 +3,6 @@
 //! a scripted source (`live.rs`).
 
 mod client;
+mod endpoint;
 mod http;
 mod live;
