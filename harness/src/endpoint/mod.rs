@@ -597,6 +597,10 @@ fn summarize(i: SummaryInput<'_>) -> EndpointSummary {
         },
         prefix_cache: PrefixView {
             server_hit_share,
+            admission_hit_share: match (&bounds, cached) {
+                (Ok(b), Some(c)) if b.lookup_tokens > 0 => Some(c as f64 / b.lookup_tokens as f64),
+                _ => None,
+            },
             bounds: bounds.as_ref().ok().cloned(),
             bounds_unavailable: bounds.err(),
         },
@@ -662,8 +666,9 @@ fn report(s: &EndpointSummary) -> String {
     ));
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.1}%", 100.0 * x));
     t.push_str(&format!(
-        "Prefix hits: server {}; this request list: replayed LRU {}, offline optimum {}, infinite cache {}.\n",
+        "Prefix hits: server counters {} (every lookup, restarts included), at admission {}; this request list: replayed LRU {}, offline optimum {}, infinite cache {}.\n",
         pct(s.prefix_cache.server_hit_share),
+        pct(s.prefix_cache.admission_hit_share),
         pct(s.prefix_cache.bounds.as_ref().map(|b| b.replayed_lru_hit_rate)),
         pct(s.prefix_cache.bounds.as_ref().map(|b| b.optimum_hit_rate)),
         pct(s.prefix_cache.bounds.as_ref().map(|b| b.ceiling_hit_rate)),

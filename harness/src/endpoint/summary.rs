@@ -149,8 +149,15 @@ pub struct ServerMetrics {
 /// The server's prefix hit share beside what the request list allows.
 #[derive(Debug, Serialize)]
 pub struct PrefixView {
-    /// From `/metrics` deltas over the run (`endpoint.server_metrics`).
+    /// From `/metrics` deltas over the run (`endpoint.server_metrics`). A server's counters
+    /// count every lookup, a preempted request's again when it restarts, so this share may
+    /// exceed the request list's ceiling; `admission_hit_share` is the one read against it.
     pub server_hit_share: Option<f64>,
+    /// The server's own per-request hits (`usage.prompt_tokens_details.cached_tokens`, the
+    /// hit at first admission on `kvbench serve`) over `bounds.lookup_tokens`, where the server
+    /// reports them and the list gives bounds: comparable with the bounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission_hit_share: Option<f64>,
     /// `bounds.replayed_lru_hit_rate`, `optimum_hit_rate`, `ceiling_hit_rate`: the same request
     /// list at the scenario's pool capacity (as `kvbench run` sizes it).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -82,6 +82,41 @@ fn run_endpoint_against_serve_gives_the_in_process_tokens_and_the_servers_own_co
         pc["hit_tokens"].as_f64().unwrap_or(0.0) > 0.0,
         "shared prefixes hit: {pc}"
     );
+    // The counters count a preempted request's lookups again; the share at admission (each
+    // answer's cached_tokens) is the one the bounds are read against. The client sees every
+    // request's hit but those of requests it cancelled before their first chunk, so its sum lies
+    // between the server folder's admission hits less its cancelled requests' and all of them.
+    let lookup = pc["bounds"]["lookup_tokens"]
+        .as_f64()
+        .expect("lookup_tokens");
+    let admission = run
+        .summary
+        .prefix_cache
+        .admission_hit_share
+        .expect("cached_tokens");
+    let client_hits = (admission * lookup).round() as u64;
+    let served_hits = pc["request_hit_tokens"]
+        .as_u64()
+        .expect("request_hit_tokens");
+    let csv = std::fs::read_to_string(server.out.join("requests.csv")).expect("requests.csv");
+    let mut rows = csv.lines();
+    let header: Vec<&str> = rows.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (parent, cached, status) = (col("parent_id"), col("cached_prompt_tokens"), col("status"));
+    let cancelled_hits: u64 = rows
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f[parent].is_empty() && f[status] == "cancelled")
+        .map(|f| f[cached].parse::<u64>().expect("cached_prompt_tokens"))
+        .sum();
+    assert!(
+        served_hits - cancelled_hits.min(served_hits) <= client_hits && client_hits <= served_hits,
+        "client {client_hits}, server {served_hits}, of cancelled requests {cancelled_hits}"
+    );
+    let ceiling = pc["bounds"]["ceiling_hit_rate"].as_f64().expect("ceiling");
+    assert!(
+        admission <= ceiling + 1e-12,
+        "{admission} > ceiling {ceiling}"
+    );
     assert_eq!(served["runs"][0]["reclamation"]["ok"], true, "{served}");
     assert_eq!(served["runs"][0]["invariants"]["ok"], true, "{served}");
 }
