@@ -155,6 +155,10 @@ pub fn spec(
             layout: layout.clone(),
             ring_tokens: ring_tokens(setup.max_step_tokens, async_steps),
             evict_protected: scenario.cache.evict_protected,
+            checkpoint_every_blocks: scenario
+                .cache
+                .checkpoint_every_blocks
+                .unwrap_or(crate::cache::hybrid::DEFAULT_CHECKPOINT_EVERY_BLOCKS),
         }),
         None => spec,
     }

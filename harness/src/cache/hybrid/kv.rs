@@ -29,7 +29,8 @@ use std::collections::BTreeMap;
 
 use kvbench_cache_api::{
     Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, KeyedTokens, KvCacheManager,
-    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
+    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StateCheckpoint,
+    StateCheckpoints, StepId, TableShape,
 };
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,20 @@ use super::check_incremental::Incremental;
 use super::error::HybridError;
 use super::layout::HybridLayout;
 use super::manager::{HybridCache, PageCopy};
+use super::pool::PageId;
+
+/// A recurrent-state checkpoint a sequence holds until the next step begins: one that step
+/// saves (`publish`: the key and scope it is indexed under once saved), or the one its prefix
+/// hit resumes from, which that step restores (`publish: None`).
+#[derive(Debug, Clone)]
+pub(crate) struct HeldCheckpoint {
+    pub(crate) tokens: u64,
+    pub(crate) pages: Vec<PageId>,
+    pub(crate) publish: Option<(
+        crate::cache::prefix::PrefixKey,
+        std::sync::Arc<crate::cache::prefix::ScopeInfo>,
+    )>,
+}
 
 /// The planted bugs of [`Fault`] this manager honours, and how often they took effect.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +62,8 @@ pub(crate) struct KvFaults {
     /// `Leak` fires once: the first release keeps its pages and state.
     pub(crate) leaked_once: bool,
     pub(crate) bad_block_table: bool,
+    /// Hits `CheckpointOffByOne` moved a block past their checkpoint.
+    pub(crate) checkpoint_shifted: u64,
 }
 
 /// The hybrid paged manager as the engine drives it (see the module doc).
@@ -69,6 +86,12 @@ pub struct HybridKv {
     pub(crate) incremental: RefCell<Incremental>,
     /// Whether a start may evict a protected block's cached pages (`cache.evict_protected`).
     pub(crate) evict_protected: EvictProtected,
+    /// Per sequence, the checkpoints it holds until the next step begins.
+    pub(crate) checkpoints_held: BTreeMap<SeqId, Vec<HeldCheckpoint>>,
+    /// Per sequence started from a checkpoint: which, and the tokens the hit claims.
+    pub(crate) resume: BTreeMap<SeqId, StateCheckpoint>,
+    /// Checkpoints saved (published) so far.
+    pub(crate) checkpoints_saved: u64,
 }
 
 /// Whether a start may evict the cached pages of a *protected* block — one a running sequence
@@ -109,6 +132,107 @@ impl HybridKv {
             prefix: PrefixCache::default(),
             incremental: RefCell::new(Incremental::default()),
             evict_protected: EvictProtected::Always,
+            checkpoints_held: BTreeMap::new(),
+            resume: BTreeMap::new(),
+            checkpoints_saved: 0,
+        }
+    }
+
+    /// Keep a recurrent model's state every `every_blocks` blocks (0: never, so no prefix hit;
+    /// ignored without a recurrent group): a block here is the grain of a hit, the least
+    /// common multiple of the tables' block tokens (the block size when every table stores the
+    /// same bytes a token).
+    pub fn with_checkpoints(mut self, every_blocks: u32) -> HybridKv {
+        let layout = self.cache.layout();
+        self.prefix.checkpoint_tokens = if layout.state_bytes_per_sequence == 0 {
+            0
+        } else {
+            super::prefix::block_step(layout).saturating_mul(u64::from(every_blocks))
+        };
+        self
+    }
+
+    /// Tokens between two checkpoints (0: none kept).
+    pub fn checkpoint_tokens(&self) -> u64 {
+        self.prefix.checkpoint_tokens
+    }
+
+    /// Checkpoints saved so far, and those the index keeps now (tests read it).
+    pub fn checkpoint_counts(&self) -> (u64, usize) {
+        (self.checkpoints_saved, self.prefix.checkpoints_kept())
+    }
+
+    /// `seq` wrote positions `before .. upto` by computing them: take a checkpoint's pages for
+    /// each checkpoint position past `before` up to `upto` that the index lacks, while the pool
+    /// has them (a checkpoint is a cache: one that does not fit is not kept).
+    fn take_checkpoints(&mut self, seq: SeqId, before: u64, upto: u64) {
+        let ct = self.prefix.checkpoint_tokens;
+        if ct == 0 || self.state_pages == 0 {
+            return;
+        }
+        let mut c = (before / ct + 1) * ct;
+        while c <= upto {
+            let tokens = c;
+            c += ct;
+            let Some(publish) = self.prefix.checkpoint_key(seq, tokens) else {
+                continue;
+            };
+            let pool = &mut self.cache.pool;
+            if u64::from(pool.available()) < self.state_pages {
+                break;
+            }
+            let mut pages = Vec::with_capacity(self.state_pages as usize);
+            for _ in 0..self.state_pages {
+                // No tokens a page: a checkpoint counts no live slots and is always "full".
+                match pool.take(0) {
+                    Ok(p) => pages.push(p),
+                    Err(e) => {
+                        self.violations
+                            .push(format!("checkpoint of seq {seq} at {tokens}: {e:?}"));
+                        break;
+                    }
+                }
+            }
+            if let Some(entry) = self.cache.seqs.get_mut(&seq) {
+                entry.checkpoint.extend_from_slice(&pages);
+            }
+            self.checkpoints_held
+                .entry(seq)
+                .or_default()
+                .push(HeldCheckpoint {
+                    tokens,
+                    pages,
+                    publish: Some(publish),
+                });
+        }
+        self.prefix.sync(&mut self.cache.pool);
+    }
+
+    /// A step began: the checkpoints it saves are indexed, and every checkpoint page held for
+    /// it goes back behind its fence (cached-free if indexed).
+    fn settle_checkpoints(&mut self) {
+        for (seq, held) in std::mem::take(&mut self.checkpoints_held) {
+            let Some(entry) = self.cache.seqs.get_mut(&seq) else {
+                continue;
+            };
+            entry.checkpoint.clear();
+            for h in held {
+                if let Some(publish) = h.publish {
+                    let pool = &mut self.cache.pool;
+                    if self
+                        .prefix
+                        .publish_checkpoint(pool, seq, h.tokens, publish, &h.pages)
+                    {
+                        self.checkpoints_saved += 1;
+                    }
+                }
+                for page in h.pages {
+                    if let Err(e) = self.cache.pool.drop_ref(page) {
+                        self.violations
+                            .push(format!("checkpoint page {page} of seq {seq}: {e:?}"));
+                    }
+                }
+            }
         }
     }
 
@@ -265,6 +389,37 @@ impl HybridKv {
         entry.tokens = hit.hit_tokens;
         entry.written = hit.hit_tokens;
         entry.trimmed = hit.hit_tokens;
+        if let Some(pages) = &hit.checkpoint {
+            for &page in pages {
+                if cache.pool.is_cached_free(page) {
+                    cache.pool.revive(page)?;
+                } else {
+                    cache.pool.share(page)?;
+                    cache.pool.count_hit(page);
+                }
+            }
+            entry.checkpoint.extend_from_slice(pages);
+            let first = pages
+                .first()
+                .copied()
+                .ok_or(HybridError::Corrupt("a checkpoint of no pages"))?;
+            self.checkpoints_held
+                .entry(seq)
+                .or_default()
+                .push(HeldCheckpoint {
+                    tokens: hit.hit_tokens,
+                    pages: pages.clone(),
+                    publish: None,
+                });
+            self.resume.insert(
+                seq,
+                StateCheckpoint {
+                    tokens: hit.hit_tokens,
+                    page: first,
+                },
+            );
+            self.faults.checkpoint_shifted += u64::from(hit.shifted);
+        }
         Ok(())
     }
 
@@ -350,6 +505,8 @@ impl KvCacheManager for HybridKv {
         });
         self.cache.pool.keep_protected(false);
         if let Err(e) = mapped {
+            self.checkpoints_held.remove(&req.seq);
+            self.resume.remove(&req.seq);
             self.prefix.sync(&mut self.cache.pool);
             return Err(self.alloc_error(req.seq, e));
         }
@@ -395,6 +552,7 @@ impl KvCacheManager for HybridKv {
         self.cache
             .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
+        self.take_checkpoints(seq, before, upto);
         self.refresh_bad_layout(seq);
         Ok(())
     }
@@ -461,6 +619,7 @@ impl KvCacheManager for HybridKv {
         self.cache
             .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
+        self.take_checkpoints(seq, before, before + 1);
         self.refresh_bad_layout(seq);
         Ok(self.copy_ops(&copies))
     }
@@ -538,6 +697,9 @@ impl KvCacheManager for HybridKv {
             return Err(AllocError::UnknownSeq(seq));
         }
         self.bad_layouts.remove(&seq);
+        // Checkpoints not saved yet go back unindexed with its pages.
+        self.checkpoints_held.remove(&seq);
+        self.resume.remove(&seq);
         let holds_any = self.state_pages > 0
             || self
                 .cache
@@ -559,7 +721,10 @@ impl KvCacheManager for HybridKv {
     }
 
     fn begin_step(&mut self) -> StepId {
-        self.cache.pool.begin_step()
+        let step = self.cache.pool.begin_step();
+        self.settle_checkpoints();
+        self.prefix.sync(&mut self.cache.pool);
+        step
     }
 
     fn retire_step(&mut self, step: StepId) {
@@ -583,6 +748,26 @@ impl KvCacheManager for HybridKv {
             shapes: &self.shapes,
             tables,
         })
+    }
+
+    fn state_checkpoints(&self, seq: SeqId) -> StateCheckpoints {
+        let save = self
+            .checkpoints_held
+            .get(&seq)
+            .into_iter()
+            .flatten()
+            .filter(|h| h.publish.is_some())
+            .filter_map(|h| {
+                Some(StateCheckpoint {
+                    tokens: h.tokens,
+                    page: *h.pages.first()?,
+                })
+            })
+            .collect();
+        StateCheckpoints {
+            resume: self.resume.get(&seq).copied(),
+            save,
+        }
     }
 
     fn seq_tokens(&self, seq: SeqId) -> Option<u32> {
@@ -643,6 +828,7 @@ impl KvCacheManager for HybridKv {
             }
             // No lower tier to go stale.
             Fault::StaleOnload => {}
+            Fault::CheckpointOffByOne => self.prefix.checkpoint_off_by_one = true,
         }
     }
 
@@ -651,5 +837,6 @@ impl KvCacheManager for HybridKv {
             + u64::from(self.faults.leaked_once)
             + self.cache.pool.fences_ignored
             + self.bad_layouts_read.get()
+            + self.faults.checkpoint_shifted
     }
 }

@@ -319,6 +319,8 @@ impl HybridCache {
             })
             .collect();
         entry.state = state;
+        // The parent's checkpoints stay the parent's.
+        entry.checkpoint.clear();
         for table in &entry.tables {
             for &page in &table.pages {
                 self.pool.share(page)?;
@@ -338,6 +340,9 @@ impl HybridCache {
             for page in table.pages.into_iter().rev() {
                 self.pool.drop_ref(page)?;
             }
+        }
+        for &page in &entry.checkpoint {
+            self.pool.drop_ref(page)?;
         }
         self.pool.drop_state(&entry.state)
     }

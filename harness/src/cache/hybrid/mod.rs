@@ -47,6 +47,13 @@ mod table;
 pub use error::HybridError;
 pub use fit::{compare_fit, vllm_layers_per_table, FitComparison};
 pub use kv::{EvictProtected, HybridKv};
+
+/// Blocks between a recurrent model's state checkpoints when a scenario does not say
+/// (`cache.checkpoint_every_blocks`). A checkpoint costs a whole state (Qwen3-Next: 37.7 MiB,
+/// about 100 blocks of its KV), so a checkpoint every block would fill the pool with states;
+/// 32 blocks (512 tokens at 16 a block) keeps one per shared system prompt of that size and
+/// leaves most of the pool to the KV (docs/layer-groups.md measures the trade-off).
+pub const DEFAULT_CHECKPOINT_EVERY_BLOCKS: u32 = 32;
 pub use layout::{HybridLayout, LayoutError, TableKind, TableSpec};
 pub use manager::{HybridCache, HybridFault, PageCopy};
 pub use pool::PageId;

@@ -263,6 +263,31 @@ impl PagePool {
         }
     }
 
+    /// `page` leaves the prefix cache on its own (another page of its checkpoint was evicted
+    /// or flushed): cached-free, it is free (or fenced while the step at its release runs);
+    /// held, it stays held, unpublished.
+    pub(crate) fn unpublish_page(&mut self, page: PageId) {
+        let i = page as usize;
+        if !self.published.get(i).copied().unwrap_or(false) {
+            return;
+        }
+        if self.cached.remove(page) {
+            self.cached.unpublished(page);
+            let clear = self.fence_clear(page);
+            self.unpublish_free(page);
+            if clear {
+                self.free.push(page);
+            } else {
+                self.withhold(Freed::Page(page));
+            }
+        } else {
+            self.published[i] = false;
+            self.published_count -= 1;
+            self.cached.unpublished(page);
+            self.touch(page);
+        }
+    }
+
     /// A cached-free page is referenced again (a prefix hit): held by one reference.
     pub(crate) fn revive(&mut self, page: PageId) -> Result<(), HybridError> {
         let i = page as usize;
