@@ -274,6 +274,24 @@ pub struct PrefixStats {
     pub hit_tokens: u64,
     pub hit_blocks: u64,
     pub evictions: u64,
+    /// A recurrent model's state checkpoints (the hybrid paged manager's; 0 everywhere else, and
+    /// left out when serialized): tokens between two, checkpoints saved, prefix hits that
+    /// resumed from one, and the pool bytes checkpoints held at most and on average, sampled as
+    /// each step began.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoints_saved: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_resumes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_bytes_peak: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_bytes_mean: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Deliberate bugs that prove the checks can fail (`kvbench run --inject-fault`).

@@ -92,6 +92,12 @@ pub struct HybridKv {
     pub(crate) resume: BTreeMap<SeqId, StateCheckpoint>,
     /// Checkpoints saved (published) so far.
     pub(crate) checkpoints_saved: u64,
+    /// Prefix hits that resumed from a checkpoint.
+    pub(crate) checkpoint_resumes: u64,
+    /// Checkpoint pages in the pool as each step began: the most, the sum and the steps.
+    pub(crate) checkpoint_pages_peak: u64,
+    pub(crate) checkpoint_page_steps: u128,
+    pub(crate) steps_begun: u64,
 }
 
 /// Whether a start may evict the cached pages of a *protected* block — one a running sequence
@@ -135,6 +141,10 @@ impl HybridKv {
             checkpoints_held: BTreeMap::new(),
             resume: BTreeMap::new(),
             checkpoints_saved: 0,
+            checkpoint_resumes: 0,
+            checkpoint_pages_peak: 0,
+            checkpoint_page_steps: 0,
+            steps_begun: 0,
         }
     }
 
@@ -419,6 +429,7 @@ impl HybridKv {
                 },
             );
             self.faults.checkpoint_shifted += u64::from(hit.shifted);
+            self.checkpoint_resumes += 1;
         }
         Ok(())
     }
@@ -724,6 +735,12 @@ impl KvCacheManager for HybridKv {
         let step = self.cache.pool.begin_step();
         self.settle_checkpoints();
         self.prefix.sync(&mut self.cache.pool);
+        if self.prefix.checkpoint_tokens > 0 {
+            let pages = (self.prefix.checkpoints_kept() as u64).saturating_mul(self.state_pages);
+            self.checkpoint_pages_peak = self.checkpoint_pages_peak.max(pages);
+            self.checkpoint_page_steps += u128::from(pages);
+            self.steps_begun += 1;
+        }
         step
     }
 
@@ -791,7 +808,20 @@ impl KvCacheManager for HybridKv {
     }
 
     fn prefix_stats(&self) -> PrefixStats {
-        self.prefix.stats
+        let page_bytes = u128::from(self.cache.layout.page_bytes);
+        let mean_pages = self.checkpoint_page_steps / u128::from(self.steps_begun.max(1));
+        PrefixStats {
+            checkpoint_tokens: self.prefix.checkpoint_tokens,
+            checkpoints_saved: self.checkpoints_saved,
+            checkpoint_resumes: self.checkpoint_resumes,
+            checkpoint_bytes_peak: u64::try_from(
+                u128::from(self.checkpoint_pages_peak).saturating_mul(page_bytes),
+            )
+            .unwrap_or(u64::MAX),
+            checkpoint_bytes_mean: u64::try_from(mean_pages.saturating_mul(page_bytes))
+                .unwrap_or(u64::MAX),
+            ..self.prefix.stats
+        }
     }
 
     /// The free pages' slots: every page is a whole extent, and a free state holds no token.
