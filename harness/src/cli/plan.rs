@@ -626,6 +626,21 @@ fn render_hybrid(p: &Plan) -> String {
         h.fits_hybrid,
         h.fits_summed
     );
+    if let Some(c) = &h.checkpoints {
+        o += &format!(
+            "checkpoint  a state checkpoint every {} blocks ({} tokens, the default of \
+             cache.checkpoint_every_blocks) takes {} pages, {}: a {}-token prefix keeps {}, {}, \
+             {:.1}% of the pool\n",
+            c.every_blocks,
+            c.every_tokens,
+            c.pages,
+            bytes(c.bytes),
+            p.tokens,
+            c.per_prefix,
+            bytes(c.prefix_bytes),
+            c.pool_share * 100.0
+        );
+    }
     o
 }
 

@@ -298,8 +298,7 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
                 resumes: p.checkpoint_resumes,
                 bytes_peak: p.checkpoint_bytes_peak,
                 bytes_mean: p.checkpoint_bytes_mean,
-                pool_share_mean: p.checkpoint_bytes_mean as f64
-                    / exp.kv_budget_bytes.max(1) as f64,
+                pool_share_mean: p.checkpoint_bytes_mean as f64 / exp.kv_budget_bytes.max(1) as f64,
             }),
             ..prefix_against_bounds(r, exp)
         },

@@ -185,7 +185,10 @@ fn without_checkpoints_cpu_runs_a_recurrent_model_with_no_hit() {
     assert_eq!(code, 0, "{text}");
     let paged = paged_summary(&tmp.path().join("out"));
     assert_eq!(paged["prefix_cache"]["hit_tokens"], 0, "{paged}");
-    assert!(paged["prefix_cache"].get("checkpoints").is_none(), "{paged}");
+    assert!(
+        paged["prefix_cache"].get("checkpoints").is_none(),
+        "{paged}"
+    );
 }
 
 #[test]
@@ -215,11 +218,16 @@ fn sim_prices_checkpoints_and_qwen3_next_hits_shared_prompts() {
     let p = &paged["prefix_cache"];
     assert!(p["hit_rate"].as_f64().unwrap() > 0.2, "{p}");
     let c = &p["checkpoints"];
-    assert_eq!(c["every_tokens"], 512, "the default, 32 blocks of 16: {c}");
+    assert_eq!(c["every_tokens"], 1024, "the default, 64 blocks of 16: {c}");
     assert!(c["resumes"].as_u64().unwrap() > 0, "{c}");
     // Checkpoints are pool pages: cached-free in the ledger once saved.
     let peak = c["bytes_peak"].as_u64().unwrap();
     assert!(peak > 0, "{c}");
-    let cached = paged["memory"]["kv_peak_cached_free_bytes"].as_u64().unwrap();
-    assert!(cached >= peak, "cached-free peak {cached} below checkpoints {peak}");
+    let cached = paged["memory"]["kv_peak_cached_free_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= peak,
+        "cached-free peak {cached} below checkpoints {peak}"
+    );
 }

@@ -13,7 +13,12 @@
 //!
 //! The prefix cache (`cached.rs`) publishes each table's full blocks as they are written and
 //! shares them at start where `prefix_hit_tokens`' rule allows; the rest of the prompt is
-//! mapped fresh and written from the hit on.
+//! mapped fresh and written from the hit on. A recurrent model's writes that pass a checkpoint
+//! position take a state's pages for the step to save it (`state_checkpoints` names them), and a
+//! hit resumes from the deepest indexed checkpoint; both are held by the sequence until the next
+//! `begin_step`, when the saved ones are indexed and every one goes cached-free behind that
+//! step's fence. A start holds its hit's pages before it takes its state's, so taking the state
+//! cannot evict them.
 //!
 //! **Accounting** is in slots of `page_bytes / page_slots` bytes (the grouped unit of
 //! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
@@ -507,8 +512,10 @@ impl KvCacheManager for HybridKv {
         // pages go back where they were, cached-free or shared).
         let keep = self.evict_protected == EvictProtected::ToGrow;
         self.cache.pool.keep_protected(keep);
-        let mapped = self.cache.start(req.seq).and_then(|()| {
+        // The hit's pages are held before the state's are taken, which may evict.
+        let mapped = self.cache.start_stateless(req.seq).and_then(|()| {
             self.share_hit(req.seq, &hit)
+                .and_then(|()| self.cache.take_state_of(req.seq))
                 .and_then(|()| self.cache.map(req.seq, prompt - hit.hit_tokens))
                 .inspect_err(|_| {
                     let _ = self.cache.release(req.seq);

@@ -40,7 +40,7 @@ pub fn prefix_hit_tokens(
 
 /// Tokens every table's block holds a whole number of (their least common multiple): the
 /// grain of a hit.
-pub(crate) fn block_step(layout: &HybridLayout) -> u64 {
+pub fn block_step(layout: &HybridLayout) -> u64 {
     layout.tables.iter().fold(1u64, |acc, t| {
         let bt = u64::from(t.block_tokens.max(1));
         acc.saturating_mul(bt / gcd(acc, bt))

@@ -70,7 +70,10 @@ fn a_later_prompt_resumes_from_the_deepest_checkpoint_its_hit_reaches() {
     assert_eq!(kv.checkpoint_counts(), (2, 2));
     // Two states of 8 pages (4 slots a page) are cached-free now, out of the held pages.
     let after = kv.accounting();
-    assert_eq!(after.cached_free_slots, before.cached_free_slots + 2 * 8 * 4);
+    assert_eq!(
+        after.cached_free_slots,
+        before.cached_free_slots + 2 * 8 * 4
+    );
     assert!(kv.state_checkpoints(1).save.is_empty());
     // The tables could give 20 tokens; the deepest checkpoint at or below is 16.
     assert_eq!(probe_cached(&kv, 2, &p).0, 16);
@@ -179,6 +182,48 @@ fn the_planted_off_by_one_resumes_from_the_previous_checkpoint_and_fires() {
     let s9 = start(&mut kv, 3, &p[..9]).unwrap();
     assert_eq!(s9.cached_tokens, 8);
     let at8: StateCheckpoint = kv.state_checkpoints(3).resume.expect("a resume");
-    assert_eq!(resume.page, at8.page, "resumed from the checkpoint one interval back");
+    assert_eq!(
+        resume.page, at8.page,
+        "resumed from the checkpoint one interval back"
+    );
     assert_eq!(kv.fault_fired(), 1);
+}
+
+#[test]
+fn taking_the_state_of_a_start_never_evicts_the_checkpoint_its_hit_shares() {
+    let mut kv = kv();
+    let mut rng = rng();
+    // Two 9-token prompts cached with a checkpoint at 8 each: 2 table pages and 8 checkpoint
+    // pages apiece, the first one's the least recently released.
+    let p = prompt(&mut rng, 9);
+    let q = prompt(&mut rng, 9);
+    for (seq, t) in [(1, &p), (2, &q)] {
+        start(&mut kv, seq, t).unwrap();
+        kv.fill(seq, 9).unwrap();
+        let step = kv.begin_step();
+        kv.retire_step(step);
+        kv.release(seq, ReleaseReason::Finish).unwrap();
+        checked(&kv);
+    }
+    assert_eq!(kv.checkpoint_counts(), (2, 2));
+    // Hold every free page: four 4-token sequences of 9 pages each.
+    for seq in 10..14 {
+        start(&mut kv, seq, &prompt(&mut rng, 4)).unwrap();
+        kv.fill(seq, 4).unwrap();
+    }
+    checked(&kv);
+    assert_eq!(kv.accounting().free_slots, 0);
+    // The hit (8 tokens: 2 table pages and the checkpoint) is revived before the state's 8
+    // pages are taken, so those evict the second prompt's block, never the hit's.
+    let (hit, fits) = probe_cached(&kv, 9, &p);
+    assert_eq!((hit, fits), (8, true));
+    let s = start(&mut kv, 9, &p).unwrap();
+    checked(&kv);
+    assert_eq!(s.cached_tokens, 8);
+    assert_eq!(
+        kv.checkpoint_counts().1,
+        1,
+        "the other prompt's checkpoint was evicted"
+    );
+    assert_eq!(probe_cached(&kv, 20, &q).0, 0);
 }
