@@ -264,7 +264,7 @@ impl PrefixCache {
     ) -> Option<(PrefixKey, Arc<ScopeInfo>)> {
         let p = self.seqs.get_mut(&seq)?;
         let bt = *p.chain.block_tokens.first()? as u64;
-        if tokens == 0 || tokens % bt != 0 || (p.chain.tokens.len() as u64) < tokens {
+        if tokens == 0 || !tokens.is_multiple_of(bt) || (p.chain.tokens.len() as u64) < tokens {
             return None;
         }
         let block = p
