@@ -609,7 +609,7 @@ impl KvCacheManager for GroupedContiguous {
                 }
             }
             // The baseline has no lower tier: nothing is ever onloaded.
-            Fault::StaleOnload => {}
+            Fault::StaleOnload | Fault::CheckpointOffByOne => {}
         }
     }
 

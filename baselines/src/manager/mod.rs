@@ -343,7 +343,7 @@ impl KvCacheManager for ContiguousCache {
             Fault::Leak => self.faults.leak = true,
             Fault::BadBlockTable => self.faults.bad_layout = true,
             // The baseline has no lower tier: nothing is ever onloaded.
-            Fault::StaleOnload => {}
+            Fault::StaleOnload | Fault::CheckpointOffByOne => {}
         }
     }
 }

@@ -196,6 +196,25 @@ pub struct Started {
     pub tier_hits: TierHits,
 }
 
+/// A recurrent state saved after the first `tokens` tokens of a sequence, held by the manager
+/// as pages of its pool and named by the first of them: what a backend that holds state beside
+/// the KV pages keys its copy by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCheckpoint {
+    pub tokens: u64,
+    pub page: u32,
+}
+
+/// What a step does with a sequence's recurrent-state checkpoints. `resume`: the checkpoint a
+/// prefix hit resumes from: a step starting the sequence at `resume.tokens` restores the state
+/// from it instead of from zeros. `save`: where the step must save the state once it has
+/// computed each one's `tokens` positions (the manager publishes them after that step began).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateCheckpoints {
+    pub resume: Option<StateCheckpoint>,
+    pub save: Vec<StateCheckpoint>,
+}
+
 /// Slot accounting at one moment, in token slots. For a paged cache a whole block counts as
 /// allocated once mapped; `live` counts only written token slots. A grouped manager's slot is a
 /// page's share (see [`grouped`]); the run states the bytes one slot stands for.
@@ -255,6 +274,24 @@ pub struct PrefixStats {
     pub hit_tokens: u64,
     pub hit_blocks: u64,
     pub evictions: u64,
+    /// A recurrent model's state checkpoints (the hybrid paged manager's; 0 everywhere else, and
+    /// left out when serialized): tokens between two, checkpoints saved, prefix hits that
+    /// resumed from one, and the pool bytes checkpoints held at most and on average, sampled as
+    /// each step began.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoints_saved: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_resumes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_bytes_peak: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_bytes_mean: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Deliberate bugs that prove the checks can fail (`kvbench run --inject-fault`).
@@ -272,6 +309,10 @@ pub enum Fault {
     /// Hand out a lower-tier slot again while an onload that reads it may not have run yet, so
     /// the onload copies whatever was written there since (needs a host tier).
     StaleOnload,
+    /// Resume a prefix hit from the recurrent-state checkpoint one interval (a block, at one
+    /// block an interval) before the hit's, so the recurrent layers miss those tokens (needs
+    /// the hybrid paged manager with checkpoints and a hit past two of them).
+    CheckpointOffByOne,
 }
 
 impl Fault {
@@ -289,13 +330,14 @@ impl Fault {
             Fault::Leak => "leak",
             Fault::BadBlockTable => "bad-block-table",
             Fault::StaleOnload => "stale-onload",
+            Fault::CheckpointOffByOne => "checkpoint-off-by-one",
         }
     }
 
     pub fn parse(s: &str) -> Option<Fault> {
         Fault::ALL
             .into_iter()
-            .chain([Fault::StaleOnload])
+            .chain([Fault::StaleOnload, Fault::CheckpointOffByOne])
             .find(|f| f.name() == s)
     }
 
@@ -308,6 +350,9 @@ impl Fault {
             Fault::BadBlockTable => "no block table was handed to the backend",
             Fault::StaleOnload => {
                 "no lower-tier slot was reused while an onload from it was pending"
+            }
+            Fault::CheckpointOffByOne => {
+                "no prefix hit resumed past two recurrent-state checkpoints"
             }
         }
     }
@@ -397,6 +442,12 @@ pub trait KvCacheManager: Send {
     fn retire_step(&mut self, step: StepId);
 
     fn layout(&self, seq: SeqId) -> Option<SeqLayout<'_>>;
+    /// The recurrent-state checkpoints `seq`'s next step touches (see [`StateCheckpoints`]);
+    /// none from a manager that keeps no state.
+    fn state_checkpoints(&self, seq: SeqId) -> StateCheckpoints {
+        let _ = seq;
+        StateCheckpoints::default()
+    }
     /// Tokens currently held (written) for `seq`.
     fn seq_tokens(&self, seq: SeqId) -> Option<u32>;
     fn accounting(&self) -> Accounting;

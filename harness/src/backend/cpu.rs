@@ -18,12 +18,16 @@
 //! read after it was overwritten and the oracle sees it — then its copies, swaps and compute.
 //!
 //! A recurrent layer's per-sequence state lives here, outside the KV store, with the position it
-//! reached: a step starts from zeros at position 0 (a new sequence, or a recompute) or at that
-//! position, anything else (a prefix hit the recurrent layers cannot use) fails the step. A
-//! fork copies the parent's state, a swap leaves it in place, `forget` drops it; the same under
-//! the grouped managers, where the recurrent group has no table. A run the harness sets up never
-//! gets there: `setup::prefix_cache_refusal` refuses a recurrent model with the prefix cache on
-//! before any request runs.
+//! reached: a step starts from zeros at position 0 (a new sequence, or a recompute), at that
+//! position, or — a prefix hit — at the checkpoint the manager names
+//! ([`KvCacheManager::state_checkpoints`]), restored from the copy saved when a step passed
+//! it; anything else fails the step. A step saves the state at each checkpoint its chunk passes
+//! (the chunk computed in pieces cut there), keyed by the checkpoint's first page, as a device
+//! would hold it in those pages. A sequence resumed from a checkpoint is always checked by the
+//! oracle, which recomputes it from zeros. A fork copies the parent's state, a swap leaves it in
+//! place, `forget` drops it. Only the hybrid manager keeps checkpoints:
+//! `setup::prefix_cache_refusal` refuses a recurrent model with the prefix cache on under the
+//! summed managers before any request runs.
 
 mod addr;
 pub mod bench;
@@ -80,6 +84,11 @@ pub struct CpuBackend {
     /// the KV store, with the position it has reached: a step must start there, or at 0
     /// (a new sequence, or a recompute after preemption), which starts from zeros.
     states: BTreeMap<SeqId, (usize, Vec<f32>)>,
+    /// Recurrent states saved at the manager's checkpoints, by the checkpoint's first page: what
+    /// a device would hold in those pages. Overwritten when the page holds a checkpoint again;
+    /// trusted as the manager names it (a wrong name restores a wrong state, which the oracle
+    /// sees).
+    checkpoints: BTreeMap<u32, Vec<f32>>,
     /// The host and disk tiers' pools (`None`: the run has no lower tier).
     tiers: Option<Tiers>,
     done: VecDeque<StepOutput>,
@@ -161,6 +170,7 @@ impl CpuBackend {
             seqs: SeqTable::default(),
             host: BTreeMap::new(),
             states: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
             tiers,
             done: VecDeque::new(),
             workspace_bytes,
@@ -331,33 +341,127 @@ impl CpuBackend {
         }
         let state_len = self.model.state_len();
         let mut states = Vec::new();
+        // Per sequence, the positions inside its chunk where the state is saved (ascending).
+        let mut saves: Vec<Vec<(usize, u32)>> = Vec::new();
+        let mut resumed = Vec::new();
         if state_len > 0 {
             for (w, s) in plan.seqs.iter().zip(&steps) {
+                let cps = cache.state_checkpoints(w.seq);
                 let held = self.states.remove(&w.seq);
-                states.push(match held {
+                let resume = cps.resume.filter(|r| r.tokens == s.start_pos as u64);
+                states.push(match (held, resume) {
                     _ if s.start_pos == 0 => vec![0f32; state_len],
-                    Some((pos, st)) if pos == s.start_pos => st,
-                    held => {
+                    (Some((pos, st)), _) if pos == s.start_pos => st,
+                    (_, Some(r)) => {
+                        let st = self.checkpoints.get(&r.page).cloned().ok_or_else(|| {
+                            BackendError::Step(format!(
+                                "sequence {} resumes at position {} from the recurrent-state checkpoint at page {}, which holds no saved state",
+                                w.seq, s.start_pos, r.page
+                            ))
+                        })?;
+                        resumed.push(w.seq);
+                        st
+                    }
+                    (held, None) => {
                         return Err(BackendError::Step(format!(
-                            "sequence {} starts at position {} but its recurrent state is at {}: recurrent layers keep no per-token state, so a prefix-cache hit cannot skip their prefill (run a recurrent model on cpu with scheduler.prefix_cache = false)",
+                            "sequence {} starts at position {} but its recurrent state is at {} and no checkpoint resumes it there: recurrent layers keep no per-token state, so a prefix-cache hit cannot skip their prefill",
                             w.seq,
                             s.start_pos,
                             held.map_or(0, |(p, _)| p)
                         )))
                     }
                 });
+                let end = s.start_pos + s.tokens.len();
+                let mut at: Vec<(usize, u32)> = cps
+                    .save
+                    .iter()
+                    .filter_map(|c| usize::try_from(c.tokens).ok().map(|t| (t, c.page)))
+                    .filter(|&(t, _)| t > s.start_pos && t <= end)
+                    .collect();
+                at.sort_unstable();
+                saves.push(at);
             }
         }
-        let out = self
-            .kv
-            .forward(&self.model, &steps, &mut states)
-            .map_err(step_err)?;
+        let out = forward_saving(
+            (&mut self.kv, &self.model, &mut self.checkpoints),
+            &steps,
+            &mut states,
+            &saves,
+        )?;
         for ((w, s), st) in plan.seqs.iter().zip(&steps).zip(states) {
             self.states
                 .insert(w.seq, (s.start_pos + s.tokens.len(), st));
         }
+        // Every sequence resumed from a checkpoint is checked by the oracle.
+        for seq in resumed {
+            if let Some(h) = self.seqs.get_mut(seq) {
+                h.checked = true;
+            }
+        }
         Ok(out)
     }
+}
+
+/// A step's forward pass, the recurrent state saved where `saves` says: a sequence whose chunk
+/// passes a checkpoint is computed up to it, its state copied into `checkpoints`, then on
+/// (kernel results depend only on positions, never on how a chunk is cut, so the logits are
+/// the same).
+fn forward_saving(
+    (kv, model, checkpoints): (&mut KvStore, &Transformer, &mut BTreeMap<u32, Vec<f32>>),
+    steps: &[StepSeq<'_, Addr<'_>>],
+    states: &mut [Vec<f32>],
+    saves: &[Vec<(usize, u32)>],
+) -> Result<Vec<Option<Vec<f32>>>, BackendError> {
+    if saves.iter().all(Vec::is_empty) {
+        return kv.forward(model, steps, states).map_err(step_err);
+    }
+    let mut cursor: Vec<usize> = steps.iter().map(|s| s.start_pos).collect();
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; steps.len()];
+    let mut first = true;
+    loop {
+        let mut round = Vec::new();
+        let mut which = Vec::new();
+        for (i, s) in steps.iter().enumerate() {
+            let end = s.start_pos + s.tokens.len();
+            if !first && cursor[i] >= end {
+                continue;
+            }
+            let next = saves[i]
+                .iter()
+                .map(|&(t, _)| t)
+                .find(|&t| t > cursor[i])
+                .unwrap_or(end);
+            round.push(StepSeq {
+                addr: s.addr,
+                start_pos: cursor[i],
+                tokens: &s.tokens[cursor[i] - s.start_pos..next - s.start_pos],
+                want_logits: s.want_logits && next == end,
+            });
+            which.push((i, next, end));
+        }
+        if round.is_empty() {
+            break;
+        }
+        first = false;
+        let mut round_states: Vec<Vec<f32>> = which
+            .iter()
+            .map(|&(i, _, _)| std::mem::take(&mut states[i]))
+            .collect();
+        let logits = kv
+            .forward(model, &round, &mut round_states)
+            .map_err(step_err)?;
+        for ((&(i, next, end), st), l) in which.iter().zip(round_states).zip(logits) {
+            if let Some(&(_, page)) = saves[i].iter().find(|&&(t, _)| t == next) {
+                checkpoints.insert(page, st.clone());
+            }
+            states[i] = st;
+            cursor[i] = next;
+            if next == end {
+                out[i] = l;
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Backend for CpuBackend {

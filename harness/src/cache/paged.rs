@@ -473,6 +473,8 @@ impl KvCacheManager for PagedCache {
                     tiers.skip_pins = true;
                 }
             }
+            // No recurrent-state checkpoints here.
+            Fault::CheckpointOffByOne => {}
         }
     }
 }

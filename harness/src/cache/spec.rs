@@ -46,6 +46,9 @@ pub struct HybridSpec {
     /// Whether a start may evict cached pages of a block a running sequence still holds in
     /// another table (`cache.evict_protected`).
     pub evict_protected: EvictProtected,
+    /// A recurrent model's state checkpoint interval in blocks (`cache.checkpoint_every_blocks`,
+    /// 0: none).
+    pub checkpoint_every_blocks: u32,
 }
 
 impl CacheSpec {
@@ -116,7 +119,8 @@ pub fn build(spec: &CacheSpec) -> Box<dyn KvCacheManager> {
         (Some(h), CacheMode::Paged) => Box::new(
             HybridKv::new(h.layout.clone())
                 .with_eviction(spec.eviction)
-                .with_evict_protected(h.evict_protected),
+                .with_evict_protected(h.evict_protected)
+                .with_checkpoints(h.checkpoint_every_blocks),
         ),
         (Some(h), CacheMode::Contiguous) => Box::new(GroupedContiguous::new(
             h.layout.grouped_pool(),

@@ -460,11 +460,35 @@ fn render(p: &Plan) -> String {
             )
         };
     }
-    o += &format!(
-        "sequence    {} tokens: {}\n",
-        p.tokens,
-        bytes(p.sequence_bytes)
-    );
+    // A model whose groups keep tokens differently runs the hybrid manager: its figure leads,
+    // the summed managers' follows for comparison (the block, contiguous and fit lines are it).
+    match p
+        .group_totals
+        .as_ref()
+        .filter(|t| t.sequence_bytes != p.sequence_bytes)
+    {
+        Some(t) => {
+            o += &format!(
+                "sequence    {} tokens: {} by group, what the hybrid manager holds (state {})\n",
+                p.tokens,
+                bytes(t.sequence_bytes),
+                bytes(t.state_bytes_per_sequence)
+            );
+            o += &format!(
+                "summed      {} tokens: {} at the summed bytes a token, what the summed managers \
+                 slot (the lines below)\n",
+                p.tokens,
+                bytes(p.sequence_bytes)
+            );
+        }
+        None => {
+            o += &format!(
+                "sequence    {} tokens: {}\n",
+                p.tokens,
+                bytes(p.sequence_bytes)
+            )
+        }
+    }
     o += &format!(
         "blocks      {} blocks of {} tokens, {} each\n",
         p.blocks,
@@ -602,6 +626,21 @@ fn render_hybrid(p: &Plan) -> String {
         h.fits_hybrid,
         h.fits_summed
     );
+    if let Some(c) = &h.checkpoints {
+        o += &format!(
+            "checkpoint  a state checkpoint every {} blocks ({} tokens, the default of \
+             cache.checkpoint_every_blocks) takes {} pages, {}: a {}-token prefix keeps {}, {}, \
+             {:.1}% of the pool\n",
+            c.every_blocks,
+            c.every_tokens,
+            c.pages,
+            bytes(c.bytes),
+            p.tokens,
+            c.per_prefix,
+            bytes(c.prefix_bytes),
+            c.pool_share * 100.0
+        );
+    }
     o
 }
 

@@ -164,7 +164,7 @@ pub fn parse_fault(s: Option<&str>) -> anyhow::Result<Option<Fault>> {
             // (the faults every scenario must catch), but it is a known fault.
             let known: Vec<_> = Fault::ALL
                 .iter()
-                .chain(&[Fault::StaleOnload])
+                .chain(&[Fault::StaleOnload, Fault::CheckpointOffByOne])
                 .map(|f| f.name())
                 .collect();
             anyhow::anyhow!(

@@ -155,6 +155,14 @@ pub fn spec(
             layout: layout.clone(),
             ring_tokens: ring_tokens(setup.max_step_tokens, async_steps),
             evict_protected: scenario.cache.evict_protected,
+            // Checkpoints serve prefix hits only: none without the prefix cache.
+            checkpoint_every_blocks: match scenario.scheduler.prefix_cache {
+                true => scenario
+                    .cache
+                    .checkpoint_every_blocks
+                    .unwrap_or(crate::cache::hybrid::DEFAULT_CHECKPOINT_EVERY_BLOCKS),
+                false => 0,
+            },
         }),
         None => spec,
     }

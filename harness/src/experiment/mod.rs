@@ -114,9 +114,13 @@ pub fn setup(scenario: &Scenario, opts: &RunOptions) -> Result<Setup, Experiment
         ExperimentError::Scenario("model: unknown preset or incomplete shape".into())
     })?;
     if kind == BackendKind::Cpu {
-        if let Some(why) =
-            crate::backend::cpu::prefix_cache_refusal(&model, scenario.scheduler.prefix_cache)
-        {
+        let hybrid = scenario.cache_manager(&model, crate::scenario::HybridSupport::Explicit)
+            == crate::scenario::CacheManager::Hybrid;
+        if let Some(why) = crate::backend::cpu::prefix_cache_refusal(
+            &model,
+            scenario.scheduler.prefix_cache,
+            hybrid,
+        ) {
             let key = "scheduler.prefix_cache";
             let at = crate::scenario::locate_in_source(scenario.source.as_deref(), key, why);
             return Err(ExperimentError::Scenario(at.to_string()));

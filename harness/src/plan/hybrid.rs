@@ -55,6 +55,25 @@ pub struct HybridPlan {
     /// Sequences of the plan's length that fit: hybrid pages, and summed-bytes blocks.
     pub fits_hybrid: u64,
     pub fits_summed: u64,
+    /// A recurrent model's state checkpoints at the default interval (left out without a
+    /// recurrent group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointPlan>,
+}
+
+/// What a recurrent model's prefix-hit checkpoints cost in the pool, at
+/// [`crate::cache::hybrid::DEFAULT_CHECKPOINT_EVERY_BLOCKS`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointPlan {
+    pub every_blocks: u32,
+    pub every_tokens: u64,
+    /// One checkpoint: a state's pages.
+    pub pages: u32,
+    pub bytes: u64,
+    /// Checkpoints a prefix of the plan's length keeps, their bytes and share of the pool.
+    pub per_prefix: u64,
+    pub prefix_bytes: u64,
+    pub pool_share: f64,
 }
 
 /// The layout of `shape` at `block_size` over `budget_left` and its fit at `tokens`; `None`
@@ -100,5 +119,29 @@ pub fn plan(
         sequence_bytes: fit.hybrid_bytes_per_sequence,
         fits_hybrid: fit.hybrid_sequences,
         fits_summed: fit.summed_sequences,
+        checkpoints: checkpoint_plan(&layout, tokens),
+    })
+}
+
+fn checkpoint_plan(layout: &HybridLayout, tokens: u64) -> Option<CheckpointPlan> {
+    if layout.state_pages_per_sequence == 0 {
+        return None;
+    }
+    let every_blocks = crate::cache::hybrid::DEFAULT_CHECKPOINT_EVERY_BLOCKS;
+    let every_tokens = crate::cache::hybrid::block_step(layout)
+        .saturating_mul(u64::from(every_blocks))
+        .max(1);
+    let bytes = u64::from(layout.state_pages_per_sequence).saturating_mul(layout.page_bytes);
+    let per_prefix = tokens / every_tokens;
+    let prefix_bytes = per_prefix.saturating_mul(bytes);
+    let pool_bytes = u64::from(layout.pages).saturating_mul(layout.page_bytes);
+    Some(CheckpointPlan {
+        every_blocks,
+        every_tokens,
+        pages: layout.state_pages_per_sequence,
+        bytes,
+        per_prefix,
+        prefix_bytes,
+        pool_share: prefix_bytes as f64 / pool_bytes.max(1) as f64,
     })
 }

@@ -149,6 +149,21 @@ pub struct TierCosts {
     pub ttft_prefill_ms: Dist,
 }
 
+/// A recurrent model's state checkpoints over a run (`cache.checkpoint_every_blocks`).
+#[derive(Debug, Serialize)]
+pub struct CheckpointSummary {
+    /// Tokens between two checkpoints.
+    pub every_tokens: u64,
+    pub saved: u64,
+    /// Prefix hits that resumed from one.
+    pub resumes: u64,
+    /// Pool bytes checkpoints held, at most and on average (as each step began), and the
+    /// average's share of the KV budget.
+    pub bytes_peak: u64,
+    pub bytes_mean: u64,
+    pub pool_share_mean: f64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct PrefixSummary {
     pub hit_tokens: u64,
@@ -156,6 +171,10 @@ pub struct PrefixSummary {
     pub hit_rate: f64,
     pub hit_blocks: u64,
     pub evictions: u64,
+    /// A recurrent model's state checkpoints (hybrid paged runs that keep them; absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointSummary>,
     /// The paged run's eviction policy (`cache.eviction`); absent for contiguous (no prefix
     /// cache).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +301,14 @@ fn run_summary(r: &ModeRun, exp: &Experiment) -> RunSummary {
             },
             hit_blocks: p.hit_blocks,
             evictions: p.evictions,
+            checkpoints: (p.checkpoint_tokens > 0).then(|| CheckpointSummary {
+                every_tokens: p.checkpoint_tokens,
+                saved: p.checkpoints_saved,
+                resumes: p.checkpoint_resumes,
+                bytes_peak: p.checkpoint_bytes_peak,
+                bytes_mean: p.checkpoint_bytes_mean,
+                pool_share_mean: p.checkpoint_bytes_mean as f64 / exp.kv_budget_bytes.max(1) as f64,
+            }),
             ..prefix_against_bounds(r, exp)
         },
         memory: MemorySummary {
@@ -381,6 +408,7 @@ fn prefix_against_bounds(r: &ModeRun, exp: &Experiment) -> PrefixSummary {
         hit_rate: 0.0,
         hit_blocks: 0,
         evictions: 0,
+        checkpoints: None,
         eviction: None,
         evict_protected: None,
         achieved_hit_rate: None,

@@ -222,6 +222,14 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(k) = self.cache.checkpoint_every_blocks {
+            if k > ranges::MAX_SEQ_LEN {
+                p.push(KeyProblem::new(
+                    "cache.checkpoint_every_blocks",
+                    format!("{k} blocks; the most is {}", ranges::MAX_SEQ_LEN),
+                ));
+            }
+        }
         let msl = self.cache.max_seq_len;
         if !(2..=ranges::MAX_SEQ_LEN).contains(&msl) {
             p.push(KeyProblem::new(

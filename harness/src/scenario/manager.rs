@@ -94,7 +94,15 @@ impl Scenario {
             ManagerChoice::Hybrid => CacheManager::Hybrid,
             ManagerChoice::Auto => {
                 let tiered = self.cache.host_tier.is_some() || self.cache.disk_tier.is_some();
-                if backend == HybridSupport::Preferred
+                // On cpu a recurrent model's prefix hits need the hybrid manager's state
+                // checkpoints; without the prefix cache the summed pair stays.
+                let recurrent_hits = backend == HybridSupport::Explicit
+                    && self.scheduler.prefix_cache
+                    && shape
+                        .groups()
+                        .iter()
+                        .any(|g| matches!(g, LayerGroup::Recurrent { .. }));
+                if (backend == HybridSupport::Preferred || recurrent_hits)
                     && !tiered
                     && layers_keep_tokens_differently(shape)
                 {

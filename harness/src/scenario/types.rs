@@ -103,6 +103,13 @@ pub struct CacheSpec {
     /// default, like `placement`.
     #[serde(default, skip_serializing_if = "is_always")]
     pub evict_protected: crate::cache::hybrid::EvictProtected,
+    /// A recurrent model's state checkpoints under the hybrid manager: the state is kept every
+    /// this many blocks (0: never, so no prefix hit), priced as the state's pages of the pool,
+    /// and a prefix hit resumes from the deepest one it reaches. Absent:
+    /// [`crate::cache::hybrid::DEFAULT_CHECKPOINT_EVERY_BLOCKS`]. Left out of a rendered
+    /// scenario when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every_blocks: Option<u32>,
     /// A host-memory tier below the device's prefix cache (absent: none). Paged runs only; the
     /// contiguous baseline stays the simple server without tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -363,8 +363,10 @@ fn mixed(sets: &[&str]) -> kvbench::scenario::Scenario {
 
 /// Forks copy the recurrent state, preemption by recompute rebuilds it, swaps keep it: a
 /// run with all three (and cancellations) passes the oracle once the prefix cache is off.
-/// With it on, a prefix hit would skip the recurrent layers' prefill, so the run is refused
-/// at set-up with the reason (the CLI's side: `cpu_recurrent_prefix_cache.rs`).
+/// With it on, the summed managers keep no state checkpoint, so a prefix hit would skip the
+/// recurrent layers' prefill: the run is refused at set-up with the reason (the CLI's side:
+/// `cpu_recurrent_prefix_cache.rs`). By default it runs the hybrid manager, whose hits resume
+/// from checkpoints, with forks, recompute and swaps alike, and passes the oracle.
 #[test]
 fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
     let seed = seed();
@@ -381,14 +383,39 @@ fn tiny_hybrid_survives_forks_and_preemption_and_refuses_prefix_hits() {
         let n = r.end.numerics.expect("cpu reports numerics");
         assert!(n.ok && n.checked_steps > 0, "seed {seed}: {n:?}");
     }
-    let err = match experiment::run_scenario(&mixed(&[]), &opts) {
+    for preemption in ["recompute", "swap"] {
+        let p = format!("scheduler.preemption={preemption}");
+        let exp = experiment::run_scenario(
+            &mixed(&["cache.checkpoint_every_blocks=1", p.as_str()]),
+            &opts,
+        )
+        .expect("cpu run");
+        assert!(
+            exp.failures().is_empty(),
+            "seed {seed} {preemption}: {:?}",
+            exp.failures()
+        );
+        assert_eq!(exp.token_mismatch, None, "seed {seed} {preemption}");
+        let paged = exp
+            .runs
+            .iter()
+            .find(|r| r.end.mode == kvbench_cache_api::CacheMode::Paged)
+            .expect("paged run");
+        assert!(
+            paged.end.prefix.checkpoint_resumes > 0,
+            "seed {seed} {preemption}: {:?}",
+            paged.end.prefix
+        );
+    }
+    let err = match experiment::run_scenario(&mixed(&["cache.manager=summed"]), &opts) {
         Ok(e) => panic!("seed {seed}: ran, failures {:?}", e.failures()),
         Err(e) => e.to_string(),
     };
     assert!(
         err.contains("scheduler.prefix_cache: ")
             && err.contains("model.layer_groups.1 (attention = \"recurrent\")")
-            && err.contains("scheduler.prefix_cache = false"),
+            && err.contains("scheduler.prefix_cache = false")
+            && err.contains("cache.manager = \"hybrid\""),
         "seed {seed}: {err}"
     );
 }

@@ -1,7 +1,10 @@
-//! A recurrent model with the prefix cache on is refused by `cpu` at set-up: exit 2, the
-//! scenario file and `scheduler.prefix_cache` named with the recurrent group, before any
-//! request runs and with nothing written. `sim` prices the hit and runs it; `cuda` refuses the
-//! recurrent group itself.
+//! A recurrent model with the prefix cache on, on `cpu`: under the summed managers (which keep
+//! no state checkpoints) it is refused at set-up, exit 2, the scenario file and
+//! `scheduler.prefix_cache` named with the recurrent group, before any request runs and with
+//! nothing written; by default it runs the hybrid manager, whose prefix hits resume from state
+//! checkpoints and pass the oracle, and the planted `checkpoint-off-by-one` fails the oracle
+//! check. `sim` runs it either way; `cuda` refuses the recurrent group itself. `sim` on
+//! `qwen3-next-80b-h200` with shared prompts hits through checkpoints and prices them.
 
 use crate::support;
 use support::kvbench;
@@ -52,8 +55,9 @@ fn run(scenario: &str, backend: &str, sets: &[&str]) -> (i32, String, bool) {
 fn cpu_refuses_a_written_prefix_cache_at_its_line_before_any_work() {
     let scenario = "scenarios/quick-mixed.toml";
     let line = line_of(scenario, "prefix_cache = true");
-    let (code, text, empty) = run(scenario, "cpu", &[]);
+    let (code, text, empty) = run(scenario, "cpu", &["cache.manager=summed"]);
     assert_eq!(code, 2, "{text}");
+    assert!(text.contains("cache.manager = \"hybrid\""), "{text}");
     assert!(
         text.contains(&format!("{scenario}:{line}:1: scheduler.prefix_cache: ")),
         "{text}"
@@ -71,7 +75,7 @@ fn cpu_refuses_a_defaulted_prefix_cache_naming_the_file() {
     // `[scheduler]` table, its nearest written ancestor.
     let scenario = "scenarios/quick-basic.toml";
     let line = line_of(scenario, "[scheduler]");
-    let (code, text, empty) = run(scenario, "cpu", &[]);
+    let (code, text, empty) = run(scenario, "cpu", &["cache.manager=summed"]);
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains(&format!("{scenario}:{line}:")) && text.contains("scheduler.prefix_cache: "),
@@ -97,4 +101,133 @@ fn with_the_prefix_cache_off_cpu_runs_it_and_sim_runs_it_either_way() {
     assert!(text.contains(GROUP), "{text}");
     assert!(!text.contains("scheduler.prefix_cache: "), "{text}");
     assert!(empty, "{text}");
+}
+
+/// `summary.json` of the run in `dir`, paged mode.
+fn paged_summary(dir: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["cache"] == "paged")
+        .expect("a paged run")
+        .clone()
+}
+
+/// Shared 48-token prefixes on every request with 1 to 4 tokens of its own after them: a hit
+/// resumes from the checkpoint at 48 and samples within a few tokens of it, so a wrong state
+/// shows in the logits (the recurrence forgets within tens of tokens).
+const SHARED: [&str; 8] = [
+    "model.preset=tiny-hybrid",
+    "model.kv_dtype=bf16",
+    "traffic.requests=30",
+    "traffic.shared_prefix.prefix_tokens=48",
+    "traffic.shared_prefix.share=1.0",
+    "traffic.prompt_tokens.min=49",
+    "traffic.prompt_tokens.max=52",
+    "cache.checkpoint_every_blocks=1",
+];
+
+fn run_shared(extra: &[&str]) -> (i32, String, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let mut args = vec![
+        "run",
+        "scenarios/quick-mixed.toml",
+        "--backend",
+        "cpu",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ];
+    for s in SHARED {
+        args.extend(["--set", s]);
+    }
+    args.extend(extra);
+    let (code, text) = kvbench(&args);
+    (code, text, tmp)
+}
+
+#[test]
+fn cpu_resumes_prefix_hits_from_checkpoints_and_passes_the_oracle() {
+    let (code, text, tmp) = run_shared(&[]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("cache manager `hybrid`"), "{text}");
+    let paged = paged_summary(&tmp.path().join("out"));
+    let p = &paged["prefix_cache"];
+    assert!(p["hit_rate"].as_f64().unwrap() > 0.0, "{p}");
+    let resumes = p["checkpoints"]["resumes"].as_u64().unwrap();
+    assert!(resumes > 0, "{p}");
+    assert!(p["checkpoints"]["bytes_peak"].as_u64().unwrap() > 0, "{p}");
+    assert_eq!(paged["numerics"]["ok"], true, "{paged}");
+}
+
+#[test]
+fn a_checkpoint_resumed_one_block_off_fails_the_oracle_check() {
+    let (code, text, _tmp) = run_shared(&[
+        "--inject-fault",
+        "checkpoint-off-by-one",
+        "--check-every",
+        "0",
+    ]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("planted fault `checkpoint-off-by-one` fired"),
+        "{text}"
+    );
+    assert!(text.contains("caught: paged: numerics"), "{text}");
+}
+
+#[test]
+fn without_checkpoints_cpu_runs_a_recurrent_model_with_no_hit() {
+    let (code, text, tmp) = run_shared(&["--set", "cache.checkpoint_every_blocks=0"]);
+    assert_eq!(code, 0, "{text}");
+    let paged = paged_summary(&tmp.path().join("out"));
+    assert_eq!(paged["prefix_cache"]["hit_tokens"], 0, "{paged}");
+    assert!(
+        paged["prefix_cache"].get("checkpoints").is_none(),
+        "{paged}"
+    );
+}
+
+#[test]
+fn sim_prices_checkpoints_and_qwen3_next_hits_shared_prompts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/qwen3-next-80b-h200.toml",
+        "--backend",
+        "sim",
+        "--set",
+        "scheduler.prefix_cache=true",
+        "--set",
+        "traffic.shared_prefix.groups=8",
+        "--set",
+        "traffic.shared_prefix.prefix_tokens=1024",
+        "--set",
+        "traffic.shared_prefix.share=0.8",
+        "--set",
+        "traffic.requests=120",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let paged = paged_summary(&out);
+    let p = &paged["prefix_cache"];
+    assert!(p["hit_rate"].as_f64().unwrap() > 0.2, "{p}");
+    let c = &p["checkpoints"];
+    assert_eq!(c["every_tokens"], 1024, "the default, 64 blocks of 16: {c}");
+    assert!(c["resumes"].as_u64().unwrap() > 0, "{c}");
+    // Checkpoints are pool pages: cached-free in the ledger once saved.
+    let peak = c["bytes_peak"].as_u64().unwrap();
+    assert!(peak > 0, "{c}");
+    let cached = paged["memory"]["kv_peak_cached_free_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= peak,
+        "cached-free peak {cached} below checkpoints {peak}"
+    );
 }

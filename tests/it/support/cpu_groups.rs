@@ -45,8 +45,9 @@ pub fn tiny_as_given(
     kvbench::scenario::load(&root().join("scenarios").join(file), &all).expect("scenario")
 }
 
-/// [`tiny_as_given`], a recurrent model's with the prefix cache off: the cpu refuses it
-/// otherwise, since a hit would skip the recurrent layers' prefill.
+/// [`tiny_as_given`], a recurrent model's with the prefix cache off: the runs it serves compare
+/// models without prefix hits (a recurrent model with the prefix cache on runs the hybrid
+/// manager's checkpoints: `layer_groups::cpu_recurrent_prefix_cache`).
 pub fn tiny(file: &str, preset: &str, dtype: &str, requests: u32, sets: &[&str]) -> Scenario {
     let mut all = sets.to_vec();
     if preset == "tiny-hybrid" {

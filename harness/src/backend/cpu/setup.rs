@@ -44,13 +44,18 @@ pub fn model_config(shape: &ModelShape) -> Result<ModelConfig, BackendError> {
     shape_config(shape)
 }
 
-/// Why `cpu` cannot run `shape` with the prefix cache on, naming the first recurrent group:
-/// its layers keep one state per sequence and nothing per token, so a prefix hit would skip a
-/// prefill those layers need and the step would fail at the first hit. Refused at set-up, once
-/// the backend is known, so no request runs. `sim` holds no state and prices the hit as taken;
-/// `cuda` refuses the recurrent group itself.
-pub fn prefix_cache_refusal(shape: &ModelShape, prefix_cache: bool) -> Option<String> {
-    if !prefix_cache {
+/// Why `cpu` cannot run `shape` with the prefix cache on under the summed managers, naming
+/// the first recurrent group: its layers keep one state per sequence and nothing per token, and
+/// only the hybrid manager keeps checkpoints of it, so under the summed pair a prefix hit would
+/// skip a prefill those layers need and the step would fail at the first hit. Refused at
+/// set-up, once the backend is known, so no request runs. `sim` holds no state and prices the
+/// hit as taken; `cuda` refuses the recurrent group itself.
+pub fn prefix_cache_refusal(
+    shape: &ModelShape,
+    prefix_cache: bool,
+    hybrid: bool,
+) -> Option<String> {
+    if !prefix_cache || hybrid {
         return None;
     }
     let (i, g) = shape
@@ -59,7 +64,7 @@ pub fn prefix_cache_refusal(shape: &ModelShape, prefix_cache: bool) -> Option<St
         .enumerate()
         .find(|(_, g)| matches!(g, LayerGroup::Recurrent { .. }))?;
     Some(format!(
-        "model.layer_groups.{i} (attention = \"{}\") keeps one state per sequence and nothing per token, so a prefix-cache hit cannot skip its prefill on cpu: run model {} with scheduler.prefix_cache = false (or on --backend sim)",
+        "model.layer_groups.{i} (attention = \"{}\") keeps one state per sequence and nothing per token, and the summed managers keep no checkpoint of it, so a prefix-cache hit cannot skip its prefill on cpu: run model {} with cache.manager = \"hybrid\" (its state checkpoints) or scheduler.prefix_cache = false",
         g.kind(),
         shape.name
     ))

@@ -20,8 +20,13 @@
 //! reports evictions in `evicted` and a flush's unpublished pages in `unpublished`, and
 //! [`PrefixCache::sync`] unpublishes both here before the next lookup.
 //!
-//! A model with a recurrent group publishes nothing and never hits: the state after a prefix
-//! is overwritten by the next token and is not kept per cached prefix.
+//! A model with a recurrent group keeps its state only at checkpoints (`checkpoint_tokens`
+//! apart, 0: none): the state after a prefix is overwritten by the next token, so a hit is cut
+//! down to the deepest checkpoint it reaches, and the rest of the prompt is recomputed. A
+//! checkpoint is `state_pages` pages of the pool, indexed under its own key (the key of the
+//! first table's block ending at it, hashed again) and published in the logical block it ends,
+//! so it is evicted with that block; evicting or flushing any page of it drops all of it.
+//! Without checkpoints such a model publishes nothing and never hits.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +54,23 @@ struct Entry {
     tokens: Box<[u32]>,
     scope: Arc<ScopeInfo>,
     publisher: SeqId,
+}
+
+/// A recurrent-state checkpoint in the index: the state after the first `tokens` tokens.
+#[derive(Debug)]
+struct Checkpoint {
+    pages: Vec<PageId>,
+    tokens: u64,
+    scope: Arc<ScopeInfo>,
+}
+
+/// The key a checkpoint after a prefix is indexed under, from the first table's key of the
+/// block that ends at it (distinct from every block key).
+fn checkpoint_key(block: &PrefixKey) -> PrefixKey {
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(block);
+    msg.extend_from_slice(b"recurrent state checkpoint");
+    *blake3::hash(&msg).as_bytes()
 }
 
 /// A sequence's tokens and, per table, the keys of its leading full blocks computed so far
@@ -138,18 +160,31 @@ pub(crate) struct Lookup {
     pub(crate) pages: Vec<(u64, Vec<PageId>)>,
     pub(crate) hits: Vec<PrefixHit>,
     pub(crate) scope: Option<Arc<ScopeInfo>>,
+    /// A recurrent model's hit: the checkpoint it resumes from (its pages), the state after
+    /// the hit's `hit_tokens` (under the planted off-by-one, one interval before them).
+    pub(crate) checkpoint: Option<Vec<PageId>>,
+    /// The planted off-by-one moved this hit a block past its checkpoint.
+    pub(crate) shifted: bool,
 }
 
 impl Lookup {
-    /// Every page the hit shares.
+    /// Every page the hit shares (a checkpoint's pages with the tables').
     pub(crate) fn all_pages(&self) -> impl Iterator<Item = PageId> + '_ {
-        self.pages.iter().flat_map(|(_, p)| p.iter().copied())
+        self.pages
+            .iter()
+            .flat_map(|(_, p)| p.iter().copied())
+            .chain(self.checkpoint.iter().flatten().copied())
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct PrefixCache {
     index: HashMap<PrefixKey, Entry, BuildHasherDefault<KeyHasher>>,
+    checkpoints: HashMap<PrefixKey, Checkpoint, BuildHasherDefault<KeyHasher>>,
+    /// Tokens between a recurrent model's state checkpoints (0: none kept, and no hit).
+    pub(crate) checkpoint_tokens: u64,
+    /// Test fault (`Fault::CheckpointOffByOne`): a hit reaches one block past its checkpoint.
+    pub(crate) checkpoint_off_by_one: bool,
     /// The key each published page is indexed under, by page.
     page_key: Vec<Option<PrefixKey>>,
     seqs: BTreeMap<SeqId, SeqPrefix>,
@@ -187,30 +222,130 @@ impl PrefixCache {
         for page in std::mem::take(&mut pool.evicted) {
             pool.touch(page);
             if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
-                self.index.remove(&key);
-                self.stats.evictions += 1;
+                if self.index.remove(&key).is_some() {
+                    self.stats.evictions += 1;
+                } else {
+                    self.drop_checkpoint(pool, &key);
+                }
             }
         }
         for page in std::mem::take(&mut pool.unpublished) {
             pool.touch(page);
             if let Some(key) = self.page_key.get_mut(page as usize).and_then(Option::take) {
-                self.index.remove(&key);
+                if self.index.remove(&key).is_none() {
+                    self.drop_checkpoint(pool, &key);
+                }
             }
         }
+    }
+
+    /// The checkpoint under `key` leaves the index, every page of it with it.
+    fn drop_checkpoint(&mut self, pool: &mut PagePool, key: &PrefixKey) {
+        let Some(cp) = self.checkpoints.remove(key) else {
+            return;
+        };
+        for page in cp.pages {
+            if let Some(k) = self.page_key.get_mut(page as usize) {
+                if *k == Some(*key) {
+                    *k = None;
+                    pool.unpublish_page(page);
+                }
+            }
+        }
+    }
+
+    /// The key `seq`'s checkpoint after its first `tokens` tokens goes under, and its scope;
+    /// `None` where its tokens there are not known, `tokens` is not a whole number of the first
+    /// table's blocks, or the index already keeps that checkpoint.
+    pub(crate) fn checkpoint_key(
+        &mut self,
+        seq: SeqId,
+        tokens: u64,
+    ) -> Option<(PrefixKey, Arc<ScopeInfo>)> {
+        let p = self.seqs.get_mut(&seq)?;
+        let bt = *p.chain.block_tokens.first()? as u64;
+        if tokens == 0 || !tokens.is_multiple_of(bt) || (p.chain.tokens.len() as u64) < tokens {
+            return None;
+        }
+        let block = p
+            .chain
+            .key(0, (tokens / bt - 1) as usize, &self.keys_hashed);
+        let key = checkpoint_key(&block);
+        if self.checkpoints.contains_key(&key) {
+            return None;
+        }
+        Some((key, p.chain.scope.clone()))
+    }
+
+    /// Index `pages` (held) as the checkpoint under `key`, the state after `tokens` tokens of
+    /// `seq` (the step that saves it has begun): they are published in the logical block
+    /// ending at `tokens`, so they are evicted with it. `false` (nothing done) when the index
+    /// has one under that key already.
+    pub(crate) fn publish_checkpoint(
+        &mut self,
+        pool: &mut PagePool,
+        seq: SeqId,
+        tokens: u64,
+        (key, scope): (PrefixKey, Arc<ScopeInfo>),
+        pages: &[PageId],
+    ) -> bool {
+        if self.checkpoints.contains_key(&key) {
+            return false;
+        }
+        let depth = tokens.saturating_sub(1) / self.checkpoint_tokens.max(1);
+        for &page in pages {
+            pool.publish(page, depth, (seq, tokens));
+            let i = page as usize;
+            if self.page_key.len() <= i {
+                self.page_key.resize(i + 1, None);
+            }
+            self.page_key[i] = Some(key);
+        }
+        self.checkpoints.insert(
+            key,
+            Checkpoint {
+                pages: pages.to_vec(),
+                tokens,
+                scope,
+            },
+        );
+        true
+    }
+
+    /// Recurrent-state checkpoints in the index.
+    pub(crate) fn checkpoints_kept(&self) -> usize {
+        self.checkpoints.len()
+    }
+
+    /// Whether a model with this layout may hit at all: one with a recurrent group only where
+    /// it keeps checkpoints.
+    fn hits_possible(&self, layout: &HybridLayout) -> bool {
+        layout.state_bytes_per_sequence == 0 || self.checkpoint_tokens > 0
     }
 
     /// Published pages, for the invariants: (page, whether the index entry points back at it).
     pub(crate) fn published_pages(&self) -> impl Iterator<Item = (PageId, bool)> + '_ {
         self.page_key.iter().enumerate().filter_map(|(p, k)| {
             let p = p as PageId;
-            k.map(|k| (p, self.index.get(&k).is_some_and(|e| e.page == p)))
+            k.map(|k| (p, self.names(&k, p)))
         })
+    }
+
+    /// Whether the entry under `key` (a block's or a checkpoint's) names `page`.
+    fn names(&self, key: &PrefixKey, page: PageId) -> bool {
+        match self.index.get(key) {
+            Some(e) => e.page == page,
+            None => self
+                .checkpoints
+                .get(key)
+                .is_some_and(|c| c.pages.contains(&page)),
+        }
     }
 
     /// Whether `page` is indexed, and if so whether its entry names it.
     pub(crate) fn indexed(&self, page: PageId) -> Option<bool> {
         let key = self.page_key.get(page as usize).copied().flatten()?;
-        Some(self.index.get(&key).is_some_and(|e| e.page == page))
+        Some(self.names(&key, page))
     }
 
     /// blake3 block keys computed so far.
@@ -243,7 +378,7 @@ impl PrefixCache {
         let Some(info) = known.or_else(|| ScopeInfo::new(scope)) else {
             return none;
         };
-        if layout.state_bytes_per_sequence != 0 || tokens.len() < 2 {
+        if !self.hits_possible(layout) || tokens.len() < 2 {
             return Lookup {
                 scope: Some(info),
                 ..none
@@ -296,10 +431,50 @@ impl PrefixCache {
             found[t] = run;
         }
         let cached = |t: usize, b: u64| found[t].get(b as usize).is_some_and(Option::is_some);
-        let h = super::prefix_hit_tokens(layout, tokens.len() as u64, cached);
+        let mut h = super::prefix::hit_tokens_by_tables(layout, tokens.len() as u64, cached);
+        let mut checkpoint = None;
+        let mut shifted = false;
+        if layout.state_bytes_per_sequence != 0 {
+            // The deepest checkpoint the tables' hit reaches, where every table holds what a
+            // sequence of that many tokens needs (a sliding table's window there).
+            let tables_hold = |h: u64| {
+                layout.tables.iter().enumerate().all(|(i, t)| {
+                    let (first, end) = t.held_blocks(h);
+                    (first..end).all(|b| cached(i, b))
+                })
+            };
+            let ct = self.checkpoint_tokens;
+            let bt0 = chain.block_tokens[0] as u64;
+            let mut kept = |c: u64| {
+                let key = checkpoint_key(&chain.key(0, (c / bt0 - 1) as usize, &self.keys_hashed));
+                self.checkpoints
+                    .get(&key)
+                    .filter(|cp| cp.tokens == c && cp.scope.key == info.key)
+                    .map(|cp| cp.pages.clone())
+            };
+            let mut c = h / ct * ct;
+            h = 0;
+            while c > 0 {
+                if let Some(pages) = kept(c).filter(|_| tables_hold(c)) {
+                    h = c;
+                    checkpoint = Some(pages);
+                    break;
+                }
+                c -= ct;
+            }
+            // The planted bug: resume from the checkpoint one interval before the hit's.
+            if self.checkpoint_off_by_one && h > ct {
+                if let Some(pages) = kept(h - ct) {
+                    checkpoint = Some(pages);
+                    shifted = true;
+                }
+            }
+        }
         let mut out = Lookup {
             hit_tokens: h,
             scope: Some(info.clone()),
+            checkpoint,
+            shifted,
             ..none
         };
         for (t, spec) in layout.tables.iter().enumerate() {
@@ -335,7 +510,7 @@ impl PrefixCache {
         let Some(scope) = hit.scope.clone() else {
             return;
         };
-        if layout.state_bytes_per_sequence != 0 {
+        if !self.hits_possible(layout) {
             return;
         }
         let mut chain = chain
@@ -460,7 +635,7 @@ impl PrefixCache {
                         if let Some(k) = self.page_key.get_mut(old as usize) {
                             *k = None;
                         }
-                        pool.supersede(old);
+                        pool.unpublish_page(old);
                     }
                     if !self.index.contains_key(&key) && !pool.is_published(page) {
                         if (b + 1) * bt > entry.written {

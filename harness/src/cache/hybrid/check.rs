@@ -41,6 +41,12 @@ impl HybridCache {
                     None => bad.push(format!("seq {seq} state: page {page} out of range")),
                 }
             }
+            for &page in &entry.checkpoint {
+                match counted.get_mut(page as usize) {
+                    Some(c) => *c += 1,
+                    None => bad.push(format!("seq {seq} checkpoint: page {page} out of range")),
+                }
+            }
         }
         let mut free_seen = vec![false; pages];
         for &page in self.pool.free_pages() {

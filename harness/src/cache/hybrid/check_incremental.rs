@@ -302,6 +302,7 @@ impl Incremental {
             || o.written != n.written
             || o.trimmed != n.trimmed
             || o.state != n.state
+            || o.checkpoint != n.checkpoint
             || old.is_none() != new.is_none();
         let none = GroupTable::default();
         moved.clear();
@@ -324,6 +325,14 @@ impl Incremental {
                 self.state_ref(p, false)?;
             }
             for &p in &n.state {
+                self.state_ref(p, true)?;
+            }
+        }
+        if o.checkpoint != n.checkpoint {
+            for &p in &o.checkpoint {
+                self.state_ref(p, false)?;
+            }
+            for &p in &n.checkpoint {
                 self.state_ref(p, true)?;
             }
         }
@@ -370,6 +379,7 @@ impl Incremental {
             copy.written = entry.written;
             copy.trimmed = entry.trimmed;
             copy.state.clone_from(&entry.state);
+            copy.checkpoint.clone_from(&entry.checkpoint);
             copy.tables
                 .resize_with(entry.tables.len(), GroupTable::default);
             for ((c, t), _) in copy

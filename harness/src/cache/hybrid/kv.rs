@@ -13,7 +13,12 @@
 //!
 //! The prefix cache (`cached.rs`) publishes each table's full blocks as they are written and
 //! shares them at start where `prefix_hit_tokens`' rule allows; the rest of the prompt is
-//! mapped fresh and written from the hit on.
+//! mapped fresh and written from the hit on. A recurrent model's writes that pass a checkpoint
+//! position take a state's pages for the step to save it (`state_checkpoints` names them), and a
+//! hit resumes from the deepest indexed checkpoint; both are held by the sequence until the next
+//! `begin_step`, when the saved ones are indexed and every one goes cached-free behind that
+//! step's fence. A start holds its hit's pages before it takes its state's, so taking the state
+//! cannot evict them.
 //!
 //! **Accounting** is in slots of `page_bytes / page_slots` bytes (the grouped unit of
 //! `kvbench_cache_api::grouped`): a held page is `page_slots` slots, `⌊written × page_slots /
@@ -29,7 +34,8 @@ use std::collections::BTreeMap;
 
 use kvbench_cache_api::{
     Accounting, AllocError, CacheMode, CopyOp, Fault, GroupTable, KeyedTokens, KvCacheManager,
-    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StepId, TableShape,
+    PrefixStats, Probe, ReleaseReason, SeqId, SeqLayout, StartRequest, Started, StateCheckpoint,
+    StateCheckpoints, StepId, TableShape,
 };
 
 use serde::{Deserialize, Serialize};
@@ -39,6 +45,20 @@ use super::check_incremental::Incremental;
 use super::error::HybridError;
 use super::layout::HybridLayout;
 use super::manager::{HybridCache, PageCopy};
+use super::pool::PageId;
+
+/// A recurrent-state checkpoint a sequence holds until the next step begins: one that step
+/// saves (`publish`: the key and scope it is indexed under once saved), or the one its prefix
+/// hit resumes from, which that step restores (`publish: None`).
+#[derive(Debug, Clone)]
+pub(crate) struct HeldCheckpoint {
+    pub(crate) tokens: u64,
+    pub(crate) pages: Vec<PageId>,
+    pub(crate) publish: Option<(
+        crate::cache::prefix::PrefixKey,
+        std::sync::Arc<crate::cache::prefix::ScopeInfo>,
+    )>,
+}
 
 /// The planted bugs of [`Fault`] this manager honours, and how often they took effect.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +67,8 @@ pub(crate) struct KvFaults {
     /// `Leak` fires once: the first release keeps its pages and state.
     pub(crate) leaked_once: bool,
     pub(crate) bad_block_table: bool,
+    /// Hits `CheckpointOffByOne` moved a block past their checkpoint.
+    pub(crate) checkpoint_shifted: u64,
 }
 
 /// The hybrid paged manager as the engine drives it (see the module doc).
@@ -69,6 +91,18 @@ pub struct HybridKv {
     pub(crate) incremental: RefCell<Incremental>,
     /// Whether a start may evict a protected block's cached pages (`cache.evict_protected`).
     pub(crate) evict_protected: EvictProtected,
+    /// Per sequence, the checkpoints it holds until the next step begins.
+    pub(crate) checkpoints_held: BTreeMap<SeqId, Vec<HeldCheckpoint>>,
+    /// Per sequence started from a checkpoint: which, and the tokens the hit claims.
+    pub(crate) resume: BTreeMap<SeqId, StateCheckpoint>,
+    /// Checkpoints saved (published) so far.
+    pub(crate) checkpoints_saved: u64,
+    /// Prefix hits that resumed from a checkpoint.
+    pub(crate) checkpoint_resumes: u64,
+    /// Checkpoint pages in the pool as each step began: the most, the sum and the steps.
+    pub(crate) checkpoint_pages_peak: u64,
+    pub(crate) checkpoint_page_steps: u128,
+    pub(crate) steps_begun: u64,
 }
 
 /// Whether a start may evict the cached pages of a *protected* block — one a running sequence
@@ -109,6 +143,111 @@ impl HybridKv {
             prefix: PrefixCache::default(),
             incremental: RefCell::new(Incremental::default()),
             evict_protected: EvictProtected::Always,
+            checkpoints_held: BTreeMap::new(),
+            resume: BTreeMap::new(),
+            checkpoints_saved: 0,
+            checkpoint_resumes: 0,
+            checkpoint_pages_peak: 0,
+            checkpoint_page_steps: 0,
+            steps_begun: 0,
+        }
+    }
+
+    /// Keep a recurrent model's state every `every_blocks` blocks (0: never, so no prefix hit;
+    /// ignored without a recurrent group): a block here is the grain of a hit, the least
+    /// common multiple of the tables' block tokens (the block size when every table stores the
+    /// same bytes a token).
+    pub fn with_checkpoints(mut self, every_blocks: u32) -> HybridKv {
+        let layout = self.cache.layout();
+        self.prefix.checkpoint_tokens = if layout.state_bytes_per_sequence == 0 {
+            0
+        } else {
+            super::prefix::block_step(layout).saturating_mul(u64::from(every_blocks))
+        };
+        self
+    }
+
+    /// Tokens between two checkpoints (0: none kept).
+    pub fn checkpoint_tokens(&self) -> u64 {
+        self.prefix.checkpoint_tokens
+    }
+
+    /// Checkpoints saved so far, and those the index keeps now (tests read it).
+    pub fn checkpoint_counts(&self) -> (u64, usize) {
+        (self.checkpoints_saved, self.prefix.checkpoints_kept())
+    }
+
+    /// `seq` wrote positions `before .. upto` by computing them: take a checkpoint's pages for
+    /// each checkpoint position past `before` up to `upto` that the index lacks, while the pool
+    /// has them (a checkpoint is a cache: one that does not fit is not kept).
+    fn take_checkpoints(&mut self, seq: SeqId, before: u64, upto: u64) {
+        let ct = self.prefix.checkpoint_tokens;
+        if ct == 0 || self.state_pages == 0 {
+            return;
+        }
+        let mut c = (before / ct + 1) * ct;
+        while c <= upto {
+            let tokens = c;
+            c += ct;
+            let Some(publish) = self.prefix.checkpoint_key(seq, tokens) else {
+                continue;
+            };
+            let pool = &mut self.cache.pool;
+            if u64::from(pool.available()) < self.state_pages {
+                break;
+            }
+            let mut pages = Vec::with_capacity(self.state_pages as usize);
+            for _ in 0..self.state_pages {
+                // No tokens a page: a checkpoint counts no live slots and is always "full".
+                match pool.take(0) {
+                    Ok(p) => pages.push(p),
+                    Err(e) => {
+                        self.violations
+                            .push(format!("checkpoint of seq {seq} at {tokens}: {e:?}"));
+                        break;
+                    }
+                }
+            }
+            if let Some(entry) = self.cache.seqs.get_mut(&seq) {
+                entry.checkpoint.extend_from_slice(&pages);
+            }
+            self.checkpoints_held
+                .entry(seq)
+                .or_default()
+                .push(HeldCheckpoint {
+                    tokens,
+                    pages,
+                    publish: Some(publish),
+                });
+        }
+        self.prefix.sync(&mut self.cache.pool);
+    }
+
+    /// A step began: the checkpoints it saves are indexed, and every checkpoint page held for
+    /// it goes back behind its fence (cached-free if indexed).
+    fn settle_checkpoints(&mut self) {
+        for (seq, held) in std::mem::take(&mut self.checkpoints_held) {
+            let Some(entry) = self.cache.seqs.get_mut(&seq) else {
+                continue;
+            };
+            entry.checkpoint.clear();
+            for h in held {
+                if let Some(publish) = h.publish {
+                    let pool = &mut self.cache.pool;
+                    if self
+                        .prefix
+                        .publish_checkpoint(pool, seq, h.tokens, publish, &h.pages)
+                    {
+                        self.checkpoints_saved += 1;
+                    }
+                }
+                for page in h.pages {
+                    if let Err(e) = self.cache.pool.drop_ref(page) {
+                        self.violations
+                            .push(format!("checkpoint page {page} of seq {seq}: {e:?}"));
+                    }
+                }
+            }
         }
     }
 
@@ -265,6 +404,38 @@ impl HybridKv {
         entry.tokens = hit.hit_tokens;
         entry.written = hit.hit_tokens;
         entry.trimmed = hit.hit_tokens;
+        if let Some(pages) = &hit.checkpoint {
+            for &page in pages {
+                if cache.pool.is_cached_free(page) {
+                    cache.pool.revive(page)?;
+                } else {
+                    cache.pool.share(page)?;
+                    cache.pool.count_hit(page);
+                }
+            }
+            entry.checkpoint.extend_from_slice(pages);
+            let first = pages
+                .first()
+                .copied()
+                .ok_or(HybridError::Corrupt("a checkpoint of no pages"))?;
+            self.checkpoints_held
+                .entry(seq)
+                .or_default()
+                .push(HeldCheckpoint {
+                    tokens: hit.hit_tokens,
+                    pages: pages.clone(),
+                    publish: None,
+                });
+            self.resume.insert(
+                seq,
+                StateCheckpoint {
+                    tokens: hit.hit_tokens,
+                    page: first,
+                },
+            );
+            self.faults.checkpoint_shifted += u64::from(hit.shifted);
+            self.checkpoint_resumes += 1;
+        }
         Ok(())
     }
 
@@ -341,8 +512,10 @@ impl KvCacheManager for HybridKv {
         // pages go back where they were, cached-free or shared).
         let keep = self.evict_protected == EvictProtected::ToGrow;
         self.cache.pool.keep_protected(keep);
-        let mapped = self.cache.start(req.seq).and_then(|()| {
+        // The hit's pages are held before the state's are taken, which may evict.
+        let mapped = self.cache.start_stateless(req.seq).and_then(|()| {
             self.share_hit(req.seq, &hit)
+                .and_then(|()| self.cache.take_state_of(req.seq))
                 .and_then(|()| self.cache.map(req.seq, prompt - hit.hit_tokens))
                 .inspect_err(|_| {
                     let _ = self.cache.release(req.seq);
@@ -350,6 +523,8 @@ impl KvCacheManager for HybridKv {
         });
         self.cache.pool.keep_protected(false);
         if let Err(e) = mapped {
+            self.checkpoints_held.remove(&req.seq);
+            self.resume.remove(&req.seq);
             self.prefix.sync(&mut self.cache.pool);
             return Err(self.alloc_error(req.seq, e));
         }
@@ -395,6 +570,7 @@ impl KvCacheManager for HybridKv {
         self.cache
             .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
+        self.take_checkpoints(seq, before, upto);
         self.refresh_bad_layout(seq);
         Ok(())
     }
@@ -461,6 +637,7 @@ impl KvCacheManager for HybridKv {
         self.cache
             .trim(seq, before)
             .map_err(|e| self.alloc_error(seq, e))?;
+        self.take_checkpoints(seq, before, before + 1);
         self.refresh_bad_layout(seq);
         Ok(self.copy_ops(&copies))
     }
@@ -538,6 +715,9 @@ impl KvCacheManager for HybridKv {
             return Err(AllocError::UnknownSeq(seq));
         }
         self.bad_layouts.remove(&seq);
+        // Checkpoints not saved yet go back unindexed with its pages.
+        self.checkpoints_held.remove(&seq);
+        self.resume.remove(&seq);
         let holds_any = self.state_pages > 0
             || self
                 .cache
@@ -559,7 +739,16 @@ impl KvCacheManager for HybridKv {
     }
 
     fn begin_step(&mut self) -> StepId {
-        self.cache.pool.begin_step()
+        let step = self.cache.pool.begin_step();
+        self.settle_checkpoints();
+        self.prefix.sync(&mut self.cache.pool);
+        if self.prefix.checkpoint_tokens > 0 {
+            let pages = (self.prefix.checkpoints_kept() as u64).saturating_mul(self.state_pages);
+            self.checkpoint_pages_peak = self.checkpoint_pages_peak.max(pages);
+            self.checkpoint_page_steps += u128::from(pages);
+            self.steps_begun += 1;
+        }
+        step
     }
 
     fn retire_step(&mut self, step: StepId) {
@@ -585,6 +774,26 @@ impl KvCacheManager for HybridKv {
         })
     }
 
+    fn state_checkpoints(&self, seq: SeqId) -> StateCheckpoints {
+        let save = self
+            .checkpoints_held
+            .get(&seq)
+            .into_iter()
+            .flatten()
+            .filter(|h| h.publish.is_some())
+            .filter_map(|h| {
+                Some(StateCheckpoint {
+                    tokens: h.tokens,
+                    page: *h.pages.first()?,
+                })
+            })
+            .collect();
+        StateCheckpoints {
+            resume: self.resume.get(&seq).copied(),
+            save,
+        }
+    }
+
     fn seq_tokens(&self, seq: SeqId) -> Option<u32> {
         let written = self.cache.seqs.get(&seq)?.written;
         Some(u32::try_from(written).unwrap_or(u32::MAX))
@@ -606,7 +815,20 @@ impl KvCacheManager for HybridKv {
     }
 
     fn prefix_stats(&self) -> PrefixStats {
-        self.prefix.stats
+        let page_bytes = u128::from(self.cache.layout.page_bytes);
+        let mean_pages = self.checkpoint_page_steps / u128::from(self.steps_begun.max(1));
+        PrefixStats {
+            checkpoint_tokens: self.prefix.checkpoint_tokens,
+            checkpoints_saved: self.checkpoints_saved,
+            checkpoint_resumes: self.checkpoint_resumes,
+            checkpoint_bytes_peak: u64::try_from(
+                u128::from(self.checkpoint_pages_peak).saturating_mul(page_bytes),
+            )
+            .unwrap_or(u64::MAX),
+            checkpoint_bytes_mean: u64::try_from(mean_pages.saturating_mul(page_bytes))
+                .unwrap_or(u64::MAX),
+            ..self.prefix.stats
+        }
     }
 
     /// The free pages' slots: every page is a whole extent, and a free state holds no token.
@@ -643,6 +865,7 @@ impl KvCacheManager for HybridKv {
             }
             // No lower tier to go stale.
             Fault::StaleOnload => {}
+            Fault::CheckpointOffByOne => self.prefix.checkpoint_off_by_one = true,
         }
     }
 
@@ -651,5 +874,6 @@ impl KvCacheManager for HybridKv {
             + u64::from(self.faults.leaked_once)
             + self.cache.pool.fences_ignored
             + self.bad_layouts_read.get()
+            + self.faults.checkpoint_shifted
     }
 }

@@ -135,6 +135,33 @@ impl HybridCache {
         Ok(())
     }
 
+    /// A new sequence of no tokens and, for now, no state: a start that shares a prefix hit
+    /// takes the hit's pages before the state's ([`Self::take_state_of`]), so that taking the
+    /// state cannot evict them.
+    pub(crate) fn start_stateless(&mut self, seq: SeqId) -> Result<(), HybridError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(HybridError::DuplicateSeq(seq));
+        }
+        let entry = SeqEntry {
+            tables: vec![GroupTable::default(); self.layout.tables.len()],
+            ..SeqEntry::default()
+        };
+        self.seqs.insert(seq, entry);
+        Ok(())
+    }
+
+    /// `seq`'s recurrent state's pages, taken now (after [`Self::start_stateless`]).
+    pub(crate) fn take_state_of(&mut self, seq: SeqId) -> Result<(), HybridError> {
+        if !self.seqs.contains_key(&seq) {
+            return Err(HybridError::UnknownSeq(seq));
+        }
+        let state = self.pool.take_state()?;
+        if let Some(entry) = self.seqs.get_mut(&seq) {
+            entry.state = state;
+        }
+        Ok(())
+    }
+
     /// Pages `append(seq, n)` (or `map(seq, n)`) would take: a copy of each shared partial
     /// last block it writes into, and every new logical block (a prefill chunk's blocks live
     /// until it is written, even those the window leaves behind at its end).
@@ -319,6 +346,8 @@ impl HybridCache {
             })
             .collect();
         entry.state = state;
+        // The parent's checkpoints stay the parent's.
+        entry.checkpoint.clear();
         for table in &entry.tables {
             for &page in &table.pages {
                 self.pool.share(page)?;
@@ -338,6 +367,13 @@ impl HybridCache {
             for page in table.pages.into_iter().rev() {
                 self.pool.drop_ref(page)?;
             }
+        }
+        for &page in &entry.checkpoint {
+            self.pool.drop_ref(page)?;
+        }
+        if entry.state.is_empty() {
+            // A start undone before it took its state.
+            return Ok(());
         }
         self.pool.drop_state(&entry.state)
     }

@@ -21,11 +21,13 @@
 //! pool: a start or fork refused when the pool lacks them, a fork copying page by page, released
 //! state pages never handed out before their fence retired. Its prefix cache (`cached.rs`,
 //! `cached_free.rs`) publishes each table's full blocks under a chained scoped key and keeps
-//! released published pages cached-free in the pool.
+//! released published pages cached-free in the pool; for a recurrent model it also keeps state
+//! checkpoints (pages of the pool too), the only points a hit through the state can resume from.
 //!
 //! **Invariant:** every page is in exactly one place — the free list, the fence queue, or block
 //! tables as many times as its reference count — counting each live sequence's `state_pages`
-//! state pages (reference 1, in no table) with them; no page is free while a step in flight at
+//! state pages (reference 1, in no table) and the checkpoint pages it holds until the next step
+//! begins with them; no page is free while a step in flight at
 //! its release runs; each table holds exactly the logical blocks its kind keeps; `HybridKv`'s
 //! accounting is conserved, in slots of `page_bytes ÷ page_slots`.
 
@@ -47,8 +49,16 @@ mod table;
 pub use error::HybridError;
 pub use fit::{compare_fit, vllm_layers_per_table, FitComparison};
 pub use kv::{EvictProtected, HybridKv};
+
+/// Blocks between a recurrent model's state checkpoints when a scenario does not say
+/// (`cache.checkpoint_every_blocks`). A checkpoint costs a whole state (Qwen3-Next: 37.7 MiB,
+/// about 100 blocks of its KV), so a checkpoint every block fills the pool with states and
+/// evicts the KV they belong to. 64 blocks (1,024 tokens at 16 a block) had the best hit rate
+/// of the intervals measured on conversation traffic and the same as 32 on shared 1,024-token
+/// prompts with a quarter of the pool (docs/layer-groups.md has the table).
+pub const DEFAULT_CHECKPOINT_EVERY_BLOCKS: u32 = 64;
 pub use layout::{HybridLayout, LayoutError, TableKind, TableSpec};
 pub use manager::{HybridCache, HybridFault, PageCopy};
 pub use pool::PageId;
-pub use prefix::prefix_hit_tokens;
+pub use prefix::{block_step, prefix_hit_tokens};
 pub use table::GroupTable;

@@ -263,19 +263,17 @@ impl PagePool {
         }
     }
 
-    /// `page` leaves the prefix cache because a sequence published its own copy of the same
-    /// block under the same key (`cached.rs`' `publish`): held, it stays held, unpublished;
-    /// cached-free, it is freed (pending behind its release's fence while that step is in
-    /// flight). The index drops its entry itself, so nothing goes to `unpublished`.
-    pub(crate) fn supersede(&mut self, page: PageId) {
+    /// `page` leaves the prefix cache on its own — another page of its checkpoint was evicted
+    /// or flushed, or a sequence published its own copy of the same block under the same key
+    /// (`cached.rs`' `publish`): cached-free, it is free (or fenced while the step at its
+    /// release runs); held, it stays held, unpublished. The caller drops its index entry.
+    pub(crate) fn unpublish_page(&mut self, page: PageId) {
         let i = page as usize;
         if !self.published.get(i).copied().unwrap_or(false) {
             return;
         }
-        let cached_free = self.cached.remove(page);
-        self.cached.unpublished(page);
-        self.touch(page);
-        if cached_free {
+        if self.cached.remove(page) {
+            self.cached.unpublished(page);
             let clear = self.fence_clear(page);
             self.unpublish_free(page);
             if clear {
@@ -286,6 +284,8 @@ impl PagePool {
         } else {
             self.published[i] = false;
             self.published_count -= 1;
+            self.cached.unpublished(page);
+            self.touch(page);
         }
     }
 

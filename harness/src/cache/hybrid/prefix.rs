@@ -5,10 +5,12 @@
 //! - **Sliding:** only the blocks holding positions `h − window .. h` — what the sequence would
 //!   hold at `h` tokens — need to be cached; earlier ones may have been released. So a hit is
 //!   checked from the longest candidate down, not from the first block up.
-//! - **Recurrent:** none. The state after `h` tokens is overwritten by the next token; reusing
-//!   it would need a copy of the state kept at every checkpoint of every cached prefix (a
-//!   Qwen3-Next state is 36 × 1.05 MiB a sequence), which this manager does not keep. A model
-//!   with a recurrent group gets no prefix hit (and publishes nothing).
+//! - **Recurrent:** only where a copy of the state was kept. The state after `h` tokens is
+//!   overwritten by the next token, so the manager keeps checkpoints (the state at every
+//!   `checkpoint_tokens`, pages of the pool, a Qwen3-Next state being 36 × 1.05 MiB) and a hit
+//!   is cut down to the deepest checkpoint the tables' hit reaches (`cached.rs`). Without
+//!   checkpoints a model with a recurrent group gets no prefix hit (and publishes nothing):
+//!   [`prefix_hit_tokens`] answers for that case.
 //!
 //! A hit is whole blocks of every table (a multiple of each table's block tokens) and leaves at
 //! least one prompt token to compute, whose logits start the output.
@@ -30,14 +32,31 @@ pub fn prefix_hit_tokens(
     prompt_tokens: u64,
     cached: impl Fn(usize, u64) -> bool,
 ) -> u64 {
-    if layout.state_bytes_per_sequence != 0 || prompt_tokens == 0 {
+    if layout.state_bytes_per_sequence != 0 {
         return 0;
     }
-    // Every table's block tokens divide the step (their least common multiple).
-    let step = layout.tables.iter().fold(1u64, |acc, t| {
-        let bt = t.block_tokens as u64;
+    hit_tokens_by_tables(layout, prompt_tokens, cached)
+}
+
+/// Tokens every table's block holds a whole number of (their least common multiple): the
+/// grain of a hit.
+pub fn block_step(layout: &HybridLayout) -> u64 {
+    layout.tables.iter().fold(1u64, |acc, t| {
+        let bt = u64::from(t.block_tokens.max(1));
         acc.saturating_mul(bt / gcd(acc, bt))
-    });
+    })
+}
+
+/// [`prefix_hit_tokens`] by the tables alone, whatever the recurrent state allows.
+pub(crate) fn hit_tokens_by_tables(
+    layout: &HybridLayout,
+    prompt_tokens: u64,
+    cached: impl Fn(usize, u64) -> bool,
+) -> u64 {
+    if prompt_tokens == 0 {
+        return 0;
+    }
+    let step = block_step(layout);
     let mut limit = (prompt_tokens - 1) / step * step;
     // Full and MLA tables: the cached run from block 0.
     for (i, t) in layout.tables.iter().enumerate() {

@@ -20,4 +20,8 @@ pub(crate) struct SeqEntry {
     /// The pages of its recurrent state (empty without a recurrent group): its own, in no
     /// table, never shared.
     pub(crate) state: Vec<u32>,
+    /// Pages of recurrent-state checkpoints it holds until the next step begins (one
+    /// reference each, in no table): those that step saves, and the one a prefix hit resumes
+    /// from, which that step restores.
+    pub(crate) checkpoint: Vec<u32>,
 }

@@ -2,6 +2,7 @@
 //! cache, eviction and incremental invariant check.
 
 mod check_incremental;
+mod checkpoints;
 mod early_release;
 mod evict_protected;
 mod kv;
