@@ -554,18 +554,7 @@ fn summarize(i: SummaryInput<'_>) -> EndpointSummary {
         seed: i.seed,
         workload_hash: i.workload.workload_hash.clone(),
         trace: i.workload.trace.clone(),
-        sessions: {
-            let turns = i.workload.requests.iter().filter_map(|r| r.session);
-            let (mut sessions, mut turns_planned) = (0, 0);
-            for t in turns {
-                turns_planned += 1;
-                sessions += u64::from(t.turn == 0);
-            }
-            (turns_planned > 0).then_some(SessionsSummary {
-                sessions,
-                turns_planned,
-            })
-        },
+        sessions: SessionsSummary::of(i.workload),
         slo: i.scenario.slo.clone(),
         checks: Checks {
             ok: failures.is_empty(),

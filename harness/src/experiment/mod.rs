@@ -338,23 +338,20 @@ fn run_mode_with(
     }
     let spec = manager::spec(scenario, setup, mode, &tier_plan, scheduler.async_steps);
     let mut cache = crate::cache::build(&spec);
-    let cfg = EngineConfig {
-        mode,
-        block_size: cache.block_size(),
-        kv_bytes_per_token: setup.kv_bytes_per_token,
-        slot_bytes: setup.slot_bytes,
-        max_seq_len: scenario.cache.max_seq_len,
-        reservation: scenario.cache.contiguous_reservation,
-        scheduler,
-        model_name: setup.model.name.clone(),
-        trace_tokens: opts.trace_tokens,
-        invariant_check_every: opts.invariant_check_every,
-        fault: if mode == CacheMode::Paged {
-            opts.fault
-        } else {
-            None
-        },
+    let fault = if mode == CacheMode::Paged {
+        opts.fault
+    } else {
+        None
     };
+    let cfg = engine_config(
+        scenario,
+        setup,
+        opts,
+        mode,
+        cache.block_size(),
+        scheduler,
+        fault,
+    );
     let end = engine::run_with(&cfg, workload, cache.as_mut(), be, sink).map_err(|source| {
         ExperimentError::Engine {
             mode: mode.name(),
@@ -493,6 +490,32 @@ fn assemble(
         prefix_bounds,
         prefix_ceiling,
         served: None,
+    }
+}
+
+/// The engine's configuration for one mode of `scenario`: a batch run's and a served run's
+/// alike (the scheduler as the caller adjusted it, the fault the caller plants).
+pub fn engine_config(
+    scenario: &Scenario,
+    setup: &Setup,
+    opts: &RunOptions,
+    mode: CacheMode,
+    block_size: u32,
+    scheduler: crate::scenario::SchedulerSpec,
+    fault: Option<Fault>,
+) -> EngineConfig {
+    EngineConfig {
+        mode,
+        block_size,
+        kv_bytes_per_token: setup.kv_bytes_per_token,
+        slot_bytes: setup.slot_bytes,
+        max_seq_len: scenario.cache.max_seq_len,
+        reservation: scenario.cache.contiguous_reservation,
+        scheduler,
+        model_name: setup.model.name.clone(),
+        trace_tokens: opts.trace_tokens,
+        invariant_check_every: opts.invariant_check_every,
+        fault,
     }
 }
 

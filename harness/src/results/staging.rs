@@ -41,8 +41,8 @@ fn live() -> MutexGuard<'static, Vec<PathBuf>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The signals that interrupt a run.
-fn interrupt_signals() -> libc::sigset_t {
+/// The signals that interrupt a run (and stop `kvbench serve`: `serve/signals.rs`).
+pub(crate) fn interrupt_signals() -> libc::sigset_t {
     // SAFETY: sigemptyset initialises the set; sigaddset only adds valid signal numbers to it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

@@ -50,6 +50,21 @@ pub struct SessionsSummary {
     pub turns_planned: u64,
 }
 
+impl SessionsSummary {
+    /// The sessions of a request list and the turns it plans; `None` without sessions.
+    pub fn of(workload: &crate::workload::Workload) -> Option<SessionsSummary> {
+        let (mut sessions, mut turns_planned) = (0, 0);
+        for t in workload.requests.iter().filter_map(|r| r.session) {
+            turns_planned += 1;
+            sessions += u64::from(t.turn == 0);
+        }
+        (turns_planned > 0).then_some(SessionsSummary {
+            sessions,
+            turns_planned,
+        })
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Checks {
     pub ok: bool,
@@ -239,18 +254,7 @@ pub fn build(exp: &Experiment) -> Summary {
         seed: exp.seed,
         workload_hash: exp.workload.workload_hash.clone(),
         trace: exp.workload.trace.clone(),
-        sessions: {
-            let turns = exp.workload.requests.iter().filter_map(|r| r.session);
-            let (mut sessions, mut turns_planned) = (0, 0);
-            for t in turns {
-                turns_planned += 1;
-                sessions += u64::from(t.turn == 0);
-            }
-            (turns_planned > 0).then_some(SessionsSummary {
-                sessions,
-                turns_planned,
-            })
-        },
+        sessions: SessionsSummary::of(&exp.workload),
         fault: exp.fault.map(|f| f.name().to_string()),
         fault_fired: exp.fault.map(|_| exp.fault_fired()),
         shadow: exp.shadow,

@@ -12,7 +12,7 @@ use super::bridge::{self, ToEngine};
 use super::metrics::Metrics;
 use crate::backend::{self, BackendKind, Clock, RunSetup};
 use crate::engine::sink::Tee;
-use crate::engine::{self, EngineConfig};
+use crate::engine;
 use crate::experiment::{self, manager, tiers, Experiment, ModeRun, RunOptions, Setup};
 use crate::metrics::accum::MetricsAccum;
 use crate::results::sink::FileSink;
@@ -111,19 +111,15 @@ pub fn run(
         scenario.scheduler.async_steps,
     );
     let mut cache = crate::cache::build(&spec);
-    let cfg = EngineConfig {
+    let cfg = experiment::engine_config(
+        &scenario,
+        &setup,
+        &opts,
         mode,
-        block_size: cache.block_size(),
-        kv_bytes_per_token: setup.kv_bytes_per_token,
-        slot_bytes: setup.slot_bytes,
-        max_seq_len: scenario.cache.max_seq_len,
-        reservation: scenario.cache.contiguous_reservation,
-        scheduler: scenario.scheduler.clone(),
-        model_name: setup.model.name.clone(),
-        trace_tokens: opts.trace_tokens,
-        invariant_check_every: opts.invariant_check_every,
-        fault: None,
-    };
+        cache.block_size(),
+        scenario.scheduler.clone(),
+        None,
+    );
     let results = |e: crate::results::ResultsError| anyhow::Error::new(e);
     let mut files = FileSink::create(staging.dir(), opts.trace_tokens, opts.memory_resolution)
         .map_err(results)?;

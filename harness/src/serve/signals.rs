@@ -6,17 +6,9 @@
 
 use std::io;
 
-/// The signals that stop the server.
+/// The signals that stop the server: a run's interrupt signals.
 fn stop_signals() -> libc::sigset_t {
-    // SAFETY: `sigemptyset` initialises the set before `sigaddset` reads it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        set
-    }
+    crate::results::staging::interrupt_signals()
 }
 
 /// Block the stop signals in the calling thread (and so in every thread it starts after).
