@@ -71,6 +71,37 @@ pub fn resolve(
         );
         return Err(ExperimentError::Scenario(d.to_string()));
     }
+    if let Some(k) = scenario.cache.checkpoint_every_blocks {
+        // A key that would change nothing is refused, so a run never looks as if it measured
+        // an interval it did not keep.
+        let recurrent = model
+            .checked_state_bytes_per_sequence()
+            .is_some_and(|b| b > 0);
+        let why = if manager == CacheManager::Summed {
+            Some(format!(
+                "state checkpoints are the hybrid manager's, and this run uses the summed managers \
+                 on {} (as cache.manager, the model or a lower tier decided)",
+                kind.name()
+            ))
+        } else if !recurrent {
+            Some(format!(
+                "model {} has no recurrent layer group: there is no state to checkpoint",
+                model.name
+            ))
+        } else if !scenario.scheduler.prefix_cache {
+            Some("checkpoints serve prefix hits, and scheduler.prefix_cache is off".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let d = crate::scenario::locate_in_source(
+                scenario.source.as_deref(),
+                "cache.checkpoint_every_blocks",
+                format!("{k}: {why}; remove the key"),
+            );
+            return Err(ExperimentError::Scenario(d.to_string()));
+        }
+    }
     if manager == CacheManager::Summed {
         let slot_bytes = model.kv_bytes_per_token();
         return Ok(ManagerSetup {

@@ -165,11 +165,15 @@ fn cpu_resumes_prefix_hits_from_checkpoints_and_passes_the_oracle() {
 
 #[test]
 fn a_checkpoint_resumed_one_block_off_fails_the_oracle_check() {
+    // The model clock fixes the schedule, so which sequences resume, and how soon after their
+    // checkpoint they sample, is the same on a loaded machine as on a quiet one.
     let (code, text, _tmp) = run_shared(&[
         "--inject-fault",
         "checkpoint-off-by-one",
         "--check-every",
         "0",
+        "--clock",
+        "model",
     ]);
     assert_eq!(code, 1, "{text}");
     assert!(
@@ -230,4 +234,66 @@ fn sim_prices_checkpoints_and_qwen3_next_hits_shared_prompts() {
         cached >= peak,
         "cached-free peak {cached} below checkpoints {peak}"
     );
+}
+
+/// `cache.checkpoint_every_blocks` where it would change nothing — the summed managers, a model
+/// with no recurrent group, the prefix cache off — is refused before any work, naming the key
+/// and the reason, with nothing written.
+#[test]
+fn a_checkpoint_interval_that_would_change_nothing_is_refused_naming_the_key() {
+    // (The summed managers on cpu are refused earlier, for the prefix cache itself.)
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &[
+                "--set",
+                "model.preset=tiny-sliding",
+                "--set",
+                "cache.manager=hybrid",
+            ],
+            "no recurrent layer group",
+        ),
+        (
+            &[
+                "--set",
+                "scheduler.prefix_cache=false",
+                "--set",
+                "cache.manager=hybrid",
+            ],
+            "prefix_cache is off",
+        ),
+    ];
+    for (extra, why) in cases {
+        let (code, text, tmp) = run_shared(extra);
+        assert_eq!(code, 2, "{extra:?}: {text}");
+        assert!(
+            text.contains("cache.checkpoint_every_blocks") && text.contains(why),
+            "{extra:?}: no key or {why:?} in {text}"
+        );
+        assert!(
+            !tmp.path().join("out").exists(),
+            "{extra:?}: a folder was written"
+        );
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let (code, text) = kvbench(&[
+        "run",
+        "scenarios/qwen3-next-80b-h200.toml",
+        "--backend",
+        "sim",
+        "--set",
+        "scheduler.prefix_cache=true",
+        "--set",
+        "cache.manager=summed",
+        "--set",
+        "cache.checkpoint_every_blocks=8",
+        "--out",
+        out.to_str().expect("utf-8 temp path"),
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("cache.checkpoint_every_blocks") && text.contains("summed managers"),
+        "{text}"
+    );
+    assert!(!out.exists(), "a folder was written");
 }
